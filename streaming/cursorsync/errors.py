@@ -1,0 +1,41 @@
+"""One exception hierarchy, rooted at CursorSyncError, so callers can catch ours only."""
+
+from __future__ import annotations
+
+
+class CursorSyncError(Exception):
+    """Base of every error cursorsync raises on purpose."""
+
+
+class PositionFormatError(CursorSyncError, ValueError):
+    """A position or range string is not in Pulsar's format; names the text and the offset."""
+
+    def __init__(self, text: str, offset: int, expected: str) -> None:
+        snippet = text[max(0, offset - 20) : offset + 20]
+        super().__init__(
+            f"malformed position text at offset {offset}: expected {expected}, "
+            f"found {text[offset:offset + 12]!r} (context: {snippet!r})"
+        )
+        self.text = text
+        self.offset = offset
+        self.expected = expected
+
+
+class MappingConflictError(CursorSyncError, ValueError):
+    """Segments overlap or run backwards on one side; names the conflicting segments."""
+
+
+class ConfigError(CursorSyncError, ValueError):
+    """The configuration is invalid; the message names every offending key."""
+
+
+class AdminError(CursorSyncError):
+    """The Pulsar admin API could not be used: unreachable, refused, or returned malformed data."""
+
+
+class TopicNotFoundError(AdminError):
+    """A configured topic does not exist (any more) on the named cluster."""
+
+
+class RewindError(CursorSyncError):
+    """A source cursor moved backwards and the rewind policy says to stop."""
