@@ -1,0 +1,270 @@
+"""A small Pulsar admin REST client: the stats cursorsync polls, and topic discovery.
+
+Built on httpx. Connect errors, timeouts and 5xx answers are retried with
+exponential backoff (tenacity); 4xx answers are not, because asking again
+will not change them. Several base URLs may be given (the brokers of one
+cluster): a request that cannot reach one tries the next. Errors name what a
+user can act on: the URL that is unreachable, the auth that was refused, the
+topic that does not exist on which cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
+from cursorsync.pulsar.stats import (
+    PartitionedInternalStats,
+    TopicInternalStats,
+    parse_internal_stats,
+    parse_json,
+    parse_partitioned_internal_stats,
+    parse_partitions,
+    parse_topic_list,
+)
+from cursorsync.pulsar.topics import TopicName, namespace_admin_path, parse_namespace
+
+T = TypeVar("T")
+
+
+class AdminAuthError(AdminError):
+    """The admin API refused our credentials (401) or our role (403)."""
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """How to reach one cluster's admin API."""
+
+    urls: tuple[str, ...]
+    cluster: str = ""
+    token: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_insecure: bool = False
+    timeout_s: float = 10.0
+    attempts: int = 4
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 5.0
+    max_workers: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ConfigError("adminUrl: at least one admin URL is required")
+        for u in self.urls:
+            if not re.match(r"^https?://[^/\s]+", u):
+                raise ConfigError(f"adminUrl: {u!r} is not an http(s):// URL")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"adminTimeout: must be positive, got {self.timeout_s}")
+        if self.attempts < 1:
+            raise ConfigError(f"adminAttempts: must be at least 1, got {self.attempts}")
+        if self.tls_key_file and not self.tls_cert_file:
+            raise ConfigError("adminTlsKeyFile is set without adminTlsCertFile")
+
+    @classmethod
+    def from_urls(cls, urls: str | Sequence[str], **kwargs: Any) -> AdminConfig:
+        """Accept a comma-separated string or a sequence of base URLs."""
+        items = urls.split(",") if isinstance(urls, str) else list(urls)
+        cleaned = tuple(u.strip().rstrip("/") for u in items if u.strip())
+        return cls(urls=cleaned, **kwargs)
+
+
+class _Retryable(Exception):
+    """Internal: a transient failure (unreachable, timeout, 5xx) worth another attempt."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AdminClient:
+    """Admin REST calls for one cluster. Thread-safe; use as a context manager or close()."""
+
+    def __init__(self, config: AdminConfig) -> None:
+        self.config = config
+        verify: Any = True
+        if config.tls_insecure:
+            verify = False
+        elif config.tls_ca_file:
+            verify = config.tls_ca_file
+        cert: Any = None
+        if config.tls_cert_file:
+            cert = ((config.tls_cert_file, config.tls_key_file) if config.tls_key_file
+                    else config.tls_cert_file)
+        headers = {"Accept": "application/json"}
+        if config.token:
+            headers["Authorization"] = f"Bearer {config.token}"
+        try:
+            self._http = httpx.Client(
+                headers=headers, verify=verify, cert=cert,
+                timeout=httpx.Timeout(config.timeout_s), follow_redirects=True,
+            )
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"admin TLS settings cannot be loaded: {e}") from e
+
+    @property
+    def cluster(self) -> str:
+        return self.config.cluster or self.config.urls[0]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- transport -------------------------------------------------------
+
+    def _once(self, path: str, what: str, topic: str | None) -> Any:
+        """One attempt over every base URL in turn; returns parsed JSON."""
+        failures: list[str] = []
+        for base in self.config.urls:
+            url = base + path
+            try:
+                resp = self._http.get(url)
+            except httpx.TimeoutException as e:
+                failures.append(f"{url}: timed out after {self.config.timeout_s}s ({e!r})")
+                continue
+            except httpx.TransportError as e:
+                failures.append(f"{url}: unreachable ({e!r})")
+                continue
+            if resp.status_code >= 500:
+                failures.append(f"{url}: HTTP {resp.status_code} {resp.text[:200]!r}")
+                continue
+            if resp.status_code in (401, 403):
+                kind = "authentication" if resp.status_code == 401 else "authorization"
+                raise AdminAuthError(
+                    f"cluster {self.cluster}: {what} refused by {url}: HTTP {resp.status_code} "
+                    f"({kind} failed; check the admin token / TLS client certificate and the "
+                    f"role's permissions)"
+                )
+            if resp.status_code == 404 and topic is not None:
+                raise TopicNotFoundError(
+                    f"topic {topic} not found on cluster {self.cluster} ({url}: HTTP 404 "
+                    f"{resp.text[:200]!r})"
+                )
+            if resp.status_code >= 400:
+                raise AdminError(
+                    f"cluster {self.cluster}: {what} failed: {url}: HTTP {resp.status_code} "
+                    f"{resp.text[:200]!r}"
+                )
+            return parse_json(f"{what} ({url})", resp.content)
+        raise _Retryable("; ".join(failures))
+
+    def get_json(self, path: str, what: str, topic: str | None = None) -> Any:
+        """GET with retries on transient failures; AdminError when they run out."""
+        cfg = self.config
+        retrying = Retrying(
+            stop=stop_after_attempt(cfg.attempts),
+            wait=wait_exponential(multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s),
+            retry=retry_if_exception(lambda e: isinstance(e, _Retryable)),
+            reraise=False,
+        )
+        try:
+            return retrying(self._once, path, what, topic)
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            detail = last.message if isinstance(last, _Retryable) else repr(last)
+            raise AdminError(
+                f"cluster {self.cluster}: {what} failed after {cfg.attempts} attempts: {detail}"
+            ) from last
+
+    # -- calls -----------------------------------------------------------
+
+    def internal_stats(self, topic: str | TopicName) -> TopicInternalStats:
+        """internalStats of one topic partition (or non-partitioned topic)."""
+        t = _topic(topic)
+        doc = self.get_json(t.admin_path("internalStats"), f"internalStats of {t}", str(t))
+        return parse_internal_stats(t, doc)
+
+    def partitioned_internal_stats(self, topic: str | TopicName) -> PartitionedInternalStats:
+        t = _topic(topic)
+        doc = self.get_json(t.admin_path("partitioned-internalStats"),
+                            f"partitioned-internalStats of {t}", str(t))
+        return parse_partitioned_internal_stats(t, doc)
+
+    def partitions(self, topic: str | TopicName) -> int:
+        """Partition count from the partitioned-topic metadata (0: not partitioned)."""
+        t = _topic(topic)
+        doc = self.get_json(t.admin_path("partitions"), f"partitions of {t}", str(t))
+        return parse_partitions(t, doc)
+
+    def list_topics(self, namespace: str) -> list[str]:
+        """Every persistent topic of ``tenant/namespace`` (partitions listed one by one)."""
+        parse_namespace(namespace)
+        doc = self.get_json(namespace_admin_path(namespace), f"topic list of {namespace}")
+        return parse_topic_list(namespace, doc)
+
+    def list_partitioned_topics(self, namespace: str) -> list[str]:
+        doc = self.get_json(namespace_admin_path(namespace, "partitioned"),
+                            f"partitioned topic list of {namespace}")
+        return parse_topic_list(namespace, doc)
+
+    def map_concurrently(self, fn: Callable[[TopicName], T],
+                         topics: Iterable[str | TopicName]) -> dict[str, T]:
+        """Run ``fn`` for many topics on a thread pool; the first error is raised."""
+        ts = [_topic(t) for t in topics]
+        if not ts:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(self.config.max_workers, len(ts))) as pool:
+            results = list(pool.map(fn, ts))
+        return {str(t): r for t, r in zip(ts, results, strict=True)}
+
+    def internal_stats_many(self, topics: Iterable[str | TopicName]
+                            ) -> dict[str, TopicInternalStats]:
+        return self.map_concurrently(self.internal_stats, topics)
+
+    def expand_topics(self, topics: Iterable[str] = (), *, namespace: str | None = None,
+                      pattern: str | None = None) -> list[TopicName]:
+        """Concrete topic partitions for topic names and/or a namespace (+ regex).
+
+        A partitioned topic expands to ``<t>-partition-0..N-1`` from its
+        metadata; a ``-partition-i`` name stays as given. ``pattern`` is
+        matched (fullmatch) against the local name of the topic, without the
+        partition suffix; without ``namespace`` it is an error.
+        """
+        out: set[TopicName] = set()
+        explicit = [_topic(t) for t in topics]
+        to_expand = [t for t in explicit if t.partition < 0]
+        out.update(t for t in explicit if t.partition >= 0)
+        counts = self.map_concurrently(self.partitions, to_expand)
+        for t in to_expand:
+            n = counts[str(t)]
+            out.update([t.with_partition(i) for i in range(n)] if n > 0 else [t])
+        if pattern is not None and namespace is None:
+            raise ConfigError("topicPattern needs namespace")
+        if namespace is not None:
+            try:
+                rx = re.compile(pattern) if pattern is not None else None
+            except re.error as e:
+                raise ConfigError(f"topicPattern {pattern!r} is not a valid regex: {e}") from e
+            listed = [TopicName.parse(n) for n in self.list_topics(namespace)]
+            partitioned = [TopicName.parse(n) for n in self.list_partitioned_topics(namespace)]
+            partitioned = [t for t in partitioned if rx is None or rx.fullmatch(t.local)]
+            counts = self.map_concurrently(self.partitions, partitioned)
+            for t in partitioned:
+                n = counts[str(t)]
+                out.update([t.with_partition(i) for i in range(n)] if n > 0 else [t])
+            out.update(t for t in listed if rx is None or rx.fullmatch(t.base.local))
+        return sorted(out)
+
+
+def _topic(topic: str | TopicName) -> TopicName:
+    return topic if isinstance(topic, TopicName) else TopicName.parse(topic)

@@ -1,0 +1,519 @@
+"""``pulsar-entries``: a Spark streaming source of the messages of a set of Pulsar topics.
+
+One row per message, never the payload itself: its size and an identity
+digest (cursorsync.identity) are what the mapping builder needs.
+
+Offsets: ``{"version": 1, "positions": {"<topic partition>": "L:E", ...}}``
+(keys sorted), the last entry included per topic partition; ``"-1:-1"`` is
+"before every entry". A batch reads the entries in (start, end], start
+exclusive and end inclusive, always whole entries, so a batched entry is
+never split between two batches.
+
+Where things run (see SPARK-DELTA-NOTES.md): the driver finds the latest
+positions with a durable, zero-queue subscription consumer per topic
+partition (``get_last_message_id``), and acknowledges ``end`` cumulatively on
+it in ``commit(end)``, so retention keeps every entry not mapped yet.
+Executors read with a pulsar-client Reader created inside ``read()``.
+
+Pinned behaviour (tests/test_sources.py): a Reader started at ``L:E:-1``
+exclusive re-delivers the messages of entry L:E when it is a batch (the
+client compares batch index -1 as "before index 0"), so ``read()`` drops every
+message at or before the start entry itself. The batch size is the number of
+messages the reader delivers for an entry (the Python client does not expose
+it): entries are read whole, so the count is exact.
+
+Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
+is counted in ENTRIES, shared fairly across topic partitions; an entry holds
+at least one message, so a batch of batched entries has more rows than the
+budget (the driver cannot count messages without reading them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from cursorsync.errors import ConfigError, CursorSyncError
+from cursorsync.identity import (
+    DEFAULT_IDENTITY_FIELDS,
+    REPL_SOURCE_POSITION_PROPERTY,
+    MessageIdentity,
+    entry_digest,
+    message_digest,
+    parse_identity_fields,
+)
+from cursorsync.positions import Position
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.sources.options import Options
+
+log = logging.getLogger(__name__)
+
+OFFSET_VERSION = 1
+BEFORE_ALL = Position(-1, -1)
+DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
+
+SCHEMA = (
+    "cluster string, topic string, partition int, ledger long, entry long, "
+    "batch_index int, batch_size int, producer_name string, publish_time long, "
+    "event_time long, properties map<string,string>, partition_key string, "
+    "ordering_key string, source_position string, identity binary, "
+    "entry_identity binary, payload_size long"
+)
+
+
+class EntriesReadError(CursorSyncError):
+    """A topic partition could not be read between two offsets; names the topic and range."""
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What an executor needs to open a pulsar-client (plain data, picklable)."""
+
+    service_url: str
+    auth_token: str | None = None
+    tls_trust_certs_file: str | None = None
+    tls_allow_insecure: bool = False
+    operation_timeout_s: int = 30
+
+    def connect(self) -> Any:
+        import pulsar
+
+        auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
+        return pulsar.Client(
+            self.service_url,
+            authentication=auth,
+            operation_timeout_seconds=self.operation_timeout_s,
+            tls_trust_certs_file_path=self.tls_trust_certs_file,
+            tls_allow_insecure_connection=self.tls_allow_insecure,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+        )
+
+
+@dataclass(frozen=True)
+class EntriesOptions:
+    """Every option of ``pulsar-entries``, validated once on the driver."""
+
+    cluster: str
+    client: ClientSettings
+    topics: tuple[str, ...]
+    namespace: str | None
+    topic_pattern: str | None
+    admin: AdminConfig | None
+    subscription: str
+    starting_position: str
+    max_rows_per_batch: int | None
+    identity_fields: tuple[str, ...]
+    source_position_property: str
+    read_timeout_ms: int
+    discovery_interval_ms: int
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
+        o = Options(raw)
+        cluster = o.required("cluster")
+        service_url = o.required("serviceUrl")
+        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ConfigError(f"option serviceUrl: {service_url!r} is not a pulsar:// URL")
+        topics = o.get_list("topics")
+        for t in topics:
+            TopicName.parse(t)
+        namespace = o.get_str("namespace")
+        pattern = o.get_str("topicPattern")
+        admin = o.admin(cluster, required=bool(namespace or pattern))
+        if not topics and not namespace:
+            raise ConfigError("option topics (or namespace with adminUrl) is required")
+        if pattern and not namespace:
+            raise ConfigError("option topicPattern needs option namespace")
+        fields_spec = o.get_str("identityFields")
+        return cls(
+            cluster=cluster,
+            client=ClientSettings(
+                service_url=service_url,
+                auth_token=o.get_str("authToken"),
+                tls_trust_certs_file=o.get_str("tlsTrustCertsFilePath"),
+                tls_allow_insecure=o.get_bool("tlsAllowInsecureConnection"),
+                operation_timeout_s=o.get_int("operationTimeoutSeconds", 30, minimum=1) or 30,
+            ),
+            topics=tuple(topics),
+            namespace=namespace,
+            topic_pattern=pattern,
+            admin=admin,
+            subscription=o.get_str("subscription", DEFAULT_SUBSCRIPTION) or DEFAULT_SUBSCRIPTION,
+            starting_position=o.choice("startingPosition", ("earliest", "latest"), "earliest"),
+            max_rows_per_batch=o.get_int("maxRowsPerBatch", None, minimum=1),
+            identity_fields=(parse_identity_fields(fields_spec) if fields_spec
+                             else DEFAULT_IDENTITY_FIELDS),
+            source_position_property=o.get_str("sourcePositionProperty",
+                                               REPL_SOURCE_POSITION_PROPERTY)
+            or REPL_SOURCE_POSITION_PROPERTY,
+            read_timeout_ms=o.get_int("readTimeoutMs", 30_000, minimum=1) or 30_000,
+            discovery_interval_ms=o.get_int("discoveryIntervalMs", 60_000, minimum=0) or 0,
+        )
+
+
+# -- offsets -----------------------------------------------------------------
+
+
+def make_offset(positions: Mapping[str, Position]) -> dict[str, Any]:
+    """The offset JSON value: version first, topics sorted."""
+    return {"version": OFFSET_VERSION,
+            "positions": {k: str(positions[k]) for k in sorted(positions)}}
+
+
+def parse_offset(offset: Mapping[str, Any]) -> dict[str, Position]:
+    """Offset JSON -> {topic: position}; ConfigError for a version we do not know."""
+    if isinstance(offset, str):
+        offset = json.loads(offset)
+    version = offset.get("version")
+    if version != OFFSET_VERSION:
+        raise ConfigError(
+            f"pulsar-entries offset version {version!r} is not supported (expected "
+            f"{OFFSET_VERSION}); the checkpoint was written by another cursorsync version"
+        )
+    return {k: Position.parse(v) for k, v in offset.get("positions", {}).items()}
+
+
+# -- partitions and read() (executors) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class EntriesPartition(InputPartition):
+    """Read (start, end] of one topic partition. Plain data: it is pickled to executors."""
+
+    cluster: str
+    topic: str
+    start: str
+    end: str
+    client: ClientSettings
+    identity_fields: tuple[str, ...]
+    source_position_property: str
+    read_timeout_ms: int
+
+
+def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> Iterator[tuple]:
+    """Rows of one entry's messages (all of them, in batch order)."""
+    digests: list[bytes] = []
+    fields: list[tuple] = []
+    for msg in group:
+        props = dict(msg.properties())
+        pkey = msg.partition_key() or None
+        okey = msg.ordering_key() or None
+        data = msg.data()
+        event = msg.event_timestamp() or None
+        ident = MessageIdentity(
+            producer_name=msg.producer_name(),
+            sequence_id=None,
+            publish_time=msg.publish_timestamp(),
+            event_time=event,
+            partition_key=pkey,
+            ordering_key=okey.encode("utf-8") if isinstance(okey, str) else okey,
+            properties=props,
+            payload=data,
+        )
+        d = message_digest(ident, part.identity_fields,
+                           excluded_properties=(part.source_position_property,))
+        digests.append(d)
+        fields.append((msg.message_id(), ident, props, pkey, okey, d, len(data)))
+    edigest = entry_digest(digests)
+    size = len(group)
+    for mid, ident, props, pkey, okey, d, nbytes in fields:
+        yield (
+            part.cluster, str(topic.base), topic.partition, mid.ledger_id(), mid.entry_id(),
+            mid.batch_index(), size, ident.producer_name, ident.publish_time, ident.event_time,
+            props, pkey, okey if isinstance(okey, str) or okey is None else okey.decode(),
+            props.get(part.source_position_property), d, edigest, nbytes,
+        )
+
+
+def read_entries(part: EntriesPartition) -> Iterator[tuple]:
+    """Every message of the entries in (start, end] of one topic partition, in order.
+
+    Deterministic: the same (start, end] always yields the same rows while the
+    entries are retained (the driver's subscription holds them until commit).
+    """
+    import pulsar
+
+    topic = TopicName.parse(part.topic)
+    start = Position.parse(part.start)
+    end = Position.parse(part.end)
+    if end <= start:
+        return
+    client = part.client.connect()
+    try:
+        start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                    else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
+        reader = client.create_reader(part.topic, start_id, receiver_queue_size=1000)
+        group: list[Any] = []
+        group_pos: Position | None = None
+        try:
+            while reader.has_message_available():
+                try:
+                    msg = reader.read_next(part.read_timeout_ms)
+                except pulsar.Timeout as e:
+                    raise EntriesReadError(
+                        f"cluster {part.cluster} topic {part.topic}: no message within "
+                        f"{part.read_timeout_ms} ms while reading ({start}..{end}]"
+                    ) from e
+                mid = msg.message_id()
+                pos = Position(mid.ledger_id(), mid.entry_id())
+                if pos <= start:
+                    continue  # the start entry re-delivered (batch index -1 compares low)
+                if pos > end:
+                    break
+                if group_pos is not None and pos != group_pos:
+                    yield from _row_values(part, topic, group)
+                    group = []
+                group_pos = pos
+                group.append(msg)
+            if group:
+                yield from _row_values(part, topic, group)
+        finally:
+            reader.close()
+    finally:
+        client.close()
+
+
+# -- the driver side ----------------------------------------------------------
+
+
+def allocate(available: Mapping[str, int | None], budget: int) -> dict[str, int]:
+    """Share ``budget`` entries fairly over topics (None = unknown, unbounded).
+
+    Water-filling in name order: each round gives every topic still wanting
+    an equal share (at least 1), so small topics finish and leave the rest to
+    the others. Deterministic for the same inputs.
+    """
+    alloc = {t: 0 for t in available}
+    pending = sorted(t for t, a in available.items() if a is None or a > 0)
+    remaining = budget
+    while pending and remaining > 0:
+        share = max(1, remaining // len(pending))
+        still: list[str] = []
+        for t in pending:
+            if remaining == 0:
+                break
+            cap = available[t]
+            want = share if cap is None else min(share, cap - alloc[t])
+            give = min(want, remaining)
+            alloc[t] += give
+            remaining -= give
+            if cap is None or alloc[t] < cap:
+                still.append(t)
+        pending = still
+    return alloc
+
+
+class PulsarEntriesStreamReader(DataSourceStreamReader):
+    """Driver side: offsets, latest positions, admission control and retention acks."""
+
+    def __init__(self, options: EntriesOptions) -> None:
+        self.options = options
+        self._client: Any = None
+        self._consumers: dict[str, Any] = {}
+        self._topics: list[str] | None = None
+        self._discovered_at = 0.0
+
+    # -- resources (driver only; never pickled with partitions) --
+
+    def _pulsar(self) -> Any:
+        if self._client is None:
+            self._client = self.options.client.connect()
+        return self._client
+
+    def _consumer(self, topic: str) -> Any:
+        c = self._consumers.get(topic)
+        if c is None:
+            import pulsar
+
+            c = self._pulsar().subscribe(
+                topic, self.options.subscription,
+                consumer_type=pulsar.ConsumerType.Failover,
+                receiver_queue_size=0,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            self._consumers[topic] = c
+        return c
+
+    def topics(self) -> list[str]:
+        """The concrete topic partitions, re-discovered every discoveryIntervalMs."""
+        o = self.options
+        now = time.monotonic()
+        stale = now - self._discovered_at >= o.discovery_interval_ms / 1000.0
+        if self._topics is None or (o.admin is not None and stale):
+            if o.admin is None:
+                names = sorted({str(TopicName.parse(t)) for t in o.topics})
+            else:
+                with AdminClient(o.admin) as admin:
+                    found = admin.expand_topics(o.topics, namespace=o.namespace,
+                                                pattern=o.topic_pattern)
+                names = sorted(str(t) for t in found)
+            self._topics = names
+            self._discovered_at = now
+        return list(self._topics)
+
+    def latest_position(self, topic: str) -> Position:
+        """Position of the last entry of the topic partition, BEFORE_ALL when it is empty."""
+        import pulsar
+
+        try:
+            mid = self._consumer(topic).get_last_message_id()
+        except pulsar.PulsarException as e:
+            # pulsar-lite answers "Topic has no messages" with an error; real brokers
+            # answer -1:-1. Tell the two apart by asking a reader, never by guessing.
+            if self._is_empty(topic):
+                return BEFORE_ALL
+            raise EntriesReadError(
+                f"cluster {self.options.cluster} topic {topic}: cannot get the last message id"
+            ) from e
+        pos = Position(mid.ledger_id(), mid.entry_id())
+        return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
+
+    def _is_empty(self, topic: str) -> bool:
+        import pulsar
+
+        reader = self._pulsar().create_reader(topic, pulsar.MessageId.earliest,
+                                              receiver_queue_size=1)
+        try:
+            return not reader.has_message_available()
+        finally:
+            reader.close()
+
+    def _first_after(self, topic: str, start: Position) -> Position | None:
+        """The first entry after ``start`` (a one-message peek), None if there is none."""
+        import pulsar
+
+        tn = TopicName.parse(topic)
+        start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                    else pulsar.MessageId(tn.partition, start.ledger, start.entry, -1))
+        reader = self._pulsar().create_reader(topic, start_id, receiver_queue_size=1)
+        try:
+            while reader.has_message_available():
+                mid = reader.read_next(self.options.read_timeout_ms).message_id()
+                pos = Position(mid.ledger_id(), mid.entry_id())
+                if pos > start:
+                    return pos
+            return None
+        finally:
+            reader.close()
+
+    # -- DataSourceStreamReader --
+
+    def initialOffset(self) -> dict:
+        topics = self.topics()
+        if self.options.starting_position == "latest":
+            return make_offset({t: self.latest_position(t) for t in topics})
+        return make_offset({t: BEFORE_ALL for t in topics})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_rows_per_batch
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = parse_offset(start)
+        latest = dict(begin)
+        for t in self.topics():
+            latest.setdefault(t, BEFORE_ALL)  # a newly discovered partition starts at its start
+            latest[t] = max(latest[t], self.latest_position(t))
+        if not isinstance(limit, ReadMaxRows):
+            return make_offset(latest)
+        return make_offset(self._limit(begin, latest, limit.max_rows))
+
+    def _limit(self, begin: Mapping[str, Position], latest: Mapping[str, Position],
+               budget: int) -> dict[str, Position]:
+        available: dict[str, int | None] = {}
+        first: dict[str, Position] = {}
+        for t, hi in latest.items():
+            lo = begin.get(t, BEFORE_ALL)
+            if hi <= lo:
+                available[t] = 0
+            elif lo.ledger == hi.ledger:
+                first[t] = Position(lo.ledger, lo.entry + 1)
+                available[t] = hi.entry - lo.entry
+            else:
+                nxt = self._first_after(t, lo)
+                if nxt is None:
+                    available[t] = 0
+                    continue
+                first[t] = nxt
+                available[t] = hi.entry - nxt.entry + 1 if nxt.ledger == hi.ledger else None
+        shares = allocate(available, budget)
+        out: dict[str, Position] = {}
+        for t, hi in latest.items():
+            lo = begin.get(t, BEFORE_ALL)
+            k = shares.get(t, 0)
+            if k <= 0:
+                out[t] = lo
+                continue
+            f = first[t]
+            # Within f's ledger; past a closed ledger's end the position still bounds the
+            # same entries, so it is a valid, deterministic end.
+            out[t] = min(hi, Position(f.ledger, f.entry + k - 1))
+        return out
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo = parse_offset(start)
+        hi = parse_offset(end)
+        o = self.options
+        return [
+            EntriesPartition(
+                cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
+                client=o.client, identity_fields=o.identity_fields,
+                source_position_property=o.source_position_property,
+                read_timeout_ms=o.read_timeout_ms,
+            )
+            for t, p in sorted(hi.items())
+            if p > lo.get(t, BEFORE_ALL)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, EntriesPartition)
+        return read_entries(partition)
+
+    def commit(self, end: dict) -> None:
+        """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
+        import pulsar
+
+        for t, pos in parse_offset(end).items():
+            if pos.ledger < 0 or pos.entry < 0:
+                continue
+            mid = pulsar.MessageId(TopicName.parse(t).partition, pos.ledger, pos.entry, -1)
+            try:
+                self._consumer(t).acknowledge_cumulative(mid)
+            except pulsar.PulsarException as e:
+                # Retention only: the next commit acks further. Logged, not hidden.
+                log.warning("cluster %s topic %s: cumulative ack of %s on subscription %s "
+                            "failed: %s", self.options.cluster, t, pos,
+                            self.options.subscription, e)
+
+    def stop(self) -> None:
+        for c in self._consumers.values():
+            c.close()
+        self._consumers.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class PulsarEntriesDataSource(DataSource):
+    """``spark.readStream.format("pulsar-entries")``: one row per message of the topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pulsar-entries"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> PulsarEntriesStreamReader:
+        return PulsarEntriesStreamReader(EntriesOptions.parse(self.options))

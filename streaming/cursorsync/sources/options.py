@@ -1,0 +1,93 @@
+"""Option parsing shared by the data sources: typed getters whose errors name the option.
+
+Spark hands options over as a case-insensitive map of strings; every getter
+here looks a key up case-insensitively and raises ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from cursorsync.errors import ConfigError
+from cursorsync.pulsar.admin import AdminConfig
+
+
+class Options:
+    """Case-insensitive view of string options with typed, validated getters."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self._raw = {str(k).lower(): v for k, v in raw.items()}
+
+    def get_str(self, key: str, default: str | None = None, *,
+                required: bool = False) -> str | None:
+        value = self._raw.get(key.lower())
+        if value is None or str(value).strip() == "":
+            if required:
+                raise ConfigError(f"option {key} is required")
+            return default
+        return str(value).strip()
+
+    def required(self, key: str) -> str:
+        value = self.get_str(key, required=True)
+        assert value is not None
+        return value
+
+    def get_list(self, key: str) -> tuple[str, ...]:
+        value = self.get_str(key)
+        return tuple(v.strip() for v in value.split(",") if v.strip()) if value else ()
+
+    def get_int(self, key: str, default: int | None = None, *, minimum: int | None = None
+            ) -> int | None:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        try:
+            n = int(value)
+        except ValueError as e:
+            raise ConfigError(f"option {key} must be an integer, got {value!r}") from e
+        if minimum is not None and n < minimum:
+            raise ConfigError(f"option {key} must be at least {minimum}, got {n}")
+        return n
+
+    def get_bool(self, key: str, default: bool = False) -> bool:
+        value = self.get_str(key)
+        if value is None:
+            return default
+        low = value.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"option {key} must be true or false, got {value!r}")
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = (self.get_str(key) or default).lower()
+        if value not in choices:
+            raise ConfigError(
+                f"option {key}: {value!r} is not valid. Valid values are: {', '.join(choices)}"
+            )
+        return value
+
+    def admin(self, cluster: str, *, required: bool) -> AdminConfig | None:
+        """The admin client settings (adminUrl, adminToken, adminTls*, adminTimeoutMs...)."""
+        urls = self.get_str("adminUrl", required=required)
+        if urls is None:
+            return None
+        timeout_ms = self.get_int("adminTimeoutMs", 10_000, minimum=1)
+        assert timeout_ms is not None
+        try:
+            return AdminConfig.from_urls(
+                urls,
+                cluster=cluster,
+                token=self.get_str("adminToken"),
+                tls_ca_file=self.get_str("adminTlsCaFile"),
+                tls_cert_file=self.get_str("adminTlsCertFile"),
+                tls_key_file=self.get_str("adminTlsKeyFile"),
+                tls_insecure=self.get_bool("adminTlsInsecure"),
+                timeout_s=timeout_ms / 1000.0,
+                attempts=self.get_int("adminAttempts", 4, minimum=1) or 4,
+            )
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"option adminUrl: {e}") from e
