@@ -149,7 +149,8 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
     rp_text = doc.get("readPosition")
     read_position = (_position(topic, rp_text, f"{where}.readPosition")
                      if isinstance(rp_text, str) else None)
-    props = doc.get("properties") or {}
+    props = doc.get("properties")
+    props = {} if props is None else props
     if not isinstance(props, Mapping):
         raise AdminError(f"{topic}: field {where}.properties is not an object")
     return CursorStats(
@@ -169,7 +170,8 @@ def parse_internal_stats(topic: str | TopicName, doc: Any) -> TopicInternalStats
     if not isinstance(doc, Mapping):
         raise AdminError(f"{name}: internalStats is not a JSON object")
     ledgers, lce = parse_ledgers(name, doc)
-    cursors = doc.get("cursors") or {}
+    cursors = doc.get("cursors")
+    cursors = {} if cursors is None else cursors
     if not isinstance(cursors, Mapping):
         raise AdminError(f"{name}: field cursors is not an object")
     subs: dict[str, CursorStats] = {}

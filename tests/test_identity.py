@@ -1,0 +1,135 @@
+"""The identity digest: canonical, unambiguous, blind to broker-added properties."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cursorsync.errors import ConfigError
+from cursorsync.identity import (
+    DEFAULT_IDENTITY_FIELDS,
+    DIGEST_SIZE,
+    IDENTITY_FIELDS,
+    REPL_SOURCE_POSITION_PROPERTY,
+    MessageIdentity,
+    entry_digest,
+    message_digest,
+    parse_identity_fields,
+)
+
+BASE = MessageIdentity(
+    producer_name="prod-a",
+    sequence_id=7,
+    publish_time=1_700_000_000_000,
+    event_time=1_700_000_000_123,
+    partition_key="pk",
+    ordering_key=b"ok",
+    properties={"a": "1", "b": "2"},
+    payload=b"hello",
+)
+
+CHANGED = {
+    "producer_name": "prod-b",
+    "sequence_id": 8,
+    "publish_time": 1_700_000_000_001,
+    "event_time": None,
+    "partition_key": "pk2",
+    "ordering_key": b"ok2",
+    "properties": {"a": "1", "b": "3"},
+    "payload": b"hellO",
+}
+
+
+def test_digest_is_16_bytes_and_stable() -> None:
+    d = message_digest(BASE, IDENTITY_FIELDS)
+    assert len(d) == DIGEST_SIZE
+    assert d == message_digest(dataclasses.replace(BASE), IDENTITY_FIELDS)
+
+
+def test_property_order_does_not_matter() -> None:
+    other = dataclasses.replace(BASE, properties={"b": "2", "a": "1"})
+    assert message_digest(other) == message_digest(BASE)
+
+
+def test_field_list_order_does_not_matter() -> None:
+    assert message_digest(BASE, ("payload", "producer_name")) == message_digest(
+        BASE, ("producer_name", "payload"))
+
+
+def test_replication_property_and_broker_properties_are_excluded() -> None:
+    stamped = dataclasses.replace(
+        BASE, properties={**BASE.properties, REPL_SOURCE_POSITION_PROPERTY: "12:34",
+                          "__other_broker_prop": "x"})
+    assert message_digest(stamped) == message_digest(BASE)
+
+
+def test_configured_property_name_is_excluded() -> None:
+    stamped = dataclasses.replace(BASE, properties={**BASE.properties, "srcpos": "1:2"})
+    assert message_digest(stamped) != message_digest(BASE)
+    assert message_digest(stamped, excluded_properties=("srcpos",)) == message_digest(BASE)
+
+
+@pytest.mark.parametrize("name", IDENTITY_FIELDS)
+def test_sensitive_to_each_included_field(name: str) -> None:
+    changed = dataclasses.replace(BASE, **{name: CHANGED[name]})
+    assert message_digest(changed, IDENTITY_FIELDS) != message_digest(BASE, IDENTITY_FIELDS)
+    others = tuple(f for f in IDENTITY_FIELDS if f != name)
+    assert message_digest(changed, others) == message_digest(BASE, others)
+
+
+def test_default_fields_leave_out_sequence_id() -> None:
+    assert "sequence_id" not in DEFAULT_IDENTITY_FIELDS
+    changed = dataclasses.replace(BASE, sequence_id=99)
+    assert message_digest(changed) == message_digest(BASE)
+
+
+def test_encoding_is_unambiguous_across_boundaries() -> None:
+    # Length prefixes: moving bytes between adjacent values changes the digest.
+    a = MessageIdentity(producer_name="ab", partition_key="c")
+    b = MessageIdentity(producer_name="a", partition_key="bc")
+    assert message_digest(a) != message_digest(b)
+    p1 = dataclasses.replace(BASE, properties={"ab": "c"})
+    p2 = dataclasses.replace(BASE, properties={"a": "bc"})
+    assert message_digest(p1) != message_digest(p2)
+    # Absent differs from empty.
+    assert message_digest(MessageIdentity(partition_key=None)) != message_digest(
+        MessageIdentity(partition_key=""))
+
+
+def test_unknown_field_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="colour"):
+        parse_identity_fields("payload, colour")
+    with pytest.raises(ConfigError, match="empty"):
+        parse_identity_fields(" , ")
+    assert parse_identity_fields("payload,producer_name") == ("producer_name", "payload")
+
+
+def test_entry_digest_depends_on_order_and_size() -> None:
+    d1 = message_digest(BASE)
+    d2 = message_digest(dataclasses.replace(BASE, payload=b"x"))
+    assert entry_digest([d1, d2]) != entry_digest([d2, d1])
+    assert entry_digest([d1]) != entry_digest([d1, d1])
+    assert entry_digest([d1, d2]) == entry_digest([d1, d2])
+    with pytest.raises(ValueError):
+        entry_digest([b"short"])
+
+
+@given(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=6), st.randoms())
+def test_properties_permutation_invariance(props: dict[str, str], rnd: object) -> None:
+    items = list(props.items())
+    rnd.shuffle(items)  # type: ignore[attr-defined]
+    a = dataclasses.replace(BASE, properties=props)
+    b = dataclasses.replace(BASE, properties=dict(items))
+    assert message_digest(a) == message_digest(b)
+
+
+def test_identity_imports_no_pulsar_or_spark() -> None:
+    import cursorsync.identity as ident
+
+    src = open(ident.__file__).read()
+    assert "import pulsar" not in src and "pyspark" not in src
+    assert "cursorsync.identity" in sys.modules
