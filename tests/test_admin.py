@@ -1,0 +1,257 @@
+"""The admin REST client against a local stub HTTP server (stdlib, in a thread)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
+from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminConfig
+from cursorsync.pulsar.topics import TopicName
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    delay_s: float = 0.0
+    raw: bytes | None = None
+
+
+class StubAdmin:
+    """Serves canned replies per path; a list of replies is consumed in order (last repeats)."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, list[Reply]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.required_token: str | None = None
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                stub.requests.append((self.path, dict(self.headers.items())))
+                if stub.required_token is not None and (
+                        self.headers.get("Authorization") != f"Bearer {stub.required_token}"):
+                    self._send(Reply(401, {"reason": "Authentication required"}))
+                    return
+                replies = stub.routes.get(self.path)
+                if not replies:
+                    self._send(Reply(404, {"reason": "Topic not found"}))
+                    return
+                reply = replies.pop(0) if len(replies) > 1 else replies[0]
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                self._send(reply)
+
+            def _send(self, reply: Reply) -> None:
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout tests)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def set(self, path: str, *replies: Reply) -> None:
+        self.routes[path] = list(replies)
+
+    def start(self) -> StubAdmin:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def stats_doc(lce: str, ledgers: list[tuple[int, int]], cursors: dict[str, tuple[str, str]],
+              counter: int = 0) -> dict[str, Any]:
+    """internalStats shaped like the broker's; the last ledger reports entries 0 (open)."""
+    return {
+        "entriesAddedCounter": counter, "numberOfEntries": counter, "totalSize": 0,
+        "currentLedgerEntries": 0, "currentLedgerSize": 0,
+        "lastLedgerCreatedTimestamp": "2026-11-20T10:15:02.441Z", "waitingCursorsCount": 0,
+        "pendingAddEntriesCount": 0, "lastConfirmedEntry": lce, "state": "LedgerOpened",
+        "ledgers": [{"ledgerId": lid, "entries": 0 if i == len(ledgers) - 1 else n,
+                     "size": 0, "offloaded": False, "underReplicated": False}
+                    for i, (lid, n) in enumerate(ledgers)],
+        "cursors": {name: {"markDeletePosition": md, "readPosition": lce,
+                           "waitingReadOp": False, "pendingReadOps": 0,
+                           "messagesConsumedCounter": counter, "cursorLedger": -1,
+                           "cursorLedgerLastEntry": -1, "individuallyDeletedMessages": idm,
+                           "lastLedgerSwitchTimestamp": "2026-11-20T10:15:02.512Z",
+                           "state": "NoLedger", "active": True,
+                           "numberOfEntriesSinceFirstNotAckedMessage": 1,
+                           "totalNonContiguousDeletedMessagesRange": 0,
+                           "subscriptionHavePendingRead": False,
+                           "subscriptionHavePendingReplayRead": False, "properties": {}}
+                    for name, (md, idm) in cursors.items()},
+        "schemaLedgers": [],
+    }
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def client(urls: str, **kw: Any) -> AdminClient:
+    kw.setdefault("attempts", 3)
+    kw.setdefault("backoff_initial_s", 0.01)
+    kw.setdefault("backoff_max_s", 0.05)
+    kw.setdefault("timeout_s", 2.0)
+    return AdminClient(AdminConfig.from_urls(urls, cluster="cluster-a", **kw))
+
+
+T = "persistent://acme/orders/events"
+BASE = "/admin/v2/persistent/acme/orders/events"
+DOC = stats_doc("3:9", [(1, 5), (3, 0)], {"svc": ("1:4", "[(3:2..3:5]]"),
+                                          "pulsar.repl.b": ("3:9", "[]")})
+
+
+def test_internal_stats(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(body=DOC))
+    with client(stub.url) as c:
+        s = c.internal_stats(T)
+    assert s.ledgers.entries.tolist() == [5, 10]
+    assert list(s.subscriptions) == ["svc"]
+    assert stub.requests[0][0] == BASE + "/internalStats"
+
+
+def test_partitioned_partitions_and_lists(stub: StubAdmin) -> None:
+    stub.set(BASE + "/partitions", Reply(body={"partitions": 2}))
+    stub.set(BASE + "/partitioned-internalStats", Reply(body={
+        "metadata": {"partitions": 2},
+        "partitions": {f"{T}-partition-{i}": copy.deepcopy(DOC) for i in range(2)}}))
+    stub.set("/admin/v2/persistent/acme/orders",
+             Reply(body=[f"{T}-partition-0", f"{T}-partition-1", "persistent://acme/orders/x",
+                         "persistent://acme/orders/y"]))
+    stub.set("/admin/v2/persistent/acme/orders/partitioned", Reply(body=[T]))
+    stub.set("/admin/v2/persistent/acme/orders/x/partitions", Reply(body={"partitions": 0}))
+    with client(stub.url) as c:
+        assert c.partitions(T) == 2
+        ps = c.partitioned_internal_stats(T)
+        assert ps.partitions == 2 and len(ps.stats) == 2
+        assert c.list_topics("acme/orders")[-1] == "persistent://acme/orders/y"
+        assert [str(t) for t in c.expand_topics([T, "persistent://acme/orders/x"])] == [
+            f"{T}-partition-0", f"{T}-partition-1", "persistent://acme/orders/x"]
+        got = c.expand_topics(namespace="acme/orders", pattern="ev.*|y")
+        assert [str(t) for t in got] == [f"{T}-partition-0", f"{T}-partition-1",
+                                         "persistent://acme/orders/y"]
+        assert len(c.expand_topics(namespace="acme/orders")) == 4
+        with pytest.raises(ConfigError, match="topicPattern"):
+            c.expand_topics(namespace="acme/orders", pattern="(")
+
+
+def test_many_topics_concurrently(stub: StubAdmin) -> None:
+    names = [f"persistent://acme/orders/t{i}" for i in range(12)]
+    for n in names:
+        stub.set(TopicName.parse(n).admin_path("internalStats"), Reply(body=DOC, delay_s=0.2))
+    t0 = time.monotonic()
+    with client(stub.url) as c:
+        got = c.internal_stats_many(names)
+    assert sorted(got) == sorted(names)
+    assert time.monotonic() - t0 < 12 * 0.2  # concurrent, not one after another
+
+
+def test_404_names_topic_and_cluster(stub: StubAdmin) -> None:
+    with client(stub.url) as c, pytest.raises(TopicNotFoundError) as ei:
+        c.internal_stats("persistent://acme/orders/missing")
+    assert "persistent://acme/orders/missing" in str(ei.value)
+    assert "cluster-a" in str(ei.value)
+    assert len(stub.requests) == 1  # 4xx is not retried
+
+
+def test_500_then_200_is_retried(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(500, {"reason": "boom"}), Reply(503, {}),
+             Reply(body=DOC))
+    with client(stub.url) as c:
+        s = c.internal_stats(T)
+    assert s.last_confirmed_entry.entry == 9
+    assert len(stub.requests) == 3
+
+
+def test_persistent_5xx_gives_up_with_admin_error(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(500, {"reason": "boom"}))
+    with client(stub.url, attempts=2) as c, pytest.raises(AdminError, match="HTTP 500"):
+        c.internal_stats(T)
+    assert len(stub.requests) == 2
+
+
+def test_slow_response_times_out(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(body=DOC, delay_s=1.5))
+    with client(stub.url, timeout_s=0.3, attempts=2) as c, pytest.raises(
+            AdminError, match="timed out"):
+        c.internal_stats(T)
+
+
+def test_401_names_auth_and_token_is_sent(stub: StubAdmin) -> None:
+    stub.required_token = "s3cret"
+    stub.set(BASE + "/internalStats", Reply(body=DOC))
+    with client(stub.url) as c, pytest.raises(AdminAuthError, match=r"401.*token"):
+        c.internal_stats(T)
+    assert len(stub.requests) == 1
+    with client(stub.url, token="s3cret") as c:
+        assert c.internal_stats(T).entries_added_counter == 0
+    assert stub.requests[-1][1]["Authorization"] == "Bearer s3cret"
+
+
+def test_403_is_auth_error(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(403, {"reason": "not authorized"}))
+    with client(stub.url) as c, pytest.raises(AdminAuthError, match="authorization"):
+        c.internal_stats(T)
+
+
+def test_malformed_json(stub: StubAdmin) -> None:
+    stub.set(BASE + "/internalStats", Reply(raw=b"<html>proxy error</html>"))
+    with client(stub.url) as c, pytest.raises(AdminError, match="malformed JSON"):
+        c.internal_stats(T)
+
+
+def test_unreachable_names_url_and_fails_over(stub: StubAdmin) -> None:
+    dead = "http://127.0.0.1:9"  # discard port: nothing listens
+    with client(dead, attempts=2) as c, pytest.raises(AdminError) as ei:
+        c.internal_stats(T)
+    assert "127.0.0.1:9" in str(ei.value) and "unreachable" in str(ei.value)
+    stub.set(BASE + "/internalStats", Reply(body=DOC))
+    with client(f"{dead},{stub.url}") as c:
+        assert c.internal_stats(T).ledgers.ids.tolist() == [1, 3]
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ConfigError, match="adminUrl"):
+        AdminConfig.from_urls("")
+    with pytest.raises(ConfigError, match="ftp://x"):
+        AdminConfig.from_urls("ftp://x")
+    with pytest.raises(ConfigError, match="adminTlsCertFile"):
+        AdminConfig.from_urls("https://x", tls_key_file="k.pem")
+    with pytest.raises(ConfigError, match="topic"):
+        TopicName.parse("non-persistent://a/b/c")
+
+
+def test_topic_names_and_paths() -> None:
+    t = TopicName.parse("persistent://acme/orders/events-partition-3")
+    assert t.partition == 3 and str(t.base) == T
+    assert t.admin_path("internalStats") == BASE + "-partition-3/internalStats"
+    assert str(TopicName.parse("events")) == "persistent://public/default/events"
+    assert TopicName.parse("acme/orders/events") == TopicName.parse(T)
