@@ -308,7 +308,11 @@ class TableStore(ABC):
         *,
         enforce_retention_duration: bool = True,
     ) -> list[str]:
-        """Delete files no version within ``retention_hours`` needs; lists them when ``dry_run``."""
+        """Delete data files no version within ``retention_hours`` still needs.
+
+        Returns the files to delete on a dry run (the default); after a real run,
+        delta-rs returns the files it deleted and delta-spark returns [].
+        """
 
     def _cast_read(
         self, schema: TableSchema, table: pa.Table, columns: list[str] | None

@@ -1,0 +1,523 @@
+"""Delta table layer: schema files, row checks, and one conformance suite over every backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from cursorsync.errors import ConfigError
+from cursorsync.tables import (
+    BACKENDS,
+    SCHEMAS_ENV,
+    TABLES,
+    RowFilter,
+    TableSchemaError,
+    TableStore,
+    load_schema,
+    open_store,
+    prepare_rows,
+    schemas_dir,
+    topic_bucket,
+)
+from cursorsync.tables.delta_rs import DeltaRsStore
+from cursorsync.tables.delta_spark import (
+    DELTA_SPARK_CONF,
+    DeltaSparkUnavailableError,
+    delta_spark_status,
+    find_delta_jars,
+)
+from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+# ----------------------------------------------------------------- row makers
+
+
+def mapping_rows(topics: list[str], *, per_topic: int = 2) -> pa.Table:
+    rows = []
+    for t in topics:
+        for i in range(per_topic):
+            rows.append({
+                "topic": t, "partition": i % 2 - 1 if i < 2 else i, "source_cluster": "A",
+                "target_cluster": "B", "kind": "segment", "source_ledger": 10 + i,
+                "source_entry": 0, "target_ledger": 20 + i, "target_entry": 5, "count": 100,
+                "evidence": "position-property", "written_at": NOW,
+            })
+    rows.append({
+        "topic": topics[0], "partition": -1, "source_cluster": "A", "target_cluster": "B",
+        "kind": "skippable", "source_ledger": None, "source_entry": None,
+        "target_ledger": 20, "target_entry": 105, "count": 1, "evidence": None,
+        "written_at": NOW,
+    })
+    return pa.Table.from_pylist(rows)
+
+
+def cursor_rows(topic: str, subscriptions: list[str]) -> pa.Table:
+    return pa.Table.from_pylist([
+        {
+            "topic": topic, "partition": 3, "subscription": s, "source_cluster": "A",
+            "target_cluster": "B", "mark_delete_ledger": 7, "mark_delete_entry": 4,
+            "individually_deleted": "[(7:5..7:6],(7:8..7:9]]",
+            "individually_deleted_ranges": [
+                {"lo_ledger": 7, "lo_entry": 5, "hi_ledger": 7, "hi_entry": 6},
+                {"lo_ledger": 7, "lo_entry": 8, "hi_ledger": 7, "hi_entry": 9},
+            ],
+            "ledgers": [{"ledger_id": 7, "entries": 50}],
+            "observed_at": NOW,
+        }
+        for s in subscriptions
+    ])
+
+
+def progress_rows(topic: str, subscription: str) -> pa.Table:
+    return pa.Table.from_pylist([{
+        "topic": topic, "partition": -1, "subscription": subscription,
+        "source_cluster": "A", "target_cluster": "B",
+        "target_mark_delete_ledger": 20, "target_mark_delete_entry": 9,
+        "previous_target_mark_delete_ledger": 20, "previous_target_mark_delete_entry": 3,
+        "acked_ranges": "[(20:3..20:9]]", "acks_sent": 6, "unmapped_acked_entries": 0,
+        "rewound_entries": 0, "partial_batches_unacked": 0, "skippable_acked_entries": 1,
+        "outcome": "exact", "dry_run": False, "source_observed_at": NOW,
+        "emitted_at": NOW, "lag_ms": 250,
+    }])
+
+
+TOPICS = [f"persistent://t/ns/topic-{i}" for i in range(5)]
+
+
+# ------------------------------------------------------------------- backends
+
+
+def _spark_session(extra: dict[str, str]):  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[1]")
+        .appName("cursorsync-test-tables")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "1")
+    )
+    for k, v in extra.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+@pytest.fixture(scope="module")
+def delta_spark_session() -> Iterator[object]:
+    """A session with Delta configured, or a skip saying why there cannot be one."""
+    jars = find_delta_jars()
+    if not jars:
+        pytest.skip(
+            "delta-spark: no local Delta jars (delta-spark_2.13-*.jar + delta-storage-*.jar) "
+            "in $CURSORSYNC_DELTA_JARS, $SPARK_HOME/jars, pyspark/jars or the Ivy caches, "
+            "and Maven Central is unreachable for spark.jars.packages"
+        )
+    spark = _spark_session({**DELTA_SPARK_CONF, "spark.jars": ",".join(map(str, jars))})
+    status = delta_spark_status(spark)
+    if not status.available:
+        spark.stop()
+        pytest.skip(f"delta-spark: {status.reason}")
+    yield spark
+    spark.stop()
+
+
+StoreFactory = Callable[[], TableStore]
+
+
+@pytest.fixture(params=BACKENDS)
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """A factory of fresh store objects on one root: calling it again is a process restart."""
+    root = str(tmp_path / "tables")
+    if request.param == "delta-spark":
+        spark = request.getfixturevalue("delta_spark_session")
+        return lambda: open_store("delta-spark", root, spark=spark)
+    return lambda: open_store("delta-rs", root)
+
+
+def _rows_of(store: TableStore, table: str, flt: RowFilter | None = None) -> int:
+    return store.read(table, flt).num_rows  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------- conformance
+
+
+def test_ensure_creates_tables_exactly_as_the_schema_files(make_store: StoreFactory) -> None:
+    store = make_store()
+    for table in TABLES:
+        assert not store.exists(table)
+    store.ensure_all()
+    store.ensure_all()  # second time: a no-op, not an error
+    for table in TABLES:
+        schema = load_schema(table)
+        assert store.exists(table)
+        assert schema.differences(store.stored_schema(table)) == []
+        assert store.partition_columns(table) == list(schema.partition_by)
+        assert store.read(table).schema.equals(schema.arrow(), check_metadata=False)
+        assert store.read(table).num_rows == 0
+
+
+def test_append_then_read_back_with_filters(make_store: StoreFactory) -> None:
+    store = make_store()
+    assert store.append("mappings", mapping_rows(TOPICS), app_id="mapping", batch_id=0)
+    assert store.append("cursor_states", cursor_rows(TOPICS[0], ["s1", "s2"]),
+                        app_id="sync", batch_id=0)
+    assert store.append("cursor_states", cursor_rows(TOPICS[1], ["s1"]),
+                        app_id="sync", batch_id=1)
+
+    everything = store.read("mappings")
+    assert everything.num_rows == 2 * len(TOPICS) + 1
+    assert everything.column("schema_version").to_pylist() == [1] * everything.num_rows
+    assert set(everything.column("batch_id").to_pylist()) == {0}
+    buckets = load_schema("mappings").topic_buckets
+    for t, b in zip(everything.column("topic").to_pylist(),
+                    everything.column("topic_bucket").to_pylist(), strict=True):
+        assert b == topic_bucket(t, buckets)
+
+    one = store.read("mappings", RowFilter.of(topic=TOPICS[0]))
+    assert set(one.column("topic").to_pylist()) == {TOPICS[0]}
+    assert sorted(one.column("kind").to_pylist()) == ["segment", "segment", "skippable"]
+    run = next(r for r in one.to_pylist() if r["kind"] == "skippable")
+    assert run["source_ledger"] is None and run["evidence"] is None
+    assert run["written_at"] == NOW
+
+    two = store.read("mappings", RowFilter.of(topic=TOPICS[1:3], partition=-1))
+    assert sorted(two.column("topic").to_pylist()) == TOPICS[1:3]
+
+    s1 = store.read("cursor_states", RowFilter.of(subscription="s1"))
+    assert sorted(s1.column("topic").to_pylist()) == sorted(TOPICS[:2])
+    row = store.read("cursor_states", RowFilter.of(topic=TOPICS[0], subscription="s2")).to_pylist()
+    assert len(row) == 1
+    assert row[0]["individually_deleted"] == "[(7:5..7:6],(7:8..7:9]]"
+    assert row[0]["individually_deleted_ranges"][1] == {
+        "lo_ledger": 7, "lo_entry": 8, "hi_ledger": 7, "hi_entry": 9}
+    assert row[0]["ledgers"] == [{"ledger_id": 7, "entries": 50}]
+    late = store.read("cursor_states", RowFilter.of(min_batch_id=1))
+    assert late.column("topic").to_pylist() == [TOPICS[1]]
+
+    cols = store.read("mappings", RowFilter.of(topic="persistent://t/ns/absent"),
+                      columns=["topic", "count"])
+    assert cols.num_rows == 0 and cols.column_names == ["topic", "count"]
+
+
+def test_replaying_a_batch_writes_nothing(make_store: StoreFactory) -> None:
+    store = make_store()
+    rows = mapping_rows(TOPICS[:2])
+    assert store.append("mappings", rows, app_id="mapping", batch_id=3) is True
+    assert store.append("mappings", rows, app_id="mapping", batch_id=3) is False
+    assert store.append("mappings", rows, app_id="mapping", batch_id=2) is False
+    assert _rows_of(store, "mappings") == rows.num_rows
+    # Another writer, and the same writer's next batch, still append.
+    assert store.append("mappings", rows, app_id="other", batch_id=3) is True
+    assert store.append("mappings", rows, app_id="mapping", batch_id=4) is True
+    assert _rows_of(store, "mappings") == 3 * rows.num_rows
+    # The watermark is per table: batch 3 of "mapping" was never written to sync_progress.
+    assert store.append("sync_progress", progress_rows(TOPICS[0], "s"),
+                        app_id="mapping", batch_id=3) is True
+
+
+def test_last_batch(make_store: StoreFactory) -> None:
+    store = make_store()
+    assert store.last_batch("sync") is None
+    store.append("cursor_states", cursor_rows(TOPICS[0], ["s"]), app_id="sync", batch_id=5)
+    store.append("sync_progress", progress_rows(TOPICS[0], "s"), app_id="sync", batch_id=4)
+    assert store.last_batch("sync") == 5
+    assert store.last_batch("sync", table="sync_progress") == 4
+    assert store.last_batch("sync", table="mappings") is None
+    assert store.last_batch("someone-else") is None
+    # An empty batch still commits, so progress is recorded.
+    empty = cursor_rows(TOPICS[0], ["s"]).slice(0, 0)
+    assert store.append("cursor_states", empty, app_id="sync", batch_id=6) is True
+    assert store.last_batch("sync", table="cursor_states") == 6
+    assert _rows_of(store, "cursor_states") == 1
+
+
+def test_reopen_after_restart(make_store: StoreFactory) -> None:
+    first = make_store()
+    rows = mapping_rows(TOPICS)
+    assert first.append("mappings", rows, app_id="mapping", batch_id=11)
+    del first
+    second = make_store()  # a new process: nothing carried over but the files
+    assert second.last_batch("mapping") == 11
+    assert second.append("mappings", rows, app_id="mapping", batch_id=11) is False
+    assert _rows_of(second, "mappings") == rows.num_rows
+    assert second.append("mappings", rows, app_id="mapping", batch_id=12) is True
+    assert _rows_of(second, "mappings", RowFilter.of(topic=TOPICS[2])) == 4
+
+
+def test_partition_layout_is_buckets_never_topics(make_store: StoreFactory) -> None:
+    store = make_store()
+    topics = [f"persistent://t/ns/many-{i}" for i in range(300)]
+    store.append("mappings", mapping_rows(topics, per_topic=1), app_id="m", batch_id=0)
+    buckets = load_schema("mappings").topic_buckets
+    root = Path(store.uri("mappings"))
+    dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
+    data_dirs = [d for d in dirs if d != "_delta_log"]
+    assert data_dirs, dirs
+    assert len(data_dirs) <= buckets
+    for d in data_dirs:
+        key, _, value = d.partition("=")
+        assert key == "topic_bucket" and 0 <= int(value) < buckets, d
+    for dirpath, subdirs, _ in os.walk(root):
+        if dirpath != str(root) and "_delta_log" not in dirpath:
+            assert not [s for s in subdirs if not s.startswith("_")], (dirpath, subdirs)
+
+
+def test_compact_and_vacuum_keep_the_rows(make_store: StoreFactory) -> None:
+    store = make_store()
+    for batch in range(4):  # four small files in one bucket
+        store.append("sync_progress", progress_rows(TOPICS[0], f"s{batch}"),
+                     app_id="sync", batch_id=batch)
+    before = store.read("sync_progress")
+    metrics = store.compact("sync_progress")
+    assert metrics
+    listed = store.vacuum("sync_progress", 0, dry_run=True, enforce_retention_duration=False)
+    assert len(listed) == 4  # the compacted-away small files
+    root = Path(store.uri("sync_progress"))
+    assert all((root / f).is_file() for f in listed)
+    store.vacuum("sync_progress", 0, dry_run=False, enforce_retention_duration=False)
+    # Gone from disk. (A later delta-rs dry run still lists them: it reports tombstones
+    # without checking the files exist.)
+    assert not any((root / f).exists() for f in listed)
+    assert len(list(root.glob("topic_bucket=*/*.parquet"))) == 1
+    after = store.read("sync_progress")
+    assert sorted(after.column("subscription").to_pylist()) == sorted(
+        before.column("subscription").to_pylist())
+    assert store.last_batch("sync") == 3
+
+
+def test_ensure_refuses_a_table_that_differs_from_its_schema_file(
+    make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    store.ensure("cursor_states")
+    changed = tmp_path / "schemas-v2"
+    shutil.copytree(schemas_dir(), changed)
+    doc = json.loads((changed / "cursor_states.json").read_text())
+    doc["version"] = 2
+    doc["fields"].insert(-1, {"name": "broker", "type": "string", "nullable": True, "doc": "x"})
+    (changed / "cursor_states.json").write_text(json.dumps(doc))
+    monkeypatch.setenv(SCHEMAS_ENV, str(changed))
+    with pytest.raises(TableSchemaError, match=r"cursor_states.*version 2.*broker"):
+        make_store().ensure("cursor_states")
+
+
+# ------------------------------------------------------- delta-rs specifics
+
+
+def test_delta_rs_records_but_does_not_enforce_app_transactions(tmp_path: Path) -> None:
+    """Pin the delta-rs behaviour the store works around (see delta_rs.py)."""
+    uri = str(tmp_path / "raw")
+    data = pa.table({"x": pa.array([1, 2], pa.int64())})
+
+    def write(version: int) -> None:
+        write_deltalake(uri, data, mode="append", commit_properties=CommitProperties(
+            app_transactions=[Transaction("app", version)]))
+
+    write(5)
+    assert DeltaTable(uri).transaction_version("app") == 5
+    write(5)  # a replay: accepted, rows duplicated
+    write(3)  # an older version: accepted, and the recorded version goes backwards
+    dt = DeltaTable(uri)
+    assert dt.to_pyarrow_table().num_rows == 6
+    assert dt.transaction_version("app") == 3
+
+
+def test_delta_rs_racing_writers_of_one_batch_land_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both see batch 7 unwritten; the loser's commit conflicts and it reports False."""
+    root = str(tmp_path / "tables")
+    a, b = DeltaRsStore(root), DeltaRsStore(root)
+    rows = mapping_rows(TOPICS[:1])
+    a.append("mappings", rows, app_id="m", batch_id=6)
+    original = a._open
+    raced = []
+
+    def open_then_lose_the_race(table):  # type: ignore[no-untyped-def]
+        snapshot = original(table)
+        if not raced:
+            raced.append(b.append("mappings", rows, app_id="m", batch_id=7))
+        return snapshot
+
+    monkeypatch.setattr(a, "_open", open_then_lose_the_race)
+    assert a.append("mappings", rows, app_id="m", batch_id=7) is False
+    assert raced == [True]
+    assert _rows_of(b, "mappings") == 2 * rows.num_rows
+    assert b.last_batch("m") == 7
+
+
+def test_delta_rs_racing_writers_of_different_apps_both_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path / "tables")
+    a, b = DeltaRsStore(root), DeltaRsStore(root)
+    rows = mapping_rows(TOPICS[:1])
+    a.append("mappings", rows, app_id="x", batch_id=0)
+    original = a._open
+    raced = []
+
+    def open_then_race(table):  # type: ignore[no-untyped-def]
+        snapshot = original(table)
+        if not raced:
+            raced.append(b.append("mappings", rows, app_id="y", batch_id=0))
+        return snapshot
+
+    monkeypatch.setattr(a, "_open", open_then_race)
+    assert a.append("mappings", rows, app_id="x", batch_id=1) is True
+    assert _rows_of(b, "mappings") == 3 * rows.num_rows
+
+
+# ------------------------------------------------------------ schema files
+
+
+def test_schema_files_are_well_formed() -> None:
+    for table in TABLES:
+        schema = load_schema(table)
+        assert schema.name == table and schema.version >= 1
+        names = schema.column_names
+        assert set(REQUIRED_COLUMNS) <= set(names)
+        assert schema.partition_by == ("topic_bucket",)
+        assert 1 <= schema.topic_buckets <= 64
+        assert all(f.doc for f in schema.fields), table
+        assert schema.arrow().names == names
+    ddl = load_schema("cursor_states").spark_ddl()
+    assert ("`individually_deleted_ranges` ARRAY<STRUCT<`lo_ledger`: BIGINT, `lo_entry`: BIGINT, "
+            "`hi_ledger`: BIGINT, `hi_entry`: BIGINT>> NOT NULL") in ddl
+    assert "`observed_at` TIMESTAMP NOT NULL" in ddl
+    mapping = load_schema("mappings")
+    assert mapping.field("kind").values == ("segment", "skippable", "foreign", "unreplicated")
+    assert "COMMENT '\\'segment\\' | " in mapping.spark_ddl()
+
+
+@pytest.mark.parametrize(("type_text", "message"), [
+    ("varchar", "'varchar' is not a valid type. Valid values are: int, long"),
+    ("array<long", "not closed"),
+    ("struct<a long>", "bad struct field name"),
+    ("long>", "trailing"),
+])
+def test_bad_types_are_named(type_text: str, message: str) -> None:
+    doc = json.loads((schemas_dir() / "mappings.json").read_text())
+    doc["fields"][-1]["type"] = type_text
+    with pytest.raises(TableSchemaError, match=message):
+        TableSchema.from_dict(doc)
+
+
+def test_schema_file_may_not_partition_by_topic() -> None:
+    doc = json.loads((schemas_dir() / "mappings.json").read_text())
+    doc["partition_by"] = ["topic"]
+    with pytest.raises(TableSchemaError, match="directory per topic"):
+        TableSchema.from_dict(doc)
+
+
+def test_schemas_dir_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (schemas_dir() / "mappings.json").is_file()
+    monkeypatch.setenv(SCHEMAS_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(TableSchemaError, match="CURSORSYNC_SCHEMAS"):
+        load_schema("mappings")
+    monkeypatch.setenv(SCHEMAS_ENV, str(tmp_path))
+    with pytest.raises(TableSchemaError, match=r"mappings\.json not found"):
+        load_schema("mappings")
+    with pytest.raises(TableSchemaError, match="not a valid table"):
+        load_schema("offsets")
+
+
+def test_topic_bucket_is_stable_crc32() -> None:
+    topic = "persistent://t/ns/orders"
+    assert topic_bucket(topic, 64) == zlib.crc32(topic.encode()) % 64
+    topics = pa.chunked_array([[topic, "b"], ["c", topic]])
+    assert topic_buckets(topics, 16).to_pylist() == [
+        topic_bucket(t, 16) for t in (topic, "b", "c", topic)]
+
+
+# --------------------------------------------------------------- row checks
+
+
+def test_prepare_rows_fills_derived_columns_and_casts() -> None:
+    schema = load_schema("sync_progress")
+    rows = progress_rows(TOPICS[0], "s")
+    out = prepare_rows(schema, rows, 9)
+    assert out.schema.equals(schema.arrow())
+    r = out.to_pylist()[0]
+    assert (r["schema_version"], r["batch_id"]) == (1, 9)
+    assert r["topic_bucket"] == topic_bucket(TOPICS[0], schema.topic_buckets)
+    # Naive timestamps are taken as UTC.
+    naive = rows.set_column(rows.schema.get_field_index("emitted_at"), "emitted_at",
+                            pa.array([datetime(2026, 1, 2, 3, 4, 5)], pa.timestamp("us")))
+    assert prepare_rows(schema, naive, 9).column("emitted_at")[0].as_py() == NOW
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t.append_column("extra", pa.array([1])), r"no columns \['extra'\]"),
+    (lambda t: t.drop_columns(["outcome"]), "column outcome is required"),
+    (lambda t: t.drop_columns(["topic"]), "column topic is required"),
+    (lambda t: t.set_column(t.schema.get_field_index("acks_sent"), "acks_sent",
+                            pa.array([None], pa.int64())), "acks_sent is not nullable"),
+    (lambda t: t.set_column(t.schema.get_field_index("outcome"), "outcome",
+                            pa.array(["great"])), "'great' is not a valid outcome"),
+    (lambda t: t.append_column("batch_id", pa.array([8])), "batch_id must be the append's"),
+    (lambda t: t.append_column("topic_bucket", pa.array([99])), "leave it out"),
+    (lambda t: t.set_column(t.schema.get_field_index("lag_ms"), "lag_ms",
+                            pa.array(["soon"])), "lag_ms of type string does not convert"),
+])
+def test_prepare_rows_refuses_bad_rows(
+    change: Callable[[pa.Table], pa.Table], message: str
+) -> None:
+    with pytest.raises(TableSchemaError, match=message):
+        prepare_rows(load_schema("sync_progress"), change(progress_rows(TOPICS[0], "s")), 9)
+
+
+def test_append_checks_arguments(tmp_path: Path) -> None:
+    store = open_store("delta-rs", str(tmp_path))
+    with pytest.raises(ValueError, match="app_id"):
+        store.append("mappings", mapping_rows(TOPICS[:1]), app_id="", batch_id=0)
+    with pytest.raises(ValueError, match="batch_id"):
+        store.append("mappings", mapping_rows(TOPICS[:1]), app_id="m", batch_id=-1)
+    with pytest.raises(TableSchemaError, match="not a valid table"):
+        store.read("offsets")  # type: ignore[arg-type]
+    assert not store.exists("mappings")  # nothing was created by the refusals
+
+
+def test_row_filter_as_spark_sql() -> None:
+    schema = load_schema("cursor_states")
+    sql = RowFilter.of(topic="it's", subscription=["a", "b"], min_batch_id=3).sql(schema)
+    bucket = topic_bucket("it's", schema.topic_buckets)
+    assert sql == (f"`topic_bucket` IN ({bucket}) AND `topic` IN ('it\\'s') AND "
+                   "`subscription` IN ('a', 'b') AND `batch_id` >= 3")
+    assert RowFilter().sql(schema) is None
+    with pytest.raises(TableSchemaError, match="cannot filter table mappings on subscription"):
+        RowFilter.of(subscription="s").arrow_expression(load_schema("mappings"))
+
+
+def test_open_store_names_its_requirements(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"not a valid backend\. Valid values are: delta-rs"):
+        open_store("iceberg", str(tmp_path))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs a SparkSession"):
+        open_store("delta-spark", str(tmp_path))
+
+
+@pytest.mark.spark
+def test_delta_spark_detects_a_session_without_delta_jars(tmp_path: Path) -> None:
+    """The check the conformance skip relies on: Delta confs set, classes absent."""
+    if find_delta_jars():
+        pytest.skip("Delta jars are present here; the conformance suite runs delta-spark instead")
+    spark = _spark_session(DELTA_SPARK_CONF)
+    try:
+        status = delta_spark_status(spark)
+        assert not status.available
+        assert "io.delta.sql.DeltaSparkSessionExtension does not load" in status.reason
+        with pytest.raises(DeltaSparkUnavailableError, match="Delta jars are not on the Spark"):
+            open_store("delta-spark", str(tmp_path), spark=spark)
+    finally:
+        spark.stop()
