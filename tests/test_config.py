@@ -172,7 +172,7 @@ def test_cumulative_only_where_the_broker_allows_it() -> None:
 def test_config_is_immutable() -> None:
     config = parse_config(MINIMAL)
     with pytest.raises(ValueError, match="frozen"):
-        config.emission.dry_run = True  # type: ignore[misc]
+        config.emission.dry_run = True
 
 
 # --------------------------------------------------------------------------- one line per error
