@@ -423,3 +423,16 @@ def test_namespace_matching() -> None:
     assert not spec.matches("persistent://t/other/orders-eu")
     assert not spec.matches("persistent://t/ns/xorders-eu")  # full match, not search
     assert EMBEDDED == "embedded"
+
+
+def test_with_cluster_keeps_auth_and_the_other_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PULSAR_US_EAST_TOKEN", "tok")
+    config = load_config(CONF / "production.example.yaml")
+    moved = config.with_cluster(
+        "source", service_url="pulsar://127.0.0.1:1", admin_url="http://127.0.0.1:2"
+    )
+    assert moved.source.auth.resolve_token() == "tok"
+    assert moved.source.auth.tls == config.source.auth.tls
+    assert moved.target == config.target and moved.topics == config.topics
+    with pytest.raises(ConfigError, match="'middle' is not a cluster role"):
+        config.with_cluster("middle", service_url="x", admin_url="y")  # type: ignore[arg-type]
