@@ -27,6 +27,12 @@ from cursorsync.sandbox.state import (
     full_topic,
     partition_topic,
 )
+from cursorsync.sandbox.workload import (
+    ProducedMessage,
+    WorkloadResult,
+    WorkloadSpec,
+    run_workload,
+)
 
 __all__ = [
     "SOURCE_POSITION_PROPERTY",
@@ -39,6 +45,7 @@ __all__ = [
     "ClusterState",
     "CursorView",
     "EntryInfo",
+    "ProducedMessage",
     "RecordingConsumer",
     "ReplicatedEntry",
     "ReplicationError",
@@ -47,11 +54,14 @@ __all__ = [
     "Sandbox",
     "SandboxConfig",
     "SandboxTopicError",
+    "WorkloadResult",
+    "WorkloadSpec",
     "fold_cursor",
     "free_port",
     "full_topic",
     "internal_stats",
     "partition_topic",
+    "run_workload",
     "start_broker",
     "subscribe_recording",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from cursorsync.positions import Position
-from cursorsync.sandbox.state import ClusterState, full_topic
+from cursorsync.sandbox.state import AckEvent, ClusterState, full_topic
 
 
 class RecordingConsumer:
@@ -35,17 +35,17 @@ class RecordingConsumer:
         self.state.record_received(self.topic, self.subscription, msg.message_id())
         return msg
 
-    def acknowledge(self, message: Any) -> None:
+    def acknowledge(self, message: Any) -> AckEvent:
         """Individual ack: a whole entry, or one batch index of a batched message."""
         self._consumer.acknowledge(message)
-        self.state.record_ack(
+        return self.state.record_ack(
             self.topic, self.subscription, message, cumulative=False, source="consumer"
         )
 
-    def acknowledge_cumulative(self, message: Any) -> None:
+    def acknowledge_cumulative(self, message: Any) -> AckEvent:
         """Cumulative ack (Exclusive/Failover only; the broker refuses it on Shared)."""
         self._consumer.acknowledge_cumulative(message)
-        self.state.record_ack(
+        return self.state.record_ack(
             self.topic, self.subscription, message, cumulative=True, source="consumer"
         )
 
