@@ -449,12 +449,20 @@ def fold(
     """Fold acks into (markDeletePosition, individually deleted ranges) as the broker does.
 
     The markDeletePosition moves to the upper end of the range that reaches it
-    with no unacked entry in between; what is left stays individual.
+    with no unacked entry in between; what is left stays individual. "Reaches"
+    is judged on canonical positions, so a range starting right after the last
+    entry of the previous ledger reaches a markDeletePosition on that entry.
     """
-    if mark_delete <= MIN_POSITION:
-        return mark_delete, acked.canonical(ledgers)
-    # up_to(mark_delete) is inside the union, so its first range is the one reaching it.
     everything = (RangeSet.up_to(mark_delete) | acked).canonical(ledgers)
-    hi0 = Position(int(everything.bounds[0, 2]), int(everything.bounds[0, 3]))
-    new_md = max(hi0, mark_delete)
+    floor = mark_delete
+    if ledgers is not None and len(ledgers.ids):
+        fl, fe = ledgers.canonical(np.array([mark_delete.ledger]), np.array([mark_delete.entry]))
+        floor = Position(int(fl[0]), int(fe[0]))
+    b = everything.bounds
+    new_md = mark_delete
+    if len(b):
+        lo0 = Position(int(b[0, 0]), int(b[0, 1]))
+        hi0 = Position(int(b[0, 2]), int(b[0, 3]))
+        if lo0 <= floor <= hi0:
+            new_md = max(hi0, mark_delete)
     return new_md, everything.after(new_md)

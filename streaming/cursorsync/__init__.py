@@ -1,0 +1,48 @@
+"""cursorsync: carry Pulsar subscription progress across geo-replicated clusters.
+
+The public surface of the pure core; the Spark job, tables and I/O live in
+their own modules and are imported where used (they pull in heavy deps).
+"""
+
+from cursorsync.errors import (
+    AdminError,
+    ConfigError,
+    CursorSyncError,
+    MappingConflictError,
+    PositionFormatError,
+    RewindError,
+    TopicNotFoundError,
+)
+from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping, align_identities, holes
+from cursorsync.positions import MIN_POSITION, MessageId, Position
+from cursorsync.ranges import Ledgers, RangeSet, fold
+from cursorsync.translate import AckPlan, CursorState, check_safe, safe_target_acks, translate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MIN_POSITION",
+    "AckPlan",
+    "AdminError",
+    "ConfigError",
+    "CursorState",
+    "CursorSyncError",
+    "Ledgers",
+    "MappingConflictError",
+    "MessageId",
+    "Position",
+    "PositionFormatError",
+    "RangeSet",
+    "RewindError",
+    "Runs",
+    "Segment",
+    "SegmentSet",
+    "TopicMapping",
+    "TopicNotFoundError",
+    "align_identities",
+    "check_safe",
+    "fold",
+    "holes",
+    "safe_target_acks",
+    "translate",
+]

@@ -1,0 +1,92 @@
+"""The per-entry reference translator: obviously right, hopelessly slow.
+
+It walks every entry of both topics one by one, with sets and dicts, and
+answers the same question as :func:`cursorsync.translate.translate`. Property
+tests compare the two on random inputs; the benchmark uses it as the baseline.
+It needs the full ledger lists of both sides, since it enumerates entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cursorsync.mapping import TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
+
+
+@dataclass(frozen=True)
+class OraclePlan:
+    mark_delete: Position
+    acked_after: frozenset[Position]
+    to_ack: frozenset[Position]
+    unmapped_acked_entries: int
+
+
+def entries_of(ledgers: Ledgers) -> list[Position]:
+    return [Position(int(lid), e) for lid, n in zip(ledgers.ids.tolist(),
+                                                    ledgers.entries.tolist(), strict=True)
+            for e in range(int(n))]
+
+
+def _acked(mark_delete: Position, ranges: RangeSet, universe: list[Position]) -> set[Position]:
+    spans = list(ranges)
+    out = set()
+    for p in universe:
+        if p <= mark_delete or any(lo < p <= hi for lo, hi in spans):
+            out.add(p)
+    return out
+
+
+def oracle_translate(
+    source_md: Position,
+    source_ranges: RangeSet,
+    source_ledgers: Ledgers,
+    mapping: TopicMapping,
+    target_md: Position,
+    target_ranges: RangeSet,
+    target_ledgers: Ledgers,
+) -> OraclePlan:
+    """Per entry: map acked source entries, ack skippables after acked entries, fold."""
+    src_universe = entries_of(source_ledgers)
+    tgt_universe = entries_of(target_ledgers)
+    src_acked = _acked(source_md, source_ranges, src_universe)
+    current = _acked(target_md, target_ranges, tgt_universe)
+
+    fwd: dict[Position, Position] = {}
+    for seg in mapping.segments:
+        for k in range(seg.count):
+            fwd[Position(seg.source_ledger, seg.source_entry + k)] = Position(
+                seg.target_ledger, seg.target_entry + k)
+    skippable = {Position(int(l), int(e) + k) for l, e, n in mapping.skippable.rows.tolist()
+                 for k in range(int(n))}
+    unreplicated = {Position(int(l), int(e) + k) for l, e, n in mapping.unreplicated.rows.tolist()
+                    for k in range(int(n))}
+
+    after = set(current)
+    for p in src_acked:
+        if p in fwd:
+            after.add(fwd[p])
+    # Skippable closure in target order: acked when the entry before it is acked.
+    changed = True
+    while changed:
+        changed = False
+        prev_acked = bool(tgt_universe) and target_md >= Position(tgt_universe[0].ledger, -1)
+        for p in tgt_universe:
+            if p in skippable and p not in after and prev_acked:
+                after.add(p)
+                changed = True
+            prev_acked = p in after
+
+    md = target_md
+    for p in tgt_universe:
+        if p not in after:
+            break
+        md = max(md, p)
+
+    unmapped = 0
+    if mapping.segments.rows.size:
+        first = Position(int(mapping.segments.rows[0, 0]), int(mapping.segments.rows[0, 1]))
+        unmapped = sum(1 for p in src_acked
+                       if p >= first and p not in fwd and p not in unreplicated)
+    return OraclePlan(md, frozenset(after), frozenset(after - current), unmapped)

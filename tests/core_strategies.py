@@ -1,0 +1,121 @@
+"""Hypothesis strategies for the pure core: random two-cluster histories with ground truth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from cursorsync.mapping import Runs, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet, fold
+from cursorsync.translate import CursorState
+
+
+@dataclass
+class World:
+    source_ledgers: Ledgers
+    target_ledgers: Ledgers
+    truth: dict[Position, Position]          # every replicated source entry -> its target entry
+    skippable: set[Position]
+    foreign: set[Position]
+    unreplicated: set[Position]
+    mapping: TopicMapping                     # what evidence we have (maybe partial)
+    source: CursorState
+    target: CursorState
+
+
+def _sparse_ids(draw: st.DrawFn, n: int) -> list[int]:
+    start = draw(st.integers(0, 2**40))
+    gaps = draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))
+    return [start + sum(gaps[: i + 1]) for i in range(n)]
+
+
+def acked_state(md: Position, acked: set[Position], ledgers: Ledgers) -> CursorState:
+    rows = [(p.ledger, p.entry - 1, p.ledger, p.entry) for p in sorted(acked)]
+    ranges = RangeSet(np.array(rows, dtype=np.int64).reshape(-1, 4))
+    new_md, rest = fold(md, ranges, ledgers)
+    return CursorState(new_md, rest, ledgers)
+
+
+@st.composite
+def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
+    n_src_ledgers = draw(st.integers(1, 4))
+    src_ids = _sparse_ids(draw, n_src_ledgers)
+    src_counts = draw(st.lists(st.integers(0, max_entries // n_src_ledgers),
+                               min_size=n_src_ledgers, max_size=n_src_ledgers))
+    source_ledgers = Ledgers.of(zip(src_ids, src_counts, strict=True))
+    src_entries = [Position(l, e) for l, n in zip(src_ids, src_counts, strict=True)
+                   for e in range(n)]
+
+    # The target stream: replicated entries in order, with markers and foreign entries between.
+    p_repl = draw(st.sampled_from([1.0, 0.9, 0.6]))
+    p_marker = draw(st.sampled_from([0.0, 0.1, 0.3]))
+    p_foreign = draw(st.sampled_from([0.0, 0.1]))
+    stream: list[tuple[str, Position | None]] = []
+    unreplicated: set[Position] = set()
+    for p in src_entries:
+        while draw(st.floats(0, 1)) < p_marker:
+            stream.append(("skip", None))
+        if draw(st.floats(0, 1)) < p_foreign:
+            stream.append(("foreign", None))
+        if draw(st.floats(0, 1)) < p_repl:
+            stream.append(("repl", p))
+        else:
+            unreplicated.add(p)
+    if draw(st.booleans()):
+        stream.append(("skip", None))
+    # Roll target ledgers at random sizes (empty ledgers allowed).
+    tgt_counts: list[int] = []
+    left = len(stream)
+    while left > 0 or not tgt_counts:
+        c = min(left, draw(st.integers(0, max(1, max_entries // 2))))
+        tgt_counts.append(c)
+        left -= c
+    tgt_ids = _sparse_ids(draw, len(tgt_counts))
+    target_ledgers = Ledgers.of(zip(tgt_ids, tgt_counts, strict=True))
+    tgt_positions = [Position(l, e) for l, n in zip(tgt_ids, tgt_counts, strict=True)
+                     for e in range(n)]
+    truth: dict[Position, Position] = {}
+    skippable: set[Position] = set()
+    foreign: set[Position] = set()
+    for (kind, src), tp in zip(stream, tgt_positions, strict=True):
+        if kind == "repl":
+            assert src is not None
+            truth[src] = tp
+        elif kind == "skip":
+            skippable.add(tp)
+        else:
+            foreign.add(tp)
+
+    # Evidence: a random subset of the true pairs (missing / partial evidence).
+    keep_p = draw(st.sampled_from([1.0, 1.0, 0.8, 0.4, 0.0]))
+    kept = [(s, t) for s, t in sorted(truth.items()) if draw(st.floats(0, 1)) < keep_p]
+    segs = SegmentSet.from_pairs(
+        np.array([s.ledger for s, _ in kept], np.int64), np.array([s.entry for s, _ in kept], np.int64),
+        np.array([t.ledger for _, t in kept], np.int64), np.array([t.entry for _, t in kept], np.int64))
+    know_skips = draw(st.booleans())
+
+    def runs(ps: set[Position]) -> Runs:
+        return Runs.from_positions(np.array([p.ledger for p in ps], np.int64),
+                                   np.array([p.entry for p in ps], np.int64))
+
+    mapping = TopicMapping(segs, runs(skippable) if know_skips else Runs(), runs(foreign),
+                           runs(unreplicated))
+
+    # Source cursor: a random acked subset (markers/unreplicated acked more often).
+    p_ack = draw(st.sampled_from([0.2, 0.5, 0.9, 1.0]))
+    src_acked = {p for p in src_entries if draw(st.floats(0, 1)) < p_ack}
+    md0 = Position(src_ids[0], -1)
+    source = acked_state(md0, src_acked, source_ledgers)
+
+    # Target cursor: fresh, or an earlier safe sync (subset of acked), plus consumer acks of foreign.
+    tgt_acked: set[Position] = set()
+    if draw(st.booleans()):
+        earlier = {p for p in src_acked if draw(st.booleans())}
+        tgt_acked |= {truth[p] for p in earlier if p in truth}
+    tgt_acked |= {p for p in foreign if draw(st.floats(0, 1)) < 0.5}
+    target = acked_state(Position(tgt_ids[0], -1), tgt_acked, target_ledgers)
+    return World(source_ledgers, target_ledgers, truth, skippable, foreign, unreplicated,
+                 mapping, source, target)

@@ -1,0 +1,186 @@
+"""Translation against the per-entry oracle, and the invariants on every random world."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from core_strategies import World, worlds
+from hypothesis import HealthCheck, given, settings
+
+from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.oracle import oracle_translate
+from cursorsync.positions import Position
+from cursorsync.ranges import RangeSet
+from cursorsync.translate import (
+    CursorState,
+    check_safe,
+    is_monotone,
+    safe_target_acks,
+    translate,
+)
+
+P = Position.parse
+SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def entries(rs: RangeSet, world: World) -> set[Position]:
+    return set(rs.iter_entries(world.target_ledgers))
+
+
+@SETTINGS
+@given(worlds())
+def test_translation_equals_the_per_entry_oracle(w: World) -> None:
+    plan = translate(w.source, w.mapping, w.target)
+    o = oracle_translate(w.source.mark_delete, w.source.individually_deleted, w.source_ledgers,
+                         w.mapping, w.target.mark_delete, w.target.individually_deleted,
+                         w.target_ledgers)
+    assert entries(plan.to_ack, w) == set(o.to_ack)
+    assert plan.mark_delete == o.mark_delete
+    after = RangeSet.up_to(plan.mark_delete) | plan.individually_deleted
+    assert entries(after.canonical(w.target_ledgers), w) == set(o.acked_after)
+    assert plan.unmapped_acked_entries == o.unmapped_acked_entries
+
+
+@SETTINGS
+@given(worlds())
+def test_safety_against_ground_truth(w: World) -> None:
+    """No deliverable target entry is acked unless its true source entry is acked."""
+    plan = translate(w.source, w.mapping, w.target)
+    src_acked = set(w.source.acked().canonical(w.source_ledgers).iter_entries(w.source_ledgers))
+    back = {t: s for s, t in w.truth.items()}
+    for t in entries(plan.to_ack, w):
+        if t in w.skippable:
+            continue
+        assert t not in w.foreign, f"foreign entry {t} acked"
+        assert t in back and back[t] in src_acked, f"{t} acked but its source is not"
+    # The cumulative part too: everything up to the new markDelete is acked or was acked.
+    cumulative, _ = plan.split(cumulative=True)
+    if cumulative is not None:
+        before = RangeSet.up_to(cumulative).canonical(w.target_ledgers)
+        current = set(w.target.acked().canonical(w.target_ledgers).iter_entries(w.target_ledgers))
+        for t in before.iter_entries(w.target_ledgers):
+            ok = t in current or t in w.skippable or (t in back and back[t] in src_acked)
+            assert ok, f"cumulative ack to {cumulative} would ack {t}"
+    assert not check_safe(plan, w.source, w.mapping, w.target)
+    assert is_monotone(plan, w.target)
+
+
+@SETTINGS
+@given(worlds())
+def test_progress_with_full_evidence(w: World) -> None:
+    """With every pair known, every target counterpart of a source ack is acked."""
+    full = SegmentSet.from_pairs(
+        np.array([s.ledger for s in w.truth], np.int64), np.array([s.entry for s in w.truth], np.int64),
+        np.array([t.ledger for t in w.truth.values()], np.int64),
+        np.array([t.entry for t in w.truth.values()], np.int64))
+    mapping = TopicMapping(full, w.mapping.skippable, w.mapping.foreign, w.mapping.unreplicated)
+    plan = translate(w.source, mapping, w.target)
+    after = (RangeSet.up_to(plan.mark_delete) | plan.individually_deleted)
+    acked_t = set(after.canonical(w.target_ledgers).iter_entries(w.target_ledgers))
+    src_acked = set(w.source.acked().canonical(w.source_ledgers).iter_entries(w.source_ledgers))
+    for s in src_acked:
+        if s in w.truth:
+            assert w.truth[s] in acked_t
+    assert plan.unmapped_acked_entries == 0
+
+
+@SETTINGS
+@given(worlds())
+def test_without_ledger_info_still_safe_and_never_more(w: World) -> None:
+    """Ledger lists only add progress across ledger ends; without them nothing unsafe appears."""
+    src = CursorState(w.source.mark_delete, w.source.individually_deleted, None)
+    tgt = CursorState(w.target.mark_delete, w.target.individually_deleted, None)
+    bare = translate(src, w.mapping, tgt)
+    full = translate(w.source, w.mapping, w.target)
+    assert entries(bare.to_ack, w) <= entries(full.to_ack, w)
+    assert bare.mark_delete <= full.mark_delete or bare.mark_delete == w.target.mark_delete
+    assert not check_safe(bare, src, w.mapping, tgt)
+
+
+@SETTINGS
+@given(worlds())
+def test_idempotent_and_monotone_over_repeated_syncs(w: World) -> None:
+    plan = translate(w.source, w.mapping, w.target)
+    applied = CursorState(plan.mark_delete, plan.individually_deleted, w.target_ledgers)
+    again = translate(w.source, w.mapping, applied)
+    assert not again.to_ack.canonical(w.target_ledgers).count_entries(w.target_ledgers)
+    assert again.mark_delete == plan.mark_delete
+
+
+# ---------------------------------------------------------------- worked examples
+
+
+def test_pulsar_docs_worked_example() -> None:
+    """markDeletePosition 1:4, individuallyDeletedMessages [(1:5..1:6], (1:8..1:9]]."""
+    source = CursorState.parse("1:4", "[(1:5..1:6], (1:8..1:9]]")
+    # Source 1:0..1:5 -> 7:100..7:105, a marker at 7:106, 1:6..1:9 -> 7:107..7:110.
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 100, 6), Segment(1, 6, 7, 107, 4)]),
+                           skippable=Runs.of((7, 106, 1)))
+    target = CursorState.parse("7:99")
+    plan = translate(source, mapping, target)
+    # Acked on the source: 1:0..1:4, 1:6, 1:9. 1:5 (-> 7:105) is not, so the marker stays.
+    assert plan.mark_delete == P("7:104")
+    assert str(plan.individually_deleted) == "[(7:106..7:107],(7:109..7:110]]"
+    assert str(plan.to_ack) == "[(7:99..7:104],(7:106..7:107],(7:109..7:110]]"
+    assert plan.split(cumulative=True) == (P("7:104"), RangeSet.parse("[(7:106..7:107],(7:109..7:110]]"))
+    assert plan.outcome == "exact"
+
+    # Once 1:5 is acked the marker joins and everything folds into the markDeletePosition.
+    later = translate(CursorState.parse("1:9"), mapping,
+                      CursorState(plan.mark_delete, plan.individually_deleted))
+    assert later.mark_delete == P("7:110")
+    assert later.skippable_acked_entries == 1
+    assert not later.individually_deleted
+
+
+def test_unmapped_source_acks_are_counted_not_acked() -> None:
+    source = CursorState.parse("1:9")
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 5)]))
+    plan = translate(source, mapping, CursorState.parse("5:-1"))
+    assert plan.mark_delete == P("5:4")
+    assert plan.unmapped_acked_entries == 5  # 1:5..1:9 acked but not mapped yet
+    assert plan.outcome == "partial"
+
+
+def test_source_rewind_is_reported_and_nothing_is_taken_back() -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 10)]))
+    before = CursorState.parse("1:7")
+    plan = translate(before, mapping, CursorState.parse("5:-1"))
+    rewound = CursorState.parse("1:2")
+    plan2 = translate(rewound, mapping, CursorState(plan.mark_delete, plan.individually_deleted),
+                      previous_source=before)
+    assert plan2.rewound_entries == 5
+    assert plan2.mark_delete == P("5:7")
+    assert not plan2.to_ack
+
+
+def test_partial_batches_are_counted() -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 10)]))
+    plan = translate(CursorState.parse("1:3", "[(1:5..1:6]]"), mapping, CursorState.parse("5:-1"),
+                     partially_acked=RangeSet.of(("1:3", "1:5"), ("1:7", "1:8")))
+    assert plan.partial_batches_unacked == 3  # 1:4, 1:5, 1:8 (1:6 is wholly acked)
+
+
+def test_foreign_entries_are_never_acked_and_block_the_mark_delete() -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 3), Segment(1, 3, 5, 4, 3)]),
+                           foreign=Runs.of((5, 3, 1)))
+    plan = translate(CursorState.parse("1:5"), mapping, CursorState.parse("5:-1"))
+    assert plan.mark_delete == P("5:2")
+    assert str(plan.individually_deleted) == "[(5:3..5:6]]"
+    assert not plan.to_ack.contains(P("5:3"))
+
+
+def test_safe_target_acks_never_extrapolates_past_a_segment() -> None:
+    segs = SegmentSet.of([Segment(1, 10, 2, 0, 5)])
+    got = safe_target_acks(RangeSet.up_to(P("1:100")), segs)
+    assert str(got) == "[(2:-1..2:4]]"
+
+
+@pytest.mark.parametrize("md", ["3:-1", "3:0"])
+def test_fresh_target_cursor_acks_leading_markers(md: str) -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 3, 2, 3)]), skippable=Runs.of((3, 0, 2)))
+    plan = translate(CursorState.parse("1:2"), mapping, CursorState.parse(md))
+    assert plan.mark_delete == P("3:4")
