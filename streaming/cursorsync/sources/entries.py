@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 OFFSET_VERSION = 1
 BEFORE_ALL = Position(-1, -1)
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
+#: How long the empty-topic probe waits for a first message.
+EMPTY_PROBE_MS = 500
 
 SCHEMA = (
     "cluster string, topic string, partition int, ledger long, entry long, "
@@ -366,8 +368,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
         try:
             mid = self._consumer(topic).get_last_message_id()
         except pulsar.PulsarException as e:
-            # pulsar-lite answers "Topic has no messages" with an error; real brokers
-            # answer -1:-1. Tell the two apart by asking a reader, never by guessing.
+            # pulsar-lite answers "Topic has no messages" with UnknownError (so does its
+            # has_message_available); real brokers answer -1:-1. Ask a reader for one
+            # message. Calling a topic empty wrongly is safe: latestOffset never goes
+            # below the start offset, and "latest" would then start earlier, not later.
             if self._is_empty(topic):
                 return BEFORE_ALL
             raise EntriesReadError(
@@ -382,7 +386,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
         reader = self._pulsar().create_reader(topic, pulsar.MessageId.earliest,
                                               receiver_queue_size=1)
         try:
-            return not reader.has_message_available()
+            reader.read_next(EMPTY_PROBE_MS)
+            return False
+        except pulsar.Timeout:
+            return True
         finally:
             reader.close()
 

@@ -1,0 +1,472 @@
+"""The Spark data sources: pulsar-entries against one pulsar-lite broker, pulsar-cursors
+against the stub admin server. Also pins the pulsar-lite / pulsar-client behaviour they rely on.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+pytest.importorskip("pulsar_lite")
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+
+from cursorsync.errors import ConfigError  # noqa: E402
+from cursorsync.identity import MessageIdentity, entry_digest, message_digest  # noqa: E402
+from cursorsync.positions import Position  # noqa: E402
+from cursorsync.sources import register  # noqa: E402
+from cursorsync.sources.cursors import (  # noqa: E402
+    CursorsOptions,
+    PulsarCursorsStreamReader,
+    ReplayStateError,
+)
+from cursorsync.sources.entries import (  # noqa: E402
+    BEFORE_ALL,
+    EntriesOptions,
+    PulsarEntriesStreamReader,
+    allocate,
+    make_offset,
+    parse_offset,
+)
+from test_admin import BASE, Reply, StubAdmin, stats_doc  # noqa: E402
+
+NS = "persistent://public/default"
+REPL = "__MSG_PROP_REPL_SOURCE_POSITION"
+
+
+# -- fixtures ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One pulsar-lite broker: default_partitions = 0, metrics off, on a free port."""
+    from pulsar_lite.binary_finder import find_pulsar_lite_binary
+
+    d = tmp_path_factory.mktemp("pulsar-lite")
+    cfg = d / "pulsar-lite.toml"
+    cfg.write_text("default_partitions = 0\n\n[metrics]\nenabled = false\n")
+    port = _free_port()
+    log = (d / "broker.log").open("w")
+    proc = subprocess.Popen(
+        [find_pulsar_lite_binary(), "--config", str(cfg), "--addr", f"127.0.0.1:{port}",
+         "--db-path", str(d / "db"), "--log-level", "warn"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=d)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"pulsar-lite exited: {(d / 'broker.log').read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"pulsar://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(broker: str) -> Iterator[Any]:
+    c = pulsar.Client(broker, operation_timeout_seconds=10,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    yield c
+    c.close()
+
+
+def produce(client: Any, topic: str, *, unbatched: int, batches: list[int],
+            tag: str = "") -> None:
+    """``unbatched`` single-message entries, then one batched entry per size in ``batches``."""
+    p = client.create_producer(topic, batching_enabled=False, producer_name=f"single{tag}")
+    for i in range(unbatched):
+        props = {"i": str(i)}
+        if i == 0:
+            props[REPL] = "77:5"
+        p.send(f"u{i}".encode(), properties=props, partition_key=f"k{i}",
+               event_timestamp=1000 + i)
+    p.close()
+    pb = client.create_producer(topic, batching_enabled=True, batching_max_messages=100,
+                                batching_max_publish_delay_ms=60_000, producer_name=f"batch{tag}")
+    for size in batches:
+        for j in range(size):
+            pb.send_async(f"b{size}-{j}".encode(), None, properties={"j": str(j)})
+        pb.flush()
+    pb.close()
+
+
+def entries_reader(broker: str, topics: list[str], **extra: str) -> PulsarEntriesStreamReader:
+    opts = {"serviceUrl": broker, "cluster": "a", "topics": ",".join(topics), **extra}
+    return PulsarEntriesStreamReader(EntriesOptions.parse(opts))
+
+
+def read_all(r: PulsarEntriesStreamReader, start: dict, end: dict) -> list[tuple]:
+    rows: list[tuple] = []
+    for p in r.partitions(start, end):
+        rows.extend(r.read(p))
+    return rows
+
+
+COLS = ("cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
+        "producer_name", "publish_time", "event_time", "properties", "partition_key",
+        "ordering_key", "source_position", "identity", "entry_identity", "payload_size")
+
+
+def as_dicts(rows: list[tuple]) -> list[dict[str, Any]]:
+    return [dict(zip(COLS, r, strict=True)) for r in rows]
+
+
+# -- pins: what pulsar-lite and the Python client do -------------------------------------
+
+
+@pytest.mark.integration
+def test_pin_last_message_id_reader_start_and_cumulative_ack(client: Any) -> None:
+    topic = f"{NS}/pin-partition-2"
+    cons = client.subscribe(topic, "pin", consumer_type=pulsar.ConsumerType.Failover,
+                            receiver_queue_size=0,
+                            initial_position=pulsar.InitialPosition.Earliest)
+    # pulsar-lite: get_last_message_id on an empty topic is an error, not -1:-1.
+    with pytest.raises(pulsar.PulsarException):
+        cons.get_last_message_id()
+    probe = client.create_reader(topic, pulsar.MessageId.earliest)
+    with pytest.raises(pulsar.PulsarException):  # so does has_message_available
+        probe.has_message_available()
+    probe.close()
+    produce(client, topic, unbatched=2, batches=[3])
+    last = cons.get_last_message_id()
+    assert (last.entry_id(), last.batch_index()) == (2, -1)  # the entry; no batch index
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    ids = []
+    while reader.has_message_available():
+        ids.append(reader.read_next(5000).message_id())
+    reader.close()
+    assert [(m.entry_id(), m.batch_index(), m.partition()) for m in ids] == [
+        (0, -1, 2), (1, -1, 2), (2, 0, 2), (2, 1, 2), (2, 2, 2)]
+    ledger = ids[0].ledger_id()
+    # A reader started at L:E:-1 EXCLUSIVE re-delivers the batched entry L:E.
+    reader = client.create_reader(topic, pulsar.MessageId(2, ledger, 2, -1))
+    again = [reader.read_next(5000).message_id() for _ in range(3)]
+    reader.close()
+    assert [(m.entry_id(), m.batch_index()) for m in again] == [(2, 0), (2, 1), (2, 2)]
+    # A cumulative ack of a never-dispatched entry from the zero-queue consumer applies.
+    cons.acknowledge_cumulative(pulsar.MessageId(2, ledger, 1, -1))
+    cons.close()
+    again_cons = client.subscribe(topic, "pin", consumer_type=pulsar.ConsumerType.Failover)
+    first = again_cons.receive(5000).message_id()
+    again_cons.close()
+    assert (first.entry_id(), first.batch_index()) == (2, 0)
+
+
+# -- pulsar-entries, driver and executor code called directly ------------------------------
+
+
+@pytest.fixture(scope="module")
+def topics(client: Any) -> list[str]:
+    names = [f"{NS}/orders-partition-{i}" for i in range(2)]
+    produce(client, names[0], unbatched=3, batches=[4, 1], tag="0")
+    produce(client, names[1], unbatched=2, batches=[3], tag="1")
+    return names
+
+
+@pytest.mark.integration
+def test_entries_rows_batches_and_identity(broker: str, topics: list[str]) -> None:
+    r = entries_reader(broker, topics)
+    try:
+        start = r.initialOffset()
+        assert start == make_offset({t: BEFORE_ALL for t in topics})
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert list(end) == ["version", "positions"] and end["version"] == 1
+        assert parse_offset(end)[topics[0]].entry == 4
+        rows = as_dicts(read_all(r, start, end))
+    finally:
+        r.stop()
+    p0 = [x for x in rows if x["partition"] == 0]
+    p1 = [x for x in rows if x["partition"] == 1]
+    assert len(p0) == 3 + 4 + 1 and len(p1) == 2 + 3
+    assert {x["topic"] for x in rows} == {f"{NS}/orders"}
+    assert [(x["entry"], x["batch_index"], x["batch_size"]) for x in p0] == [
+        (0, -1, 1), (1, -1, 1), (2, -1, 1), (3, 0, 4), (3, 1, 4), (3, 2, 4), (3, 3, 4),
+        (4, 0, 1)]
+    first = p0[0]
+    assert first["source_position"] == "77:5" and p0[1]["source_position"] is None
+    assert first["properties"] == {"i": "0", REPL: "77:5"}
+    assert first["partition_key"] == "k0" and p0[3]["partition_key"] is None
+    assert first["event_time"] == 1000 and p0[3]["event_time"] is None
+    assert first["payload_size"] == 2 and first["producer_name"] == "single0"
+    expect = message_digest(MessageIdentity(
+        producer_name="single0", publish_time=first["publish_time"], event_time=1000,
+        partition_key="k0", properties={"i": "0"}, payload=b"u0"))
+    assert first["identity"] == expect  # the repl property does not count
+    batch = p0[3:7]
+    assert {x["entry_identity"] for x in batch} == {entry_digest([x["identity"] for x in batch])}
+    assert len({x["identity"] for x in rows}) == len(rows)
+
+
+@pytest.mark.integration
+def test_entries_replay_is_deterministic(broker: str, topics: list[str]) -> None:
+    r = entries_reader(broker, topics)
+    try:
+        start = {"version": 1, "positions": {topics[0]: "-1:-1", topics[1]: "-1:-1"}}
+        end = r.latestOffset(start, ReadAllAvailable())
+        first = read_all(r, start, end)
+        second = read_all(r, start, end)
+    finally:
+        r.stop()
+    assert first == second and len(first) == 13
+
+
+@pytest.mark.integration
+def test_admission_control_splits_on_entries_never_inside_a_batch(
+        broker: str, topics: list[str]) -> None:
+    r = entries_reader(broker, topics, maxRowsPerBatch="3")
+    try:
+        assert r.getDefaultReadLimit() == ReadMaxRows(3)
+        offset = r.initialOffset()
+        batches: list[list[dict[str, Any]]] = []
+        for _ in range(10):
+            nxt = r.latestOffset(offset, r.getDefaultReadLimit())
+            if nxt == offset:
+                break
+            batches.append(as_dicts(read_all(r, offset, nxt)))
+            offset = nxt
+        everything = as_dicts(read_all(r, r.initialOffset(), offset))
+    finally:
+        r.stop()
+    assert len(batches) >= 3
+    for b in batches:
+        assert len({(x["partition"], x["entry"]) for x in b}) <= 3  # entries per batch
+        for x in b:  # every batch holds whole entries
+            assert sum(1 for y in b if (y["partition"], y["entry"]) ==
+                       (x["partition"], x["entry"])) == x["batch_size"]
+    def key(x: dict[str, Any]) -> tuple[int, int, int]:
+        return (x["partition"], x["entry"], x["batch_index"])
+
+    # Together the batches are exactly one read of the whole range: nothing lost or repeated.
+    assert sorted((x for b in batches for x in b), key=key) == sorted(everything, key=key)
+    assert len(everything) == 13
+
+
+@pytest.mark.integration
+def test_start_inside_topic_and_commit_acks_subscription(
+        broker: str, client: Any, topics: list[str]) -> None:
+    r = entries_reader(broker, [topics[0]], subscription="commit-test")
+    try:
+        start = r.initialOffset()
+        led = parse_offset(r.latestOffset(start, ReadAllAvailable()))[topics[0]].ledger
+        mid = make_offset({topics[0]: Position(led, 2)})
+        end = r.latestOffset(mid, ReadAllAvailable())
+        rows = as_dicts(read_all(r, mid, end))
+        assert [x["entry"] for x in rows] == [3, 3, 3, 3, 4]
+        mid3 = make_offset({topics[0]: Position(led, 3)})
+        assert [x["entry"] for x in as_dicts(read_all(r, mid3, end))] == [4]
+        assert r.partitions(end, end) == []
+        r.commit(mid)
+    finally:
+        r.stop()
+    cons = client.subscribe(topics[0], "commit-test", consumer_type=pulsar.ConsumerType.Failover)
+    first = cons.receive(5000).message_id()
+    cons.close()
+    assert first.entry_id() == 3
+
+
+@pytest.mark.integration
+def test_latest_on_empty_topic_and_starting_latest(broker: str, client: Any) -> None:
+    topic = f"{NS}/empty-partition-0"
+    r = entries_reader(broker, [topic], startingPosition="latest")
+    try:
+        assert r.latest_position(topic) == BEFORE_ALL
+        start = r.initialOffset()
+        assert parse_offset(start) == {topic: BEFORE_ALL}
+        produce(client, topic, unbatched=1, batches=[])
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert len(read_all(r, start, end)) == 1
+    finally:
+        r.stop()
+
+
+def test_options_errors_name_the_option() -> None:
+    base = {"serviceUrl": "pulsar://127.0.0.1:1", "cluster": "a", "topics": "t"}
+    with pytest.raises(ConfigError, match="cluster"):
+        EntriesOptions.parse({"serviceUrl": "pulsar://x:1", "topics": "t"})
+    with pytest.raises(ConfigError, match="serviceUrl"):
+        EntriesOptions.parse({**base, "serviceUrl": "http://x"})
+    with pytest.raises(ConfigError, match="maxRowsPerBatch"):
+        EntriesOptions.parse({**base, "maxRowsPerBatch": "0"})
+    with pytest.raises(ConfigError, match="startingPosition"):
+        EntriesOptions.parse({**base, "startingPosition": "middle"})
+    with pytest.raises(ConfigError, match="identityFields"):
+        EntriesOptions.parse({**base, "identityFields": "payload,colour"})
+    with pytest.raises(ConfigError, match="adminUrl"):
+        EntriesOptions.parse({**base, "namespace": "public/default"})
+    o = EntriesOptions.parse({**base, "MAXROWSPERBATCH": "5", "identityFields": "payload"})
+    assert o.max_rows_per_batch == 5 and o.identity_fields == ("payload",)
+    assert o.subscription == "cursorsync-mapping"
+    with pytest.raises(ConfigError, match="version"):
+        parse_offset({"version": 2, "positions": {}})
+
+
+def test_allocate_is_fair_and_bounded() -> None:
+    assert allocate({"a": 10, "b": 1, "c": None}, 9) == {"a": 4, "b": 1, "c": 4}
+    assert allocate({"a": 2, "b": 2}, 100) == {"a": 2, "b": 2}
+    assert allocate({"a": 5, "b": 5, "c": 5}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert sum(allocate({"a": None, "b": 0}, 7).values()) == 7
+
+
+# -- pulsar-cursors ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def admin() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def cursors_reader(admin: StubAdmin, state: Path, **extra: str) -> PulsarCursorsStreamReader:
+    opts = {"adminUrl": admin.url, "cluster": "a", "topics": "persistent://acme/orders/events",
+            "subscriptions": "svc", "stateDir": str(state), "adminAttempts": "1", **extra}
+    return PulsarCursorsStreamReader(CursorsOptions.parse(opts))
+
+
+def serve_partitioned(admin: StubAdmin, md: str) -> None:
+    admin.set(BASE + "/partitions", Reply(body={"partitions": 2}))
+    admin.set(BASE + "/partitioned-internalStats", Reply(body={
+        "metadata": {"partitions": 2},
+        "partitions": {f"persistent://acme/orders/events-partition-{i}": stats_doc(
+            "3:9", [(1, 5), (3, 0)], {"svc": (md, "[(3:2..3:5], (3:6..3:7]]"),
+                                      "other": ("1:0", "[]"),
+                                      "pulsar.repl.b": ("3:9", "[]")}, counter=40 + i)
+            for i in range(2)}}))
+
+
+def test_cursors_poll_store_and_replay(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path)
+    start = r.initialOffset()
+    assert start == {"version": 1, "seq": 0}
+    it, end = r.read(start)
+    rows = list(it)
+    assert end == {"version": 1, "seq": 1}
+    events = "persistent://acme/orders/events"
+    assert [(x[1], x[2], x[3]) for x in rows] == [(events, 0, "svc"), (events, 1, "svc")]
+    row = rows[0]
+    assert row[4] == "1:4" and row[5] == "[(3:2..3:5],(3:6..3:7]]"
+    assert row[6] == [(1, 5), (3, 10)]  # the open ledger's count from lastConfirmedEntry
+    assert row[8] == 40 and row[7].tzinfo is not None
+    # The cluster moves on; a replay of (0, 1] still returns what was polled then.
+    serve_partitioned(admin, "3:9")
+    assert list(r.readBetweenOffsets(start, end)) == rows
+    fresh = cursors_reader(admin, tmp_path)  # a restarted driver
+    assert list(fresh.readBetweenOffsets(start, end)) == rows
+    it2, end2 = fresh.read(end)
+    assert [x[4] for x in it2] == ["3:9", "3:9"] and end2["seq"] == 2
+    assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
+    fresh.commit(end2)  # retention 100 keeps both
+    assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
+
+
+def test_cursors_missing_state_and_pruning(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path, stateRetention="1", subscriptions="*")
+    off = r.initialOffset()
+    for _ in range(3):
+        it, off = r.read(off)
+        assert {x[3] for x in it} == {"svc", "other"}  # never the replicator cursor
+    r.commit(off)
+    with pytest.raises(ReplayStateError, match="poll-0000"):
+        list(r.readBetweenOffsets({"version": 1, "seq": 0}, off))
+    assert len(list(r.readBetweenOffsets({"version": 1, "seq": 2}, off))) == 4
+
+
+def test_cursors_poll_interval_and_options(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path, pollIntervalMs="60000")
+    _, off = r.read(r.initialOffset())
+    it, same = r.read(off)
+    assert same == off and list(it) == []
+    with pytest.raises(ConfigError, match="stateDir"):
+        CursorsOptions.parse({"adminUrl": admin.url, "cluster": "a", "topics": "x",
+                              "subscriptions": "s"})
+    with pytest.raises(ConfigError, match="subscriptions"):
+        CursorsOptions.parse({"adminUrl": admin.url, "cluster": "a", "topics": "x",
+                              "stateDir": str(tmp_path)})
+
+
+# -- in Spark ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    s = (SparkSession.builder.master("local[1]").appName("cursorsync-test-sources")
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.host", "127.0.0.1")
+         .getOrCreate())
+    register(s)
+    yield s
+    s.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_spark_entries_stream(spark: Any, broker: str, topics: list[str],
+                              tmp_path: Path) -> None:
+    q = (spark.readStream.format("pulsar-entries")
+         .option("serviceUrl", broker).option("cluster", "a")
+         .option("topics", ",".join(topics)).option("maxRowsPerBatch", "4")
+         .option("subscription", "spark-test")
+         .load().writeStream.format("memory").queryName("entries_out")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        q.processAllAvailable()
+        batches = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    df = spark.table("entries_out")
+    assert df.count() == 13
+    assert len(batches) >= 2  # admission control split the backlog
+    row = df.where("partition = 0 and entry = 3 and batch_index = 2").collect()[0]
+    assert row.batch_size == 4 and len(row.identity) == 16
+    assert dict(df.where("source_position is not null").select("properties").first()[0])[
+        REPL] == "77:5"
+
+
+@pytest.mark.spark
+def test_spark_cursors_stream(spark: Any, admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    q = (spark.readStream.format("pulsar-cursors")
+         .option("adminUrl", admin.url).option("cluster", "a")
+         .option("topics", "persistent://acme/orders/events").option("subscriptions", "svc")
+         .option("stateDir", str(tmp_path / "polls"))
+         .load().writeStream.format("memory").queryName("cursors_out")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(once=True).start())
+    q.awaitTermination(120)
+    rows = spark.table("cursors_out").orderBy("partition").collect()
+    assert [(r.partition, r.subscription, r.mark_delete) for r in rows] == [
+        (0, "svc", "1:4"), (1, "svc", "1:4")]
+    assert [(x.ledger_id, x.entries) for x in rows[0].ledgers] == [(1, 5), (3, 10)]
+    assert rows[0].observed_at is not None and rows[0].messages_consumed_counter == 40
+    assert any((tmp_path / "polls").iterdir())
