@@ -7,14 +7,17 @@ import os
 import shutil
 import zlib
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from cursorsync.errors import ConfigError
+from cursorsync.errors import ConfigError, MappingConflictError
+from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.tables import (
     BACKENDS,
     SCHEMAS_ENV,
@@ -35,7 +38,18 @@ from cursorsync.tables.delta_spark import (
     delta_spark_status,
     find_delta_jars,
 )
+from cursorsync.tables.rows import (
+    ObservedCursor,
+    PartitionKey,
+    SyncRecord,
+    cursor_state_rows,
+    cursor_states,
+    mapping_rows,
+    sync_progress_rows,
+    topic_mappings,
+)
 from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
+from cursorsync.translate import AckPlan, CursorState
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -43,7 +57,7 @@ NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 # ----------------------------------------------------------------- row makers
 
 
-def mapping_rows(topics: list[str], *, per_topic: int = 2) -> pa.Table:
+def make_mappings(topics: list[str], *, per_topic: int = 2) -> pa.Table:
     rows = []
     for t in topics:
         for i in range(per_topic):
@@ -62,7 +76,7 @@ def mapping_rows(topics: list[str], *, per_topic: int = 2) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def cursor_rows(topic: str, subscriptions: list[str]) -> pa.Table:
+def make_cursor_states(topic: str, subscriptions: list[str]) -> pa.Table:
     return pa.Table.from_pylist([
         {
             "topic": topic, "partition": 3, "subscription": s, "source_cluster": "A",
@@ -79,7 +93,7 @@ def cursor_rows(topic: str, subscriptions: list[str]) -> pa.Table:
     ])
 
 
-def progress_rows(topic: str, subscription: str) -> pa.Table:
+def make_progress(topic: str, subscription: str) -> pa.Table:
     return pa.Table.from_pylist([{
         "topic": topic, "partition": -1, "subscription": subscription,
         "source_cluster": "A", "target_cluster": "B",
@@ -170,10 +184,10 @@ def test_ensure_creates_tables_exactly_as_the_schema_files(make_store: StoreFact
 
 def test_append_then_read_back_with_filters(make_store: StoreFactory) -> None:
     store = make_store()
-    assert store.append("mappings", mapping_rows(TOPICS), app_id="mapping", batch_id=0)
-    assert store.append("cursor_states", cursor_rows(TOPICS[0], ["s1", "s2"]),
+    assert store.append("mappings", make_mappings(TOPICS), app_id="mapping", batch_id=0)
+    assert store.append("cursor_states", make_cursor_states(TOPICS[0], ["s1", "s2"]),
                         app_id="sync", batch_id=0)
-    assert store.append("cursor_states", cursor_rows(TOPICS[1], ["s1"]),
+    assert store.append("cursor_states", make_cursor_states(TOPICS[1], ["s1"]),
                         app_id="sync", batch_id=1)
 
     everything = store.read("mappings")
@@ -213,7 +227,7 @@ def test_append_then_read_back_with_filters(make_store: StoreFactory) -> None:
 
 def test_replaying_a_batch_writes_nothing(make_store: StoreFactory) -> None:
     store = make_store()
-    rows = mapping_rows(TOPICS[:2])
+    rows = make_mappings(TOPICS[:2])
     assert store.append("mappings", rows, app_id="mapping", batch_id=3) is True
     assert store.append("mappings", rows, app_id="mapping", batch_id=3) is False
     assert store.append("mappings", rows, app_id="mapping", batch_id=2) is False
@@ -223,21 +237,21 @@ def test_replaying_a_batch_writes_nothing(make_store: StoreFactory) -> None:
     assert store.append("mappings", rows, app_id="mapping", batch_id=4) is True
     assert _rows_of(store, "mappings") == 3 * rows.num_rows
     # The watermark is per table: batch 3 of "mapping" was never written to sync_progress.
-    assert store.append("sync_progress", progress_rows(TOPICS[0], "s"),
+    assert store.append("sync_progress", make_progress(TOPICS[0], "s"),
                         app_id="mapping", batch_id=3) is True
 
 
 def test_last_batch(make_store: StoreFactory) -> None:
     store = make_store()
     assert store.last_batch("sync") is None
-    store.append("cursor_states", cursor_rows(TOPICS[0], ["s"]), app_id="sync", batch_id=5)
-    store.append("sync_progress", progress_rows(TOPICS[0], "s"), app_id="sync", batch_id=4)
+    store.append("cursor_states", make_cursor_states(TOPICS[0], ["s"]), app_id="sync", batch_id=5)
+    store.append("sync_progress", make_progress(TOPICS[0], "s"), app_id="sync", batch_id=4)
     assert store.last_batch("sync") == 5
     assert store.last_batch("sync", table="sync_progress") == 4
     assert store.last_batch("sync", table="mappings") is None
     assert store.last_batch("someone-else") is None
     # An empty batch still commits, so progress is recorded.
-    empty = cursor_rows(TOPICS[0], ["s"]).slice(0, 0)
+    empty = make_cursor_states(TOPICS[0], ["s"]).slice(0, 0)
     assert store.append("cursor_states", empty, app_id="sync", batch_id=6) is True
     assert store.last_batch("sync", table="cursor_states") == 6
     assert _rows_of(store, "cursor_states") == 1
@@ -245,7 +259,7 @@ def test_last_batch(make_store: StoreFactory) -> None:
 
 def test_reopen_after_restart(make_store: StoreFactory) -> None:
     first = make_store()
-    rows = mapping_rows(TOPICS)
+    rows = make_mappings(TOPICS)
     assert first.append("mappings", rows, app_id="mapping", batch_id=11)
     del first
     second = make_store()  # a new process: nothing carried over but the files
@@ -259,7 +273,7 @@ def test_reopen_after_restart(make_store: StoreFactory) -> None:
 def test_partition_layout_is_buckets_never_topics(make_store: StoreFactory) -> None:
     store = make_store()
     topics = [f"persistent://t/ns/many-{i}" for i in range(300)]
-    store.append("mappings", mapping_rows(topics, per_topic=1), app_id="m", batch_id=0)
+    store.append("mappings", make_mappings(topics, per_topic=1), app_id="m", batch_id=0)
     buckets = load_schema("mappings").topic_buckets
     root = Path(store.uri("mappings"))
     dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -277,7 +291,7 @@ def test_partition_layout_is_buckets_never_topics(make_store: StoreFactory) -> N
 def test_compact_and_vacuum_keep_the_rows(make_store: StoreFactory) -> None:
     store = make_store()
     for batch in range(4):  # four small files in one bucket
-        store.append("sync_progress", progress_rows(TOPICS[0], f"s{batch}"),
+        store.append("sync_progress", make_progress(TOPICS[0], f"s{batch}"),
                      app_id="sync", batch_id=batch)
     before = store.read("sync_progress")
     metrics = store.compact("sync_progress")
@@ -340,7 +354,7 @@ def test_delta_rs_racing_writers_of_one_batch_land_once(
     """Both see batch 7 unwritten; the loser's commit conflicts and it reports False."""
     root = str(tmp_path / "tables")
     a, b = DeltaRsStore(root), DeltaRsStore(root)
-    rows = mapping_rows(TOPICS[:1])
+    rows = make_mappings(TOPICS[:1])
     a.append("mappings", rows, app_id="m", batch_id=6)
     original = a._open
     raced = []
@@ -363,7 +377,7 @@ def test_delta_rs_racing_writers_of_different_apps_both_land(
 ) -> None:
     root = str(tmp_path / "tables")
     a, b = DeltaRsStore(root), DeltaRsStore(root)
-    rows = mapping_rows(TOPICS[:1])
+    rows = make_mappings(TOPICS[:1])
     a.append("mappings", rows, app_id="x", batch_id=0)
     original = a._open
     raced = []
@@ -446,7 +460,7 @@ def test_topic_bucket_is_stable_crc32() -> None:
 
 def test_prepare_rows_fills_derived_columns_and_casts() -> None:
     schema = load_schema("sync_progress")
-    rows = progress_rows(TOPICS[0], "s")
+    rows = make_progress(TOPICS[0], "s")
     out = prepare_rows(schema, rows, 9)
     assert out.schema.equals(schema.arrow())
     r = out.to_pylist()[0]
@@ -475,15 +489,15 @@ def test_prepare_rows_refuses_bad_rows(
     change: Callable[[pa.Table], pa.Table], message: str
 ) -> None:
     with pytest.raises(TableSchemaError, match=message):
-        prepare_rows(load_schema("sync_progress"), change(progress_rows(TOPICS[0], "s")), 9)
+        prepare_rows(load_schema("sync_progress"), change(make_progress(TOPICS[0], "s")), 9)
 
 
 def test_append_checks_arguments(tmp_path: Path) -> None:
     store = open_store("delta-rs", str(tmp_path))
     with pytest.raises(ValueError, match="app_id"):
-        store.append("mappings", mapping_rows(TOPICS[:1]), app_id="", batch_id=0)
+        store.append("mappings", make_mappings(TOPICS[:1]), app_id="", batch_id=0)
     with pytest.raises(ValueError, match="batch_id"):
-        store.append("mappings", mapping_rows(TOPICS[:1]), app_id="m", batch_id=-1)
+        store.append("mappings", make_mappings(TOPICS[:1]), app_id="m", batch_id=-1)
     with pytest.raises(TableSchemaError, match="not a valid table"):
         store.read("offsets")  # type: ignore[arg-type]
     assert not store.exists("mappings")  # nothing was created by the refusals
@@ -521,3 +535,83 @@ def test_delta_spark_detects_a_session_without_delta_jars(tmp_path: Path) -> Non
             open_store("delta-spark", str(tmp_path), spark=spark)
     finally:
         spark.stop()
+
+
+# ----------------------------------------------------------------- rows.py
+
+
+def test_mapping_rows_round_trip_through_the_store(tmp_path: Path) -> None:
+    key = PartitionKey("persistent://t/ns/orders", 2)
+    first = TopicMapping(
+        SegmentSet.of([Segment(1, 0, 10, 0, 50, "identity"), Segment(2, 0, 10, 51, 10)]),
+        skippable=Runs.of((10, 50, 1)), foreign=Runs.of((11, 0, 3)),
+        unreplicated=Runs.of((1, 50, 2)),
+    )
+    later = TopicMapping(SegmentSet.of([Segment(2, 10, 10, 61, 5)]),  # continues segment 2
+                         skippable=Runs.of((10, 50, 1)))  # a duplicate run
+    store = open_store("delta-rs", str(tmp_path))
+    kw = {"source_cluster": "A", "target_cluster": "B", "written_at": NOW}
+    rows = mapping_rows(key, first, **kw)
+    assert sorted(rows.column("kind").to_pylist()) == [
+        "foreign", "segment", "segment", "skippable", "unreplicated"]
+    store.append("mappings", rows, app_id="m", batch_id=0)
+    store.append("mappings", mapping_rows(key, later, **kw), app_id="m", batch_id=1)
+    store.append("mappings", mapping_rows(PartitionKey("other"), later, **kw),
+                 app_id="m", batch_id=2)
+
+    got = topic_mappings(store.read("mappings", RowFilter.of(topic=key.topic)))
+    assert list(got) == [key]
+    m = got[key]
+    assert list(m.segments) == [Segment(1, 0, 10, 0, 50, "identity"), Segment(2, 0, 10, 51, 15)]
+    assert m.skippable.rows.tolist() == [[10, 50, 1]]
+    assert m.foreign.rows.tolist() == [[11, 0, 3]]
+    assert m.unreplicated.rows.tolist() == [[1, 50, 2]]
+    assert m.lookup(Position(2, 14)) == Position(10, 65)
+    assert mapping_rows(key, TopicMapping(), **kw).num_rows == 0
+
+
+def test_cursor_state_and_sync_progress_rows_round_trip(tmp_path: Path) -> None:
+    key = PartitionKey("persistent://t/ns/orders", -1)
+    state = CursorState.parse("7:4", "[(7:5..7:6],(7:8..7:9]]", Ledgers.of([(7, 50), (8, 3)]))
+    observed = [ObservedCursor(key, "sub", state, NOW),
+                ObservedCursor(key, "bare", CursorState.parse("7:9"), NOW)]
+    store = open_store("delta-rs", str(tmp_path))
+    store.append("cursor_states", cursor_state_rows(observed, source_cluster="A",
+                                                    target_cluster="B"),
+                 app_id="sync", batch_id=0)
+    back = sorted(cursor_states(store.read("cursor_states")), key=lambda o: o.subscription)
+    assert [o.subscription for o in back] == ["bare", "sub"]
+    assert back[1].state.mark_delete == Position(7, 4)
+    assert str(back[1].state.individually_deleted) == "[(7:5..7:6],(7:8..7:9]]"
+    assert back[1].state.ledgers is not None
+    assert back[1].state.ledgers.ids.tolist() == [7, 8]
+    assert back[0].state.ledgers is None and not back[0].state.individually_deleted
+    assert back[1].observed_at == NOW
+
+    plan = AckPlan(
+        mark_delete=Position(20, 9), individually_deleted=RangeSet.parse("[(20:10..20:12]]"),
+        to_ack=RangeSet.parse("[(20:3..20:9],(20:10..20:12]]"),
+        previous_mark_delete=Position(20, 3), unmapped_acked_entries=2, rewound_entries=0,
+        partial_batches_unacked=1, skippable_acked_entries=1, outcome="partial",
+    )
+    record = SyncRecord(key, "sub", plan, acks_sent=2, dry_run=False,
+                        source_observed_at=NOW, emitted_at=NOW + timedelta(milliseconds=1250))
+    rows = sync_progress_rows([record], source_cluster="A", target_cluster="B")
+    store.append("sync_progress", rows, app_id="sync", batch_id=0)
+    r = store.read("sync_progress", RowFilter.of(topic=key.topic, subscription="sub")).to_pylist()
+    assert len(r) == 1
+    assert (r[0]["target_mark_delete_ledger"], r[0]["target_mark_delete_entry"]) == (20, 9)
+    assert r[0]["acked_ranges"] == "[(20:3..20:9],(20:10..20:12]]"
+    assert (r[0]["outcome"], r[0]["lag_ms"], r[0]["batch_id"]) == ("partial", 1250, 0)
+    assert (r[0]["unmapped_acked_entries"], r[0]["partial_batches_unacked"]) == (2, 1)
+
+
+def test_topic_mappings_refuses_rows_that_disagree() -> None:
+    key = PartitionKey("t")
+    kw = {"source_cluster": "A", "target_cluster": "B", "written_at": NOW}
+    rows = pa.concat_tables([
+        mapping_rows(key, TopicMapping(SegmentSet.of([Segment(1, 0, 10, 0, 5)])), **kw),
+        mapping_rows(key, TopicMapping(SegmentSet.of([Segment(1, 2, 10, 7, 5)])), **kw),
+    ])
+    with pytest.raises(MappingConflictError, match="overlap on the source"):
+        topic_mappings(rows)

@@ -10,6 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, get_args
 
 from cursorsync.errors import ConfigError
+from cursorsync.tables.rows import (
+    ObservedCursor,
+    PartitionKey,
+    SyncRecord,
+    cursor_state_rows,
+    cursor_states,
+    mapping_rows,
+    sync_progress_rows,
+    topic_mappings,
+)
 from cursorsync.tables.schema import (
     SCHEMAS_ENV,
     TABLES,
@@ -65,14 +75,22 @@ __all__ = [
     "TABLES",
     "Backend",
     "Field",
+    "ObservedCursor",
+    "PartitionKey",
     "RowFilter",
+    "SyncRecord",
     "TableName",
     "TableSchema",
     "TableSchemaError",
     "TableStore",
+    "cursor_state_rows",
+    "cursor_states",
     "load_schema",
+    "mapping_rows",
     "open_store",
     "prepare_rows",
     "schemas_dir",
+    "sync_progress_rows",
     "topic_bucket",
+    "topic_mappings",
 ]

@@ -240,7 +240,7 @@ class DeltaSparkStore(TableStore):
         enforce_retention_duration: bool = True,
     ) -> list[str]:
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
-        before = self._spark.conf.get(key, "true")
+        before = self._spark.conf.get(key, "true") or "true"
         retain = f" RETAIN {int(retention_hours)} HOURS" if retention_hours is not None else ""
         try:
             if not enforce_retention_duration:

@@ -56,7 +56,7 @@ def check_table_name(table: str) -> TableName:
         raise TableSchemaError(
             f"{table!r} is not a valid table. Valid values are: {', '.join(TABLES)}"
         )
-    return table  # type: ignore[return-value]
+    return table
 
 
 def schemas_dir() -> Path:

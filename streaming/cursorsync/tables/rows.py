@@ -1,0 +1,237 @@
+"""Domain values <-> table rows, so the job never spells a column name itself.
+
+Writers build an Arrow table per batch (``mapping_rows``, ``cursor_state_rows``,
+``sync_progress_rows``) and hand it to :meth:`TableStore.append`, which adds
+``schema_version``, ``topic_bucket`` and ``batch_id``. Readers turn rows back
+into values (``topic_mappings``, ``cursor_states``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cursorsync.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.tables.schema import TableName, load_schema
+from cursorsync.translate import AckPlan, CursorState
+
+_DERIVED = ("schema_version", "topic_bucket", "batch_id")
+#: Which side each run kind lives on (TopicMapping's docstring).
+_RUN_SIDE = {"skippable": "target", "foreign": "target", "unreplicated": "source"}
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class PartitionKey:
+    """One topic partition: the base topic name and its index (-1 when not partitioned)."""
+
+    topic: str
+    partition: int = -1
+
+
+def _arrow_schema(table: TableName) -> pa.Schema:
+    """The schema file's columns minus the ones the store derives."""
+    schema = load_schema(table).arrow()
+    return pa.schema([f for f in schema if f.name not in _DERIVED])
+
+
+def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
+    return pa.array([value] * n, type_)
+
+
+# ---------------------------------------------------------------- mappings
+
+
+def mapping_rows(
+    key: PartitionKey,
+    mapping: TopicMapping,
+    *,
+    source_cluster: str,
+    target_cluster: str,
+    written_at: datetime,
+) -> pa.Table:
+    """Rows for one topic partition's mapping: segments, then each kind of run."""
+    schema = _arrow_schema("mappings")
+    seg = mapping.segments.rows
+    parts: list[dict[str, Any]] = [{
+        "kind": np.full(len(seg), "segment", object),
+        "source_ledger": seg[:, 0], "source_entry": seg[:, 1],
+        "target_ledger": seg[:, 2], "target_entry": seg[:, 3], "count": seg[:, 4],
+        "evidence": np.array([EVIDENCE[c] for c in mapping.segments.evidence_codes], object),
+    }]
+    for kind, side in _RUN_SIDE.items():
+        runs: Runs = getattr(mapping, kind)
+        r = runs.rows
+        none = np.full(len(r), None, object)
+        ledger, entry = (r[:, 0], r[:, 1])
+        parts.append({
+            "kind": np.full(len(r), kind, object),
+            "source_ledger": ledger if side == "source" else none,
+            "source_entry": entry if side == "source" else none,
+            "target_ledger": ledger if side == "target" else none,
+            "target_entry": entry if side == "target" else none,
+            "count": r[:, 2], "evidence": none,
+        })
+    n = sum(len(p["kind"]) for p in parts)
+    columns: dict[str, pa.Array] = {
+        "topic": _constant(key.topic, n, pa.string()),
+        "partition": _constant(key.partition, n, pa.int32()),
+        "source_cluster": _constant(source_cluster, n, pa.string()),
+        "target_cluster": _constant(target_cluster, n, pa.string()),
+        "written_at": _constant(written_at, n, schema.field("written_at").type),
+    }
+    for name in ("kind", "source_ledger", "source_entry", "target_ledger", "target_entry",
+                 "count", "evidence"):
+        values: list[Any] = (
+            np.concatenate([np.asarray(p[name], object) for p in parts]).tolist() if n else []
+        )
+        columns[name] = pa.array(values, schema.field(name).type)
+    return pa.table([columns[f.name] for f in schema], schema=schema)
+
+
+def topic_mappings(rows: pa.Table) -> dict[PartitionKey, TopicMapping]:
+    """Union every row of ``mappings`` per topic partition (rows from many batches overlap).
+
+    Raises :class:`~cursorsync.errors.MappingConflictError` when two rows
+    claim one entry differently.
+    """
+    out: dict[PartitionKey, TopicMapping] = {}
+    if rows.num_rows == 0:
+        return out
+    topics = rows.column("topic").to_pylist()
+    partitions = rows.column("partition").to_pylist()
+    groups: dict[PartitionKey, list[int]] = {}
+    for i, k in enumerate(zip(topics, partitions, strict=True)):
+        groups.setdefault(PartitionKey(*k), []).append(i)
+    for key, idx in groups.items():
+        part = rows.take(pa.array(idx, pa.int64()))
+        out[key] = _one_mapping(part)
+    return out
+
+
+def _int_columns(t: pa.Table, names: tuple[str, ...]) -> np.ndarray:
+    return np.stack([t.column(n).to_numpy() for n in names], axis=1).astype(np.int64)
+
+
+def _one_mapping(part: pa.Table) -> TopicMapping:
+    kinds = part.column("kind")
+    segs = part.filter(pc.equal(kinds, "segment"))
+    rows = _int_columns(
+        segs, ("source_ledger", "source_entry", "target_ledger", "target_entry", "count"))
+    ev = np.array([evidence_code(e) for e in segs.column("evidence").to_pylist()], np.int8)
+    rows = rows.reshape(-1, 5)
+    # Union through the first row: exact duplicates merge, continuations join, and the
+    # merged set is validated once (overlaps that disagree raise MappingConflictError).
+    segments = (SegmentSet(rows[:1], ev[:1])
+                | SegmentSet(rows[1:], ev[1:], validate=False)) if len(rows) else SegmentSet()
+    runs: dict[str, Runs] = {}
+    for kind, side in _RUN_SIDE.items():
+        r = part.filter(pc.equal(kinds, kind))
+        arr = _int_columns(r, (f"{side}_ledger", f"{side}_entry", "count")).reshape(-1, 3)
+        runs[kind] = Runs().union(Runs(arr)) if len(arr) else Runs()  # canonical runs
+    return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"])
+
+
+# ----------------------------------------------------------- cursor states
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedCursor:
+    """A source cursor state as observed: where, which subscription, when."""
+
+    key: PartitionKey
+    subscription: str
+    state: CursorState
+    observed_at: datetime
+
+
+def cursor_state_rows(
+    observed: Iterable[ObservedCursor], *, source_cluster: str, target_cluster: str
+) -> pa.Table:
+    """One ``cursor_states`` row per observation."""
+    rows = []
+    for o in observed:
+        s = o.state
+        rows.append({
+            "topic": o.key.topic, "partition": o.key.partition, "subscription": o.subscription,
+            "source_cluster": source_cluster, "target_cluster": target_cluster,
+            "mark_delete_ledger": s.mark_delete.ledger, "mark_delete_entry": s.mark_delete.entry,
+            "individually_deleted": str(s.individually_deleted),
+            "individually_deleted_ranges": [
+                {"lo_ledger": a, "lo_entry": b, "hi_ledger": c, "hi_entry": d}
+                for a, b, c, d in s.individually_deleted.bounds.tolist()
+            ],
+            "ledgers": None if s.ledgers is None else [
+                {"ledger_id": i, "entries": e}
+                for i, e in zip(s.ledgers.ids.tolist(), s.ledgers.entries.tolist(), strict=True)
+            ],
+            "observed_at": o.observed_at,
+        })
+    return pa.Table.from_pylist(rows, schema=_arrow_schema("cursor_states"))
+
+
+def cursor_states(rows: pa.Table) -> list[ObservedCursor]:
+    """Observations back from ``cursor_states`` rows (ranges from the struct column)."""
+    out = []
+    for r in rows.to_pylist():
+        bounds = np.array(
+            [(x["lo_ledger"], x["lo_entry"], x["hi_ledger"], x["hi_entry"])
+             for x in r["individually_deleted_ranges"]], np.int64).reshape(-1, 4)
+        ledgers = (None if r["ledgers"] is None
+                   else Ledgers.of((x["ledger_id"], x["entries"]) for x in r["ledgers"]))
+        state = CursorState(Position(r["mark_delete_ledger"], r["mark_delete_entry"]),
+                            RangeSet(bounds), ledgers)
+        out.append(ObservedCursor(PartitionKey(r["topic"], r["partition"]),
+                                  r["subscription"], state, r["observed_at"]))
+    return out
+
+
+# ------------------------------------------------------------ sync progress
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRecord:
+    """What one sync step did for one subscription: the plan and how it was emitted."""
+
+    key: PartitionKey
+    subscription: str
+    plan: AckPlan
+    acks_sent: int
+    dry_run: bool
+    source_observed_at: datetime
+    emitted_at: datetime
+
+
+def sync_progress_rows(
+    records: Iterable[SyncRecord], *, source_cluster: str, target_cluster: str
+) -> pa.Table:
+    """One ``sync_progress`` row per record; ``lag_ms`` = emitted_at - source_observed_at."""
+    rows: list[Mapping[str, Any]] = []
+    for rec in records:
+        p = rec.plan
+        lag = rec.emitted_at - rec.source_observed_at
+        rows.append({
+            "topic": rec.key.topic, "partition": rec.key.partition,
+            "subscription": rec.subscription,
+            "source_cluster": source_cluster, "target_cluster": target_cluster,
+            "target_mark_delete_ledger": p.mark_delete.ledger,
+            "target_mark_delete_entry": p.mark_delete.entry,
+            "previous_target_mark_delete_ledger": p.previous_mark_delete.ledger,
+            "previous_target_mark_delete_entry": p.previous_mark_delete.entry,
+            "acked_ranges": str(p.to_ack), "acks_sent": rec.acks_sent,
+            "unmapped_acked_entries": p.unmapped_acked_entries,
+            "rewound_entries": p.rewound_entries,
+            "partial_batches_unacked": p.partial_batches_unacked,
+            "skippable_acked_entries": p.skippable_acked_entries,
+            "outcome": p.outcome, "dry_run": rec.dry_run,
+            "source_observed_at": rec.source_observed_at, "emitted_at": rec.emitted_at,
+            "lag_ms": int(lag.total_seconds() * 1000),
+        })
+    return pa.Table.from_pylist(rows, schema=_arrow_schema("sync_progress"))
