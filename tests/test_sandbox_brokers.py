@@ -146,7 +146,8 @@ def test_last_message_id_of_empty_topic_is_an_error(client: Any) -> None:
 def _topic_with(client: Any, n: int) -> tuple[str, int]:
     topic = _topic("acks")
     p = client.create_producer(topic)
-    ledger = [p.send(b"%d" % i).ledger_id() for i in range(n)][0]
+    ids = [p.send(b"%d" % i) for i in range(n)]
+    ledger = ids[0].ledger_id()
     p.close()
     return topic, ledger
 
