@@ -36,6 +36,9 @@ from cursorsync.sources.options import Options
 
 log = logging.getLogger(__name__)
 
+#: A row as read() yields it, in SCHEMA order.
+Row = tuple[Any, ...]
+
 OFFSET_VERSION = 1
 STATE_VERSION = 1
 
@@ -114,7 +117,7 @@ def parse_offset(offset: Mapping[str, Any]) -> int:
 
 
 def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequence[str],
-                    observed_at: datetime) -> list[tuple]:
+                    observed_at: datetime) -> list[Row]:
     """One row per wanted subscription of one topic partition (``*`` = every subscription)."""
     topic = TopicName.parse(stats.topic)
     ledgers = [(int(i), int(n)) for i, n in
@@ -133,7 +136,7 @@ def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequ
     return rows
 
 
-def _encode_row(row: tuple) -> dict[str, Any]:
+def _encode_row(row: Row) -> dict[str, Any]:
     (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed) = row
     return {"cluster": cluster, "topic": topic, "partition": partition, "subscription": sub,
             "mark_delete": md, "individually_deleted": idm, "ledgers": ledgers,
@@ -142,7 +145,7 @@ def _encode_row(row: tuple) -> dict[str, Any]:
             "messages_consumed_counter": consumed}
 
 
-def _decode_row(d: Mapping[str, Any]) -> tuple:
+def _decode_row(d: Mapping[str, Any]) -> Row:
     at = datetime.fromtimestamp(d["observed_at_us"] / 1_000_000, tz=UTC)
     return (d["cluster"], d["topic"], d["partition"], d["subscription"], d["mark_delete"],
             d["individually_deleted"], [tuple(x) for x in d["ledgers"]], at,
@@ -162,7 +165,7 @@ class PollStore:
     def path(self, seq: int) -> Path:
         return self.dir / f"poll-{seq:020d}.json"
 
-    def write(self, seq: int, rows: Sequence[tuple]) -> None:
+    def write(self, seq: int, rows: Sequence[Row]) -> None:
         doc = {"version": STATE_VERSION, "seq": seq, "rows": [_encode_row(r) for r in rows]}
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".poll-", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
@@ -171,7 +174,7 @@ class PollStore:
             os.fsync(f.fileno())
         os.replace(tmp, self.path(seq))
 
-    def read(self, seq: int) -> list[tuple]:
+    def read(self, seq: int) -> list[Row]:
         p = self.path(seq)
         try:
             doc = json.loads(p.read_text())
@@ -204,7 +207,7 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         self.store = PollStore(options.state_dir)
         self._last_poll = 0.0
 
-    def poll(self) -> list[tuple]:
+    def poll(self) -> list[Row]:
         """One poll of every configured topic, concurrently."""
         o = self.options
         with AdminClient(o.admin) as admin:
@@ -226,15 +229,15 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
             todo = sorted({t for t in concrete if str(t) not in seen})
             stats.extend(admin.internal_stats_many(todo).values())
         observed_at = datetime.now(tz=UTC)
-        rows: list[tuple] = []
+        rows: list[Row] = []
         for s in sorted(stats, key=lambda s: s.topic):
             rows.extend(rows_from_stats(o.cluster, s, o.subscriptions, observed_at))
         return rows
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         return make_offset(0)
 
-    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, Any]]:
         seq = parse_offset(start)
         now = time.monotonic()
         if self._last_poll and (now - self._last_poll) * 1000 < self.options.poll_interval_ms:
@@ -244,14 +247,14 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         self.store.write(seq + 1, rows)
         return iter(rows), make_offset(seq + 1)
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
         lo, hi = parse_offset(start), parse_offset(end)
-        rows: list[tuple] = []
+        rows: list[Row] = []
         for seq in range(lo + 1, hi + 1):
             rows.extend(self.store.read(seq))
         return iter(rows)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.store.prune(parse_offset(end) - self.options.state_retention)
 
 

@@ -56,6 +56,9 @@ from cursorsync.sources.options import Options
 
 log = logging.getLogger(__name__)
 
+#: A row as read() yields it, in SCHEMA order.
+Row = tuple[Any, ...]
+
 OFFSET_VERSION = 1
 BEFORE_ALL = Position(-1, -1)
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
@@ -200,10 +203,10 @@ class EntriesPartition(InputPartition):
     read_timeout_ms: int
 
 
-def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> Iterator[tuple]:
+def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> Iterator[Row]:
     """Rows of one entry's messages (all of them, in batch order)."""
     digests: list[bytes] = []
-    fields: list[tuple] = []
+    fields: list[Row] = []
     for msg in group:
         props = dict(msg.properties())
         pkey = msg.partition_key() or None
@@ -235,7 +238,7 @@ def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> I
         )
 
 
-def read_entries(part: EntriesPartition) -> Iterator[tuple]:
+def read_entries(part: EntriesPartition) -> Iterator[Row]:
     """Every message of the entries in (start, end] of one topic partition, in order.
 
     Deterministic: the same (start, end] always yields the same rows while the
@@ -413,7 +416,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
 
     # -- DataSourceStreamReader --
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         topics = self.topics()
         if self.options.starting_position == "latest":
             return make_offset({t: self.latest_position(t) for t in topics})
@@ -423,7 +426,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
         n = self.options.max_rows_per_batch
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = parse_offset(start)
         latest = dict(begin)
         for t in self.topics():
@@ -465,10 +468,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
             out[t] = min(hi, Position(f.ledger, f.entry + k - 1))
         return out
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         lo = parse_offset(start)
         hi = parse_offset(end)
         o = self.options
@@ -483,11 +486,11 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
             if p > lo.get(t, BEFORE_ALL)
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Row]:
         assert isinstance(partition, EntriesPartition)
         return read_entries(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
         import pulsar
 
