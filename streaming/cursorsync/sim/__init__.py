@@ -26,7 +26,6 @@ from cursorsync.sim._partition import (
     BuiltinTrace,
     PartitionState,
     SourceMessages,
-    broker_fold,
 )
 from cursorsync.sim._topics import (
     KIND_DATA,
@@ -60,7 +59,6 @@ __all__ = [
     "SyncStats",
     "TopicLog",
     "Workload",
-    "broker_fold",
     "count_failover",
     "failover_report",
     "run_cursorsync",

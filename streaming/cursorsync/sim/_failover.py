@@ -24,10 +24,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.ranges import Ledgers, RangeSet, fold
 from cursorsync.sim._partition import (
     PartitionState,
-    broker_fold,
     produce,
     simulate_partition,
 )
@@ -191,7 +190,7 @@ def run_cursorsync(sim: Simulation, part: PartitionState) -> tuple[RangeSet, dic
 
 def _broker_cursor(part: PartitionState, acked: RangeSet, ledgers: Ledgers) -> CursorState:
     """B's cursor as its broker folds the acks it received."""
-    md, idm = broker_fold(part.target.fresh_position(), acked, ledgers)
+    md, idm = fold(part.target.fresh_position(), acked, ledgers)
     return CursorState(md, idm, ledgers)
 
 

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from cursorsync.mapping import Runs, SegmentSet, TopicMapping, holes
 from cursorsync.positions import MessageId, Position
-from cursorsync.ranges import I64, Ledgers, RangeSet, fold
+from cursorsync.ranges import I64, RangeSet, fold
 from cursorsync.sim._topics import (
     KIND_DATA,
     KIND_FOREIGN,
@@ -65,31 +65,6 @@ from cursorsync.translate import CursorState
 F64 = npt.NDArray[np.float64]
 
 _EV_DATA, _EV_FOREIGN, _EV_TICK_A, _EV_TICK_B, _EV_ARRIVE_B, _EV_ARRIVE_A, _EV_COVER = range(7)
-
-
-def broker_fold(mark_delete: Position, acked: RangeSet,
-                ledgers: Ledgers) -> tuple[Position, RangeSet]:
-    """The broker's folding rule, including a markDeletePosition before every entry.
-
-    Delegates to :func:`cursorsync.ranges.fold` whenever the markDeletePosition
-    is at or after an existing entry. A fresh cursor (``L:-1`` on the first
-    ledger, or a position on a trimmed ledger) is folded here by entry counts,
-    because ``fold`` canonicalises "everything up to it" away and then jumps
-    the markDeletePosition over unacked leading entries.
-    """
-    md_entries = int(ledgers.entries_up_to(np.array([mark_delete.ledger], np.int64),
-                                           np.array([mark_delete.entry], np.int64))[0])
-    if md_entries > 0:
-        return fold(mark_delete, acked, ledgers)
-    everything = acked.canonical(ledgers)
-    if not everything:
-        return mark_delete, everything
-    b = everything.bounds
-    first_lo = int(ledgers.entries_up_to(b[:1, 0], b[:1, 1])[0])
-    if first_lo > 0:
-        return mark_delete, everything
-    new_md = Position(int(b[0, 2]), int(b[0, 3]))
-    return new_md, everything.after(new_md)
 
 
 @dataclass(frozen=True)
@@ -155,7 +130,7 @@ class PartitionState:
         ledgers = self.source.ledgers_at(at_ms)
         acked = self.source_acked_entries(at_ms)
         rs = Runs.from_positions(self.source.ledger[acked], self.source.entry[acked]).ranges()
-        md, idm = broker_fold(self.source.fresh_position(), rs, ledgers)
+        md, idm = fold(self.source.fresh_position(), rs, ledgers)
         return CursorState(md, idm, ledgers)
 
     def partially_acked(self, at_ms: float) -> RangeSet:
