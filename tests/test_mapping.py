@@ -1,0 +1,98 @@
+"""Segments from evidence, their invariant, runs, holes and identity alignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cursorsync.errors import MappingConflictError
+from cursorsync.mapping import Runs, Segment, SegmentSet, align_identities, holes
+from cursorsync.positions import Position
+
+P = Position.parse
+A = np.array
+
+
+def test_pairs_collapse_into_runs_broken_by_ledger_and_gaps() -> None:
+    # Source 1:0..1:5 -> 9:10..9:15, except 1:3 is missing; then 2:0..2:1 -> 9:16, 11:0.
+    sl = A([1, 1, 1, 1, 1, 2, 2])
+    se = A([0, 1, 2, 4, 5, 0, 1])
+    tl = A([9, 9, 9, 9, 9, 9, 11])
+    te = A([10, 11, 12, 14, 15, 16, 0])
+    segs = SegmentSet.from_pairs(sl, se, tl, te)
+    assert [str(s) for s in segs] == [
+        "1:0+3->9:10 (position-property)", "1:4+2->9:14 (position-property)",
+        "2:0+1->9:16 (position-property)", "2:1+1->11:0 (position-property)"]
+    assert segs.lookup(P("1:2")) == P("9:12")
+    assert segs.lookup(P("1:3")) is None
+    assert segs.lookup(P("0:0")) is None and segs.lookup(P("3:0")) is None
+    assert segs.entry_count() == 7
+
+
+def test_duplicate_evidence_is_idempotent_and_union_merges() -> None:
+    a = SegmentSet.of([Segment(1, 0, 5, 0, 10)])
+    b = SegmentSet.of([Segment(1, 10, 5, 10, 5)])
+    assert (a | a) == a
+    assert list(a | b) == [Segment(1, 0, 5, 0, 15)]
+
+
+@pytest.mark.parametrize(("segs", "why"), [
+    ([Segment(1, 0, 5, 0, 10), Segment(1, 5, 5, 20, 3)], "overlap on the source"),
+    ([Segment(1, 0, 5, 0, 10), Segment(2, 0, 5, 5, 3)], "overlap on the target"),
+    ([Segment(1, 0, 5, 10, 3), Segment(2, 0, 5, 0, 3)], "target order disagrees"),
+    ([Segment(1, 0, 6, 0, 3), Segment(2, 0, 5, 0, 3)], "target order disagrees"),
+])
+def test_conflicts_name_the_segments(segs: list[Segment], why: str) -> None:
+    with pytest.raises(MappingConflictError) as err:
+        SegmentSet.of(segs)
+    assert why in str(err.value)
+    assert str(segs[0]) in str(err.value) and str(segs[1]) in str(err.value)
+
+
+def test_contradicting_pairs_for_one_entry_conflict() -> None:
+    with pytest.raises(MappingConflictError):
+        SegmentSet.from_pairs(A([1, 1]), A([0, 0]), A([5, 5]), A([0, 1]))
+
+
+@given(st.lists(st.integers(0, 40), unique=True, max_size=40), st.integers(0, 3))
+def test_from_pairs_round_trips_any_monotone_pairing(src: list[int], jump: int) -> None:
+    src = sorted(src)
+    tgt = [e + jump * (i // 7) for i, e in enumerate(src)]
+    segs = SegmentSet.from_pairs(A([1] * len(src)), A(src), A([4] * len(src)), A(tgt))
+    assert segs.entry_count() == len(src)
+    for s, t in zip(src, tgt, strict=True):
+        assert segs.lookup(Position(1, s)) == Position(4, t)
+    assert not segs.conflicts()
+
+
+def test_runs_and_holes() -> None:
+    runs = Runs.from_positions(A([3, 3, 3, 4]), A([5, 6, 8, 0]))
+    assert runs.rows.tolist() == [[3, 5, 2], [3, 8, 1], [4, 0, 1]]
+    # A reader saw 3:0, 3:1, 3:4, then 5:2: holes 3:2..3:3 and 5:0..5:1, nothing after 3:4.
+    h = holes(A([3, 3, 3, 5]), A([0, 1, 4, 2]))
+    assert h.rows.tolist() == [[3, 2, 2], [5, 0, 2]]
+    # Continuing a stream: the previous batch ended at 5:2.
+    assert holes(A([5]), A([6]), previous=P("5:2")).rows.tolist() == [[5, 3, 3]]
+    assert len(holes(A([5]), A([0]))) == 0
+
+
+def test_identity_alignment_never_guesses() -> None:
+    src = [b"a", b"b", b"c", b"d", b"d", b"e", b"f", b"g"]
+    tgt = [b"x", b"a", b"b", b"d", b"c", b"e", b"g", b"f", b"y"]
+    s, t = align_identities(src, tgt)
+    pairs = [(src[i], tgt[j]) for i, j in zip(s, t, strict=True)]
+    # d is ambiguous on the source (so c no longer crosses anything); f and g cross: dropped.
+    assert pairs == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c"), (b"e", b"e")]
+    assert all(src[i] == tgt[j] for i, j in zip(s, t, strict=True))
+
+
+@given(st.lists(st.integers(0, 30), max_size=60), st.lists(st.integers(0, 30), max_size=60))
+def test_identity_alignment_is_order_preserving_and_unique(a: list[int], b: list[int]) -> None:
+    src = [bytes([x]) for x in a]
+    tgt = [bytes([x]) for x in b]
+    s, t = align_identities(src, tgt)
+    assert list(s) == sorted(s) and list(t) == sorted(t)
+    for i, j in zip(s, t, strict=True):
+        assert src[i] == tgt[j] and src.count(src[i]) == 1 and tgt.count(tgt[j]) == 1

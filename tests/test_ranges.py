@@ -1,0 +1,119 @@
+"""RangeSet algebra against a set-of-positions model, and ledger-aware folding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet, fold
+
+P = Position.parse
+LEDGERS = [0, 3, 7]
+UNIVERSE = [Position(l, e) for l in LEDGERS for e in range(-1, 8)]
+
+
+@st.composite
+def rangesets(draw: st.DrawFn) -> RangeSet:
+    rows = []
+    for _ in range(draw(st.integers(0, 5))):
+        a, b = sorted(draw(st.lists(st.sampled_from(UNIVERSE), min_size=2, max_size=2)))
+        rows.append((a.ledger, a.entry, b.ledger, b.entry))
+    return RangeSet(np.array(rows, dtype=np.int64).reshape(-1, 4))
+
+
+def members(rs: RangeSet) -> set[Position]:
+    return {p for p in UNIVERSE if any(lo < p <= hi for lo, hi in rs)}
+
+
+@given(rangesets(), rangesets())
+def test_algebra_matches_sets(a: RangeSet, b: RangeSet) -> None:
+    assert members(a | b) == members(a) | members(b)
+    assert members(a & b) == members(a) & members(b)
+    assert members(a - b) == members(a) - members(b)
+    for r in (a | b, a & b, a - b):
+        assert r.is_canonical()
+    assert a.union(b) == b | a
+    assert a.intersection(b) == b & a
+
+
+@given(rangesets())
+def test_canonical_form_is_unique(a: RangeSet) -> None:
+    again = RangeSet(a.bounds.copy())
+    assert again == a and hash(again) == hash(a)
+    assert RangeSet.parse(str(a)) == a
+    assert all((p in a) == (p in members(a)) for p in UNIVERSE)
+
+
+def test_contains_is_open_closed() -> None:
+    r = RangeSet.parse("[(1:5..1:6]]")
+    assert P("1:6") in r and P("1:5") not in r
+    spanning = RangeSet.parse("[(1:9..2:3]]")
+    assert P("1:10") in spanning and P("2:-1") in spanning and P("2:4") not in spanning
+
+
+def test_touching_ranges_merge_and_values_are_immutable() -> None:
+    r = RangeSet.parse("[(1:1..1:3],(1:3..1:5]]")
+    assert str(r) == "[(1:1..1:5]]"
+    with pytest.raises(ValueError):
+        r.bounds[0, 0] = 9
+
+
+def test_wide_ids_fall_back_to_exact_keys() -> None:
+    big = 2**62
+    a = RangeSet.of((Position(1, big), Position(1, big + 10)))
+    b = RangeSet.of((Position(1, big + 5), Position(2**63 - 1, 2**63 - 2)))
+    assert str(a & b) == f"[(1:{big + 5}..1:{big + 10}]]"
+    assert Position(1, big + 7) in (a | b)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=4), st.data())
+def test_ledger_canonical_form_keeps_entries_and_meets_across_ledgers(
+        counts: list[int], data: st.DataObject) -> None:
+    ids = [10 * (i + 1) for i in range(len(counts))]
+    ledgers = Ledgers.of(zip(ids, counts, strict=True))
+    universe = [Position(l, e) for l, n in zip(ids, counts, strict=True) for e in range(n)]
+    pts = [Position(l, e) for l in [5, *ids, ids[-1] - 1] for e in range(-1, 14)]
+    rows = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        a, b = sorted(data.draw(st.lists(st.sampled_from(pts), min_size=2, max_size=2)))
+        rows.append((a.ledger, a.entry, b.ledger, b.entry))
+    rs = RangeSet(np.array(rows, dtype=np.int64).reshape(-1, 4))
+    canon = rs.canonical(ledgers)
+    inside = {p for p in universe if p in rs}
+    assert {p for p in universe if p in canon} == inside
+    assert set(canon.iter_entries(ledgers)) == inside
+    assert canon.count_entries(ledgers) == len(inside)
+    # A set covering every entry is one range once canonical.
+    if universe:
+        whole = RangeSet.entries(np.array(ids), np.zeros(len(ids), np.int64), np.array(counts))
+        assert len(whole.canonical(ledgers)) == 1
+
+
+def test_fold_like_the_broker() -> None:
+    # Acks of 0,1,2,4,5,8 on a fresh cursor at 3:-1.
+    acked = RangeSet.parse("[(3:-1..3:2],(3:3..3:5],(3:7..3:8]]")
+    md, rest = fold(P("3:-1"), acked)
+    assert md == P("3:2") and str(rest) == "[(3:3..3:5],(3:7..3:8]]"
+    # Across a ledger end: ledger 3 ends at entry 9, ledger 5 follows.
+    ledgers = Ledgers.of([(3, 10), (5, 4)])
+    md, rest = fold(P("3:9"), RangeSet.parse("[(5:-1..5:1]]"), ledgers)
+    assert md == P("5:1") and not rest
+    # Without the ledger list, the gap between 3:9 and 5:0 is unknown: nothing folds.
+    md, rest = fold(P("3:9"), RangeSet.parse("[(5:-1..5:1]]"))
+    assert md == P("3:9") and str(rest) == "[(5:-1..5:1]]"
+
+
+def test_fold_never_jumps_over_an_unacked_first_entry() -> None:
+    ledgers = Ledgers.of([(1, 2)])
+    md, rest = fold(P("1:-1"), RangeSet.parse("[(1:0..1:1]]"), ledgers)
+    assert md == P("1:-1") and str(rest) == "[(1:0..1:1]]"
+
+
+def test_count_entries_without_ledgers_is_a_lower_bound() -> None:
+    r = RangeSet.parse("[(1:5..1:9],(1:20..2:3]]")
+    assert r.count_entries() == 4 + 4
+    assert r.count_entries(Ledgers.of([(1, 30), (2, 10)])) == 4 + 9 + 4
