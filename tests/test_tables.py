@@ -615,3 +615,22 @@ def test_topic_mappings_refuses_rows_that_disagree() -> None:
     ])
     with pytest.raises(MappingConflictError, match="overlap on the source"):
         topic_mappings(rows)
+
+
+@pytest.mark.spark
+def test_spark_ddl_and_arrow_rows_agree_with_the_schema_files() -> None:
+    """What the delta-spark backend feeds Spark (DDL, Arrow rows, SQL filters) without Delta."""
+    spark = _spark_session({})
+    try:
+        for table in TABLES:
+            schema = load_schema(table)
+            empty = spark.createDataFrame([], schema=schema.spark_ddl())
+            assert schema.differences(empty.toArrow().schema) == [], table
+        schema = load_schema("cursor_states")
+        rows = prepare_rows(schema, make_cursor_states(TOPICS[0], ["a", "b"]), 3)
+        df = spark.createDataFrame(rows)
+        assert schema.differences(df.toArrow().schema) == []
+        picked = df.where(RowFilter.of(topic=TOPICS[0], subscription="b").sql(schema))
+        assert picked.toArrow().column("subscription").to_pylist() == ["b"]
+    finally:
+        spark.stop()

@@ -5,6 +5,10 @@ Needs the Delta JVM jars on the Spark classpath (``spark.jars.packages``
 pointing at local copies) and the session confs in :data:`DELTA_SPARK_CONF`.
 :func:`delta_spark_status` says whether a session has both; :func:`find_delta_jars`
 looks for local jar copies (Maven is unreachable in some environments).
+Set those confs only when the jars are there: observed with pyspark 4.2.0, a
+session whose ``spark_catalog`` is DeltaCatalog without the jars fails every
+query ("Cannot find catalog plugin class for catalog 'spark_catalog'"), even
+``spark.range(3).count()``; a missing extension class alone is only a warning.
 
 Idempotency is delta-spark's own: the writer options ``txnAppId`` /
 ``txnVersion`` make Delta skip a version it has already recorded for that
