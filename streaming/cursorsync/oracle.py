@@ -8,6 +8,7 @@ It needs the full ledger lists of both sides, since it enumerates entries.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from cursorsync.mapping import TopicMapping
@@ -30,11 +31,11 @@ def entries_of(ledgers: Ledgers) -> list[Position]:
 
 
 def _acked(mark_delete: Position, ranges: RangeSet, universe: list[Position]) -> set[Position]:
-    spans = list(ranges)
-    out = set()
-    for p in universe:
-        if p <= mark_delete or any(lo < p <= hi for lo, hi in spans):
-            out.add(p)
+    """Entry by entry: those at or before the markDeletePosition, then each range's entries."""
+    out = {p for p in universe if p <= mark_delete}
+    for lo, hi in ranges:
+        for i in range(bisect_right(universe, lo), bisect_right(universe, hi)):
+            out.add(universe[i])
     return out
 
 

@@ -414,26 +414,29 @@ class RangeSet:
         return int(np.maximum(n, 0).sum())
 
     def iter_entries(self, ledgers: Ledgers | None = None) -> Iterator[Position]:
-        """Every entry inside the ranges, in order. Per-entry: for emission and tests only."""
-        for a, b, c, d in self.canonical(ledgers)._b.tolist():
-            if a == c:
-                for e in range(b + 1, d + 1):
+        """Every entry inside the ranges, in order. Per-entry: for emission and tests only.
+
+        With ``ledgers``, only entries that exist in them (as :meth:`count_entries`
+        counts); without, ranges must stay within one ledger.
+        """
+        if ledgers is None:
+            for a, b, c, d in self._b.tolist():
+                if a != c:
+                    raise ValueError(
+                        f"range ({a}:{b}..{c}:{d}] spans ledgers; its entries need the ledger list"
+                    )
+                for e in range(max(b + 1, 0), d + 1):
                     yield Position(a, e)
-                continue
-            if ledgers is None:
-                raise ValueError(
-                    f"range ({a}:{b}..{c}:{d}] spans ledgers; its entries need the ledger list"
-                )
-            for lid, n in zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True):
+            return
+        known = list(zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True))
+        for a, b, c, d in self._b.tolist():
+            for lid, n in known:
                 if lid < a or lid > c:
                     continue
                 lo = b + 1 if lid == a else 0
                 hi = d if lid == c else n - 1
                 for e in range(max(lo, 0), min(hi, n - 1) + 1):
                     yield Position(lid, e)
-            if c > ledgers.ids[-1]:
-                for e in range(0, d + 1):
-                    yield Position(c, e)
 
     def after(self, position: Position) -> RangeSet:
         """The part strictly after ``position``."""
