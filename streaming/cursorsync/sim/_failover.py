@@ -71,7 +71,13 @@ class StrategyCounts:
     on_target: int  #: messages whose entry had been replicated to B by then
     redelivered: int  #: messages B delivers after the switch (from A)
     duplicates: int
+    #: Duplicates in batches A had only partly acked (entry-level: unacked).
     partial_batch_duplicates: int
+    #: Other duplicates whose entry became fully acked on A, or reached B, after cursorsync's
+    #: last applied sync (for builtin: relative to the same instant, for comparison).
+    duplicates_after_last_sync: int
+    #: The rest: acked on A in time but not carried over (stale snapshots, missing evidence).
+    duplicates_unexplained: int
     losses: int
     #: Messages produced on B, acked on B's cursor although nobody consumed them there.
     foreign_skipped: int
@@ -194,11 +200,17 @@ def _broker_cursor(part: PartitionState, acked: RangeSet, ledgers: Ledgers) -> C
     return CursorState(md, idm, ledgers)
 
 
-def count_failover(part: PartitionState, at_ms: int,
-                   target_acked: npt.NDArray[np.bool_]) -> dict[str, int]:
+def count_failover(part: PartitionState, at_ms: int, target_acked: npt.NDArray[np.bool_],
+                   *, observed_ms: int = -1, known_ms: int = -1) -> dict[str, int]:
     """Per-message duplicates and losses for one partition, from the truth on both sides.
 
     ``target_acked``: per target entry, whether B's cursor has it acked.
+    ``observed_ms``: when the source cursor was last read (cursorsync's last
+    applied sync) and ``known_ms`` how far the mapping had read B then.
+    Duplicates whose entry became fully acked on A after ``observed_ms``, or
+    whose target copy was written after ``known_ms``, are counted in
+    ``duplicates_after_last_sync``; duplicates neither there nor in a partial
+    batch in ``duplicates_unexplained``.
     """
     src, tgt = part.source, part.target
     n_src = src.written_by(at_ms)
@@ -217,6 +229,9 @@ def count_failover(part: PartitionState, at_ms: int,
     # Partial batches at entry level: some but not all messages of the entry acked.
     entry_acked = np.bincount(msg_entry, weights=acked_msg, minlength=len(src))
     partial_entry = (entry_acked > 0) & (entry_acked < src.msg_count)
+    entry_ack = part.source_entry_ack_ms[msg_entry]
+    landed = tgt.write_ms[peer_c]
+    late = dup & ~partial_entry[msg_entry] & ((entry_ack > observed_ms) | (landed > known_ms))
     replicable = produced & (src.reason[msg_entry] == REPLICATED)
     foreign = (tgt.kind[:n_tgt] == KIND_FOREIGN) & target_acked[:n_tgt]
     return dict(
@@ -226,6 +241,8 @@ def count_failover(part: PartitionState, at_ms: int,
         redelivered=int(redelivered.sum()),
         duplicates=int(dup.sum()),
         partial_batch_duplicates=int((dup & partial_entry[msg_entry]).sum()),
+        duplicates_after_last_sync=int(late.sum()),
+        duplicates_unexplained=int((dup & ~partial_entry[msg_entry] & ~late).sum()),
         losses=int(loss.sum()),
         foreign_skipped=int(tgt.msg_count[:n_tgt][foreign].sum()),
         unreplicated=int((produced & (src.reason[msg_entry] != REPLICATED)).sum()),
@@ -241,7 +258,9 @@ def _sum_counts(rows: list[dict[str, int]], md: list[str], ranges: list[int]) ->
         messages_total=total("messages_total"), acked_on_source=total("acked_on_source"),
         on_target=total("on_target"), redelivered=total("redelivered"),
         duplicates=total("duplicates"),
-        partial_batch_duplicates=total("partial_batch_duplicates"), losses=total("losses"),
+        partial_batch_duplicates=total("partial_batch_duplicates"),
+        duplicates_after_last_sync=total("duplicates_after_last_sync"),
+        duplicates_unexplained=total("duplicates_unexplained"), losses=total("losses"),
         foreign_skipped=total("foreign_skipped"), target_mark_delete=tuple(md),
         target_individual_ranges=tuple(ranges))
 
@@ -272,14 +291,16 @@ def failover_report(sim: Simulation) -> FailoverReport:
         for k, v in outs.items():
             outcomes[k] = outcomes.get(k, 0) + v
         in_acked = acked.contains_arrays(tgt.ledger, tgt.entry)
-        cs_rows.append(count_failover(part, T, in_acked))
+        seen = dict(observed_ms=stats["last_sync_ms"],
+                    known_ms=stats["last_sync_ms"] - sim.workload.mapping_lag_ms)
+        cs_rows.append(count_failover(part, T, in_acked, **seen))
         cursor = _broker_cursor(part, acked, ledgers)
         cs_md.append(str(cursor.mark_delete))
         cs_ranges.append(len(cursor.individually_deleted))
         # Built-in: B's markDeletePosition is the newest UPDATE that arrived.
         through = part.builtin.target_acked_through(T)
         bi_acked = np.arange(len(tgt)) <= through
-        bi_rows.append(count_failover(part, T, bi_acked))
+        bi_rows.append(count_failover(part, T, bi_acked, **seen))
         bi_md.append(str(part.builtin_target_mark_delete(T)))
         updates_applied += int((part.builtin.update_arrival_ms <= T).sum())
     b = [p.builtin for p in sim.partitions]

@@ -158,7 +158,7 @@ class PartitionState:
 
     def target_deliverable(self, at_ms: float) -> npt.NDArray[np.bool_]:
         """Target entries a consumer or reader can receive (not markers) existing at ``at_ms``."""
-        out = self.target.kind != KIND_MARKER
+        out: npt.NDArray[np.bool_] = self.target.kind != KIND_MARKER
         out[self.target.written_by(at_ms):] = False
         return out
 
