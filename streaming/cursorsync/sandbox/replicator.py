@@ -121,6 +121,8 @@ class Replicator:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
+        self._flight = threading.Condition()
+        self._in_flight = 0
         self.errors: list[BaseException] = []
         for t in self.topics:
             for state in (source_state, target_state):
@@ -152,8 +154,10 @@ class Replicator:
             p.close()
 
     def pause(self) -> None:
-        """Stop replicating after the entry in flight (readers stay open)."""
-        self._running.clear()
+        """Stop replicating; returns once no entry is in flight (readers stay open)."""
+        with self._flight:
+            self._running.clear()
+            self._flight.wait_for(lambda: self._in_flight == 0, timeout=self.options.send_timeout_s)
 
     def resume(self) -> None:
         self._running.set()
@@ -283,6 +287,18 @@ class Replicator:
         return p
 
     def _replicate(self, topic: str, messages: list[Any]) -> None:
+        with self._flight:
+            while not self._running.is_set() and not self._stop.is_set():
+                self._flight.wait(0.05)
+            self._in_flight += 1
+        try:
+            self._replicate_entry(topic, messages)
+        finally:
+            with self._flight:
+                self._in_flight -= 1
+                self._flight.notify_all()
+
+    def _replicate_entry(self, topic: str, messages: list[Any]) -> None:
         import pulsar
 
         opts = self.options

@@ -42,8 +42,9 @@ class SandboxConfig:
     replicator: ReplicatorOptions = field(default_factory=ReplicatorOptions)
     start_replicator: bool = True
     #: Topics written on B before anything else, so B's ledger ids differ from A's
-    #: (pulsar-lite numbers ledgers per broker in topic-creation order).
-    target_ledger_offset: int = 3
+    #: (pulsar-lite numbers ledgers per broker from 0 in topic-creation order): they
+    #: cannot collide while A has fewer topics than this.
+    target_ledger_offset: int = 20
     #: Put a proxy in front of B's broker that records every ack clients send to it,
     #: so B's admin API reports cursors of any client (see cursorsync.sandbox.proxy).
     sniff_target_acks: bool = True
