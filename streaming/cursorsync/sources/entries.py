@@ -18,9 +18,11 @@ Executors read with a pulsar-client Reader created inside ``read()``.
 Pinned behaviour (tests/test_sources.py): a Reader started at ``L:E:-1``
 exclusive re-delivers the messages of entry L:E when it is a batch (the
 client compares batch index -1 as "before index 0"), so ``read()`` drops every
-message at or before the start entry itself. The batch size is the number of
-messages the reader delivers for an entry (the Python client does not expose
-it): entries are read whole, so the count is exact.
+message at or before the start entry itself. The batch size has no accessor
+in the Python client, but a received batched message id serialises with it
+(MessageIdData.batch_size): ``read()`` takes it from there and reads each
+entry to its last message (pulsar-lite's ``has_message_available`` answers
+False in the middle of a batch, so it is never asked there).
 
 Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
 is counted in ENTRIES, shared fairly across topic partitions; an entry holds
@@ -38,7 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.identity import (
@@ -238,11 +245,70 @@ def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> I
         )
 
 
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def batch_size_of(message_id: Any) -> int | None:
+    """Messages in the entry of ``message_id``: 1 if not batched, None if not known.
+
+    The Python client has no accessor, but a received batched id serialises
+    as MessageIdData with ``batch_size`` (field 6); we read it from there.
+    """
+    if message_id.batch_index() < 0:
+        return 1
+    buf = bytes(message_id.serialize())
+    i = 0
+    try:
+        while i < len(buf):
+            key, i = _varint(buf, i)
+            field_no, wire = key >> 3, key & 7
+            if wire == 0:
+                value, i = _varint(buf, i)
+                if field_no == 6:
+                    return value if value > 0 else None
+            elif wire == 2:
+                n, i = _varint(buf, i)
+                i += n
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            else:
+                return None
+    except ValueError:
+        return None
+    return None
+
+
+@dataclass
+class _Entry:
+    pos: Position
+    size: int | None
+    messages: list[Any]
+
+    @property
+    def complete(self) -> bool:
+        return self.size is not None and len(self.messages) >= self.size
+
+
 def read_entries(part: EntriesPartition) -> Iterator[Row]:
     """Every message of the entries in (start, end] of one topic partition, in order.
 
     Deterministic: the same (start, end] always yields the same rows while the
     entries are retained (the driver's subscription holds them until commit).
+    Inside a batch we never ask ``has_message_available``: with a last message
+    id that carries no batch index (pulsar-lite) it answers False in the
+    middle of a batch. The batch size from the message id says when it ends.
     """
     import pulsar
 
@@ -251,21 +317,29 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     end = Position.parse(part.end)
     if end <= start:
         return
+    where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end}]"
     client = part.client.connect()
     try:
         start_id = (pulsar.MessageId.earliest if start.ledger < 0
                     else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
         reader = client.create_reader(part.topic, start_id, receiver_queue_size=1000)
-        group: list[Any] = []
-        group_pos: Position | None = None
         try:
-            while reader.has_message_available():
+            current: _Entry | None = None
+            while True:
+                if current is not None and current.complete:
+                    yield from _row_values(part, topic, current.messages)
+                    done = current.pos >= end
+                    current = None
+                    if done:
+                        return
+                mid_batch = current is not None and current.size is not None
+                if not mid_batch and not reader.has_message_available():
+                    break
                 try:
                     msg = reader.read_next(part.read_timeout_ms)
                 except pulsar.Timeout as e:
                     raise EntriesReadError(
-                        f"cluster {part.cluster} topic {part.topic}: no message within "
-                        f"{part.read_timeout_ms} ms while reading ({start}..{end}]"
+                        f"{where}: no message within {part.read_timeout_ms} ms"
                     ) from e
                 mid = msg.message_id()
                 pos = Position(mid.ledger_id(), mid.entry_id())
@@ -273,13 +347,20 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     continue  # the start entry re-delivered (batch index -1 compares low)
                 if pos > end:
                     break
-                if group_pos is not None and pos != group_pos:
-                    yield from _row_values(part, topic, group)
-                    group = []
-                group_pos = pos
-                group.append(msg)
-            if group:
-                yield from _row_values(part, topic, group)
+                if current is not None and pos != current.pos:
+                    # Only entries of unknown size end this way (by the next one starting).
+                    yield from _row_values(part, topic, current.messages)
+                    current = None
+                if current is None:
+                    current = _Entry(pos, batch_size_of(mid), [])
+                current.messages.append(msg)
+            if current is not None:
+                if current.size is not None and not current.complete:
+                    raise EntriesReadError(
+                        f"{where}: entry {current.pos} ended after {len(current.messages)} of "
+                        f"its {current.size} messages"
+                    )
+                yield from _row_values(part, topic, current.messages)
         finally:
             reader.close()
     finally:
@@ -316,7 +397,7 @@ def allocate(available: Mapping[str, int | None], budget: int) -> dict[str, int]
     return alloc
 
 
-class PulsarEntriesStreamReader(DataSourceStreamReader):
+class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side: offsets, latest positions, admission control and retention acks."""
 
     def __init__(self, options: EntriesOptions) -> None:
@@ -325,6 +406,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
         self._consumers: dict[str, Any] = {}
         self._topics: list[str] | None = None
         self._discovered_at = 0.0
+        self._available_now: dict[str, Position] | None = None
 
     # -- resources (driver only; never pickled with partitions) --
 
@@ -422,6 +504,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
             return make_offset({t: self.latest_position(t) for t in topics})
         return make_offset({t: BEFORE_ALL for t in topics})
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: fix the target now; later entries wait for the next run."""
+        self._available_now = {t: self.latest_position(t) for t in self.topics()}
+
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_rows_per_batch
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
@@ -429,9 +515,13 @@ class PulsarEntriesStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = parse_offset(start)
         latest = dict(begin)
-        for t in self.topics():
-            latest.setdefault(t, BEFORE_ALL)  # a newly discovered partition starts at its start
-            latest[t] = max(latest[t], self.latest_position(t))
+        if self._available_now is not None:
+            for t, pos in self._available_now.items():
+                latest[t] = max(latest.get(t, BEFORE_ALL), pos)
+        else:
+            for t in self.topics():
+                latest.setdefault(t, BEFORE_ALL)  # a newly discovered partition: from its start
+                latest[t] = max(latest[t], self.latest_position(t))
         if not isinstance(limit, ReadMaxRows):
             return make_offset(latest)
         return make_offset(self._limit(begin, latest, limit.max_rows))
