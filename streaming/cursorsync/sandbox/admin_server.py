@@ -168,6 +168,7 @@ class AdminServer:
         self.state = state
         self.token = token
         self.requests = 0
+        self._host = host
         handler = _make_handler(self)
         self._httpd = ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True
@@ -175,8 +176,8 @@ class AdminServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._httpd.server_address[1]
+        return f"http://{self._host}:{port}"
 
     def start(self) -> AdminServer:
         self._thread = threading.Thread(

@@ -43,7 +43,7 @@ def pulsar_lite_binary() -> str:
     """Path of the pulsar-lite executable shipped with the PyPI package."""
     from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
-    return find_pulsar_lite_binary()
+    return str(find_pulsar_lite_binary())
 
 
 def _config_text(cluster: str, default_partitions: int) -> str:

@@ -201,6 +201,7 @@ class AckSniffingProxy:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((LOOPBACK, 0))
         self._sock.listen(64)
+        self._sock.settimeout(0.2)  # accept() wakes up to notice stop()
         self.port = int(self._sock.getsockname()[1])
         self._stop = threading.Event()
         self._conns: list[socket.socket] = []
@@ -219,6 +220,9 @@ class AckSniffingProxy:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
         self._sock.close()
         with self._lock:
             conns, self._conns = self._conns, []
@@ -226,15 +230,16 @@ class AckSniffingProxy:
             with contextlib.suppress(OSError):  # already closed by the peer
                 c.shutdown(socket.SHUT_RDWR)
             c.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:
                 client, _ = self._sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return  # listening socket closed by stop()
+            client.settimeout(None)
             try:
                 upstream = socket.create_connection((LOOPBACK, self.broker_port))
             except OSError as exc:
