@@ -117,3 +117,16 @@ def test_count_entries_without_ledgers_is_a_lower_bound() -> None:
     r = RangeSet.parse("[(1:5..1:9],(1:20..2:3]]")
     assert r.count_entries() == 4 + 4
     assert r.count_entries(Ledgers.of([(1, 30), (2, 10)])) == 4 + 9 + 4
+
+
+@given(rangesets(), rangesets().filter(lambda r: len(r) == 1))
+def test_single_range_fast_path_matches_sets(a: RangeSet, one: RangeSet) -> None:
+    """The O(log n) path used when a cursor-sized set meets one range (markDelete, horizon)."""
+    r = one.bounds[0]
+    assert members(a._with_one(r, "or")) == members(a) | members(one)
+    assert members(a._with_one(r, "and")) == members(a) & members(one)
+    assert members(a._with_one(r, "sub")) == members(a) - members(one)
+    for op in ("or", "and", "sub"):
+        out = a._with_one(r, op)
+        assert out.is_canonical()
+        assert out == RangeSet(out.bounds.copy())

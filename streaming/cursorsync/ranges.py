@@ -123,32 +123,43 @@ def _merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
 def _combine(
     alo: Keys, ahi: Keys, blo: Keys, bhi: Keys, op: str
 ) -> tuple[Keys, Keys]:
-    """Boolean combination of two canonical key interval sets, by elementary intervals."""
-    pts = np.concatenate(
-        (np.stack([alo, ahi], axis=1).ravel(), np.stack([blo, bhi], axis=1).ravel())
-    )
-    if len(pts) == 0:
+    """Boolean combination of two canonical key interval sets, by an event sweep.
+
+    Each set's bounds interleave into one sorted run, so a stable sort of the
+    two runs is a linear merge; running coverage counts then say, for the gap
+    after each distinct key, whether it is in A and in B.
+    """
+    na, nb = len(alo), len(blo)
+    keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
+                           np.stack([blo, bhi], axis=1).ravel()))
+    if len(keys) == 0:
         return alo[:0], ahi[:0]
-    pts = np.sort(pts, kind="stable")  # two sorted runs: linear merge
-    pts = pts[np.concatenate(([True], pts[1:] != pts[:-1]))]
-    if len(pts) < 2:
-        return pts[:0], pts[:0]
-    upper = pts[1:]
-    ina = _covers(alo, ahi, upper)
-    inb = _covers(blo, bhi, upper)
+    da = np.zeros(len(keys), dtype=np.int8)
+    db = np.zeros(len(keys), dtype=np.int8)
+    da[0:2 * na:2], da[1:2 * na:2] = 1, -1
+    db[2 * na::2], db[2 * na + 1::2] = 1, -1
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    ca = np.cumsum(da[order], dtype=np.int32)
+    cb = np.cumsum(db[order], dtype=np.int32)
+    # Coverage after the last event at each distinct key holds until the next key.
+    last = np.concatenate((keys[1:] != keys[:-1], [True]))
+    keys, ca, cb = keys[last], ca[last], cb[last]
+    ina, inb = ca > 0, cb > 0
     if op == "and":
         sel = ina & inb
     elif op == "or":
         sel = ina | inb
     else:  # "sub"
         sel = ina & ~inb
+    sel = sel[:-1]  # nothing is covered after the last key
     idx = np.flatnonzero(sel)
     if len(idx) == 0:
-        return pts[:0], pts[:0]
+        return keys[:0], keys[:0]
     run_start = np.concatenate(([True], idx[1:] != idx[:-1] + 1))
     starts = idx[run_start]
     ends = idx[np.concatenate((run_start[1:], [True]))]
-    return pts[starts], pts[ends + 1]
+    return keys[starts], keys[ends + 1]
 
 
 def _covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
@@ -159,6 +170,13 @@ def _covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
     inside = j < len(hi)
     jj = np.minimum(j, len(hi) - 1)
     return inside & (lo[jj] < points)  # type: ignore[no-any-return]
+
+
+def _search(ledgers: I64, entries: I64, pos: tuple[int, int], side: str) -> int:
+    """searchsorted for one position in position-sorted (ledger, entry) columns."""
+    lo = int(np.searchsorted(ledgers, pos[0], side="left"))
+    hi = int(np.searchsorted(ledgers, pos[0], side="right"))
+    return lo + int(np.searchsorted(entries[lo:hi], pos[1], side=side))  # type: ignore[call-overload]
 
 
 # ------------------------------------------------------------------------ ledgers
@@ -338,22 +356,64 @@ class RangeSet:
 
     # -- algebra
     def _binary(self, other: RangeSet, op: str) -> RangeSet:
+        if len(other) == 1 and len(self) > 64:
+            return self._with_one(other._b[0], op)
         ks = _keyspace(self._b, other._b)
         alo, ahi = _to_keys(ks, self._b)
         blo, bhi = _to_keys(ks, other._b)
         lo, hi = _combine(alo, ahi, blo, bhi, op)
         return RangeSet(_from_keys(ks, lo, hi), _canonical=True)
 
+    def _with_one(self, r: I64, op: str) -> RangeSet:
+        """self op (a..b] in O(log n) searches plus one copy: cursor-sized sets meet single
+        ranges (a markDeletePosition, a horizon) on every sync."""
+        b = self._b
+        a_pos = (int(r[0]), int(r[1]))
+        z_pos = (int(r[2]), int(r[3]))
+        if op == "or":
+            i0 = _search(b[:, 2], b[:, 3], a_pos, "left")    # first hi >= a (touch merges)
+            i1 = _search(b[:, 0], b[:, 1], z_pos, "right")   # first lo > b
+        else:
+            i0 = _search(b[:, 2], b[:, 3], a_pos, "right")   # first hi > a (overlap)
+            i1 = _search(b[:, 0], b[:, 1], z_pos, "left")    # first lo >= b
+        mid = b[i0:i1]
+        if op == "or":
+            lo = min(a_pos, (int(mid[0, 0]), int(mid[0, 1]))) if len(mid) else a_pos
+            hi = max(z_pos, (int(mid[-1, 2]), int(mid[-1, 3]))) if len(mid) else z_pos
+            piece = np.array([[lo[0], lo[1], hi[0], hi[1]]], dtype=np.int64)
+            out = np.concatenate((b[:i0], piece, b[i1:]))
+        elif op == "and":
+            out = mid.copy()
+            if len(out):
+                if (int(out[0, 0]), int(out[0, 1])) < a_pos:
+                    out[0, 0:2] = a_pos
+                if (int(out[-1, 2]), int(out[-1, 3])) > z_pos:
+                    out[-1, 2:4] = z_pos
+        else:  # difference
+            keep = []
+            if len(mid):
+                if (int(mid[0, 0]), int(mid[0, 1])) < a_pos:
+                    keep.append([mid[0, 0], mid[0, 1], a_pos[0], a_pos[1]])
+                if (int(mid[-1, 2]), int(mid[-1, 3])) > z_pos:
+                    keep.append([z_pos[0], z_pos[1], mid[-1, 2], mid[-1, 3]])
+            piece = np.array(keep, dtype=np.int64).reshape(-1, 4)
+            out = np.concatenate((b[:i0], piece, b[i1:]))
+        return RangeSet(out, _canonical=True)
+
     def union(self, other: RangeSet) -> RangeSet:
         if not other:
             return self
         if not self:
             return other
+        if len(self) == 1 and len(other) > 1:
+            return other._binary(self, "or")
         return self._binary(other, "or")
 
     def intersection(self, other: RangeSet) -> RangeSet:
         if not self or not other:
             return RangeSet()
+        if len(self) == 1 and len(other) > 1:
+            return other._binary(self, "and")
         return self._binary(other, "and")
 
     def difference(self, other: RangeSet) -> RangeSet:
