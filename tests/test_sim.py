@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -29,6 +30,8 @@ from cursorsync.sim import (
 )
 from cursorsync.sim._failover import count_failover
 from cursorsync.translate import CursorState
+
+T = TypeVar("T")
 
 # Small, fast histories; the default workload is exercised once for its timing budget.
 SMALL = dict(messages=3000, hole_lifetime_ms=4000, backlog_bursts=((2000, 3000),),
@@ -216,8 +219,8 @@ def test_cursorsync_never_loses_across_seeds(seed: int) -> None:
         mapping_lag_ms=int(rng.choice([0, 400])),
         evidence_drop=float(rng.choice([0.0, 0.2])),
         map_markers=bool(rng.integers(0, 2)),
-        skippable_from=str(rng.choice(["markers", "reader-holes"])),  # type: ignore[arg-type]
-        target_state_from=str(rng.choice(["plan", "broker"])),  # type: ignore[arg-type]
+        skippable_from="markers" if seed % 2 else "reader-holes",
+        target_state_from="plan" if seed % 3 else "broker",
     )
     r = run_failover(w)
     assert r.cursorsync.losses == 0
@@ -332,3 +335,48 @@ def test_cumulative_target_acks_never_lose() -> None:
         assert r.sync.plan_vs_broker_mark_delete_mismatches == 0
     r = run_failover(small(seed=1, foreign_rate_per_s=10.0, target_ack_mode="cumulative"))
     assert r.cursorsync.losses == 0 and r.cursorsync.foreign_skipped == 0
+
+
+def random_workload(seed: int) -> Workload:
+    """Every knob at once, drawn from a seed: tiny ledgers, bursts, lags, lost evidence."""
+    rng = np.random.default_rng(1000 + seed)
+
+    def pick(*xs: T) -> T:
+        return xs[int(rng.integers(len(xs)))]
+
+    return Workload(
+        seed=seed, messages=int(rng.integers(200, 2500)), partitions=int(rng.integers(1, 4)),
+        ledger_entries_a=(int(rng.integers(1, 30)), 60),
+        ledger_entries_b=(int(rng.integers(1, 30)), 60),
+        batch_probability=float(rng.random()), hole_probability=float(pick(0.0, 0.01, 0.1)),
+        hole_lifetime_ms=int(rng.integers(100, 20_000)),
+        partial_batch_probability=float(pick(0.0, 0.3)),
+        cumulative_ack_probability=float(pick(0.0, 0.05)),
+        foreign_rate_per_s=float(pick(0.0, 20.0)),
+        unreplicated_rate=float(pick(0.0, 0.2)),
+        sync_interval_ms=int(rng.integers(50, 2000)), sync_lag_ms=int(rng.integers(0, 500)),
+        mapping_lag_ms=int(pick(0, 300)),
+        evidence_drop=float(pick(0.0, 0.5)),
+        map_markers=bool(rng.integers(2)),
+        skippable_from=pick("markers", "reader-holes"),
+        target_ack_mode=pick("individual", "cumulative"),
+        target_state_from=pick("plan", "broker"),
+        marker_interval_ms=int(rng.integers(50, 2000)),
+        replication_lag_ms=int(rng.integers(0, 500)),
+        backlog_bursts=((int(rng.integers(0, 5000)), int(rng.integers(0, 40_000))),),
+        snapshot_cache_size=int(rng.integers(1, 12)),
+    )
+
+
+def test_random_configurations_keep_every_invariant() -> None:
+    for seed in range(40):
+        w = random_workload(seed)
+        r = run_failover(w)
+        c = r.cursorsync
+        assert c.losses == 0, w
+        assert c.foreign_skipped == 0, w
+        assert r.sync.unsafe_entries_refused == 0, w
+        assert r.sync.plan_vs_broker_mark_delete_mismatches == 0, w
+        assert r.builtin.losses == 0, w
+        if w.evidence_drop == 0:
+            assert c.duplicates_unexplained == 0, w

@@ -221,8 +221,9 @@ def count_failover(part: PartitionState, at_ms: int, target_acked: npt.NDArray[n
     # Per message: its entry's target copy, if it exists on B by now.
     peer = src.peer[msg_entry]
     on_b = produced & (peer >= 0) & (peer < n_tgt)
-    peer_c = np.where(on_b, peer, 0)
-    b_acked = on_b & target_acked[peer_c]
+    pad = len(tgt)  # messages not on B index one padding slot
+    peer_c = np.where(on_b, peer, pad)
+    b_acked = on_b & np.append(target_acked, False)[peer_c]
     redelivered = on_b & ~b_acked
     dup = redelivered & acked_msg
     loss = on_b & b_acked & ~acked_msg
@@ -230,7 +231,7 @@ def count_failover(part: PartitionState, at_ms: int, target_acked: npt.NDArray[n
     entry_acked = np.bincount(msg_entry, weights=acked_msg, minlength=len(src))
     partial_entry = (entry_acked > 0) & (entry_acked < src.msg_count)
     entry_ack = part.source_entry_ack_ms[msg_entry]
-    landed = tgt.write_ms[peer_c]
+    landed = np.append(tgt.write_ms, np.iinfo(np.int64).max)[peer_c]
     late = dup & ~partial_entry[msg_entry] & ((entry_ack > observed_ms) | (landed > known_ms))
     replicable = produced & (src.reason[msg_entry] == REPLICATED)
     foreign = (tgt.kind[:n_tgt] == KIND_FOREIGN) & target_acked[:n_tgt]
