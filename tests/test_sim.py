@@ -380,3 +380,12 @@ def test_random_configurations_keep_every_invariant() -> None:
         assert r.builtin.losses == 0, w
         if w.evidence_drop == 0:
             assert c.duplicates_unexplained == 0, w
+
+
+def test_simulator_imports_no_spark_pulsar_delta_or_prometheus() -> None:
+    code = ("import sys, cursorsync.sim; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pyspark', 'pulsar', 'deltalake', 'delta', 'prometheus_client')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
