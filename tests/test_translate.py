@@ -184,3 +184,20 @@ def test_fresh_target_cursor_acks_leading_markers(md: str) -> None:
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 3, 2, 3)]), skippable=Runs.of((3, 0, 2)))
     plan = translate(CursorState.parse("1:2"), mapping, CursorState.parse(md))
     assert plan.mark_delete == P("3:4")
+
+
+def test_guard_refuses_a_cumulative_ack_over_an_unacked_entry() -> None:
+    from dataclasses import replace
+
+    from cursorsync.translate import UnsafePlanError, guard
+
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 3)]))
+    src = CursorState.parse("1:-1", "[(1:0..1:2]]")  # 1:0 is not acked
+    tgt = CursorState.parse("7:-1")
+    plan = translate(src, mapping, tgt)
+    assert plan.mark_delete == P("7:-1")
+    guard(plan, src, mapping, tgt)  # the honest plan passes
+    forged = replace(plan, mark_delete=P("7:2"))
+    assert str(check_safe(forged, src, mapping, tgt)) == "[(7:-1..7:0]]"
+    with pytest.raises(UnsafePlanError, match="7:0"):
+        guard(forged, src, mapping, tgt)

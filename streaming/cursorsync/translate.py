@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from cursorsync.errors import CursorSyncError
 from cursorsync.mapping import SegmentSet, TopicMapping
 from cursorsync.positions import Position
 from cursorsync.ranges import Ledgers, RangeSet, _keyspace, _to_keys, fold
@@ -182,14 +183,46 @@ def translate(
 
 def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
                target: CursorState) -> RangeSet:
-    """The emit guard: return the acks that would break the safety rule (empty when safe).
+    """Return the target positions the plan would ack against the safety rule (empty when safe).
 
-    Every target entry in ``plan.to_ack`` must be the counterpart of a source
-    entry acked on the source, or a skippable entry. Anything else is refused.
+    Two ways to ack: ``to_ack`` entry by entry, and a cumulative ack up to the
+    plan's markDeletePosition. Every target entry either covers must be the
+    counterpart of a source entry acked on the source, a skippable entry, or
+    already acked on the target. The cumulative span is checked on existing
+    entries when the target's ledger list is known, and in position space
+    (stricter) when it is not.
     """
     allowed = (safe_target_acks(source.acked(), mapping.segments)
                | mapping.skippable.ranges() | target.acked())
-    return plan.to_ack - allowed
+    bad = plan.to_ack - allowed
+    cumulative = RangeSet.up_to(plan.mark_delete) - allowed
+    ledgers = target.ledgers
+    if ledgers is not None and len(ledgers.ids):
+        cumulative = cumulative.canonical(ledgers)
+        if cumulative.count_entries(ledgers) == 0:
+            cumulative = RangeSet()
+    return bad | cumulative
+
+
+class UnsafePlanError(CursorSyncError):
+    """A plan would acknowledge a target entry whose source is not acknowledged. Never sent."""
+
+
+@dataclass(frozen=True)
+class SafePlan:
+    """An AckPlan that passed :func:`guard`; emitters accept nothing else."""
+
+    plan: AckPlan
+
+
+def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
+          target: CursorState) -> SafePlan:
+    """The emit gate: every emit path calls this; it raises instead of letting a bad ack out."""
+    bad = check_safe(plan, source, mapping, target)
+    if bad:
+        raise UnsafePlanError(f"refusing to emit: target positions {bad} are not acked on the "
+                              f"source (source {source}); nothing was sent")
+    return SafePlan(plan)
 
 
 def is_monotone(plan: AckPlan, target: CursorState) -> bool:
