@@ -264,11 +264,17 @@ def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     return SegmentSet(out, ev[starts])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Runs:
     """Runs of entries of one kind on one side: (ledger, first entry, count) rows."""
 
     rows: I64 = field(default_factory=lambda: np.empty((0, 3), dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Runs) and np.array_equal(self.rows, other.rows)
+
+    def __hash__(self) -> int:
+        return hash(self.rows.tobytes())
 
     @classmethod
     def from_positions(cls, ledgers: I64, entries: I64) -> Runs:

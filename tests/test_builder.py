@@ -1,0 +1,109 @@
+"""The mapping builder on synthetic entry batches: both evidence kinds, holes, replay state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+import pytest
+
+from cursorsync.builder import BuilderConfig, MappingBuilder
+from cursorsync.positions import Position
+from cursorsync.tables.rows import PartitionKey
+
+P = Position.parse
+KEY = PartitionKey("persistent://public/default/t", -1)
+
+
+def digest(x: str) -> bytes:
+    return hashlib.blake2b(x.encode(), digest_size=16).digest()
+
+
+def rows(items: list[tuple[str, int, int, str | None, str]]) -> pa.Table:
+    """(cluster, ledger, entry, source_position, identity key), one message per entry."""
+    return pa.table({
+        "cluster": [i[0] for i in items],
+        "topic": [KEY.topic] * len(items),
+        "partition": pa.array([KEY.partition] * len(items), pa.int32()),
+        "ledger": pa.array([i[1] for i in items], pa.int64()),
+        "entry": pa.array([i[2] for i in items], pa.int64()),
+        "batch_index": pa.array([-1] * len(items), pa.int32()),
+        "source_position": pa.array([i[3] for i in items], pa.string()),
+        "entry_identity": pa.array([digest(i[4]) for i in items], pa.binary()),
+    })
+
+
+def test_property_evidence_runs_holes_and_foreign() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    out = b.process(rows([
+        ("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1"),
+        # 9:2 never returned by the reader: a marker
+        ("B", 9, 3, "1:2", "m2"), ("B", 9, 4, None, "foreign"), ("B", 9, 5, "1:3", "m3"),
+    ]))
+    m = out.mappings[KEY]
+    assert [str(s) for s in m.segments] == [
+        "1:0+2->9:0 (position-property)", "1:2+1->9:3 (position-property)",
+        "1:3+1->9:5 (position-property)"]
+    assert m.skippable.rows.tolist() == [[9, 2, 1]]
+    assert m.foreign.rows.tolist() == [[9, 4, 1]]
+    # The next batch continues the stream: holes after the previous batch's last entry.
+    out2 = b.process(rows([("B", 9, 8, "1:4", "m4")]))
+    assert out2.mappings[KEY].skippable.rows.tolist() == [[9, 6, 2]]
+    assert b.known[KEY].lookup(P("1:4")) == P("9:8")
+
+
+def test_identity_evidence_pairs_and_never_guesses() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    out = b.process(rows([
+        ("A", 1, 0, None, "a"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "dup"),
+        ("A", 1, 3, None, "c"),
+        ("B", 7, 0, None, "x-foreign"), ("B", 7, 1, None, "a"), ("B", 7, 2, None, "dup"),
+        ("B", 7, 3, None, "dup"), ("B", 7, 4, None, "c"),
+    ]))
+    segs = out.mappings[KEY].segments
+    assert [str(s) for s in segs] == ["1:0+1->7:1 (identity)", "1:3+1->7:4 (identity)"]
+    # Ambiguous and unmatched entries before the last pair are given up: never acked.
+    assert out.given_up_target == 3  # 7:0, 7:2, 7:3
+    assert out.given_up_source == 2
+    assert out.mappings[KEY].foreign.rows.tolist() == [[7, 0, 1], [7, 2, 2]]
+
+
+def test_identity_waits_for_the_other_side_across_batches() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("identity",)))
+    first = b.process(rows([("B", 7, 0, None, "a"), ("B", 7, 1, None, "b")]))
+    assert KEY not in first.mappings or not len(first.mappings[KEY].segments)
+    out = b.process(rows([("A", 1, 5, None, "a"), ("A", 1, 6, None, "b")]))
+    assert [str(s) for s in out.mappings[KEY].segments] == ["1:5+2->7:0 (identity)"]
+
+
+def test_state_round_trips_through_json_for_replay() -> None:
+    cfg = BuilderConfig("A", "B", ("identity",))
+    b = MappingBuilder(cfg)
+    b.process(rows([("B", 7, 0, None, "a"), ("B", 7, 3, None, "b")]))
+    saved = json.loads(json.dumps(b.state()))
+    batch = rows([("A", 1, 5, None, "a"), ("A", 1, 6, None, "b"), ("B", 7, 4, None, "z")])
+    first = b.process(batch)
+    replay = MappingBuilder(cfg, saved).process(batch)
+    assert first.mappings[KEY] == replay.mappings[KEY]
+    assert first.given_up_target == 0 and len(first.mappings[KEY].segments) == 2
+
+
+def test_conflicting_evidence_is_dropped_not_guessed() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1")]))
+    out = b.process(rows([("B", 9, 2, "1:0", "m0-again")]))  # claims 1:0 a second time
+    assert out.conflicts == 1
+    assert b.known[KEY].lookup(P("1:0")) == P("9:0")
+
+
+def test_window_ages_out_unmatched_entries() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("identity",), alignment_window=2))
+    out = b.process(rows([("B", 7, i, None, f"t{i}") for i in range(5)]))
+    assert out.given_up_target == 3
+
+
+@pytest.mark.parametrize("strategies", [("snapshot-typo",)])
+def test_bad_strategy_is_named(strategies: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="snapshot-typo"):
+        BuilderConfig("A", "B", strategies)  # type: ignore[arg-type]
