@@ -1,0 +1,484 @@
+"""The Spark application: two streaming queries, one driver.
+
+* **mapping**: ``pulsar-entries`` from the target (and the source, when
+  identity evidence is on) -> :class:`cursorsync.builder.MappingBuilder` ->
+  ``mappings`` table.
+* **sync**: ``pulsar-cursors`` (source admin polling) -> the mapping from the
+  ``mappings`` table -> :class:`cursorsync.sync.SyncStep` (translate, guard,
+  emit) -> ``cursor_states`` and ``sync_progress`` tables.
+
+Both sinks are ``foreachBatch`` functions on the driver; every table write is
+idempotent per (query, batch id), and the builder's state is saved per batch
+id under the checkpoint, so a batch Spark re-runs after a crash produces the
+same rows and re-sends only acks (idempotent on the broker).
+
+Emission across executors: with ``emission.spread_across_executors`` the
+sync batch is repartitioned by topic partition and each executor translates,
+guards and emits for its partitions (``mapInArrow``); the driver only writes
+the tables. Off by default: one driver emits comfortably for thousands of
+partitions per trigger, and the embedded default has one executor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cursorsync.builder import BuilderConfig, MappingBuilder
+from cursorsync.config import Config
+from cursorsync.mapping import TopicMapping
+from cursorsync.metrics import Metrics
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.sync import SyncConfig, SyncStep, fresh_target
+from cursorsync.tables import RowFilter, TableStore, open_store
+from cursorsync.tables.rows import (
+    ObservedCursor,
+    PartitionKey,
+    cursor_state_rows,
+    mapping_rows,
+    sync_progress_rows,
+    topic_mappings,
+)
+from cursorsync.translate import CursorState
+
+log = logging.getLogger(__name__)
+
+MAPPING_APP = "cursorsync-mapping"
+SYNC_APP = "cursorsync-sync"
+STATE_FILES_KEPT = 5
+
+
+# --------------------------------------------------------------------- session
+
+
+def build_session(config: Config) -> Any:
+    """A SparkSession from the config (Delta extension only when the backend needs it)."""
+    from pyspark.sql import SparkSession
+
+    b = (SparkSession.builder.master(config.spark.master).appName(config.spark.app_name)
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.python.worker.reuse", "true")
+         .config("spark.sql.streaming.metricsEnabled", "true"))
+    if config.tables.backend == "delta-spark":
+        from cursorsync.tables.delta_spark import DELTA_SPARK_CONF
+
+        for k, v in DELTA_SPARK_CONF.items():
+            b = b.config(k, v)
+    for k, v in config.spark.conf.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# ----------------------------------------------------------------- source options
+
+
+def _admin_options(cluster: Any) -> dict[str, str]:
+    opts = {"adminUrl": cluster.admin_url, "adminTimeoutMs": str(int(cluster.request_timeout_s * 1000))}
+    token = cluster.auth.resolve_token() if cluster.auth else None
+    if token:
+        opts["adminToken"] = token
+    tls = cluster.auth.tls if cluster.auth else None
+    if tls is not None:
+        if tls.ca_file:
+            opts["adminTlsCaFile"] = tls.ca_file
+        if tls.cert_file:
+            opts["adminTlsCertFile"] = tls.cert_file
+            opts["adminTlsKeyFile"] = tls.key_file or ""
+        if tls.allow_insecure:
+            opts["adminTlsInsecure"] = "true"
+    return opts
+
+
+def _client_options(cluster: Any) -> dict[str, str]:
+    opts = {"serviceUrl": cluster.service_url, "cluster": cluster.name}
+    token = cluster.auth.resolve_token() if cluster.auth else None
+    if token:
+        opts["authToken"] = token
+    tls = cluster.auth.tls if cluster.auth else None
+    if tls is not None and tls.ca_file:
+        opts["tlsTrustCertsFilePath"] = tls.ca_file
+    if tls is not None and tls.allow_insecure:
+        opts["tlsAllowInsecureConnection"] = "true"
+    return opts
+
+
+def _topics_option(config: Config) -> dict[str, str]:
+    if config.topics:
+        return {"topics": ",".join(t.topic for t in config.topics)}
+    ns = config.namespaces[0]
+    return {"namespace": ns.namespace, "topicPattern": ns.regex}
+
+
+def _subscriptions(config: Config) -> list[str]:
+    subs: list[str] = []
+    for t in config.topics:
+        subs += [s for s in t.subscriptions if s not in subs]
+    for n in config.namespaces:
+        subs += [s for s in n.subscriptions if s not in subs]
+    return subs
+
+
+def entries_stream(spark: Any, config: Config, side: str) -> Any:
+    cluster = config.source if side == "source" else config.target
+    opts = {**_client_options(cluster), **_admin_options(cluster), **_topics_option(config),
+            "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
+            "identityFields": ",".join(config.evidence.identity_fields),
+            "sourcePositionProperty": config.evidence.source_position_property,
+            "subscription": f"cursorsync-mapping-{side}",
+            "startingPosition": "earliest"}
+    return spark.readStream.format("pulsar-entries").options(**opts).load()
+
+
+def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
+    opts = {**_admin_options(config.source), **_topics_option(config),
+            "cluster": config.source.name, "subscriptions": ",".join(_subscriptions(config)),
+            "stateDir": state_dir}
+    return spark.readStream.format("pulsar-cursors").options(**opts).load()
+
+
+# ---------------------------------------------------------------- mapping sink
+
+
+class MappingSink:
+    """foreachBatch of the mapping query: builder + idempotent append + per-batch state."""
+
+    def __init__(self, config: Config, store: TableStore, state_dir: Path,
+                 metrics: Metrics | None) -> None:
+        self.config = config
+        self.store = store
+        self.state_dir = state_dir
+        self.metrics = metrics
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.builder = MappingBuilder(BuilderConfig(
+            config.source.name, config.target.name, tuple(config.evidence.strategies),
+            config.evidence.alignment_window))
+        self._batch: int | None = None
+        self.last_batch: int = -1
+
+    def _state_file(self, batch_id: int) -> Path:
+        return self.state_dir / f"builder-{batch_id}.json"
+
+    def _prepare(self, batch_id: int) -> None:
+        """Start from the state the batch started from the first time (replay-safe)."""
+        if self._batch == batch_id - 1:
+            return
+        prev = self._state_file(batch_id - 1)
+        builder = MappingBuilder(self.builder.config)
+        if prev.exists():
+            builder.load_state(json.loads(prev.read_text()))
+        elif batch_id > 0:
+            log.warning("no builder state for batch %d: identity matching restarts with an "
+                        "empty window (safe: only unmatched entries stay unacked)", batch_id - 1)
+        rows = self.store.read("mappings", RowFilter.of(
+            source_cluster=self.config.source.name, target_cluster=self.config.target.name,
+            max_batch_id=batch_id - 1))
+        builder.seed_known(topic_mappings(rows))
+        self.builder = builder
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        self._prepare(batch_id)
+        table = df.toArrow()
+        outcome = self.builder.process(table)
+        now = datetime.now(UTC)
+        parts = [mapping_rows(k, m, source_cluster=self.config.source.name,
+                              target_cluster=self.config.target.name, written_at=now)
+                 for k, m in sorted(outcome.mappings.items())]
+        rows = pa.concat_tables(parts) if parts else _empty("mappings")
+        self.store.append("mappings", rows, app_id=MAPPING_APP, batch_id=batch_id)
+        self._state_file(batch_id).write_text(json.dumps(self.builder.state()))
+        for old in self.state_dir.glob("builder-*.json"):
+            if int(old.stem.split("-")[1]) < batch_id - STATE_FILES_KEPT:
+                old.unlink(missing_ok=True)
+        self._batch = batch_id
+        self.last_batch = batch_id
+        if self.metrics:
+            for cluster in (self.config.source.name, self.config.target.name):
+                n = int(table.filter(pa.compute.equal(table.column("cluster"), cluster)).num_rows
+                        ) if table.num_rows else 0
+                self.metrics.record_entries_ingested(cluster, n)
+            segs = sum(len(m.segments) for m in outcome.mappings.values())
+            self.metrics.record_segments_written(segs)
+            self.metrics.observe_batch("mapping", time.perf_counter() - t0)
+        log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up",
+                 batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
+                 outcome.given_up_target)
+
+
+def _empty(table: str) -> pa.Table:
+    from cursorsync.tables import load_schema
+
+    return load_schema(table).arrow().empty_table()  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ sync sink
+
+
+@dataclass
+class MappingStore:
+    """The ``mappings`` table, loaded incrementally by batch id; lookup only, no I/O else."""
+
+    store: TableStore
+    source_cluster: str
+    target_cluster: str
+    loaded_upto: int = -1
+    mappings: dict[PartitionKey, TopicMapping] = field(default_factory=dict)
+
+    def refresh(self) -> dict[PartitionKey, TopicMapping]:
+        if not self.store.exists("mappings"):
+            return self.mappings
+        rows = self.store.read("mappings", RowFilter.of(
+            source_cluster=self.source_cluster, target_cluster=self.target_cluster,
+            min_batch_id=self.loaded_upto + 1))
+        if rows.num_rows == 0:
+            return self.mappings
+        top = int(pa.compute.max(rows.column("batch_id")).as_py())
+        for key, delta in topic_mappings(rows).items():
+            old = self.mappings.get(key, TopicMapping())
+            self.mappings[key] = TopicMapping(
+                old.segments | delta.segments, old.skippable.union(delta.skippable),
+                old.foreign.union(delta.foreign), old.unreplicated.union(delta.unreplicated))
+        self.loaded_upto = top
+        return self.mappings
+
+
+def observations(table: pa.Table) -> list[ObservedCursor]:
+    """``pulsar-cursors`` rows -> observed cursor states."""
+    out = []
+    for r in table.to_pylist():
+        ledgers = (None if r["ledgers"] is None
+                   else Ledgers.of((x["ledger_id"], x["entries"]) for x in r["ledgers"]))
+        state = CursorState(Position.parse(r["mark_delete"]),
+                            RangeSet.parse(r["individually_deleted"]), ledgers)
+        observed = r["observed_at"]
+        if observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        out.append(ObservedCursor(PartitionKey(r["topic"], int(r["partition"])),
+                                  r["subscription"], state, observed))
+    return out
+
+
+def target_reader(admin: Any) -> Callable[[str, str], CursorState | None]:
+    """The target cursor from the target's admin API; a missing subscription starts fresh."""
+    from cursorsync.errors import TopicNotFoundError
+
+    def read(topic: str, subscription: str) -> CursorState | None:
+        try:
+            stats = admin.internal_stats(topic)
+        except TopicNotFoundError:
+            return None
+        cur = stats.subscriptions.get(subscription)
+        if cur is None:
+            return fresh_target(stats.ledgers)
+        return CursorState(cur.state.mark_delete, cur.state.individually_deleted, stats.ledgers)
+
+    return read
+
+
+class SyncSink:
+    """foreachBatch of the sync query."""
+
+    def __init__(self, config: Config, store: TableStore, step: SyncStep,
+                 metrics: Metrics | None) -> None:
+        self.config = config
+        self.store = store
+        self.step = step
+        self.metrics = metrics
+        self.mappings = MappingStore(store, config.source.name, config.target.name)
+        self.last_batch = -1
+        self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        obs = observations(df.toArrow())
+        mappings = self.mappings.refresh()
+        result = self.step.run(obs, mappings)
+        if self.crash_after_emit is not None:
+            self.crash_after_emit(batch_id)
+        src, tgt = self.config.source.name, self.config.target.name
+        self.store.append("cursor_states", cursor_state_rows(
+            obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
+        self.store.append("sync_progress", sync_progress_rows(
+            result.records, source_cluster=src, target_cluster=tgt),
+            app_id=SYNC_APP, batch_id=batch_id)
+        self.last_batch = batch_id
+        if self.metrics:
+            m = self.metrics
+            m.observe_translation(result.translate_seconds)
+            for rec in result.records:
+                sub = rec.subscription
+                m.record_acks(sub, "individual" if not self.step.config.cumulative
+                              else "cumulative", rec.acks_sent)
+                m.set_unmapped_acked(sub, f"{rec.key.topic}#{rec.key.partition}",
+                                     rec.plan.unmapped_acked_entries)
+                if rec.plan.rewound_entries:
+                    m.record_rewound(sub, rec.plan.rewound_entries)
+                m.observe_sync_lag(sub, (rec.emitted_at - rec.source_observed_at).total_seconds())
+                m.mark_synced(sub)
+            for _ in range(result.refused):
+                m.record_error("guard")
+            m.observe_batch("sync", time.perf_counter() - t0)
+        log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
+                 len(obs), result.acks_sent, result.refused, result.halted)
+
+
+# ---------------------------------------------------------------------- running
+
+
+@dataclass
+class RunningJob:
+    """Handles of a started job, for the CLI, the demo and the tests."""
+
+    spark: Any
+    queries: list[Any]
+    mapping_sink: MappingSink
+    sync_sink: SyncSink
+    emitter: Any
+    admin: Any
+    metrics_server: Any = None
+    stopped: bool = False
+
+    def wait_batches(self, n: int, timeout_s: float) -> bool:
+        """Until both queries have completed ``n`` more batches (or time runs out)."""
+        target_m = self.mapping_sink.last_batch + n
+        target_s = self.sync_sink.last_batch + n
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for q in self.queries:
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            if self.mapping_sink.last_batch >= target_m and self.sync_sink.last_batch >= target_s:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        for q in self.queries:
+            try:
+                q.stop()
+            except Exception as err:  # noqa: BLE001 - stopping must go on for the others
+                log.warning("stopping query %s: %s", getattr(q, "name", "?"), err)
+        if self.emitter is not None:
+            self.emitter.close()
+        if self.admin is not None:
+            self.admin.close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+
+
+class _ProgressListener:
+    """Spark progress -> Prometheus gauges."""
+
+    def __new__(cls, metrics: Metrics) -> Any:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Listener(StreamingQueryListener):  # type: ignore[misc]
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                try:
+                    metrics.observe_progress(json.loads(event.progress.json))
+                except (ValueError, KeyError) as err:
+                    log.debug("progress not recorded: %s", err)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                if event.exception:
+                    metrics.record_error("query")
+
+        return Listener()
+
+
+def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
+              metrics: Metrics | None = None, dry_run: bool | None = None) -> RunningJob:
+    """Start both queries and return at once; :meth:`RunningJob.stop` ends them."""
+    from cursorsync import sources
+    from cursorsync.pulsar.admin import AdminClient, AdminConfig
+
+    config.require_resolved()
+    spark = spark or build_session(config)
+    sources.register(spark)
+    store = open_store(config.tables.backend, config.tables.path, spark=spark,
+                       storage_options=config.tables.storage_options or None)
+    store.ensure_all()
+    metrics = metrics or Metrics()
+    server = metrics.serve(config.metrics) if config.metrics.enabled else None
+    ckpt = Path(config.spark.checkpoint_dir)
+    tgt = config.target
+    admin = AdminClient(AdminConfig.from_urls(
+        tgt.admin_url, cluster=tgt.name,
+        token=tgt.auth.resolve_token() if tgt.auth else None,
+        timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
+    dry = config.emission.dry_run if dry_run is None else dry_run
+    if emitter is None and not dry:
+        from cursorsync.emitter import PulsarEmitter
+
+        tls = tgt.auth.tls if tgt.auth else None
+        emitter = PulsarEmitter(
+            tgt.service_url, subscription_type=config.emission.subscription_type,
+            mode=os.environ.get("CURSORSYNC_EMIT_MODE", "by-id"),  # type: ignore[arg-type]
+            ack_batch_size=config.emission.ack_batch_size,
+            auth_token=tgt.auth.resolve_token() if tgt.auth else None,
+            tls_trust_certs_file=tls.ca_file if tls else None,
+            tls_allow_insecure=bool(tls and tls.allow_insecure))
+    cumulative = (config.emission.mode == "cumulative-where-allowed"
+                  and config.emission.subscription_type in ("Exclusive", "Failover"))
+    step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
+                    target_reader(admin))
+    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics)
+    sync_sink = SyncSink(config, store, step, metrics)
+    spark.streams.addListener(_ProgressListener(metrics))
+    trigger = f"{config.spark.trigger_interval_s} seconds"
+
+    entries = entries_stream(spark, config, "target")
+    if "identity" in config.evidence.strategies:
+        entries = entries.unionByName(entries_stream(spark, config, "source"))
+    mq = (entries.writeStream.queryName("cursorsync-mapping").foreachBatch(mapping_sink)
+          .option("checkpointLocation", str(ckpt / "mapping")).trigger(processingTime=trigger)
+          .start())
+    cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
+          .queryName("cursorsync-sync").foreachBatch(sync_sink)
+          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=trigger)
+          .start())
+    return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server)
+
+
+def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None = None,
+            stop_event: threading.Event | None = None) -> None:
+    """The main job: run until stopped (Ctrl-C, the event) or, with ``once``, two batches."""
+    job = start_job(config, dry_run=dry_run_override)
+    try:
+        if once:
+            if not job.wait_batches(2, timeout_s=600):
+                log.warning("--once: the queries did not complete two batches in 10 minutes")
+            return
+        while not (stop_event and stop_event.is_set()):
+            for q in job.queries:
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            time.sleep(1)
+    except KeyboardInterrupt:
+        log.warning("interrupted: stopping both queries")
+    finally:
+        job.stop()
