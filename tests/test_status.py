@@ -1,0 +1,243 @@
+"""Read-only status and lookup queries over a delta-rs store built with the row helpers."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cursorsync.errors import ConfigError
+from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import RangeSet
+from cursorsync.status import (
+    TablesNotFoundError,
+    format_table,
+    lookup,
+    lookup_json,
+    partition_key,
+    render_lookup_table,
+    render_status_table,
+    status_json,
+    subscription_status,
+    subscription_summaries,
+)
+from cursorsync.tables import TableStore, open_store
+from cursorsync.tables.rows import (
+    ObservedCursor,
+    PartitionKey,
+    SyncRecord,
+    cursor_state_rows,
+    mapping_rows,
+    sync_progress_rows,
+)
+from cursorsync.translate import AckPlan, CursorState
+
+T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+ORDERS = "persistent://public/default/orders"
+PAYMENTS = "persistent://public/default/payments"
+CLUSTERS = {"source_cluster": "A", "target_cluster": "B"}
+
+
+def _plan(md: str, *, unmapped: int = 0, rewound: int = 0, outcome: str = "exact") -> AckPlan:
+    return AckPlan(
+        mark_delete=Position.parse(md), individually_deleted=RangeSet(), to_ack=RangeSet(),
+        previous_mark_delete=Position(0, -1), unmapped_acked_entries=unmapped,
+        rewound_entries=rewound, partial_batches_unacked=0, skippable_acked_entries=0,
+        outcome=outcome,  # type: ignore[arg-type]
+    )
+
+
+def _sync(key: PartitionKey, sub: str, plan: AckPlan, at: datetime, lag_ms: int,
+          *, dry_run: bool = False) -> SyncRecord:
+    return SyncRecord(key, sub, plan, acks_sent=1, dry_run=dry_run,
+                      source_observed_at=at - timedelta(milliseconds=lag_ms), emitted_at=at)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TableStore:
+    """orders (not partitioned; billing, audit) and payments (2 partitions; ledger)."""
+    s = open_store("delta-rs", str(tmp_path / "tables"))
+    orders = PartitionKey(ORDERS, -1)
+    pay0, pay1 = PartitionKey(PAYMENTS, 0), PartitionKey(PAYMENTS, 1)
+    kw = {**CLUSTERS, "written_at": T0}
+    # Two batches of mapping rows for orders: they union (the second continues the first).
+    s.append("mappings", mapping_rows(orders, TopicMapping(
+        SegmentSet.of([Segment(10, 0, 50, 0, 100, "position-property"),
+                       Segment(12, 0, 51, 0, 20, "identity")]),
+        skippable=Runs.of((50, 100, 1)), unreplicated=Runs.of((11, 0, 3)),
+    ), **kw), app_id="mapping", batch_id=0)
+    s.append("mappings", mapping_rows(orders, TopicMapping(
+        SegmentSet.of([Segment(12, 20, 51, 20, 30, "identity")])), **kw),
+        app_id="mapping", batch_id=1)
+    s.append("mappings", mapping_rows(pay0, TopicMapping(
+        SegmentSet.of([Segment(7, 0, 9, 0, 40)])), **kw), app_id="mapping", batch_id=2)
+    s.append("mappings", mapping_rows(pay1, TopicMapping(
+        SegmentSet.of([Segment(8, 0, 9, 100, 5)])), **kw), app_id="mapping", batch_id=3)
+
+    observed = [
+        ObservedCursor(orders, "billing",
+                       CursorState.parse("10:49", "[(10:50..10:60],(12:3..12:9]]"), T0),
+        ObservedCursor(orders, "billing", CursorState.parse("12:9"), T0 + timedelta(seconds=5)),
+        ObservedCursor(orders, "audit", CursorState.parse("10:5", "[(10:7..10:8]]"), T0),
+        ObservedCursor(pay0, "ledger", CursorState.parse("7:30"), T0),
+        ObservedCursor(pay1, "ledger", CursorState.parse("8:1"), T0),
+    ]
+    s.append("cursor_states", cursor_state_rows(observed[:3], **CLUSTERS),
+             app_id="sync", batch_id=0)
+    s.append("cursor_states", cursor_state_rows(observed[3:], **CLUSTERS),
+             app_id="sync", batch_id=1)
+    records = [
+        _sync(orders, "billing", _plan("50:49", unmapped=4, outcome="partial"),
+              T0 + timedelta(seconds=1), 900),
+        _sync(orders, "billing", _plan("51:9"), T0 + timedelta(seconds=6), 400),
+        _sync(orders, "audit", _plan("50:5"), T0 + timedelta(seconds=2), 1500, dry_run=True),
+        _sync(pay0, "ledger", _plan("9:30", unmapped=2, rewound=1), T0 + timedelta(seconds=3),
+              700),
+    ]
+    # Written out of time order on purpose: "latest" is by emitted_at, not by batch.
+    s.append("sync_progress", sync_progress_rows(records[1:], **CLUSTERS),
+             app_id="sync", batch_id=0)
+    s.append("sync_progress", sync_progress_rows(records[:1], **CLUSTERS),
+             app_id="sync", batch_id=1)
+    return s
+
+
+def test_status_joins_latest_progress_cursor_and_coverage(store: TableStore) -> None:
+    rows = subscription_status(store)
+    assert [(r.topic, r.partition, r.subscription) for r in rows] == [
+        (ORDERS, -1, "audit"), (ORDERS, -1, "billing"),
+        (PAYMENTS, 0, "ledger"), (PAYMENTS, 1, "ledger"),
+    ]
+    audit, billing, pay0, pay1 = rows
+    # billing: the later cursor (12:9, no ranges) and the later sync (51:9), not batch order.
+    assert billing.source_mark_delete == Position(12, 9) and billing.source_ranges == 0
+    assert billing.observed_at == T0 + timedelta(seconds=5)
+    assert billing.target_mark_delete == Position(51, 9)
+    assert (billing.outcome, billing.unmapped_acked_entries, billing.lag_ms) == ("exact", 0, 400)
+    assert billing.emitted_at == T0 + timedelta(seconds=6) and billing.dry_run is False
+    # orders' two mapping batches unioned: 100 + 20 + 30 entries, two segments after joining.
+    assert (billing.segments, billing.mapped_entries) == (2, 150)
+    assert billing.last_mapped_source == Position(12, 49)
+    assert audit.source_ranges == 1 and audit.dry_run is True
+    assert (audit.source_cluster, audit.target_cluster) == ("A", "B")
+    assert (pay0.unmapped_acked_entries, pay0.rewound_entries) == (2, 1)
+    assert pay0.last_mapped_source == Position(7, 39)
+    # payments-1: a cursor state but no sync yet.
+    assert pay1.source_mark_delete == Position(8, 1)
+    assert pay1.target_mark_delete is None and pay1.emitted_at is None and pay1.outcome is None
+    assert (pay1.segments, pay1.mapped_entries) == (1, 5)
+
+
+def test_status_filters_by_topic_partition_and_subscription(store: TableStore) -> None:
+    assert {r.partition for r in subscription_status(store, topic=PAYMENTS)} == {0, 1}
+    one = subscription_status(store, topic=f"{PAYMENTS}-partition-1")
+    assert [(r.partition, r.segments) for r in one] == [(1, 1)]
+    assert [r.subscription for r in subscription_status(store, subscription="audit")] == ["audit"]
+    short = subscription_status(store, topic="orders", subscription="billing")
+    assert [(r.topic, r.subscription) for r in short] == [(ORDERS, "billing")]
+    assert subscription_status(store, source_cluster="C") == []
+
+
+def test_summaries_aggregate_per_subscription(store: TableStore) -> None:
+    by_sub = {s.subscription: s for s in subscription_summaries(subscription_status(store))}
+    assert sorted(by_sub) == ["audit", "billing", "ledger"]
+    ledger = by_sub["ledger"]
+    assert (ledger.partitions, ledger.never_synced) == (2, 1)
+    assert (ledger.unmapped_acked_entries, ledger.rewound_entries) == (2, 1)
+    assert ledger.max_lag_ms == 700 and ledger.oldest_sync == T0 + timedelta(seconds=3)
+    assert by_sub["audit"].dry_run and not by_sub["billing"].dry_run
+
+
+def test_status_renders_as_aligned_table_and_json(store: TableStore) -> None:
+    rows = subscription_status(store)
+    text = render_status_table(rows)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["TOPIC", "SUBSCRIPTION", "SOURCE_MD"]
+    # Every column starts at the same offset on every line of the first table.
+    sub_col = lines[0].index("SUBSCRIPTION")
+    assert all(line[sub_col - 2 : sub_col] == "  " for line in lines[1:5])
+    assert f"{PAYMENTS}-partition-1" in text and "exact (dry-run)" in text
+    assert "2026-03-04T05:06:13Z" in text  # billing's latest sync, to the second
+    assert "SUBSCRIPTION" in lines[6] and "NEVER_SYNCED" in lines[6]
+
+    data = json.loads(status_json(rows))
+    assert [s["subscription"] for s in data["subscriptions"]] == ["audit", "billing", "ledger"]
+    billing = data["partitions"][1]
+    assert billing["target_mark_delete"] == "51:9" and billing["source_mark_delete"] == "12:9"
+    assert billing["emitted_at"] == "2026-03-04T05:06:13Z"
+    assert data["partitions"][3]["target_mark_delete"] is None
+    assert render_status_table([]).startswith("no subscriptions recorded")
+
+
+def test_status_without_tables_names_the_path(tmp_path: Path) -> None:
+    empty = open_store("delta-rs", str(tmp_path / "nowhere"))
+    with pytest.raises(TablesNotFoundError, match="nowhere"):
+        subscription_status(empty)
+    with pytest.raises(TablesNotFoundError, match="no mappings table"):
+        lookup(empty, ORDERS, Position(1, 1))
+
+
+def test_lookup_exact(store: TableStore) -> None:
+    r = lookup(store, ORDERS, Position(12, 25))
+    assert r.outcome == "exact" and r.target == Position(51, 25)
+    assert r.evidence == "identity"
+    assert r.segment == Segment(12, 0, 51, 0, 50, "identity")
+    assert lookup(store, ORDERS, Position(10, 0)).target == Position(50, 0)
+    assert lookup(store, ORDERS, Position(10, 99)).target == Position(50, 99)
+    p = lookup(store, f"{PAYMENTS}-partition-1", Position(8, 4))
+    assert (p.partition, p.target) == (1, Position(9, 104))
+    assert lookup(store, PAYMENTS, Position(7, 3), partition=0).target == Position(9, 3)
+
+
+def test_lookup_unmapped_names_the_nearest_mapped_positions(store: TableStore) -> None:
+    gap = lookup(store, ORDERS, Position(11, 7))
+    assert gap.outcome == "unmapped" and gap.target is None
+    assert (gap.mapped_before, gap.mapped_after) == (Position(10, 99), Position(12, 0))
+    assert "between mapped source positions 10:99 and 12:0" in gap.reason
+    never = lookup(store, ORDERS, Position(11, 1))
+    assert "never replicated" in never.reason
+    beyond = lookup(store, ORDERS, Position(12, 50))
+    assert (beyond.mapped_before, beyond.mapped_after) == (Position(12, 49), None)
+    assert "not mapped yet" in beyond.reason
+    first = lookup(store, ORDERS, Position(9, 3))
+    assert (first.mapped_before, first.mapped_after) == (None, Position(10, 0))
+
+
+def test_lookup_unknown_topic_hints_at_partitions(store: TableStore) -> None:
+    r = lookup(store, PAYMENTS, Position(7, 1))
+    assert r.outcome == "unknown-topic" and r.known_partitions == (0, 1)
+    assert "partitioned" in r.reason and "-partition-N" in r.reason
+    assert lookup(store, f"{ORDERS}-partition-0", Position(10, 1)).outcome == "unknown-topic"
+    missing = lookup(store, "persistent://t/ns/nothing", Position(1, 1))
+    assert missing.outcome == "unknown-topic" and missing.known_partitions == ()
+    assert lookup(store, ORDERS, Position(10, 1), **{"source_cluster": "Z"}).outcome == (
+        "unknown-topic")
+
+
+def test_lookup_renders(store: TableStore) -> None:
+    text = render_lookup_table(lookup(store, ORDERS, Position(12, 25)))
+    fields = dict(line.split(None, 1) for line in text.splitlines() if " " in line)
+    assert fields["outcome"].strip() == "exact" and fields["target"].strip() == "51:25"
+    assert fields["evidence"].strip() == "identity"
+    data = json.loads(lookup_json(lookup(store, ORDERS, Position(11, 7))))
+    assert data["outcome"] == "unmapped" and data["target"] is None
+    assert (data["mapped_before"], data["mapped_after"]) == ("10:99", "12:0")
+    assert data["partition_topic"] == ORDERS
+
+
+def test_partition_key_parses_topic_names() -> None:
+    assert partition_key(f"{PAYMENTS}-partition-3") == PartitionKey(PAYMENTS, 3)
+    assert partition_key("payments") == PartitionKey(PAYMENTS, -1)
+    assert partition_key("public/default/payments", 2) == PartitionKey(PAYMENTS, 2)
+    with pytest.raises(ConfigError, match="names partition 3 but partition 1"):
+        partition_key(f"{PAYMENTS}-partition-3", 1)
+    with pytest.raises(ConfigError, match="persistent"):
+        partition_key("non-persistent://public/default/x")
+
+
+def test_format_table_aligns_columns() -> None:
+    out = format_table(("A", "NUMBER"), [("xy", 1), ("z", 12345), ("w", None)], right=(1,))
+    assert out.splitlines() == ["A   NUMBER", "xy       1", "z    12345", "w        -"]
