@@ -19,6 +19,10 @@ Two formats:
 Third-party chatter (py4j's per-command debug lines, pyspark, the pulsar
 client's C++ logger) is held at WARNING or above whatever level cursorsync
 itself logs at: ``--log-level debug`` is for cursorsync's own decisions.
+Python warnings are logged too (logger ``py.warnings``), except those raised
+from py4j/pyspark/pulsar/delta modules, which are dropped below debug. The
+JVM's own log4j output is not Python logging: Spark's log level is set where
+the session is built (``sc.setLogLevel`` or a log4j2 properties file).
 The pulsar client logs through a Python logger only when it is handed one:
 pass :func:`pulsar_logger` as ``pulsar.Client(..., logger=pulsar_logger())``
 (without it the C++ client prints INFO lines straight to stdout).
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json as _json
 import logging
 import sys
+import warnings
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO, get_args
 
@@ -59,6 +64,8 @@ _STANDARD_ATTRS = frozenset(
 ) | {"message", "asctime", "taskName"}
 
 _HANDLER_MARK = "_cursorsync_handler"
+#: Modules whose Python warnings are chatter for cursorsync's users.
+_NOISY_WARNING_MODULES = r"(py4j|pyspark|pulsar|delta)(\..*)?$"
 
 
 def parse_level(level: str | int) -> int:
@@ -164,8 +171,12 @@ def configure_logging(
     quiet = max(number, logging.WARNING)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(quiet)
+    # Python warnings become log records (same format); the libraries' own (pyspark's
+    # "pandas >= 3 not fully supported" and the like) only at debug.
     logging.captureWarnings(True)
-    logging.getLogger("py.warnings").setLevel(max(number, logging.WARNING))
+    warnings.filterwarnings(
+        "default" if number <= logging.DEBUG else "ignore", module=_NOISY_WARNING_MODULES
+    )
 
 
 def pulsar_logger() -> logging.Logger:
