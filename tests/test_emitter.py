@@ -1,0 +1,426 @@
+"""The ack emitter: exact plans driven onto pulsar-lite topics, checked by what a consumer gets.
+
+Plans come from cursorsync.translate over a TopicMapping whose single segment
+maps a fake source ledger (900) one to one onto the target topic's entries, so
+a source cursor picks exactly which target entries are acked.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+
+from cursorsync.emitter import (
+    EmitResult,
+    PulsarEmitter,
+    SubscriptionBusyError,
+    TargetUnreachableError,
+)
+from cursorsync.errors import ConfigError
+from cursorsync.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.translate import AckPlan, CursorState, SafePlan, guard, translate
+
+pulsar = pytest.importorskip("pulsar")
+
+SRC = 900  # the fake source ledger
+PREFIX = "/admin/v2/persistent/public/default"
+
+# Batch sizes of the entries produced (0: not batched), entry i = LAYOUT[i].
+LAYOUT = [0, 3, 0, 0, 2, 4, 0, 0, 3, 0, 0, 2]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _plan(ledger: int, n: int, md: int, individual: str = "[]",
+          target: CursorState | None = None) -> tuple[SafePlan, CursorState]:
+    """A guarded plan acking the target entries whose source (900:e) is acked.
+
+    Returns the plan and the target state after it (for the next sync).
+    """
+    mapping = TopicMapping(SegmentSet.of([Segment(SRC, 0, ledger, 0, n)]))
+    source = CursorState.parse(f"{SRC}:{md}", individual, Ledgers.of([(SRC, n)]))
+    if target is None:
+        target = CursorState(Position(ledger, -1), RangeSet(), Ledgers.of([(ledger, n)]))
+    plan = translate(source, mapping, target)
+    after = CursorState(plan.mark_delete, plan.individually_deleted, target.ledgers)
+    return guard(plan, source, mapping, target), after
+
+
+def _acked_entries(state: CursorState, n: int) -> set[int]:
+    return {p.entry for p in state.acked().iter_entries(Ledgers.of([(state_ledger(state), n)]))}
+
+
+def state_ledger(state: CursorState) -> int:
+    assert state.ledgers is not None
+    return int(state.ledgers.ids[0])
+
+
+def _produce(client: Any, topic: str, layout: list[int], first: int = 0) -> int:
+    """Entries ``first``, ``first + 1``... with the given batch sizes; returns the ledger id."""
+    plain = client.create_producer(topic, batching_enabled=False)
+    batched = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=10_000,
+        batching_max_publish_delay_ms=3_600_000,
+    )
+    ledgers = set()
+    for i, size in enumerate(layout):
+        if size == 0:
+            ledgers.add(plain.send(b"e%d" % i).ledger_id())
+            continue
+        ids: list[Any] = []
+        for k in range(size):
+            batched.send_async(b"e%d.%d" % (i, k), lambda _res, mid, out=ids: out.append(mid))
+        batched.flush()
+        deadline = time.monotonic() + 10
+        while len(ids) < size and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert {(m.entry_id(), m.batch_index()) for m in ids} == {
+            (first + i, k) for k in range(size)}
+        ledgers.add(ids[0].ledger_id())
+    plain.close()
+    batched.close()
+    assert len(ledgers) == 1
+    return ledgers.pop()
+
+
+def _messages(layout: list[int], entries: set[int]) -> set[tuple[int, int]]:
+    """(entry, batch index) of every message of the given entries."""
+    return {(e, k) for e in entries for k in (range(layout[e]) if layout[e] else [-1])}
+
+
+def _drain(client: Any, topic: str, subscription: str, consumer_type: Any) -> set[tuple[int, int]]:
+    c = client.subscribe(topic, subscription, consumer_type=consumer_type,
+                         initial_position=pulsar.InitialPosition.Earliest)
+    got = []
+    try:
+        while True:
+            m = c.receive(700).message_id()
+            got.append((m.entry_id(), m.batch_index()))
+    except pulsar.Timeout:
+        pass
+    c.close()
+    assert len(got) == len(set(got)), f"duplicates in {got}"
+    return set(got)
+
+
+def _topic(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+# ------------------------------------------------------------------ pure: no broker
+
+
+class _FakeConsumer:
+    def __init__(self) -> None:
+        self.acks: list[tuple[int, int, int, int]] = []
+        self.cumulative: list[tuple[int, int, int, int]] = []
+
+    @staticmethod
+    def _t(mid: Any) -> tuple[int, int, int, int]:
+        return (mid.partition(), mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+    def acknowledge(self, mid: Any) -> None:
+        self.acks.append(self._t(mid))
+
+    def acknowledge_cumulative(self, mid: Any) -> None:
+        self.cumulative.append(self._t(mid))
+
+    def is_connected(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeClient:
+    """Stands in for pulsar.Client: records subscribe() arguments, hands out fake consumers."""
+
+    def __init__(self) -> None:
+        self.subscribed: list[tuple[str, str, dict[str, Any]]] = []
+        self.consumers: list[_FakeConsumer] = []
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        if topic.endswith("/parted"):
+            return [f"{topic}-partition-{i}" for i in range(2)]
+        return [topic]
+
+    def subscribe(self, topic: str, subscription: str, **kwargs: Any) -> _FakeConsumer:
+        self.subscribed.append((topic, subscription, kwargs))
+        self.consumers.append(_FakeConsumer())
+        return self.consumers[-1]
+
+
+def test_by_id_acks_whole_entries_with_the_partition_index() -> None:
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client, ack_batch_size=2)
+    safe, _ = _plan(7, 10, 2, "[(900:4..900:6],(900:8..900:9]]")
+    res = em.apply("persistent://public/default/t-partition-3", "s", safe, cumulative=False)
+    assert res == EmitResult(acks_sent=6, cumulative_to=None, individual_entries=6,
+                             skipped_entries=0)
+    assert client.consumers[0].acks == [(3, 7, e, -1) for e in (0, 1, 2, 5, 6, 9)]
+    topic, sub, kwargs = client.subscribed[0]
+    assert (topic, sub) == ("persistent://public/default/t-partition-3", "s")
+    assert kwargs["receiver_queue_size"] == 0
+    # A missing target subscription must be created acking nothing: Earliest, never Latest.
+    assert kwargs["initial_position"] == pulsar.InitialPosition.Earliest
+    # A non-partitioned topic: partition -1. The consumer is reused across calls.
+    em.apply("t", "s", safe, cumulative=False)
+    em.apply("persistent://public/default/t", "s", safe, cumulative=False)
+    assert len(client.consumers) == 2
+    assert {a[0] for a in client.consumers[1].acks} == {-1}
+    em.close()
+
+
+def test_by_id_cumulative_and_spanning_ranges() -> None:
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client, subscription_type="Failover")
+    safe, _ = _plan(7, 10, 4, "[(900:6..900:8]]")
+    res = em.apply("t-partition-0", "s", safe, cumulative=True)
+    assert res == EmitResult(3, Position(7, 4), 2, 0)
+    assert client.consumers[0].cumulative == [(0, 7, 4, -1)]
+    assert client.consumers[0].acks == [(0, 7, 7, -1), (0, 7, 8, -1)]
+    # A range across ledgers needs the ledger list; with it, only existing entries are acked.
+    # (translate cuts ranges at ledger ends; target stats may not, so build one by hand.)
+    ledgers = Ledgers.of([(7, 3), (9, 2)])
+    spanning = SafePlan(replace(safe.plan, to_ack=RangeSet.of(("7:0", "9:1")),
+                                mark_delete=Position(9, 1), previous_mark_delete=Position(7, 0)))
+    with pytest.raises(ValueError, match="spans ledgers"):
+        em.apply("t2", "s", spanning, cumulative=False)
+    em.apply("t3", "s", spanning, cumulative=False, ledgers=ledgers)
+    assert [a[1:3] for a in client.consumers[-1].acks] == [(7, 1), (7, 2), (9, 0), (9, 1)]
+    # A markDelete at L:-1 is acked cumulatively on the last entry before it, when known.
+    at_start = SafePlan(replace(spanning.plan, mark_delete=Position(9, -1)))
+    assert em.apply("t4", "s", at_start, cumulative=True, ledgers=ledgers).cumulative_to == \
+        Position(7, 2)
+    # Without the ledger list there is no entry to name: everything goes individually.
+    single = SafePlan(replace(spanning.plan, to_ack=RangeSet.of(("7:0", "7:2")),
+                              mark_delete=Position(9, -1)))
+    res = em.apply("t5", "s", single, cumulative=True)
+    assert res == EmitResult(2, None, 2, 0)
+
+
+def test_rejects_bare_plans_and_cumulative_on_shared() -> None:
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client)
+    safe, _ = _plan(7, 10, 4)
+    bare: AckPlan = safe.plan
+    with pytest.raises(TypeError, match="SafePlan"):
+        em.apply("t", "s", bare, cumulative=False)  # type: ignore[arg-type]
+    for kind in ("Shared", "Key_Shared"):
+        em = PulsarEmitter("pulsar://unused:6650", client=client, subscription_type=kind)
+        with pytest.raises(ValueError, match=f"subscription_type is {kind}"):
+            em.apply("t", "s", safe, cumulative=True)
+    assert client.subscribed == []  # nothing was even subscribed
+    with pytest.raises(ConfigError, match="Valid values are: by-id, receive-first"):
+        PulsarEmitter("pulsar://unused:6650", client=client, mode="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="Valid values are: Exclusive"):
+        PulsarEmitter("pulsar://x:1", client=client, subscription_type="Sh")  # type: ignore[arg-type]
+
+
+def test_partitioned_parent_is_refused() -> None:
+    em = PulsarEmitter("pulsar://unused:6650", client=_FakeClient())
+    safe, _ = _plan(7, 10, 4)
+    with pytest.raises(ConfigError, match="parted-partition-0"):
+        em.apply("parted", "s", safe, cumulative=False)
+
+
+def test_empty_plan_sends_nothing_and_subscribes_nothing() -> None:
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client)
+    _, after = _plan(7, 10, 4)
+    again, _ = _plan(7, 10, 4, target=after)
+    assert em.apply("t", "s", again, cumulative=False) == EmitResult(0, None, 0, 0)
+    assert client.subscribed == []
+
+
+def test_unreachable_cluster_is_named() -> None:
+    from cursorsync.sandbox.brokers import free_port
+
+    url = f"pulsar://127.0.0.1:{free_port()}"
+    em = PulsarEmitter(url, operation_timeout_seconds=1, connection_timeout_ms=300)
+    safe, _ = _plan(7, 10, 4)
+    t0 = time.monotonic()
+    with pytest.raises(TargetUnreachableError, match=url.replace(".", r"\.")):
+        em.apply("t", "s", safe, cumulative=False)
+    assert time.monotonic() - t0 < 10
+    em.close()
+
+
+# ------------------------------------------------------------- against pulsar-lite
+
+
+@pytest.fixture(scope="module")
+def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("pulsar_lite")
+    from cursorsync.sandbox import Sandbox, SandboxConfig
+
+    config = SandboxConfig(work_dir=tmp_path_factory.mktemp("emitter"), start_replicator=False,
+                           target_ledger_offset=2)
+    with Sandbox(config) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(scope="module")
+def direct(sb: Any) -> Iterator[Any]:
+    """A client straight to B's broker (its acks bypass the sniffing proxy)."""
+    import logging
+
+    client = pulsar.Client(sb.broker_url("B"), operation_timeout_seconds=10,
+                           logger=logging.getLogger("cursorsync.sandbox.pulsar_client"))
+    yield client
+    client.close()
+
+
+@pytest.mark.integration
+def test_receive_first_shared_acks_exactly_the_plan(sb: Any, direct: Any) -> None:
+    topic = f"persistent://public/default/{_topic('rf-shared')}"
+    n = len(LAYOUT)
+    ledger = _produce(direct, topic, LAYOUT)
+    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct)
+    safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
+    res = em.apply(topic, "sub", safe, cumulative=False)
+    planned = _acked_entries(after, n)
+    assert planned == {0, 1, 4, 5, 8}
+    assert res == EmitResult(5, None, 5, 0)
+    # The next sync: more acked on the source; entries received before (2, 3) are acked now.
+    safe2, after2 = _plan(ledger, n, 1, "[(900:1..900:5],(900:7..900:8],(900:9..900:10]]",
+                          target=after)
+    res2 = em.apply(topic, "sub", safe2, cumulative=False, ledgers=after.ledgers)
+    assert res2 == EmitResult(3, None, 3, 0)
+    assert _acked_entries(after2, n) == {0, 1, 2, 3, 4, 5, 8, 10}
+    em.close()  # unacked messages go back to the subscription
+    rest = set(range(n)) - _acked_entries(after2, n)
+    assert _drain(direct, topic, "sub", pulsar.ConsumerType.Shared) == _messages(LAYOUT, rest)
+
+
+@pytest.mark.integration
+def test_receive_first_counts_entries_not_there_yet_and_retries(sb: Any, direct: Any) -> None:
+    topic = f"persistent://public/default/{_topic('rf-late')}"
+    layout = [0, 2, 0, 0]
+    ledger = _produce(direct, topic, layout)
+    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct,
+                       receive_timeout_ms=100)
+    # The mapping knows 7 entries (the last 3 not readable yet); the source acked 0..5.
+    safe, after = _plan(ledger, 7, 5)
+    res = em.apply(topic, "sub", safe, cumulative=False)
+    assert res == EmitResult(4, None, 4, 2)
+    assert em.waiting(topic, "sub") == RangeSet.of((Position(ledger, 3), Position(ledger, 5)))
+    _produce(direct, topic, [0, 3, 0], first=4)
+    layout += [0, 3, 0]
+    # Same source state; the target shows 0..3 acked: the plan asks for 4 and 5 again.
+    safe2, _ = _plan(ledger, 7, 5, target=CursorState(Position(ledger, 3), RangeSet(),
+                                                     after.ledgers))
+    assert em.apply(topic, "sub", safe2, cumulative=False) == EmitResult(2, None, 2, 0)
+    em.close()
+    assert _drain(direct, topic, "sub", pulsar.ConsumerType.Shared) == _messages(layout, {6})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["Exclusive", "Failover"])
+def test_receive_first_cumulative(sb: Any, direct: Any, kind: str) -> None:
+    topic = f"persistent://public/default/{_topic('rf-cum')}"
+    n = len(LAYOUT)
+    ledger = _produce(direct, topic, LAYOUT)
+    ctype = getattr(pulsar.ConsumerType, kind)
+    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", subscription_type=kind,
+                       client=direct)
+    # markDelete on entry 5 (a batch of 4), then 7 and 8 acked individually.
+    safe, after = _plan(ledger, n, 5, "[(900:6..900:8]]")
+    res = em.apply(topic, "sub", safe, cumulative=True)
+    assert res == EmitResult(3, Position(ledger, 5), 2, 0)
+    em.close()
+    rest = set(range(n)) - _acked_entries(after, n)
+    assert rest == {6, 9, 10, 11}
+    assert _drain(direct, topic, "sub", ctype) == _messages(LAYOUT, rest)
+
+
+def _cursor(sb: Any, local: str, sub: str) -> dict[str, Any]:
+    r = httpx.get(f"{sb.admin_url('B')}{PREFIX}/{local}/internalStats", timeout=10)
+    r.raise_for_status()
+    cursors: dict[str, Any] = r.json()["cursors"]
+    return cursors.get(sub, {})
+
+
+def _wait_cursor(sb: Any, local: str, sub: str, md: Position, individual: RangeSet) -> None:
+    want = {"markDeletePosition": str(md), "individuallyDeletedMessages": str(individual)}
+    deadline = time.monotonic() + 5
+    got: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        got = _cursor(sb, local, sub)
+        if {k: got.get(k) for k in want} == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"cursor of {local} {sub}: want {want}, got {got}")
+
+
+@pytest.mark.integration
+def test_by_id_sends_exactly_the_planned_acks(sb: Any, direct: Any) -> None:
+    local = _topic("byid")
+    topic = sb.register_topic("B", local)[0]
+    n = len(LAYOUT)
+    ledger = _produce(direct, topic, LAYOUT)
+    with PulsarEmitter(sb.service_url("B")) as em:  # through the ack-sniffing proxy
+        safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
+        assert em.apply(topic, "sub", safe, cumulative=False) == EmitResult(5, None, 5, 0)
+        _wait_cursor(sb, local, "sub", after.mark_delete, after.individually_deleted)
+    # (The sandbox's own readers of B go through the proxy too: keep to our subscription.)
+    events = [e for e in sb.state("B").ack_events() if (e.topic, e.subscription) == (topic, "sub")]
+    assert sorted(e.entry for e in events) == [0, 1, 4, 5, 8]
+    assert {(e.ledger, e.batch_index, e.cumulative) for e in events} == {(ledger, -1, False)}
+    # Cumulative on an Exclusive subscription: one ack for everything up to the markDelete.
+    with PulsarEmitter(sb.service_url("B"), subscription_type="Exclusive") as em:
+        safe, after = _plan(ledger, n, 6, "[(900:7..900:9]]")
+        res = em.apply(topic, "ex", safe, cumulative=True)
+        assert res == EmitResult(3, Position(ledger, 6), 2, 0)
+        _wait_cursor(sb, local, "ex", after.mark_delete, after.individually_deleted)
+    ex = [(e.entry, e.cumulative) for e in sb.state("B").ack_events()
+          if (e.topic, e.subscription) == (topic, "ex")]
+    assert sorted(ex) == [(6, True), (8, False), (9, False)]
+
+
+@pytest.mark.integration
+def test_partitions_are_acked_each_with_its_own_plan(sb: Any, direct: Any) -> None:
+    name = _topic("parts")
+    parts = sb.register_topic("B", name, 2)
+    n = 6
+    plans = {0: (1, "[(900:2..900:4]]"), 1: (-1, "[(900:0..900:1],(900:4..900:5]]")}
+    with PulsarEmitter(sb.service_url("B")) as em:
+        for i, topic in enumerate(parts):
+            ledger = _produce(direct, topic, [0, 2, 0, 0, 3, 0])
+            safe, after = _plan(ledger, n, plans[i][0], plans[i][1])
+            em.apply(topic, "sub", safe, cumulative=False)
+            _wait_cursor(sb, f"{name}-partition-{i}", "sub", after.mark_delete,
+                         after.individually_deleted)
+    # Receive-first sees the partition index on what it receives and acks per partition too.
+    with PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct) as em:
+        safe, _ = _plan(ledger, n, 3)
+        assert em.apply(parts[1], "rf", safe, cumulative=False).individual_entries == 4
+        pending = em._subs[(parts[1], "rf")].pending
+        assert {m.message_id().partition() for msgs in pending.values()
+                for m in msgs.values()} == {1}
+
+
+@pytest.mark.integration
+def test_exclusive_subscription_held_by_another_consumer(sb: Any, direct: Any) -> None:
+    topic = f"persistent://public/default/{_topic('busy')}"
+    _produce(direct, topic, [0, 0])
+    holder = direct.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
+    try:
+        em = PulsarEmitter(sb.broker_url("B"), subscription_type="Exclusive",
+                           operation_timeout_seconds=2)
+        safe, _ = _plan(0, 2, 1)
+        with pytest.raises(SubscriptionBusyError, match=f"{topic} subscription 'sub'") as err:
+            em.apply(topic, "sub", safe, cumulative=True)
+        assert "must be stopped" in str(err.value)
+        em.close()
+    finally:
+        holder.close()
