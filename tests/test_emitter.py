@@ -18,11 +18,12 @@ import pytest
 
 from cursorsync.emitter import (
     EmitResult,
+    EmitTopicNotFoundError,
     PulsarEmitter,
     SubscriptionBusyError,
     TargetUnreachableError,
 )
-from cursorsync.errors import ConfigError
+from cursorsync.errors import ConfigError, TopicNotFoundError
 from cursorsync.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.positions import Position
 from cursorsync.ranges import Ledgers, RangeSet
@@ -144,9 +145,10 @@ class _FakeConsumer:
 class _FakeClient:
     """Stands in for pulsar.Client: records subscribe() arguments, hands out fake consumers."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail: BaseException | None = None) -> None:
         self.subscribed: list[tuple[str, str, dict[str, Any]]] = []
         self.consumers: list[_FakeConsumer] = []
+        self.fail = fail
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         if topic.endswith("/parted"):
@@ -154,6 +156,8 @@ class _FakeClient:
         return [topic]
 
     def subscribe(self, topic: str, subscription: str, **kwargs: Any) -> _FakeConsumer:
+        if self.fail is not None:
+            raise self.fail
         self.subscribed.append((topic, subscription, kwargs))
         self.consumers.append(_FakeConsumer())
         return self.consumers[-1]
@@ -242,6 +246,22 @@ def test_empty_plan_sends_nothing_and_subscribes_nothing() -> None:
     assert client.subscribed == []
 
 
+def test_broker_refusals_become_errors_naming_what_to_fix() -> None:
+    safe, _ = _plan(7, 10, 4)
+    busy = PulsarEmitter("pulsar://b:6650", subscription_type="Exclusive",
+                         client=_FakeClient(pulsar.ConsumerBusy("Exclusive consumer is already "
+                                                                "connected")))
+    with pytest.raises(SubscriptionBusyError) as err:
+        busy.apply("orders-partition-1", "app", safe, cumulative=True)
+    msg = str(err.value)
+    assert "persistent://public/default/orders-partition-1 subscription 'app'" in msg
+    assert "pulsar://b:6650" in msg and "must be stopped" in msg
+    gone = PulsarEmitter("pulsar://b:6650", client=_FakeClient(pulsar.TopicNotFound("x")))
+    with pytest.raises(EmitTopicNotFoundError, match="orders-partition-1 does not exist") as e2:
+        gone.apply("orders-partition-1", "app", safe, cumulative=False)
+    assert isinstance(e2.value, TopicNotFoundError)
+
+
 def test_unreachable_cluster_is_named() -> None:
     from cursorsync.sandbox.brokers import free_port
 
@@ -282,10 +302,12 @@ def direct(sb: Any) -> Iterator[Any]:
 
 @pytest.mark.integration
 def test_receive_first_shared_acks_exactly_the_plan(sb: Any, direct: Any) -> None:
-    topic = f"persistent://public/default/{_topic('rf-shared')}"
+    local = _topic("rf-shared")
+    topic = sb.register_topic("B", local)[0]
     n = len(LAYOUT)
     ledger = _produce(direct, topic, LAYOUT)
-    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct)
+    # Through the sniffing proxy, so that every ack it sends is seen.
+    em = PulsarEmitter(sb.service_url("B"), mode="receive-first")
     safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
     res = em.apply(topic, "sub", safe, cumulative=False)
     planned = _acked_entries(after, n)
@@ -297,7 +319,11 @@ def test_receive_first_shared_acks_exactly_the_plan(sb: Any, direct: Any) -> Non
     res2 = em.apply(topic, "sub", safe2, cumulative=False, ledgers=after.ledgers)
     assert res2 == EmitResult(3, None, 3, 0)
     assert _acked_entries(after2, n) == {0, 1, 2, 3, 4, 5, 8, 10}
-    em.close()  # unacked messages go back to the subscription
+    em.close()  # unacked messages go back to the subscription; grouped acks are flushed
+    events = [e for e in sb.state("B").ack_events() if (e.topic, e.subscription) == (topic, "sub")]
+    assert {e.entry for e in events} == _acked_entries(after2, n)
+    assert not any(e.cumulative for e in events)
+    _wait_cursor(sb, local, "sub", after2.mark_delete, after2.individually_deleted)
     rest = set(range(n)) - _acked_entries(after2, n)
     assert _drain(direct, topic, "sub", pulsar.ConsumerType.Shared) == _messages(LAYOUT, rest)
 
