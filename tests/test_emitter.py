@@ -18,9 +18,11 @@ import pytest
 
 from cursorsync.emitter import (
     EmitResult,
+    Emitter,
     EmitTopicNotFoundError,
     PulsarEmitter,
     SubscriptionBusyError,
+    SubscriptionType,
     TargetUnreachableError,
 )
 from cursorsync.errors import ConfigError, TopicNotFoundError
@@ -90,7 +92,7 @@ def _produce(client: Any, topic: str, layout: list[int], first: int = 0) -> int:
     plain.close()
     batched.close()
     assert len(ledgers) == 1
-    return ledgers.pop()
+    return int(ledgers.pop())
 
 
 def _messages(layout: list[int], entries: set[int]) -> set[tuple[int, int]]:
@@ -165,7 +167,7 @@ class _FakeClient:
 
 def test_by_id_acks_whole_entries_with_the_partition_index() -> None:
     client = _FakeClient()
-    em = PulsarEmitter("pulsar://unused:6650", client=client, ack_batch_size=2)
+    em: Emitter = PulsarEmitter("pulsar://unused:6650", client=client, ack_batch_size=2)
     safe, _ = _plan(7, 10, 2, "[(900:4..900:6],(900:8..900:9]]")
     res = em.apply("persistent://public/default/t-partition-3", "s", safe, cumulative=False)
     assert res == EmitResult(acks_sent=6, cumulative_to=None, individual_entries=6,
@@ -352,7 +354,7 @@ def test_receive_first_counts_entries_not_there_yet_and_retries(sb: Any, direct:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["Exclusive", "Failover"])
-def test_receive_first_cumulative(sb: Any, direct: Any, kind: str) -> None:
+def test_receive_first_cumulative(sb: Any, direct: Any, kind: SubscriptionType) -> None:
     topic = f"persistent://public/default/{_topic('rf-cum')}"
     n = len(LAYOUT)
     ledger = _produce(direct, topic, LAYOUT)
@@ -372,8 +374,8 @@ def test_receive_first_cumulative(sb: Any, direct: Any, kind: str) -> None:
 def _cursor(sb: Any, local: str, sub: str) -> dict[str, Any]:
     r = httpx.get(f"{sb.admin_url('B')}{PREFIX}/{local}/internalStats", timeout=10)
     r.raise_for_status()
-    cursors: dict[str, Any] = r.json()["cursors"]
-    return cursors.get(sub, {})
+    cursor: dict[str, Any] = r.json()["cursors"].get(sub, {})
+    return cursor
 
 
 def _wait_cursor(sb: Any, local: str, sub: str, md: Position, individual: RangeSet) -> None:
@@ -450,3 +452,4 @@ def test_exclusive_subscription_held_by_another_consumer(sb: Any, direct: Any) -
         em.close()
     finally:
         holder.close()
+

@@ -102,7 +102,13 @@ class Emitter(Protocol):
     """Sends the acks of guarded plans to target subscriptions."""
 
     def apply(
-        self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool
+        self,
+        topic: str,
+        subscription: str,
+        safe: SafePlan,
+        *,
+        cumulative: bool,
+        ledgers: Ledgers | None = None,
     ) -> EmitResult: ...
 
     def close(self) -> None: ...
@@ -175,7 +181,13 @@ def _complete(messages: dict[int, Any]) -> bool:
 
 
 def _entries(ranges: RangeSet, ledgers: Ledgers | None) -> Iterator[Position]:
-    """The entries of ``ranges``: exact per ledger list when known, else ranges must not span."""
+    """The entries of ``ranges``: exact per ledger list when known, else ranges must not span.
+
+    A range inside one ledger the list does not know (a stale list) is taken
+    as it is: its entries come from segments, so they exist. A range spanning
+    ledgers yields only the entries of listed ledgers; anything it misses is
+    not acked now and is planned again at the next sync (never the unsafe way).
+    """
     known = set() if ledgers is None else set(ledgers.ids.tolist())
     for a, b, c, d in ranges.bounds.tolist():
         one = RangeSet.of((Position(a, b), Position(c, d)))
