@@ -354,7 +354,8 @@ class RunningJob:
     stopped: bool = False
 
     def wait_batches(self, n: int, timeout_s: float) -> bool:
-        """Until both queries have completed ``n`` more batches (or time runs out)."""
+        """Until the sync query completed ``n`` more batches and the mapping query either did
+        too or has nothing new to read (Spark runs no batch without new data)."""
         target_m = self.mapping_sink.last_batch + n
         target_s = self.sync_sink.last_batch + n
         deadline = time.monotonic() + timeout_s
@@ -362,7 +363,11 @@ class RunningJob:
             for q in self.queries:
                 if q.exception() is not None:
                     raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-            if self.mapping_sink.last_batch >= target_m and self.sync_sink.last_batch >= target_s:
+            status = self.queries[0].status
+            mapping_idle = (self.mapping_sink.last_batch >= 0 and not status["isDataAvailable"]
+                            and not status["isTriggerActive"])
+            if self.sync_sink.last_batch >= target_s and (
+                    self.mapping_sink.last_batch >= target_m or mapping_idle):
                 return True
             time.sleep(0.2)
         return False
