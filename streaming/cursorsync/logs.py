@@ -133,14 +133,14 @@ class KeyValueFormatter(logging.Formatter):
         return line
 
 
-class _CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderrHandler(logging.StreamHandler[TextIO]):
     """A stream handler that writes to whatever ``sys.stderr`` is at emit time."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__()
         self._fixed = stream
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return self._fixed if self._fixed is not None else sys.stderr
 
