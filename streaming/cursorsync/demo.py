@@ -57,6 +57,7 @@ class DemoReport:
     mapping_batches: int
     seconds: float
     per_topic: dict[str, dict[str, int]] = field(default_factory=dict)
+    restarts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,10 +196,19 @@ def run_demo(*, json_output: bool = False, seconds: float = 60.0, work_dir: str 
     return report.table()
 
 
+class _InjectedCrash(RuntimeError):
+    """Raised inside a sync batch, after its acks went out and before its tables were written."""
+
+
 def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = False,
          strategies: list[str] | None = None, stamp_source_position: bool = True,
-         entries_per_partition: int = 60, seed: int = 7,
+         entries_per_partition: int = 60, seed: int = 7, partial_batch_fraction: float = 0.2,
          crash_sync_batch: int | None = None) -> DemoReport:
+    """Sandbox, workload, the job until caught up, then the failover check.
+
+    ``crash_sync_batch``: kill the sync query in that batch after emitting and
+    before writing its tables, then start the job again from its checkpoint.
+    """
     from cursorsync.job import start_job
     from cursorsync.sandbox import ReplicatorOptions, Sandbox, SandboxConfig
     from cursorsync.sandbox.workload import WorkloadSpec, run_workload
@@ -206,10 +216,12 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
     t0 = time.monotonic()
     root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-demo-"))
     root.mkdir(parents=True, exist_ok=True)
-    spec = WorkloadSpec(entries_per_partition=entries_per_partition, seed=seed)
+    spec = WorkloadSpec(entries_per_partition=entries_per_partition, seed=seed,
+                        partial_batch_fraction=partial_batch_fraction)
     os.environ.setdefault("CURSORSYNC_EMIT_MODE", "receive-first")  # pulsar-lite: see README
     sb_cfg = SandboxConfig(topics=spec.topics, work_dir=root / "brokers",
                            replicator=ReplicatorOptions(stamp_source_position=stamp_source_position))
+    restarts = 0
     try:
         with Sandbox(sb_cfg) as sandbox:
             topics = [t for name in spec.topics for t in sandbox.partitions(name)]
@@ -219,21 +231,37 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
             config = demo_config(sandbox, root, topics=spec.topics, subscription=spec.subscription,
                                  strategies=strategies)
             job = start_job(config)
-            job.sync_sink.crash_after_emit = None
+            if crash_sync_batch is not None:
+                def crash(batch_id: int) -> None:
+                    if batch_id == crash_sync_batch:
+                        raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
+                job.sync_sink.crash_after_emit = crash
+            sync_batches = mapping_batches = 0
             try:
-                # Enough batches for the mapping to cover everything and the sync to catch up.
                 deadline = time.monotonic() + seconds
                 synced = False
                 while time.monotonic() < deadline and not synced:
-                    job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
-                    synced = _caught_up(job, config)
+                    try:
+                        job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
+                        synced = _caught_up(job, config)
+                    except RuntimeError as err:
+                        if "injected crash" not in str(err) or restarts:
+                            raise
+                        log.warning("the sync query died (%s): restarting from its checkpoint",
+                                    err)
+                        sync_batches += job.sync_sink.last_batch + 1
+                        mapping_batches += job.mapping_sink.last_batch + 1
+                        job.stop()
+                        restarts += 1
+                        job = start_job(config)
                 job.wait_batches(1, timeout_s=30)
             finally:
                 job.stop()
             ours, builtin, per_topic = failover_check(sandbox, workload, spec.subscription)
             return DemoReport(topics, spec.subscription, list(config.evidence.strategies),
                               ours, builtin, job.sync_sink.last_batch + 1,
-                              job.mapping_sink.last_batch + 1, time.monotonic() - t0, per_topic)
+                              job.mapping_sink.last_batch + 1, time.monotonic() - t0, per_topic,
+                              restarts)
     finally:
         if not keep and not work_dir:
             shutil.rmtree(root, ignore_errors=True)
