@@ -107,3 +107,10 @@ def test_window_ages_out_unmatched_entries() -> None:
 def test_bad_strategy_is_named(strategies: tuple[str, ...]) -> None:
     with pytest.raises(ValueError, match="snapshot-typo"):
         BuilderConfig("A", "B", strategies)  # type: ignore[arg-type]
+
+
+def test_snapshot_evidence_is_refused_not_ignored() -> None:
+    from cursorsync.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="snapshot"):
+        BuilderConfig("A", "B", ("position-property", "snapshot"))

@@ -109,7 +109,7 @@ def test_production_example_loads(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert config.tables.backend == "delta-spark"
     assert config.tables.path.startswith("s3a://")
     assert config.metrics.port == 9108 and config.metrics.enabled
-    assert config.evidence.strategies == ["position-property", "identity", "snapshot"]
+    assert config.evidence.strategies == ["position-property", "identity"]
     assert config.namespaces[0].matches("persistent://orders/prod/order-events-eu-partition-3")
     assert not config.namespaces[0].matches("persistent://orders/prod/returns")
     assert config.logging.json_format is True

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.errors import MappingConflictError
+from cursorsync.errors import ConfigError, MappingConflictError
 from cursorsync.mapping import (
     EVIDENCE,
     Evidence,
@@ -104,7 +104,8 @@ class BuilderConfig:
         for s in self.strategies:
             evidence_code(s)
         if "snapshot" in self.strategies:
-            log.info("snapshot evidence is not read from entry streams; it is ignored here")
+            raise ConfigError("evidence.strategies: snapshot-marker evidence is not available in "
+                              "this version; use position-property and/or identity")
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ idempotent per (query, batch id), and the builder's state is saved per batch
 id under the checkpoint, so a batch Spark re-runs after a crash produces the
 same rows and re-sends only acks (idempotent on the broker).
 
-Emission across executors: with ``emission.spread_across_executors`` the
-sync batch is repartitioned by topic partition and each executor translates,
-guards and emits for its partitions (``mapInArrow``); the driver only writes
-the tables. Off by default: one driver emits comfortably for thousands of
-partitions per trigger, and the embedded default has one executor.
+Emission runs on the driver. Spreading it across executors (repartition the
+sync batch by topic partition and translate, guard and emit per partition in
+``mapInArrow``, each task reading its partitions' mappings and previous
+cursor state from the Delta tables) is the designed path for scale, but it
+is not built yet: ``emission.spread_across_executors: true`` is refused at
+start rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -422,6 +423,11 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     from cursorsync.pulsar.admin import AdminClient, AdminConfig
 
     config.require_resolved()
+    if config.emission.spread_across_executors:
+        from cursorsync.errors import ConfigError
+
+        raise ConfigError("emission.spread_across_executors: emission on executors is not "
+                          "available in this version; set it to false (the driver emits)")
     spark = spark or build_session(config)
     sources.register(spark)
     store = open_store(config.tables.backend, config.tables.path, spark=spark,
