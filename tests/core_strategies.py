@@ -46,7 +46,7 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     src_counts = draw(st.lists(st.integers(0, max_entries // n_src_ledgers),
                                min_size=n_src_ledgers, max_size=n_src_ledgers))
     source_ledgers = Ledgers.of(zip(src_ids, src_counts, strict=True))
-    src_entries = [Position(l, e) for l, n in zip(src_ids, src_counts, strict=True)
+    src_entries = [Position(lg, e) for lg, n in zip(src_ids, src_counts, strict=True)
                    for e in range(n)]
 
     # The target stream: replicated entries in order, with markers and foreign entries between.
@@ -75,7 +75,7 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
         left -= c
     tgt_ids = _sparse_ids(draw, len(tgt_counts))
     target_ledgers = Ledgers.of(zip(tgt_ids, tgt_counts, strict=True))
-    tgt_positions = [Position(l, e) for l, n in zip(tgt_ids, tgt_counts, strict=True)
+    tgt_positions = [Position(lg, e) for lg, n in zip(tgt_ids, tgt_counts, strict=True)
                      for e in range(n)]
     truth: dict[Position, Position] = {}
     skippable: set[Position] = set()
@@ -93,8 +93,10 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     keep_p = draw(st.sampled_from([1.0, 1.0, 0.8, 0.4, 0.0]))
     kept = [(s, t) for s, t in sorted(truth.items()) if draw(st.floats(0, 1)) < keep_p]
     segs = SegmentSet.from_pairs(
-        np.array([s.ledger for s, _ in kept], np.int64), np.array([s.entry for s, _ in kept], np.int64),
-        np.array([t.ledger for _, t in kept], np.int64), np.array([t.entry for _, t in kept], np.int64))
+        np.array([s.ledger for s, _ in kept], np.int64),
+        np.array([s.entry for s, _ in kept], np.int64),
+        np.array([t.ledger for _, t in kept], np.int64),
+        np.array([t.entry for _, t in kept], np.int64))
     know_skips = draw(st.booleans())
 
     def runs(ps: set[Position]) -> Runs:
@@ -110,7 +112,7 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     md0 = Position(src_ids[0], -1)
     source = acked_state(md0, src_acked, source_ledgers)
 
-    # Target cursor: fresh, or an earlier safe sync (subset of acked), plus consumer acks of foreign.
+    # Target cursor: fresh, or an earlier safe sync (a subset), plus consumer acks of foreign.
     tgt_acked: set[Position] = set()
     if draw(st.booleans()):
         earlier = {p for p in src_acked if draw(st.booleans())}

@@ -12,7 +12,7 @@ from cursorsync.ranges import Ledgers, RangeSet, fold
 
 P = Position.parse
 LEDGERS = [0, 3, 7]
-UNIVERSE = [Position(l, e) for l in LEDGERS for e in range(-1, 8)]
+UNIVERSE = [Position(lg, e) for lg in LEDGERS for e in range(-1, 8)]
 
 
 @st.composite
@@ -75,8 +75,8 @@ def test_ledger_canonical_form_keeps_entries_and_meets_across_ledgers(
         counts: list[int], data: st.DataObject) -> None:
     ids = [10 * (i + 1) for i in range(len(counts))]
     ledgers = Ledgers.of(zip(ids, counts, strict=True))
-    universe = [Position(l, e) for l, n in zip(ids, counts, strict=True) for e in range(n)]
-    pts = [Position(l, e) for l in [5, *ids, ids[-1] - 1] for e in range(-1, 14)]
+    universe = [Position(lg, e) for lg, n in zip(ids, counts, strict=True) for e in range(n)]
+    pts = [Position(lg, e) for lg in [5, *ids, ids[-1] - 1] for e in range(-1, 14)]
     rows = []
     for _ in range(data.draw(st.integers(0, 4))):
         a, b = sorted(data.draw(st.lists(st.sampled_from(pts), min_size=2, max_size=2)))

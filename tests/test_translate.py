@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
-from core_strategies import World, worlds
 from hypothesis import HealthCheck, given, settings
 
+from core_strategies import World, worlds
 from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.oracle import oracle_translate
 from cursorsync.positions import Position
@@ -73,7 +73,8 @@ def test_safety_against_ground_truth(w: World) -> None:
 def test_progress_with_full_evidence(w: World) -> None:
     """With every pair known, every target counterpart of a source ack is acked."""
     full = SegmentSet.from_pairs(
-        np.array([s.ledger for s in w.truth], np.int64), np.array([s.entry for s in w.truth], np.int64),
+        np.array([s.ledger for s in w.truth], np.int64),
+        np.array([s.entry for s in w.truth], np.int64),
         np.array([t.ledger for t in w.truth.values()], np.int64),
         np.array([t.entry for t in w.truth.values()], np.int64))
     mapping = TopicMapping(full, w.mapping.skippable, w.mapping.foreign, w.mapping.unreplicated)
@@ -125,7 +126,8 @@ def test_pulsar_docs_worked_example() -> None:
     assert plan.mark_delete == P("7:104")
     assert str(plan.individually_deleted) == "[(7:106..7:107],(7:109..7:110]]"
     assert str(plan.to_ack) == "[(7:99..7:104],(7:106..7:107],(7:109..7:110]]"
-    assert plan.split(cumulative=True) == (P("7:104"), RangeSet.parse("[(7:106..7:107],(7:109..7:110]]"))
+    assert plan.split(cumulative=True) == (
+        P("7:104"), RangeSet.parse("[(7:106..7:107],(7:109..7:110]]"))
     assert plan.outcome == "exact"
 
     # Once 1:5 is acked the marker joins and everything folds into the markDeletePosition.

@@ -190,18 +190,21 @@ class MappingBuilder:
             pairs.append((np.array([p.ledger for p in parsed], np.int64),
                           np.array([p.entry for p in parsed], np.int64),
                           tl[has_prop], te[has_prop],
-                          np.full(int(has_prop.sum()), evidence_code("position-property"), np.int8)))
+                          np.full(int(has_prop.sum()), evidence_code("position-property"),
+                                  np.int8)))
 
         foreign = Runs()
         rest = ~has_prop if "position-property" in cfg.strategies else np.ones(len(tl), bool)
         if "identity" in cfg.strategies:
             digests = tgt.column("entry_identity").to_pylist()
-            st.target.extend(tl[rest], te[rest], [d for d, r in zip(digests, rest, strict=True) if r])
+            st.target.extend(tl[rest], te[rest],
+                             [d for d, r in zip(digests, rest, strict=True) if r])
             sl = src.column("ledger").to_numpy()
             se = src.column("entry").to_numpy()
             mapped = known.segments.source_ranges()
             if pairs:
-                mapped = mapped | SegmentSet.from_pairs(*pairs[0][:4], validate=False).source_ranges()
+                batch = SegmentSet.from_pairs(*pairs[0][:4], validate=False)
+                mapped = mapped | batch.source_ranges()
             fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
             sd = src.column("entry_identity").to_pylist()
             st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])

@@ -89,7 +89,8 @@ def build_session(config: Config) -> Any:
 
 
 def _admin_options(cluster: Any) -> dict[str, str]:
-    opts = {"adminUrl": cluster.admin_url, "adminTimeoutMs": str(int(cluster.request_timeout_s * 1000))}
+    opts = {"adminUrl": cluster.admin_url,
+            "adminTimeoutMs": str(int(cluster.request_timeout_s * 1000))}
     token = cluster.auth.resolve_token() if cluster.auth else None
     if token:
         opts["adminToken"] = token
@@ -380,7 +381,7 @@ class RunningJob:
         for q in self.queries:
             try:
                 q.stop()
-            except Exception as err:  # noqa: BLE001 - stopping must go on for the others
+            except Exception as err:
                 log.warning("stopping query %s: %s", getattr(q, "name", "?"), err)
         if self.emitter is not None:
             self.emitter.close()

@@ -285,7 +285,8 @@ class Runs:
             return cls()
         order = np.lexsort((entries, ledgers))
         ledgers, entries = ledgers[order], entries[order]
-        keep = np.concatenate(([True], (ledgers[1:] != ledgers[:-1]) | (entries[1:] != entries[:-1])))
+        keep = np.concatenate(
+            ([True], (ledgers[1:] != ledgers[:-1]) | (entries[1:] != entries[:-1])))
         ledgers, entries = ledgers[keep], entries[keep]
         cont = np.concatenate(([False], (ledgers[1:] == ledgers[:-1])
                                & (entries[1:] == entries[:-1] + 1)))
@@ -373,8 +374,8 @@ def align_identities(
     tgt = np.asarray(target_digests, dtype=object)
     if len(src) == 0 or len(tgt) == 0:
         return np.empty(0, np.intp), np.empty(0, np.intp)
-    s_u, s_inv, s_cnt = np.unique(src, return_inverse=True, return_counts=True)
-    t_u, t_inv, t_cnt = np.unique(tgt, return_inverse=True, return_counts=True)
+    _, s_inv, s_cnt = np.unique(src, return_inverse=True, return_counts=True)
+    _, t_inv, t_cnt = np.unique(tgt, return_inverse=True, return_counts=True)
     s_once = s_cnt[s_inv] == 1
     t_once = t_cnt[t_inv] == 1
     s_idx = np.flatnonzero(s_once)

@@ -59,9 +59,9 @@ def oracle_translate(
         for k in range(seg.count):
             fwd[Position(seg.source_ledger, seg.source_entry + k)] = Position(
                 seg.target_ledger, seg.target_entry + k)
-    skippable = {Position(int(l), int(e) + k) for l, e, n in mapping.skippable.rows.tolist()
+    skippable = {Position(int(lg), int(e) + k) for lg, e, n in mapping.skippable.rows.tolist()
                  for k in range(int(n))}
-    unreplicated = {Position(int(l), int(e) + k) for l, e, n in mapping.unreplicated.rows.tolist()
+    unreplicated = {Position(int(lg), int(e) + k) for lg, e, n in mapping.unreplicated.rows.tolist()
                     for k in range(int(n))}
 
     after = set(current)

@@ -105,7 +105,7 @@ def _from_keys(ks: _KeySpace, lo: Keys, hi: Keys) -> I64:
 
 
 def _merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
-    """Canonicalise arbitrary (lo, hi] key intervals: drop empties, sort, merge overlaps and touches."""
+    """Canonicalise (lo, hi] key intervals: drop empties, sort, merge overlaps and touches."""
     keep = lo < hi
     lo, hi = lo[keep], hi[keep]
     if len(lo) == 0:
@@ -129,7 +129,7 @@ def _combine(
     two runs is a linear merge; running coverage counts then say, for the gap
     after each distinct key, whether it is in A and in B.
     """
-    na, nb = len(alo), len(blo)
+    na = len(alo)
     keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
                            np.stack([blo, bhi], axis=1).ravel()))
     if len(keys) == 0:
