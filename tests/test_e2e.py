@@ -55,3 +55,11 @@ def test_killed_mid_batch_and_restarted_from_checkpoint(tmp_path) -> None:  # ty
     assert r.restarts == 1, r.table()
     check(r)
     assert r.cursorsync.duplicates == 0, r.table()
+
+
+def test_emission_spread_across_executors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each Spark task translates, guards and emits for its topic partitions."""
+    r = demo(seconds=150, work_dir=str(tmp_path), entries_per_partition=30,
+             partial_batch_fraction=0.0, spread=True, seed=13)
+    check(r)
+    assert r.cursorsync.duplicates == 0, r.table()

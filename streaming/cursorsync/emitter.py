@@ -47,6 +47,7 @@ import pulsar
 
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.positions import Position
+from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.translate import AckPlan, SafePlan
@@ -130,53 +131,11 @@ class _Subscription:
     waiting: RangeSet = field(default_factory=RangeSet)
 
 
-def _batch_size(message_id: Any) -> int | None:
-    """Messages in a received batched entry, from the serialised id (MessageIdData field 6).
-
-    The Python client has no accessor for it; None when the id does not carry it.
-    """
-    buf = bytes(message_id.serialize())
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = value = 0
-        while True:
-            if i >= len(buf):
-                raise ValueError("truncated varint")
-            b = buf[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    try:
-        while i < len(buf):
-            key = varint()
-            num, wire = key >> 3, key & 7
-            if wire == 0:
-                value = varint()
-                if num == 6:
-                    return value if value > 0 else None
-            elif wire == 2:
-                i += varint()
-            elif wire == 1:
-                i += 8
-            elif wire == 5:
-                i += 4
-            else:
-                return None
-    except ValueError:
-        return None
-    return None
-
-
 def _complete(messages: dict[int, Any]) -> bool:
     """All messages of the entry are in (a non-batched entry has the single key -1)."""
     if -1 in messages:
         return True
-    size = _batch_size(next(iter(messages.values())).message_id())
+    size = batch_size_of(next(iter(messages.values())).message_id())
     return size is None or all(i in messages for i in range(size))
 
 

@@ -12,12 +12,11 @@ idempotent per (query, batch id), and the builder's state is saved per batch
 id under the checkpoint, so a batch Spark re-runs after a crash produces the
 same rows and re-sends only acks (idempotent on the broker).
 
-Emission runs on the driver. Spreading it across executors (repartition the
-sync batch by topic partition and translate, guard and emit per partition in
-``mapInArrow``, each task reading its partitions' mappings and previous
-cursor state from the Delta tables) is the designed path for scale, but it
-is not built yet: ``emission.spread_across_executors: true`` is refused at
-start rather than silently ignored.
+Emission runs on the driver by default. With
+``emission.spread_across_executors`` the sync batch is repartitioned by topic
+partition and each Spark task translates, guards and emits for its share
+(:mod:`cursorsync.spread`), reading mappings and previous cursor states from
+the Delta tables; the driver only writes the tables.
 """
 
 from __future__ import annotations
@@ -303,9 +302,13 @@ class SyncSink:
         self.metrics = metrics
         self.mappings = MappingStore(store, config.source.name, config.target.name)
         self.last_batch = -1
+        self.emit_mode = "by-id"
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        if self.config.emission.spread_across_executors:
+            self._on_executors(df, batch_id)
+            return
         t0 = time.perf_counter()
         obs = observations(df.toArrow())
         mappings = self.mappings.refresh()
@@ -337,6 +340,37 @@ class SyncSink:
             m.observe_batch("sync", time.perf_counter() - t0)
         log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
                  len(obs), result.acks_sent, result.refused, result.halted)
+
+    def _on_executors(self, df: Any, batch_id: int) -> None:
+        """Translate, guard and emit in Spark tasks; the driver writes the tables."""
+        from cursorsync.spread import sync_on_executors
+
+        t0 = time.perf_counter()
+        df = df.persist()
+        try:
+            obs = observations(df.toArrow())
+            rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
+                                     cumulative=self.step.config.cumulative,
+                                     emit_mode=self.emit_mode)
+        finally:
+            df.unpersist()
+        if self.crash_after_emit is not None:
+            self.crash_after_emit(batch_id)
+        src, tgt = self.config.source.name, self.config.target.name
+        self.store.append("cursor_states", cursor_state_rows(
+            obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
+        self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
+        self.last_batch = batch_id
+        if self.metrics:
+            for r in rows.to_pylist():
+                self.metrics.record_acks(r["subscription"], "individual" if not
+                                         self.step.config.cumulative else "cumulative",
+                                         r["acks_sent"])
+                self.metrics.observe_sync_lag(r["subscription"], r["lag_ms"] / 1000)
+                self.metrics.mark_synced(r["subscription"])
+            self.metrics.observe_batch("sync", time.perf_counter() - t0)
+        log.info("sync batch %d on executors: %d cursors, %d acks sent", batch_id, len(obs),
+                 sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0)
 
 
 # ---------------------------------------------------------------------- running
@@ -424,11 +458,6 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     from cursorsync.pulsar.admin import AdminClient, AdminConfig
 
     config.require_resolved()
-    if config.emission.spread_across_executors:
-        from cursorsync.errors import ConfigError
-
-        raise ConfigError("emission.spread_across_executors: emission on executors is not "
-                          "available in this version; set it to false (the driver emits)")
     spark = spark or build_session(config)
     sources.register(spark)
     store = open_store(config.tables.backend, config.tables.path, spark=spark,
@@ -443,13 +472,14 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         token=tgt.auth.resolve_token() if tgt.auth else None,
         timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
     dry = config.emission.dry_run if dry_run is None else dry_run
-    if emitter is None and not dry:
+    emit_mode = os.environ.get("CURSORSYNC_EMIT_MODE", "by-id")
+    if emitter is None and not dry and not config.emission.spread_across_executors:
         from cursorsync.emitter import PulsarEmitter
 
         tls = tgt.auth.tls if tgt.auth else None
         emitter = PulsarEmitter(
             tgt.service_url, subscription_type=config.emission.subscription_type,
-            mode=os.environ.get("CURSORSYNC_EMIT_MODE", "by-id"),  # type: ignore[arg-type]
+            mode=emit_mode,  # type: ignore[arg-type]
             ack_batch_size=config.emission.ack_batch_size,
             auth_token=tgt.auth.resolve_token() if tgt.auth else None,
             tls_trust_certs_file=tls.ca_file if tls else None,
@@ -460,6 +490,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
                     target_reader(admin))
     mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics)
     sync_sink = SyncSink(config, store, step, metrics)
+    sync_sink.emit_mode = emit_mode
     spark.streams.addListener(_ProgressListener(metrics))
     trigger = f"{config.spark.trigger_interval_s} seconds"
 

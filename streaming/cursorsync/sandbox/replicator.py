@@ -9,9 +9,12 @@ the source with a Reader and republishes every entry on the target:
   messages at the same batch indexes: a batching producer with unbounded
   limits gets the k messages with ``send_async`` and is then ``flush()``-ed,
   which closes exactly that batch. A reader receives a batch's messages
-  together (the client unpacks the whole entry into its queue at once), so
-  the batch is complete when the next message belongs to another entry or
-  none arrives within ``batch_gap_ms``. The target message ids are checked
+  together (the client unpacks the whole entry into its queue at once); the
+  batch is complete when it holds the size its message ids declare
+  (cursorsync.pulsar.msgid), or else when the next message belongs to another
+  entry or none arrives within ``batch_gap_ms``. A message index seen twice
+  (the reader re-delivered part of a batch, seen under load) is dropped. The
+  target message ids are checked
   (same ledger:entry, indexes 0..k-1) and a mismatch stops the replicator
   with :class:`ReplicationError`;
 - a non-batched entry goes through a non-batching producer (the C++ client
@@ -57,6 +60,7 @@ from typing import Any, Literal
 
 from cursorsync.errors import CursorSyncError
 from cursorsync.positions import Position
+from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.sandbox.state import ClusterState, full_topic
 
 log = logging.getLogger(__name__)
@@ -250,8 +254,11 @@ class Replicator:
                     if (head.ledger_id(), head.entry_id()) != (mid.ledger_id(), mid.entry_id()):
                         self._replicate(topic, pending)
                         pending = []
+                    elif any(p.message_id().batch_index() == mid.batch_index() for p in pending):
+                        continue  # the reader delivered part of this batch again (seen under load)
                 pending.append(msg)
-                if mid.batch_index() < 0:
+                size = batch_size_of(mid)
+                if mid.batch_index() < 0 or (size is not None and len(pending) == size):
                     self._replicate(topic, pending)
                     pending = []
             if pending:

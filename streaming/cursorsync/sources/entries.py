@@ -58,6 +58,7 @@ from cursorsync.identity import (
 )
 from cursorsync.positions import Position
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sources.options import Options
 
@@ -243,51 +244,6 @@ def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> I
             props, pkey, okey if isinstance(okey, str) or okey is None else okey.decode(),
             props.get(part.source_position_property), d, edigest, nbytes,
         )
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
-def batch_size_of(message_id: Any) -> int | None:
-    """Messages in the entry of ``message_id``: 1 if not batched, None if not known.
-
-    The Python client has no accessor, but a received batched id serialises
-    as MessageIdData with ``batch_size`` (field 6); we read it from there.
-    """
-    if message_id.batch_index() < 0:
-        return 1
-    buf = bytes(message_id.serialize())
-    i = 0
-    try:
-        while i < len(buf):
-            key, i = _varint(buf, i)
-            field_no, wire = key >> 3, key & 7
-            if wire == 0:
-                value, i = _varint(buf, i)
-                if field_no == 6:
-                    return value if value > 0 else None
-            elif wire == 2:
-                n, i = _varint(buf, i)
-                i += n
-            elif wire == 1:
-                i += 8
-            elif wire == 5:
-                i += 4
-            else:
-                return None
-    except ValueError:
-        return None
-    return None
 
 
 @dataclass

@@ -36,6 +36,11 @@ class PartitionKey:
     partition: int = -1
 
 
+def row_schema(table: TableName) -> pa.Schema:
+    """The columns the row helpers produce: the schema file's minus those the store derives."""
+    return _arrow_schema(table)
+
+
 def _arrow_schema(table: TableName) -> pa.Schema:
     """The schema file's columns minus the ones the store derives."""
     schema = load_schema(table).arrow()
