@@ -183,13 +183,25 @@ class _Timers:
             return self.seconds.get(name, 0.0)
 
 
+DUPLICATE_KEY = ("cluster", "topic", "partition", "ledger", "entry", "batch_index")
+
+
 @contextmanager
-def _timed_builder(timers: _Timers) -> Iterator[None]:
-    """Time MappingBuilder.process for the job's lifetime (the sink makes new builders)."""
+def _timed_builder(timers: _Timers, duplicates: list[int]) -> Iterator[None]:
+    """Time MappingBuilder.process for the job's lifetime (the sink makes new builders), and
+    count rows the mapping stream delivered twice (outside the timing)."""
     from cursorsync.builder import MappingBuilder
 
     original = MappingBuilder.process
-    MappingBuilder.process = timers.wrap("builder", original)  # type: ignore[method-assign]
+    timed = timers.wrap("builder", original)
+
+    def process(self: Any, table: Any) -> Any:
+        if table.num_rows:
+            distinct = table.select(list(DUPLICATE_KEY)).group_by(list(DUPLICATE_KEY)).aggregate([])
+            duplicates.append(table.num_rows - distinct.num_rows)
+        return timed(self, table)
+
+    MappingBuilder.process = process  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -204,6 +216,64 @@ def _time_appends(store: Any, timers: _Timers) -> None:
         return timers.wrap(f"append:{table}", original)(table, *args, **kwargs)
 
     store.append = append
+
+
+class CpuSampler:
+    """CPU seconds by process group, from /proc (Linux): this driver process (with the
+    sandbox's replicator, proxy and admin threads), the Spark JVM, its Python workers, and
+    each broker. Empty where /proc is missing."""
+
+    def __init__(self, brokers: Mapping[str, int | None]) -> None:
+        self.brokers = {pid: f"broker {c}" for c, pid in brokers.items() if pid}
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _stats(self) -> dict[int, tuple[int, str, float]]:
+        out: dict[int, tuple[int, str, float]] = {}
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                raw = (d / "stat").read_text()
+            except OSError:
+                continue  # the process ended between listing and reading
+            comm = raw[raw.index("(") + 1:raw.rindex(")")]
+            f = raw[raw.rindex(")") + 2:].split()
+            # fields after comm: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+            cpu = sum(int(x) for x in f[11:15]) / self.tick
+            out[int(d.name)] = (int(f[1]), comm, cpu)
+        return out
+
+    def sample(self) -> dict[str, float]:
+        stats = self._stats()
+        me = os.getpid()
+        groups: dict[str, float] = {}
+
+        def group(start: int) -> str | None:
+            pid, descendant = start, False
+            for _ in range(64):
+                if pid in self.brokers:
+                    return self.brokers[pid]
+                if pid == me:
+                    return "driver"
+                ppid, comm, _ = stats.get(pid, (0, "", 0.0))
+                if ppid == me:
+                    if comm != "java":
+                        return "driver children"
+                    return "python workers" if descendant else "spark jvm"
+                descendant = True
+                pid = ppid
+                if pid <= 1:
+                    return None
+            return None
+
+        for pid, (_, _, cpu) in stats.items():
+            g = group(pid)
+            if g is not None:
+                groups[g] = groups.get(g, 0.0) + cpu
+        return groups
+
+    @staticmethod
+    def diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+        return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 2)
+                for k in sorted(set(before) | set(after))}
 
 
 # ------------------------------------------------------------------ phase 1: backlog
@@ -324,6 +394,7 @@ class MappingResult:
     entries_per_s: float
     rows_per_s: float
     first_batch_after_s: float
+    entries_per_s_after_first_batch_start: float | None
     batches: int
     sink_s: float
     read_s: float
@@ -733,10 +804,11 @@ def bench_e2e(spec: E2ESpec | None = None, *, work_dir: str | None = None,
             spark_startup_s = time.monotonic() - t0
             metrics = RecordingMetrics()
             timers = _Timers()
+            duplicates: list[int] = []
             try:
-                with _timed_builder(timers):
-                    report = _run_job(sandbox, spec, config, spark, metrics, timers, backlog,
-                                      bulk, live, say, start_job)
+                with _timed_builder(timers, duplicates):
+                    report = _run_job(sandbox, spec, config, spark, metrics, timers,
+                                      duplicates, backlog, bulk, live, say, start_job)
             finally:
                 if not had_session:
                     spark.stop()
@@ -756,27 +828,52 @@ def _machine() -> dict[str, Any]:
 
 
 def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: RecordingMetrics,
-             timers: _Timers, backlog: Backlog, bulk: list[str], live: list[str],
-             say: Callable[[str], None], start_job: Callable[..., Any],
+             timers: _Timers, duplicates: list[int], backlog: Backlog, bulk: list[str],
+             live: list[str], say: Callable[[str], None], start_job: Callable[..., Any],
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     # Rows each side's mapping stream must ingest: every message of every entry.
     want = {config.target.name: backlog.messages}
     if "identity" in spec.strategies:
         want[config.source.name] = backlog.messages
     say("mapping the backlog")
+    cpu = CpuSampler({c: sandbox.brokers[c].pid for c in (sandbox.source, sandbox.target)})
+    cpu0 = cpu.sample()
     t0 = time.monotonic()
     job = start_job(config, spark=spark, metrics=metrics)
     try:
         _time_appends(job.mapping_sink.store, timers)
         covered_at = _wait_mapped(metrics, want, spec.mapping_timeout_s, job)
-        mapping = _mapping_result(sandbox, config, metrics, timers, backlog, bulk + live,
-                                  t0, covered_at, _recent_progress(job.queries[0]))
-        say(f"mapping: {mapping['entries_per_s']:,.0f} entries/s; steady workload for "
-            f"{spec.steady_seconds:.0f} s")
+        covered_batch = job.mapping_sink.last_batch
+        cpu_mapping = CpuSampler.diff(cpu0, cpu.sample())
+        alone = _reader_alone(sandbox, config, bulk[0])
+        say(f"steady workload for {spec.steady_seconds:.0f} s")
         steady, lag = _steady_phase(sandbox, spec, job, metrics, live)
+        progress = [p for p in _recent_progress(job.queries[0])
+                    if p.get("batchId", 1 << 62) <= covered_batch]
     finally:
         job.stop()
+    mapping = _mapping_result(sandbox, config, metrics, timers, backlog, bulk + live,
+                              t0, covered_at, progress)
+    mapping.update(cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
+                   reader_alone=alone)
     return mapping, steady, lag
+
+
+def _reader_alone(sandbox: Any, config: Any, topic: str) -> dict[str, Any]:
+    """The pulsar-entries reader in this process, without Spark: rows/s on one core."""
+    from cursorsync.sources.entries import ClientSettings, EntriesPartition, read_entries
+
+    part = EntriesPartition(
+        cluster=config.target.name, topic=topic, start="-1:-1", end=f"{1 << 40}:0",
+        client=ClientSettings(sandbox.service_url("B")),
+        identity_fields=tuple(config.evidence.identity_fields),
+        source_position_property=config.evidence.source_position_property,
+        read_timeout_ms=10_000)
+    t0 = time.perf_counter()
+    rows = sum(1 for _ in read_entries(part))
+    dt = time.perf_counter() - t0
+    return {"topic": topic, "rows": rows, "seconds": round(dt, 2),
+            "rows_per_s": round(rows / dt, 1) if dt else None}
 
 
 def _recent_progress(query: Any) -> list[dict[str, Any]]:
@@ -798,11 +895,13 @@ def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics, timers
     rows_target = sum(n for t, c, n in rec.ingested
                       if t <= covered_at and c == config.target.name)
     checked, wrong, unmapped = _check_mapping(sandbox, config, topics)
-    per_batch = _mapping_batches(progress or rec.progress)
+    per_batch = _mapping_batches(progress)
+    busy = covered_at - t0 - first
     return asdict(MappingResult(
         entries=backlog.entries, rows_target=rows_target, rows_total=rows_total,
         wall_s=round(wall, 2), entries_per_s=round(backlog.entries / wall, 1),
         rows_per_s=round(rows_total / wall, 1), first_batch_after_s=round(first, 2),
+        entries_per_s_after_first_batch_start=round(backlog.entries / busy, 1) if busy else None,
         batches=len(batches), sink_s=round(sink_s, 2),
         read_s=round(max(0.0, sink_s - builder_s - append_s), 2),
         builder_s=round(builder_s, 2), append_s=round(append_s, 2),

@@ -66,7 +66,9 @@ def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
 
+    log4j = Path(__file__).with_name("log4j2.properties")
     b = (SparkSession.builder.master(config.spark.master).appName(config.spark.app_name)
+         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.ui.showConsoleProgress", "false")

@@ -25,6 +25,7 @@ cursor states come from.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import UTC, datetime
@@ -43,6 +44,8 @@ from cursorsync.sandbox.state import (
 )
 
 ADMIN_PREFIX = "/admin/v2/persistent/"
+
+log = logging.getLogger(__name__)
 
 
 def _timestamp(epoch_s: float) -> str:
@@ -159,6 +162,21 @@ def _cursor_json(
     }
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client hanging up mid-request (httpx closing pooled connections) is not an error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            log.debug("admin client %s went away: %s", client_address, exc)
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class AdminServer:
     """An HTTP admin endpoint for one sandbox cluster, served from a daemon thread."""
 
@@ -170,7 +188,7 @@ class AdminServer:
         self.requests = 0
         self._host = host
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd = _QuietServer((host, port), handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
