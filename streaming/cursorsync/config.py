@@ -61,6 +61,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cursorsync.errors import ConfigError
+from cursorsync.identity import REPL_SOURCE_POSITION_PROPERTY
 
 #: The URL marker meaning "the embedded sandbox fills this in at runtime".
 EMBEDDED = "embedded"
@@ -69,7 +70,7 @@ EMBEDDED = "embedded"
 EMBEDDED_CONFIG_PATH = Path(__file__).resolve().parents[2] / "conf" / "embedded.yaml"
 
 #: The property recent brokers stamp on replicated entries ("ledgerId:entryId" of the source).
-DEFAULT_SOURCE_POSITION_PROPERTY = "__MSG_PROP_REPL_SOURCE_POSITION"
+DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
 IdentityField = Literal[

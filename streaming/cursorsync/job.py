@@ -276,6 +276,32 @@ def observations(table: pa.Table) -> list[ObservedCursor]:
     return out
 
 
+def target_admin(config: Config) -> Any:
+    """An admin client for the target cluster, from the config."""
+    from cursorsync.pulsar.admin import AdminClient, AdminConfig
+
+    tgt = config.target
+    return AdminClient(AdminConfig.from_urls(
+        tgt.admin_url, cluster=tgt.name,
+        token=tgt.auth.resolve_token() if tgt.auth else None,
+        timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
+
+
+def target_emitter(config: Config, mode: str) -> Any:
+    """The ack emitter for the target cluster, from the config."""
+    from cursorsync.emitter import PulsarEmitter
+
+    tgt = config.target
+    tls = tgt.auth.tls if tgt.auth else None
+    return PulsarEmitter(
+        tgt.service_url, subscription_type=config.emission.subscription_type,
+        mode=mode,  # type: ignore[arg-type]
+        ack_batch_size=config.emission.ack_batch_size,
+        auth_token=tgt.auth.resolve_token() if tgt.auth else None,
+        tls_trust_certs_file=tls.ca_file if tls else None,
+        tls_allow_insecure=bool(tls and tls.allow_insecure))
+
+
 def target_reader(admin: Any) -> Callable[[str, str], CursorState | None]:
     """The target cursor from the target's admin API; a missing subscription starts fresh."""
     from cursorsync.errors import TopicNotFoundError
@@ -457,7 +483,6 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
               metrics: Metrics | None = None, dry_run: bool | None = None) -> RunningJob:
     """Start both queries and return at once; :meth:`RunningJob.stop` ends them."""
     from cursorsync import sources
-    from cursorsync.pulsar.admin import AdminClient, AdminConfig
 
     config.require_resolved()
     spark = spark or build_session(config)
@@ -468,24 +493,11 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     metrics = metrics or Metrics()
     server = metrics.serve(config.metrics) if config.metrics.enabled else None
     ckpt = Path(config.spark.checkpoint_dir)
-    tgt = config.target
-    admin = AdminClient(AdminConfig.from_urls(
-        tgt.admin_url, cluster=tgt.name,
-        token=tgt.auth.resolve_token() if tgt.auth else None,
-        timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
+    admin = target_admin(config)
     dry = config.emission.dry_run if dry_run is None else dry_run
     emit_mode = os.environ.get("CURSORSYNC_EMIT_MODE", "by-id")
     if emitter is None and not dry and not config.emission.spread_across_executors:
-        from cursorsync.emitter import PulsarEmitter
-
-        tls = tgt.auth.tls if tgt.auth else None
-        emitter = PulsarEmitter(
-            tgt.service_url, subscription_type=config.emission.subscription_type,
-            mode=emit_mode,  # type: ignore[arg-type]
-            ack_batch_size=config.emission.ack_batch_size,
-            auth_token=tgt.auth.resolve_token() if tgt.auth else None,
-            tls_trust_certs_file=tls.ca_file if tls else None,
-            tls_allow_insecure=bool(tls and tls.allow_insecure))
+        emitter = target_emitter(config, emit_mode)
     cumulative = (config.emission.mode == "cumulative-where-allowed"
                   and config.emission.subscription_type in ("Exclusive", "Failover"))
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,

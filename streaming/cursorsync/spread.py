@@ -66,8 +66,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
     """The function each task runs over its share of the batch (for ``mapInArrow``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from cursorsync.job import observations, target_reader
-        from cursorsync.pulsar.admin import AdminClient, AdminConfig
+        from cursorsync.job import observations, target_admin, target_emitter, target_reader
         from cursorsync.sync import SyncConfig, SyncStep
 
         parts = [pa.Table.from_batches([b]) for b in batches]
@@ -78,23 +77,8 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             return
         store = open_store(config.tables.backend, config.tables.path,
                            storage_options=config.tables.storage_options or None)
-        tgt = config.target
-        admin = AdminClient(AdminConfig.from_urls(
-            tgt.admin_url, cluster=tgt.name,
-            token=tgt.auth.resolve_token() if tgt.auth else None,
-            timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
-        emitter = None
-        if not dry_run:
-            from cursorsync.emitter import PulsarEmitter
-
-            tls = tgt.auth.tls if tgt.auth else None
-            emitter = PulsarEmitter(
-                tgt.service_url, subscription_type=config.emission.subscription_type,
-                mode=emit_mode,  # type: ignore[arg-type]
-                ack_batch_size=config.emission.ack_batch_size,
-                auth_token=tgt.auth.resolve_token() if tgt.auth else None,
-                tls_trust_certs_file=tls.ca_file if tls else None,
-                tls_allow_insecure=bool(tls and tls.allow_insecure))
+        admin = target_admin(config)
+        emitter = None if dry_run else target_emitter(config, emit_mode)
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
                             emitter, target_reader(admin))

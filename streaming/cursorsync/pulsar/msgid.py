@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
+def read_varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = value = 0
     while True:
         if i >= len(buf):
@@ -36,14 +36,14 @@ def batch_size_of(message_id: Any) -> int | None:
     i = 0
     try:
         while i < len(buf):
-            key, i = _varint(buf, i)
+            key, i = read_varint(buf, i)
             field_no, wire = key >> 3, key & 7
             if wire == 0:
-                value, i = _varint(buf, i)
+                value, i = read_varint(buf, i)
                 if field_no == 6:
                     return value if value > 0 else None
             elif wire == 2:
-                n, i = _varint(buf, i)
+                n, i = read_varint(buf, i)
                 i += n
             elif wire == 1:
                 i += 8

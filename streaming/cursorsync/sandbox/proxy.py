@@ -29,6 +29,7 @@ import struct
 import threading
 from collections.abc import Callable
 
+from cursorsync.pulsar.msgid import read_varint
 from cursorsync.sandbox.brokers import LOOPBACK
 
 log = logging.getLogger(__name__)
@@ -40,17 +41,6 @@ _SUBSCRIBE, _ACK, _LOOKUP_RESPONSE = 4, 10, 24
 
 
 # ----------------------------------------------------------- protobuf wire format
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
 
 
 def _encode_varint(n: int) -> bytes:
@@ -71,15 +61,15 @@ def _fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
     out: list[tuple[int, int, int | bytes]] = []
     i = 0
     while i < len(buf):
-        key, i = _varint(buf, i)
+        key, i = read_varint(buf, i)
         num, wt = key >> 3, key & 7
         val: int | bytes
         if wt == 0:
-            val, i = _varint(buf, i)
+            val, i = read_varint(buf, i)
         elif wt == 1:
             val, i = buf[i : i + 8], i + 8
         elif wt == 2:
-            n, i = _varint(buf, i)
+            n, i = read_varint(buf, i)
             val, i = buf[i : i + n], i + n
         elif wt == 5:
             val, i = buf[i : i + 4], i + 4
@@ -141,7 +131,7 @@ def _message_id_acks(data: bytes, cumulative: bool) -> list[tuple[int, int, int]
         elif n == 5 and w == 2 and isinstance(v, bytes):  # packed
             i = 0
             while i < len(v):
-                word, i = _varint(v, i)
+                word, i = read_varint(v, i)
                 words.append(word)
         elif n == 6 and isinstance(v, int):
             batch_size = v
