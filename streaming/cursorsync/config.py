@@ -299,6 +299,7 @@ class NamespaceSpec(_Section):
 
 _ALL_IDENTITY_FIELDS: tuple[IdentityField, ...] = get_args(IdentityField)
 _ALL_STRATEGIES: tuple[EvidenceStrategy, ...] = get_args(EvidenceStrategy)
+_DEFAULT_STRATEGIES: tuple[EvidenceStrategy, ...] = ("position-property", "identity")
 
 
 class EvidenceConfig(_Section):
@@ -306,7 +307,7 @@ class EvidenceConfig(_Section):
 
     # snapshot-marker evidence is not read yet (see the README); the builder refuses it.
     strategies: list[EvidenceStrategy] = Field(
-        default_factory=lambda: ["position-property", "identity"], min_length=1
+        default_factory=lambda: list(_DEFAULT_STRATEGIES), min_length=1
     )
     source_position_property: str = Field(default=DEFAULT_SOURCE_POSITION_PROPERTY, min_length=1)
     identity_fields: list[IdentityField] = Field(

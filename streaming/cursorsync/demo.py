@@ -229,6 +229,8 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
             topics = [t for name in spec.topics for t in sandbox.partitions(name)]
             _ensure_target_subscriptions(sandbox, topics, spec.subscription)
             workload = run_workload(sandbox, spec)
+            if sandbox.replicator is None:
+                raise RuntimeError("the sandbox was started without its replicator")
             sandbox.replicator.wait_caught_up(timeout_s=60)
             config = demo_config(sandbox, root, topics=spec.topics, subscription=spec.subscription,
                                  strategies=strategies, spread=spread)

@@ -226,7 +226,7 @@ class MappingSink:
 def _empty(table: str) -> pa.Table:
     from cursorsync.tables import load_schema
 
-    return load_schema(table).arrow().empty_table()  # type: ignore[no-any-return]
+    return load_schema(table).arrow().empty_table()
 
 
 # ------------------------------------------------------------------ sync sink
@@ -457,9 +457,9 @@ class _ProgressListener:
     """Spark progress -> Prometheus gauges."""
 
     def __new__(cls, metrics: Metrics) -> Any:
-        from pyspark.sql.streaming import StreamingQueryListener
+        from pyspark.sql.streaming.listener import StreamingQueryListener
 
-        class Listener(StreamingQueryListener):  # type: ignore[misc]
+        class Listener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:
                 pass
 

@@ -206,8 +206,8 @@ class SegmentSet:
         later_ledger = tl[1:] > tl[:-1]
         same_t = tl[1:] == tl[:-1]
         ok = later_ledger | (same_t & (te[1:] >= te[:-1] + cnt[:-1]))
-        for i in np.flatnonzero(~ok):
-            i = int(i)
+        for k in np.flatnonzero(~ok).tolist():
+            i = int(k)
             why = ("overlap on the target" if same_t[i] and te[i + 1] > te[i] - cnt[i + 1]
                    and te[i + 1] < te[i] + cnt[i] else "target order disagrees with source order")
             out.append((i, i + 1, why))

@@ -169,7 +169,7 @@ def _covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
     j = np.searchsorted(hi, points, side="left")
     inside = j < len(hi)
     jj = np.minimum(j, len(hi) - 1)
-    return inside & (lo[jj] < points)  # type: ignore[no-any-return]
+    return inside & (lo[jj] < points)
 
 
 def _search(ledgers: I64, entries: I64, pos: tuple[int, int], side: str) -> int:
@@ -254,7 +254,7 @@ class Ledgers:
         exact = (i >= 0) & (self.ids[ic] == ledgers)
         within = np.clip(entries + 1, 0, self.entries[ic])
         n = np.where(exact, cum[ic] + within, cum[i + 1])
-        return n.astype(np.int64)  # type: ignore[no-any-return]
+        return n.astype(np.int64)
 
     def last_position(self) -> Position | None:
         nonempty = np.flatnonzero(self.entries > 0)
