@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from cursorsync.errors import CursorSyncError
 from cursorsync.metrics import Metrics
@@ -86,7 +87,9 @@ class E2ESpec:
     #: Share of received messages never acked (holes in the source cursor).
     hole_fraction: float = 0.01
     trigger_interval_s: float = 1.0
-    max_entries_per_batch: int = 200_000
+    #: Entries per stream per mapping batch: the backlog takes a few batches, so the
+    #: later ones show the rate once Python workers and the JVM are warm.
+    max_entries_per_batch: int = 20_000
     strategies: tuple[str, ...] = ("position-property", "identity")
     #: How long to wait for the last source acks to reach B after the workload.
     drain_timeout_s: float = 20.0
@@ -646,6 +649,63 @@ class LagResult:
     translate_p99_ms: float | None
 
 
+def _mapped_at(config: Any, topics: list[str]) -> dict[tuple[str, int, int], float]:
+    """When each source entry of ``topics`` was first covered by a segment in ``mappings``
+    (the row's written_at, Unix seconds): the earliest moment the sync could ack it."""
+    from cursorsync.pulsar.topics import TopicName
+    from cursorsync.tables import RowFilter, open_store
+
+    names = {(str(TopicName.parse(t).base), TopicName.parse(t).partition): t for t in topics}
+    store = open_store(config.tables.backend, config.tables.path)
+    rows = store.read("mappings", RowFilter.of(topic=sorted({b for b, _ in names})))
+    out: dict[tuple[str, int, int], float] = {}
+    table = rows.filter(pc.equal(rows.column("kind"), "segment"))
+    cols = {c: table.column(c).to_pylist() for c in (
+        "topic", "partition", "source_ledger", "source_entry", "count", "written_at")}
+    order = sorted(range(table.num_rows), key=lambda i: cols["written_at"][i])
+    for i in order:
+        topic = names.get((cols["topic"][i], cols["partition"][i]))
+        if topic is None:
+            continue
+        at = cols["written_at"][i].timestamp()
+        ledger, first = cols["source_ledger"][i], cols["source_entry"][i]
+        for entry in range(first, first + cols["count"][i]):
+            out.setdefault((topic, ledger, entry), at)
+    return out
+
+
+def _lag_breakdown(config: Any, topics: list[str], steady: _Steady,
+                   target_at: Mapping[tuple[str, int, int], float]) -> dict[str, Any]:
+    """Split each lag into waiting for the mapping (source ack -> segment written) and the
+    sync path (later of the two -> target ack)."""
+    mapped = _mapped_at(config, topics)
+    with steady.lock:
+        src_at = dict(steady.source_ack_at)
+    waiting: list[float] = []
+    syncing: list[float] = []
+    for s, at in src_at.items():
+        t_at = target_at.get(s)
+        m_at = mapped.get(s)
+        if t_at is None or m_at is None:
+            continue
+        waiting.append(max(0.0, m_at - at))
+        syncing.append(t_at - max(at, m_at))
+    return {"wait_for_mapping_p50_s": _pct(waiting, 50), "wait_for_mapping_p99_s":
+            _pct(waiting, 99), "sync_path_p50_s": _pct(syncing, 50),
+            "sync_path_p99_s": _pct(syncing, 99)}
+
+
+def _target_at_by_source(sandbox: Any, topics: list[str]) -> dict[tuple[str, int, int], float]:
+    tgt_at = _target_ack_times(sandbox, topics)
+    out = {}
+    for t in topics:
+        for e in sandbox.replicator.entries(t):
+            at = tgt_at.get((t, e.target.ledger, e.target.entry))
+            if at is not None:
+                out[(t, e.source.ledger, e.source.entry)] = at
+    return out
+
+
 def _lags(sandbox: Any, topics: list[str], steady: _Steady) -> tuple[list[float], int, int, int]:
     """(lag samples, source-acked entries without a target ack, losses, target acks)."""
     src_to_tgt: dict[tuple[str, int, int], tuple[str, int, int]] = {}
@@ -714,9 +774,23 @@ class E2EReport:
                                   f"({m['rows_per_s']:,.0f} rows/s incl. source side)"),
             ("  wall", f"{m['wall_s']:.1f} s for {m['entries']} entries in {m['batches']} "
                        f"batch(es); first batch after {m['first_batch_after_s']:.1f} s"),
+            ("  start-up", f"start_job {m['start_job_s']:.1f} s, first trigger after "
+                           f"{_fmt(m['first_trigger_after_s'])} s"),
             ("  where time goes", f"read {m['read_s']:.1f} s, builder {m['builder_s']:.1f} s, "
                                   f"append {m['append_s']:.1f} s, spark/driver "
                                   f"{m['spark_overhead_s']:.1f} s"),
+            ("  after first batch start", f"{m['entries_per_s_after_first_batch_start']:,.0f} "
+                                          "entries/s"),
+            ("  warm batches (1..)", "-" if m["warm_rows_per_s"] is None else
+             f"{m['warm_entries_per_s']:,.0f} entries/s ({m['warm_rows_per_s']:,.0f} rows/s)"),
+            ("  spark batch rate", ", ".join(f"batch {b['batch_id']}: {b['rows']} rows at "
+                                             f"{b['processed_rows_per_s']:,.0f} rows/s"
+                                             for b in m["per_batch"]) or "-"),
+            ("  cpu seconds", ", ".join(f"{k} {v:.1f}" for k, v in m["cpu_seconds"].items())
+             or "-"),
+            ("  reader alone", f"{m['reader_alone']['rows_per_s']:,.0f} rows/s on one core "
+                               f"({m['reader_alone']['rows']} rows)"),
+            ("  duplicate rows read", str(m["duplicate_rows_read"])),
             ("  mapping check", f"{m['pairs_checked']} pairs: {m['pairs_wrong']} wrong, "
                                 f"{m['pairs_unmapped']} unmapped"),
             ("steady workload", f"{s['seconds']:.0f} s at {self.spec['rate_per_s']:.0f} msg/s "
@@ -725,6 +799,10 @@ class E2EReport:
                                 f"({s['late']} late, {s['holes']} holes)"),
             ("sync lag p50 / p99 / max", f"{_fmt(lag['p50_s'])} / {_fmt(lag['p99_s'])} / "
                                          f"{_fmt(lag['max_s'])} s over {lag['count']} entries"),
+            ("  waiting for mapping p50/p99", f"{_fmt(lag['wait_for_mapping_p50_s'])} / "
+                                              f"{_fmt(lag['wait_for_mapping_p99_s'])} s"),
+            ("  sync path p50/p99", f"{_fmt(lag['sync_path_p50_s'])} / "
+                                    f"{_fmt(lag['sync_path_p99_s'])} s"),
             ("  not synced at end", str(lag["unsynced"])),
             ("acks emitted", f"{lag['acks_emitted']} ({lag['acks_per_s']:.1f}/s); "
                              f"{lag['target_acks']} target entries acked"),
@@ -839,7 +917,9 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     cpu = CpuSampler({c: sandbox.brokers[c].pid for c in (sandbox.source, sandbox.target)})
     cpu0 = cpu.sample()
     t0 = time.monotonic()
+    t0_wall = time.time()
     job = start_job(config, spark=spark, metrics=metrics)
+    start_job_s = time.monotonic() - t0
     try:
         _time_appends(job.mapping_sink.store, timers)
         covered_at = _wait_mapped(metrics, want, spec.mapping_timeout_s, job)
@@ -847,16 +927,35 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
         cpu_mapping = CpuSampler.diff(cpu0, cpu.sample())
         alone = _reader_alone(sandbox, config, bulk[0])
         say(f"steady workload for {spec.steady_seconds:.0f} s")
-        steady, lag = _steady_phase(sandbox, spec, job, metrics, live)
+        steady, lag = _steady_phase(sandbox, spec, config, metrics, live)
         progress = [p for p in _recent_progress(job.queries[0])
                     if p.get("batchId", 1 << 62) <= covered_batch]
     finally:
         job.stop()
     mapping = _mapping_result(sandbox, config, metrics, timers, backlog, bulk + live,
                               t0, covered_at, progress)
-    mapping.update(cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
+    first_trigger = _first_trigger_after(progress, t0_wall)
+    warm = [b for b in mapping["per_batch"] if b["batch_id"] and b["trigger_ms"]]
+    warm_rows_s = (sum(b["rows"] for b in warm) / (sum(b["trigger_ms"] for b in warm) / 1000)
+                   if warm else None)
+    mapping["warm_rows_per_s"] = round(warm_rows_s, 1) if warm_rows_s else None
+    mapping["warm_entries_per_s"] = (round(warm_rows_s * backlog.entries / mapping["rows_total"],
+                                           1) if warm_rows_s and mapping["rows_total"] else None)
+    mapping.update(start_job_s=round(start_job_s, 2), first_trigger_after_s=first_trigger,
+                   cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
                    reader_alone=alone)
     return mapping, steady, lag
+
+
+def _first_trigger_after(progress: list[dict[str, Any]], t0_wall: float) -> float | None:
+    """Seconds from start_job to the mapping query's first trigger (progress timestamp)."""
+    from datetime import datetime
+
+    stamps = [p["timestamp"] for p in progress if p.get("batchId") == 0 and "timestamp" in p]
+    if not stamps:
+        return None
+    at = datetime.fromisoformat(stamps[0].replace("Z", "+00:00")).timestamp()
+    return round(at - t0_wall, 2)
 
 
 def _reader_alone(sandbox: Any, config: Any, topic: str) -> dict[str, Any]:
@@ -909,7 +1008,7 @@ def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics, timers
         pairs_checked=checked, pairs_wrong=wrong, pairs_unmapped=unmapped))
 
 
-def _steady_phase(sandbox: Any, spec: E2ESpec, job: Any, metrics: RecordingMetrics,
+def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMetrics,
                   live: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     steady = _Steady()
     stop_produce = threading.Event()
@@ -972,13 +1071,18 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, job: Any, metrics: RecordingMetri
         sync_batch_p50_s=_pct(sync_times, 50), sync_batch_p99_s=_pct(sync_times, 99),
         translate_p99_ms=(round(1000 * float(np.percentile(rec.translation_s, 99)), 2)
                           if rec.translation_s else None)))
+    lag.update(_lag_breakdown(config, live, steady, _target_at_by_source(sandbox, live)))
     lag["samples_s"] = [round(x, 3) for x in lags]
     return steady_out, lag
 
 
-def run_e2e(*, seconds: float = 60.0, json_output: bool = False) -> str:
-    """``cursorsync bench e2e``: the default run with a steady phase of ``seconds``."""
-    report = bench_e2e(E2ESpec(steady_seconds=seconds))
+def run_e2e(*, seconds: float = 60.0, json_output: bool = False,
+            spec: E2ESpec | None = None) -> str:
+    """``cursorsync bench e2e``: the default run (or ``spec``) with a steady phase of
+    ``seconds``; a table, or JSON with every lag sample."""
+    from dataclasses import replace
+
+    report = bench_e2e(replace(spec or E2ESpec(), steady_seconds=seconds))
     if json_output:
         data = report.to_dict()
         return json.dumps(data, indent=2, sort_keys=True)
