@@ -185,6 +185,19 @@ class _Timers:
         with self._lock:
             return self.seconds.get(name, 0.0)
 
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.seconds)
+
+
+def _time_sync_parts(job: Any, timers: _Timers) -> None:
+    """Time the sync sink's parts: the mapping refresh, reading B's cursors, emitting."""
+    sink = job.sync_sink
+    sink.mappings.refresh = timers.wrap("sync:mappings refresh", sink.mappings.refresh)
+    sink.step.read_target = timers.wrap("sync:read target (B admin)", sink.step.read_target)
+    if job.emitter is not None:
+        job.emitter.apply = timers.wrap("sync:emit", job.emitter.apply)
+
 
 DUPLICATE_KEY = ("cluster", "topic", "partition", "ledger", "entry", "batch_index")
 
@@ -695,6 +708,22 @@ def _lag_breakdown(config: Any, topics: list[str], steady: _Steady,
             "sync_path_p99_s": _pct(syncing, 99)}
 
 
+def _by_quarter(steady: _Steady, target_at: Mapping[tuple[str, int, int], float],
+                ) -> list[float | None]:
+    """Lag p99 per quarter of the run (by source ack time): does the lag grow with time?"""
+    with steady.lock:
+        src_at = dict(steady.source_ack_at)
+    pairs = sorted((at, target_at[s] - at) for s, at in src_at.items() if s in target_at)
+    if not pairs:
+        return []
+    lo, hi = pairs[0][0], pairs[-1][0]
+    width = (hi - lo) / 4 or 1.0
+    quarters: list[list[float]] = [[], [], [], []]
+    for at, lag in pairs:
+        quarters[min(3, int((at - lo) / width))].append(lag)
+    return [_pct(q, 99) for q in quarters]
+
+
 def _target_at_by_source(sandbox: Any, topics: list[str]) -> dict[tuple[str, int, int], float]:
     tgt_at = _target_ack_times(sandbox, topics)
     out = {}
@@ -803,6 +832,10 @@ class E2EReport:
                                               f"{_fmt(lag['wait_for_mapping_p99_s'])} s"),
             ("  sync path p50/p99", f"{_fmt(lag['sync_path_p50_s'])} / "
                                     f"{_fmt(lag['sync_path_p99_s'])} s"),
+            ("  p99 by quarter of the run", " / ".join(_fmt(x) for x in
+                                                    lag["p99_by_quarter_s"]) + " s"),
+            ("  sync batch parts (ms)", ", ".join(f"{k} {v}" for k, v in
+                                                  lag["sync_batch_parts_ms"].items())),
             ("  not synced at end", str(lag["unsynced"])),
             ("acks emitted", f"{lag['acks_emitted']} ({lag['acks_per_s']:.1f}/s); "
                              f"{lag['target_acks']} target entries acked"),
@@ -922,17 +955,27 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     start_job_s = time.monotonic() - t0
     try:
         _time_appends(job.mapping_sink.store, timers)
+        _time_sync_parts(job, timers)
         covered_at = _wait_mapped(metrics, want, spec.mapping_timeout_s, job)
         covered_batch = job.mapping_sink.last_batch
+        timed_mapping = timers.snapshot()
         cpu_mapping = CpuSampler.diff(cpu0, cpu.sample())
         alone = _reader_alone(sandbox, config, bulk[0])
         say(f"steady workload for {spec.steady_seconds:.0f} s")
+        sync_batch0 = job.sync_sink.last_batch
+        timed_before = timers.snapshot()
         steady, lag = _steady_phase(sandbox, spec, config, metrics, live)
+        timed_after = timers.snapshot()
+        sync_batches = max(1, job.sync_sink.last_batch - sync_batch0)
         progress = [p for p in _recent_progress(job.queries[0])
                     if p.get("batchId", 1 << 62) <= covered_batch]
+        sync_progress = [p for p in _recent_progress(job.queries[1])
+                         if p.get("batchId", -1) > sync_batch0]
     finally:
         job.stop()
-    mapping = _mapping_result(sandbox, config, metrics, timers, backlog, bulk + live,
+    lag["sync_batch_parts_ms"] = _sync_parts(timed_before, timed_after, sync_batches,
+                                             sync_progress)
+    mapping = _mapping_result(sandbox, config, metrics, timed_mapping, backlog, bulk + live,
                               t0, covered_at, progress)
     first_trigger = _first_trigger_after(progress, t0_wall)
     warm = [b for b in mapping["per_batch"] if b["batch_id"] and b["trigger_ms"]]
@@ -945,6 +988,23 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                    cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
                    reader_alone=alone)
     return mapping, steady, lag
+
+
+def _sync_parts(before: Mapping[str, float], after: Mapping[str, float], batches: int,
+                progress: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean milliseconds per sync batch in each part, and Spark's durations (p50/p99)."""
+    out: dict[str, Any] = {}
+    for name in sorted(after):
+        if name.startswith("sync:") or name in ("append:cursor_states", "append:sync_progress"):
+            out[name.removeprefix("sync:")] = round(
+                1000 * (after[name] - before.get(name, 0.0)) / batches, 1)
+    for op in ("latestOffset", "addBatch", "triggerExecution"):
+        values = [float(p["durationMs"][op]) for p in progress
+                  if op in p.get("durationMs", {})]
+        if values:
+            label = "poll A admin (latestOffset)" if op == "latestOffset" else op
+            out[f"spark {label} p50/p99"] = [_pct(values, 50), _pct(values, 99)]
+    return out
 
 
 def _first_trigger_after(progress: list[dict[str, Any]], t0_wall: float) -> float | None:
@@ -980,7 +1040,8 @@ def _recent_progress(query: Any) -> list[dict[str, Any]]:
     return [json.loads(p.json) for p in query.recentProgress]
 
 
-def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics, timers: _Timers,
+def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics,
+                    timed: Mapping[str, float],
                     backlog: Backlog, topics: list[str], t0: float, covered_at: float,
                     progress: list[dict[str, Any]]) -> dict[str, Any]:
     rec = metrics.snapshot()
@@ -988,8 +1049,8 @@ def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics, timers
     batches = [(t, s) for t, q, s in rec.batches if q == "mapping" and t <= covered_at + 1e-3]
     sink_s = sum(s for _, s in batches)
     first = min((t - s for t, s in batches), default=covered_at) - t0
-    builder_s = timers.get("builder")
-    append_s = timers.get("append:mappings")
+    builder_s = timed.get("builder", 0.0)
+    append_s = timed.get("append:mappings", 0.0)
     rows_total = sum(n for t, _, n in rec.ingested if t <= covered_at)
     rows_target = sum(n for t, c, n in rec.ingested
                       if t <= covered_at and c == config.target.name)
@@ -1071,7 +1132,9 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMe
         sync_batch_p50_s=_pct(sync_times, 50), sync_batch_p99_s=_pct(sync_times, 99),
         translate_p99_ms=(round(1000 * float(np.percentile(rec.translation_s, 99)), 2)
                           if rec.translation_s else None)))
-    lag.update(_lag_breakdown(config, live, steady, _target_at_by_source(sandbox, live)))
+    target_at = _target_at_by_source(sandbox, live)
+    lag.update(_lag_breakdown(config, live, steady, target_at))
+    lag["p99_by_quarter_s"] = _by_quarter(steady, target_at)
     lag["samples_s"] = [round(x, 3) for x in lags]
     return steady_out, lag
 
