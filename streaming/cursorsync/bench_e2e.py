@@ -92,6 +92,12 @@ class E2ESpec:
     max_entries_per_batch: int = 20_000
     strategies: tuple[str, ...] = ("position-property", "identity")
     #: How long to wait for the last source acks to reach B after the workload.
+    #: Let the mapping query's readers reach B through the ack-recording proxy too. The
+    #: proxy records every reader's cumulative acks as a subscription of its own (one per
+    #: mapping batch and partition), and the sandbox's internalStats folds all of them on
+    #: every call, so reading B's cursors slows down as the run goes on. Off: the readers
+    #: go to B's broker directly and only the emitter's acks pass the proxy.
+    readers_via_proxy: bool = False
     drain_timeout_s: float = 20.0
     replication_timeout_s: float = 300.0
     mapping_timeout_s: float = 300.0
@@ -836,6 +842,10 @@ class E2EReport:
                                                     lag["p99_by_quarter_s"]) + " s"),
             ("  sync batch parts (ms)", ", ".join(f"{k} {v}" for k, v in
                                                   lag["sync_batch_parts_ms"].items())),
+            ("  sandbox internalStats (ms)", "start " + ", ".join(
+                f"{k} {v}" for k, v in lag["sandbox_internal_stats_ms"]["start"].items())
+             + "; end " + ", ".join(
+                f"{k} {v}" for k, v in lag["sandbox_internal_stats_ms"]["end"].items())),
             ("  not synced at end", str(lag["unsynced"])),
             ("acks emitted", f"{lag['acks_emitted']} ({lag['acks_per_s']:.1f}/s); "
                              f"{lag['target_acks']} target entries acked"),
@@ -863,7 +873,18 @@ def _config(sandbox: Any, root: Path, spec: E2ESpec) -> Any:
     data["spark"]["trigger_interval_s"] = spec.trigger_interval_s
     data["spark"]["max_entries_per_batch"] = spec.max_entries_per_batch
     data["metrics"]["port"] = 0
+    if not spec.readers_via_proxy:
+        data["clusters"]["target"]["service_url"] = sandbox.broker_url("B")
     return parse_config(data)
+
+
+def _emitter(sandbox: Any, config: Any) -> Any:
+    """The emitter start_job would make, but always through B's ack-recording proxy."""
+    from cursorsync.emitter import PulsarEmitter
+
+    return PulsarEmitter(sandbox.service_url("B"),
+                         subscription_type=config.emission.subscription_type,
+                         mode="receive-first", ack_batch_size=config.emission.ack_batch_size)
 
 
 @contextmanager
@@ -951,7 +972,7 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     cpu0 = cpu.sample()
     t0 = time.monotonic()
     t0_wall = time.time()
-    job = start_job(config, spark=spark, metrics=metrics)
+    job = start_job(config, spark=spark, metrics=metrics, emitter=_emitter(sandbox, config))
     start_job_s = time.monotonic() - t0
     try:
         _time_appends(job.mapping_sink.store, timers)
@@ -1069,6 +1090,22 @@ def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics,
         pairs_checked=checked, pairs_wrong=wrong, pairs_unmapped=unmapped))
 
 
+def _admin_cost_ms(sandbox: Any, topic: str) -> dict[str, float]:
+    """Milliseconds the sandbox takes to build internalStats of ``topic`` on A and on B, in
+    this process (as its admin servers do per request): it folds every recorded ack."""
+    from cursorsync.sandbox.admin_server import internal_stats
+
+    out = {}
+    for cluster in (sandbox.source, sandbox.target):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            internal_stats(sandbox.state(cluster), topic)
+            best = min(best, time.perf_counter() - t0)
+        out[cluster] = round(1000 * best, 1)
+    return out
+
+
 def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMetrics,
                   live: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     steady = _Steady()
@@ -1096,7 +1133,10 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMe
     t0 = time.monotonic()
     acks_before = sum(n for _, n in metrics.snapshot().acks)
     producer.start()
-    time.sleep(spec.steady_seconds)
+    time.sleep(min(2.0, spec.steady_seconds / 4))
+    admin_start = _admin_cost_ms(sandbox, live[0])
+    time.sleep(max(0.0, spec.steady_seconds - (time.monotonic() - t0)))
+    admin_end = _admin_cost_ms(sandbox, live[0])
     stop_produce.set()
     producer.join(timeout=30)
     time.sleep(min(2.0, spec.steady_seconds / 4))  # let consumers receive the tail
@@ -1132,6 +1172,7 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMe
         sync_batch_p50_s=_pct(sync_times, 50), sync_batch_p99_s=_pct(sync_times, 99),
         translate_p99_ms=(round(1000 * float(np.percentile(rec.translation_s, 99)), 2)
                           if rec.translation_s else None)))
+    lag["sandbox_internal_stats_ms"] = {"start": admin_start, "end": admin_end}
     target_at = _target_at_by_source(sandbox, live)
     lag.update(_lag_breakdown(config, live, steady, target_at))
     lag["p99_by_quarter_s"] = _by_quarter(steady, target_at)
