@@ -230,7 +230,7 @@ def _timed_builder(timers: _Timers, duplicates: list[int]) -> Iterator[None]:
             duplicates.append(table.num_rows - distinct.num_rows)
         return timed(self, table)
 
-    MappingBuilder.process = process  # type: ignore[method-assign]
+    MappingBuilder.process = process  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -754,28 +754,29 @@ def _lags(sandbox: Any, topics: list[str], steady: _Steady) -> tuple[list[float]
     tgt_to_src: dict[tuple[str, int, int], tuple[str, int, int]] = {}
     for t in topics:
         for e in sandbox.replicator.entries(t):
-            s, g = (t, e.source.ledger, e.source.entry), (t, e.target.ledger, e.target.entry)
-            src_to_tgt[s] = g
-            tgt_to_src[g] = s
+            src = (t, e.source.ledger, e.source.entry)
+            tgt = (t, e.target.ledger, e.target.entry)
+            src_to_tgt[src] = tgt
+            tgt_to_src[tgt] = src
     tgt_at = _target_ack_times(sandbox, topics)
     with steady.lock:
         src_at = dict(steady.source_ack_at)
     lags: list[float] = []
     unsynced = 0
-    for s, at in src_at.items():
-        g = src_to_tgt.get(s)
+    for src, at in src_at.items():
+        g = src_to_tgt.get(src)
         t_at = tgt_at.get(g) if g is not None else None
         if t_at is None:
             unsynced += 1
         else:
             lags.append(t_at - at)
     losses = 0
-    for g, at in tgt_at.items():
-        s = tgt_to_src.get(g)
+    for tgt, at in tgt_at.items():
+        s = tgt_to_src.get(tgt)
         s_at = src_at.get(s) if s is not None else None
         if s_at is None or s_at > at:
             losses += 1
-            log.error("loss: target entry %s acked at %.3f, its source %s %s", g, at, s,
+            log.error("loss: target entry %s acked at %.3f, its source %s %s", tgt, at, s,
                       "never acked" if s_at is None else f"acked later, at {s_at:.3f}")
     return lags, unsynced, losses, len(tgt_at)
 
