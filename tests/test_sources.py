@@ -216,13 +216,18 @@ def test_entries_rows_batches_and_identity(broker: str, topics: list[str]) -> No
     assert first["partition_key"] == "k0" and p0[3]["partition_key"] is None
     assert first["event_time"] == 1000 and p0[3]["event_time"] is None
     assert first["payload_size"] == 2 and first["producer_name"] == "single0"
+    # An entry carrying the source-position property is mapped by it: no digest is spent.
+    assert first["identity"] is None and first["entry_identity"] is None
+    second = p0[1]
     expect = message_digest(MessageIdentity(
-        producer_name="single0", publish_time=first["publish_time"], event_time=1000,
-        partition_key="k0", properties={"i": "0"}, payload=b"u0"))
-    assert first["identity"] == expect  # the repl property does not count
+        producer_name=second["producer_name"], publish_time=second["publish_time"],
+        event_time=second["event_time"], partition_key=second["partition_key"],
+        properties=second["properties"], payload=b"u1"))
+    assert second["identity"] == expect
     batch = p0[3:7]
     assert {x["entry_identity"] for x in batch} == {entry_digest([x["identity"] for x in batch])}
-    assert len({x["identity"] for x in rows}) == len(rows)
+    digested = [x["identity"] for x in rows if x["source_position"] is None]
+    assert None not in digested and len(set(digested)) == len(digested)
 
 
 @pytest.mark.integration
@@ -514,3 +519,16 @@ def test_spark_cursors_stream(spark: Any, admin: StubAdmin, tmp_path: Path) -> N
     assert [(x.ledger_id, x.entries) for x in rows[0].ledgers] == [(1, 5), (3, 10)]
     assert rows[0].observed_at is not None and rows[0].messages_consumed_counter == 40
     assert any((tmp_path / "polls").iterdir())
+
+
+@pytest.mark.integration
+def test_entries_without_identity_evidence_spend_no_digest(broker: str, topics: list[str]) -> None:
+    r = entries_reader(broker, topics, identity="false")
+    try:
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows = as_dicts(read_all(r, start, end))
+    finally:
+        r.stop()
+    assert rows
+    assert all(x["identity"] is None and x["entry_identity"] is None for x in rows)

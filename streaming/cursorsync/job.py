@@ -141,6 +141,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
     opts = {**_client_options(cluster), **_admin_options(cluster), **_topics_option(config),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
             "identityFields": ",".join(config.evidence.identity_fields),
+            "identity": str("identity" in config.evidence.strategies).lower(),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"cursorsync-mapping-{side}",
             "startingPosition": "earliest"}

@@ -72,6 +72,8 @@ BEFORE_ALL = Position(-1, -1)
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
 #: How long the empty-topic probe waits for a first message.
 EMPTY_PROBE_MS = 500
+#: How long read() waits for its queue before asking the broker if anything is left.
+READ_POLL_MS = 100
 
 SCHEMA = (
     "cluster string, topic string, partition int, ledger long, entry long, "
@@ -124,6 +126,7 @@ class EntriesOptions:
     starting_position: str
     max_rows_per_batch: int | None
     identity_fields: tuple[str, ...]
+    identity: bool
     source_position_property: str
     read_timeout_ms: int
     discovery_interval_ms: int
@@ -164,6 +167,7 @@ class EntriesOptions:
             max_rows_per_batch=o.get_int("maxRowsPerBatch", None, minimum=1),
             identity_fields=(parse_identity_fields(fields_spec) if fields_spec
                              else DEFAULT_IDENTITY_FIELDS),
+            identity=o.get_bool("identity", True),
             source_position_property=o.get_str("sourcePositionProperty",
                                                REPL_SOURCE_POSITION_PROPERTY)
             or REPL_SOURCE_POSITION_PROPERTY,
@@ -207,13 +211,14 @@ class EntriesPartition(InputPartition):
     end: str
     client: ClientSettings
     identity_fields: tuple[str, ...]
+    identity: bool
     source_position_property: str
     read_timeout_ms: int
 
 
 def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> Iterator[Row]:
     """Rows of one entry's messages (all of them, in batch order)."""
-    digests: list[bytes] = []
+    digests: list[bytes | None] = []
     fields: list[Row] = []
     for msg in group:
         props = dict(msg.properties())
@@ -231,11 +236,15 @@ def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> I
             properties=props,
             payload=data,
         )
-        d = message_digest(ident, part.identity_fields,
-                           excluded_properties=(part.source_position_property,))
+        # A digest is only used to align entries without the source-position property;
+        # it is the most expensive part of a row, so it is not computed where unusable.
+        d = (message_digest(ident, part.identity_fields,
+                            excluded_properties=(part.source_position_property,))
+             if part.identity and part.source_position_property not in props else None)
         digests.append(d)
         fields.append((msg.message_id(), ident, props, pkey, okey, d, len(data)))
-    edigest = entry_digest(digests)
+    edigest = (entry_digest([d for d in digests if d is not None])
+               if digests and all(d is not None for d in digests) else None)
     size = len(group)
     for mid, ident, props, pkey, okey, d, nbytes in fields:
         yield (
@@ -281,6 +290,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         reader = client.create_reader(part.topic, start_id, receiver_queue_size=1000)
         try:
             current: _Entry | None = None
+            waited = 0
             while True:
                 if current is not None and current.complete:
                     yield from _row_values(part, topic, current.messages)
@@ -289,14 +299,20 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     if done:
                         return
                 mid_batch = current is not None and current.size is not None
-                if not mid_batch and not reader.has_message_available():
-                    break
                 try:
-                    msg = reader.read_next(part.read_timeout_ms)
+                    # The receiver queue is usually full: ask the broker whether anything is
+                    # left only when it runs dry, not once per entry (a round trip each).
+                    msg = reader.read_next(READ_POLL_MS)
                 except pulsar.Timeout as e:
-                    raise EntriesReadError(
-                        f"{where}: no message within {part.read_timeout_ms} ms"
-                    ) from e
+                    if not mid_batch and not reader.has_message_available():
+                        break
+                    waited += READ_POLL_MS
+                    if waited >= part.read_timeout_ms:
+                        raise EntriesReadError(
+                            f"{where}: no message within {part.read_timeout_ms} ms"
+                        ) from e
+                    continue
+                waited = 0
                 mid = msg.message_id()
                 pos = Position(mid.ledger_id(), mid.entry_id())
                 if pos <= start:
@@ -524,7 +540,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return [
             EntriesPartition(
                 cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
-                client=o.client, identity_fields=o.identity_fields,
+                client=o.client, identity_fields=o.identity_fields, identity=o.identity,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
             )
