@@ -532,3 +532,24 @@ def test_entries_without_identity_evidence_spend_no_digest(broker: str, topics: 
         r.stop()
     assert rows
     assert all(x["identity"] is None and x["entry_identity"] is None for x in rows)
+
+
+@pytest.mark.integration
+def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
+        broker: str, topics: list[str]) -> None:
+    """Entries skipped silently would look like marker holes to the builder, and be acked."""
+    import dataclasses
+
+    from cursorsync.sources.entries import EntriesReadError, read_entries
+
+    r = entries_reader(broker, topics)
+    try:
+        start = r.initialOffset()
+        parts = r.partitions(start, r.latestOffset(start, ReadAllAvailable()))
+    finally:
+        r.stop()
+    last = Position.parse(parts[0].end)
+    beyond = dataclasses.replace(parts[0], end=str(Position(last.ledger, last.entry + 3)),
+                                 read_timeout_ms=300)
+    with pytest.raises(EntriesReadError, match="partial range"):
+        list(read_entries(beyond))

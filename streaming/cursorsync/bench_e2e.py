@@ -1055,6 +1055,7 @@ def _reader_alone(sandbox: Any, config: Any, topic: str) -> dict[str, Any]:
         cluster=config.target.name, topic=topic, start="-1:-1", end=f"{1 << 40}:0",
         client=ClientSettings(sandbox.service_url("B")),
         identity_fields=tuple(config.evidence.identity_fields),
+        identity="identity" in config.evidence.strategies,
         source_position_property=config.evidence.source_position_property,
         read_timeout_ms=10_000)
     t0 = time.perf_counter()

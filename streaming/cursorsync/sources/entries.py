@@ -304,12 +304,17 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     # left only when it runs dry, not once per entry (a round trip each).
                     msg = reader.read_next(READ_POLL_MS)
                 except pulsar.Timeout as e:
-                    if not mid_batch and not reader.has_message_available():
-                        break
+                    # Never return part of (start, end]: end is at or before the latest entry
+                    # the driver saw, so entries are missing, not absent, and a skipped entry
+                    # would later look like a marker hole to the mapping builder (and be acked).
                     waited += READ_POLL_MS
                     if waited >= part.read_timeout_ms:
+                        more = "" if mid_batch else (
+                            f" (the broker says more available: {reader.has_message_available()})")
                         raise EntriesReadError(
-                            f"{where}: no message within {part.read_timeout_ms} ms"
+                            f"{where}: stopped before {end}: no message within "
+                            f"{part.read_timeout_ms} ms{more}; the task fails rather than "
+                            f"return a partial range"
                         ) from e
                     continue
                 waited = 0
