@@ -553,3 +553,21 @@ def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
                                  read_timeout_ms=300)
     with pytest.raises(EntriesReadError, match="partial range"):
         list(read_entries(beyond))
+
+
+@pytest.mark.integration
+def test_entries_one_row_per_entry(broker: str, topics: list[str]) -> None:
+    per_message = entries_reader(broker, topics)
+    per_entry = entries_reader(broker, topics, rowsPer="entry")
+    try:
+        start = per_message.initialOffset()
+        end = per_message.latestOffset(start, ReadAllAvailable())
+        msgs = as_dicts(read_all(per_message, start, end))
+        ents = as_dicts(read_all(per_entry, start, end))
+    finally:
+        per_message.stop()
+        per_entry.stop()
+    firsts = {(x["partition"], x["ledger"], x["entry"]): x for x in reversed(msgs)}
+    assert len(ents) == len(firsts) < len(msgs)
+    for x in ents:
+        assert x == firsts[(x["partition"], x["ledger"], x["entry"])]

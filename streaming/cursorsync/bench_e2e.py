@@ -1056,6 +1056,7 @@ def _reader_alone(sandbox: Any, config: Any, topic: str) -> dict[str, Any]:
         client=ClientSettings(sandbox.service_url("B")),
         identity_fields=tuple(config.evidence.identity_fields),
         identity="identity" in config.evidence.strategies,
+        per_entry=True,
         source_position_property=config.evidence.source_position_property,
         read_timeout_ms=10_000)
     t0 = time.perf_counter()

@@ -142,6 +142,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
+            "rowsPer": "entry",  # the builder works on entries; one row each crosses the JVM
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"cursorsync-mapping-{side}",
             "startingPosition": "earliest"}
