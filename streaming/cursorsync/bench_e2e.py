@@ -971,10 +971,10 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
              timers: _Timers, duplicates: list[int], backlog: Backlog, bulk: list[str],
              live: list[str], say: Callable[[str], None], start_job: Callable[..., Any],
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    # Rows each side's mapping stream must ingest: every message of every entry.
-    want = {config.target.name: backlog.messages}
+    # Rows each side's mapping stream must ingest: one per entry (the job reads rowsPer=entry).
+    want = {config.target.name: backlog.entries}
     if "identity" in spec.strategies:
-        want[config.source.name] = backlog.messages
+        want[config.source.name] = backlog.entries
     say("mapping the backlog")
     cpu = CpuSampler({c: sandbox.brokers[c].pid for c in (sandbox.source, sandbox.target)})
     cpu0 = cpu.sample()
@@ -1051,8 +1051,9 @@ def _reader_alone(sandbox: Any, config: Any, topic: str) -> dict[str, Any]:
     """The pulsar-entries reader in this process, without Spark: rows/s on one core."""
     from cursorsync.sources.entries import ClientSettings, EntriesPartition, read_entries
 
+    last = max(e.target for e in sandbox.replicator.entries(topic))
     part = EntriesPartition(
-        cluster=config.target.name, topic=topic, start="-1:-1", end=f"{1 << 40}:0",
+        cluster=config.target.name, topic=topic, start="-1:-1", end=str(last),
         client=ClientSettings(sandbox.service_url("B")),
         identity_fields=tuple(config.evidence.identity_fields),
         identity="identity" in config.evidence.strategies,
