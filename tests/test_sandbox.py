@@ -79,7 +79,12 @@ def test_proxy_decodes_subscribe_and_acks() -> None:
          _field(4, 42), _field(5, 9)]
     )
     cmd = _encode_fields([_field(1, 4), _field(4, sub)])
-    assert decode_subscribe(cmd) == (42, "persistent://public/default/t", "sync")
+    assert decode_subscribe(cmd) == (42, "persistent://public/default/t", "sync", True)
+    reader = _encode_fields(
+        [_field(1, b"persistent://public/default/t"), _field(2, b"reader-1"), _field(3, 1),
+         _field(4, 43), _field(5, 10), _field(8, 0)]
+    )
+    assert decode_subscribe(_encode_fields([_field(1, 4), _field(4, reader)]))[3] is False
     mid1 = _encode_fields([_field(1, 5), _field(2, 7)])
     # batch-index ack of a batch of 4: bits set = still unacked (indexes 1 and 3 acked)
     mid2 = _encode_fields([_field(1, 5), _field(2, 8), _field(5, 0b0101), _field(6, 4)])
@@ -408,3 +413,23 @@ def test_proxy_reports_acks_of_a_plain_client_on_b(sb: Sandbox) -> None:
     cur = _get(sb, "B", f"{PREFIX}/fidelity/internalStats").json()["cursors"]["emitter"]
     assert cur["markDeletePosition"] == f"{ledger}:2"
     assert json.loads(json.dumps(cur))["individuallyDeletedMessages"] == "[]"
+
+
+def test_readers_through_the_proxy_are_not_subscriptions(sb: Sandbox) -> None:
+    """A reader's non-durable cursor (its internal acks) must not appear as a cursor on B."""
+    topic = "persistent://public/default/fidelity"
+    assert sb.replicator is not None
+    p = sb.client("A").create_producer(topic, batching_enabled=False)
+    p.send(b"r1")
+    p.send(b"r2")
+    p.close()
+    sb.replicator.wait_caught_up(30)
+    r = sb.client("B").create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        r.read_next(5000)
+        r.read_next(5000)
+    finally:
+        r.close()
+    time.sleep(0.3)
+    cursors = _get(sb, "B", f"{PREFIX}/fidelity/internalStats").json()["cursors"]
+    assert not [name for name in cursors if name.startswith("reader-")]

@@ -144,13 +144,18 @@ def _message_id_acks(data: bytes, cumulative: bool) -> list[tuple[int, int, int]
     return [(ledger, entry, i) for i in cleared]
 
 
-def decode_subscribe(command: bytes) -> tuple[int, str, str] | None:
-    """From a BaseCommand: (consumer_id, topic, subscription) for SUBSCRIBE."""
+def decode_subscribe(command: bytes) -> tuple[int, str, str, bool] | None:
+    """From a BaseCommand: (consumer_id, topic, subscription, durable) for SUBSCRIBE.
+
+    ``durable`` is CommandSubscribe field 8 (default true); readers subscribe
+    non-durably, and their cursors are not subscriptions.
+    """
     sub = next((v for n, w, v in _fields(command) if n == _SUBSCRIBE and w == 2), None)
     if not isinstance(sub, bytes):
         return None
     topic = subscription = ""
     consumer_id = -1
+    durable = True
     for n, _w, v in _fields(sub):
         if n == 1 and isinstance(v, bytes):
             topic = v.decode()
@@ -158,7 +163,9 @@ def decode_subscribe(command: bytes) -> tuple[int, str, str] | None:
             subscription = v.decode()
         elif n == 4 and isinstance(v, int):
             consumer_id = v
-    return consumer_id, topic, subscription
+        elif n == 8 and isinstance(v, int):
+            durable = bool(v)
+    return consumer_id, topic, subscription, durable
 
 
 def rewrite_lookup(command: bytes, service_url: str) -> bytes | None:
@@ -238,7 +245,7 @@ class AckSniffingProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            consumers: dict[int, tuple[str, str]] = {}
+            consumers: dict[int, tuple[str, str] | None] = {}
             for src, dst, outbound in ((client, upstream, True), (upstream, client, False)):
                 threading.Thread(
                     target=self._pump, args=(src, dst, outbound, consumers), daemon=True
@@ -249,7 +256,7 @@ class AckSniffingProxy:
         src: socket.socket,
         dst: socket.socket,
         outbound: bool,
-        consumers: dict[int, tuple[str, str]],
+        consumers: dict[int, tuple[str, str] | None],
     ) -> None:
         buf = b""
         try:
@@ -279,21 +286,23 @@ class AckSniffingProxy:
                 s.close()
 
     def _inspect(
-        self, frame: bytes, outbound: bool, consumers: dict[int, tuple[str, str]]
+        self, frame: bytes, outbound: bool, consumers: dict[int, tuple[str, str] | None]
     ) -> bytes:
         cmd_size = struct.unpack(">I", frame[4:8])[0]
         command, rest = frame[8 : 8 + cmd_size], frame[8 + cmd_size :]
         if outbound:
             sub = decode_subscribe(command)
             if sub is not None:
-                consumers[sub[0]] = (sub[1], sub[2])
+                # A reader's non-durable cursor is not a subscription: its acks are not kept.
+                consumers[sub[0]] = (sub[1], sub[2]) if sub[3] else None
             acks = decode_acks(command)
             if acks is not None:
                 consumer_id, cumulative, ids = acks
-                where = consumers.get(consumer_id)
-                if where is None:
+                if consumer_id not in consumers:
                     log.warning("ack from unknown consumer %d ignored", consumer_id)
-                else:
+                    return frame
+                where = consumers[consumer_id]
+                if where is not None:
                     for ledger, entry, batch_index in ids:
                         self.on_ack(where[0], where[1], ledger, entry, batch_index, cumulative)
             return frame
