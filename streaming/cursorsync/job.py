@@ -226,9 +226,10 @@ class MappingSink:
 
 
 def _empty(table: str) -> pa.Table:
-    from cursorsync.tables import load_schema
+    """No rows, in the row helpers' schema: the batch id is still recorded as written."""
+    from cursorsync.tables.rows import row_schema
 
-    return load_schema(table).arrow().empty_table()
+    return row_schema(table).empty_table()  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ sync sink

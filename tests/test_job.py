@@ -1,0 +1,59 @@
+"""The job's pieces that need no Spark: cursor rows, incremental mapping loads, empty batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from cursorsync.job import MappingStore, _empty, observations
+from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.tables import open_store
+from cursorsync.tables.rows import PartitionKey, mapping_rows
+
+KEY = PartitionKey("persistent://public/default/orders", 2)
+
+
+def test_cursor_rows_become_observed_states() -> None:
+    rows = pa.Table.from_pylist([{
+        "cluster": "A", "topic": KEY.topic, "partition": 2, "subscription": "billing",
+        "mark_delete": "5:3", "individually_deleted": "[(5:4..5:6], (5:8..5:9]]",
+        "ledgers": [{"ledger_id": 5, "entries": 12}],
+        "observed_at": datetime(2026, 1, 1, 12, 0, 0), "messages_consumed_counter": 9,
+    }])
+    (obs,) = observations(rows)
+    assert obs.key == KEY and obs.subscription == "billing"
+    assert obs.state.mark_delete == Position(5, 3)
+    assert str(obs.state.individually_deleted) == "[(5:4..5:6],(5:8..5:9]]"
+    assert obs.state.ledgers is not None and obs.state.ledgers.entries.tolist() == [12]
+    assert obs.observed_at.tzinfo is UTC
+
+
+def test_mapping_store_loads_only_new_batches_and_merges(tmp_path: Path) -> None:
+    store = open_store("delta-rs", str(tmp_path))
+    store.ensure_all()
+    now = datetime.now(UTC)
+
+    def write(batch: int, m: TopicMapping) -> None:
+        rows = mapping_rows(KEY, m, source_cluster="A", target_cluster="B", written_at=now)
+        assert store.append("mappings", rows, app_id="mapping", batch_id=batch)
+
+    ms = MappingStore(store, "A", "B")
+    write(0, TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]), skippable=Runs.of((9, 5, 1))))
+    first = ms.refresh()[KEY]
+    assert first.lookup(Position(1, 4)) == Position(9, 4) and ms.loaded_upto == 0
+    write(1, TopicMapping(SegmentSet.of([Segment(1, 5, 9, 6, 5)])))
+    second = ms.refresh()[KEY]
+    assert ms.loaded_upto == 1
+    assert second.lookup(Position(1, 9)) == Position(9, 10)
+    assert second.skippable.rows.tolist() == [[9, 5, 1]]
+    assert ms.refresh()[KEY] == second  # nothing new: unchanged
+
+
+def test_an_empty_batch_is_recorded_once(tmp_path: Path) -> None:
+    store = open_store("delta-rs", str(tmp_path))
+    assert store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
+    assert not store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
+    assert store.last_batch("mapping") == 0
