@@ -15,6 +15,7 @@ Pure: no Pulsar, no Spark.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,6 +118,12 @@ def _encode_properties(props: Mapping[str, str], excluded: frozenset[str]) -> by
     return b"".join(out)
 
 
+@functools.lru_cache(maxsize=64)
+def _chosen(fields: tuple[str, ...]) -> tuple[str, ...]:
+    """parse_identity_fields, once per field list: this runs for every message read."""
+    return parse_identity_fields(fields)
+
+
 def message_digest(
     message: MessageIdentity,
     fields: Sequence[str] = DEFAULT_IDENTITY_FIELDS,
@@ -128,7 +135,7 @@ def message_digest(
     ``fields`` may be in any order (it is canonicalised); properties starting
     with ``__`` and those in ``excluded_properties`` never count.
     """
-    chosen = parse_identity_fields(fields)
+    chosen = _chosen(tuple(fields))
     excluded = frozenset(excluded_properties)
     h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=_PERSON_MESSAGE)
     for name in chosen:

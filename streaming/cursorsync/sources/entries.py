@@ -223,8 +223,9 @@ class EntriesPartition(InputPartition):
     read_timeout_ms: int
 
 
-def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> Iterator[Row]:
-    """Rows of one entry's messages (all of them, in batch order)."""
+def _row_values(part: EntriesPartition, where: tuple[str, int], group: list[Any]) -> Iterator[Row]:
+    """Rows of one entry's messages (all of them, in batch order); ``where`` is the topic's
+    (base name, partition index), worked out once per read rather than per row."""
     digests: list[bytes | None] = []
     fields: list[Row] = []
     for msg in group:
@@ -257,7 +258,7 @@ def _row_values(part: EntriesPartition, topic: TopicName, group: list[Any]) -> I
         fields = fields[:1]  # the entry's first message stands for it (rowsPer=entry)
     for mid, ident, props, pkey, okey, d, nbytes in fields:
         yield (
-            part.cluster, str(topic.base), topic.partition, mid.ledger_id(), mid.entry_id(),
+            part.cluster, where[0], where[1], mid.ledger_id(), mid.entry_id(),
             mid.batch_index(), size, ident.producer_name, ident.publish_time, ident.event_time,
             props, pkey, okey if isinstance(okey, str) or okey is None else okey.decode(),
             props.get(part.source_position_property), d, edigest, nbytes,
@@ -287,6 +288,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     import pulsar
 
     topic = TopicName.parse(part.topic)
+    where_ = (str(topic.base), topic.partition)
     start = Position.parse(part.start)
     end = Position.parse(part.end)
     if end <= start:
@@ -302,7 +304,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
             waited = 0
             while True:
                 if current is not None and current.complete:
-                    yield from _row_values(part, topic, current.messages)
+                    yield from _row_values(part, where_, current.messages)
                     done = current.pos >= end
                     current = None
                     if done:
@@ -335,7 +337,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     break
                 if current is not None and pos != current.pos:
                     # Only entries of unknown size end this way (by the next one starting).
-                    yield from _row_values(part, topic, current.messages)
+                    yield from _row_values(part, where_, current.messages)
                     current = None
                 if current is None:
                     current = _Entry(pos, batch_size_of(mid), [])
@@ -346,7 +348,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                         f"{where}: entry {current.pos} ended after {len(current.messages)} of "
                         f"its {current.size} messages"
                     )
-                yield from _row_values(part, topic, current.messages)
+                yield from _row_values(part, where_, current.messages)
         finally:
             reader.close()
     finally:
