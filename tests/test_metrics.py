@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cursorsync.config import MetricsConfig
 from cursorsync.metrics import Metrics
+from cursorsync.sandbox.brokers import free_port
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
@@ -24,12 +24,6 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
             if s.name == name and s.labels == labels:
                 return float(s.value)
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --------------------------------------------------------------------------- exposition

@@ -4,9 +4,6 @@ against the stub admin server. Also pins the pulsar-lite / pulsar-client behavio
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 from cursorsync.errors import ConfigError  # noqa: E402
 from cursorsync.identity import MessageIdentity, entry_digest, message_digest  # noqa: E402
 from cursorsync.positions import Position  # noqa: E402
+from cursorsync.sandbox.brokers import start_broker  # noqa: E402
 from cursorsync.sources import register  # noqa: E402
 from cursorsync.sources.cursors import (  # noqa: E402
     CursorsOptions,
@@ -45,47 +43,11 @@ REPL = "__MSG_PROP_REPL_SOURCE_POSITION"
 # -- fixtures ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One pulsar-lite broker: default_partitions = 0, metrics off, on a free port."""
-    from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
-    d = tmp_path_factory.mktemp("pulsar-lite")
-    cfg = d / "pulsar-lite.toml"
-    cfg.write_text("default_partitions = 0\n\n[metrics]\nenabled = false\n")
-    port = _free_port()
-    log = (d / "broker.log").open("w")
-    proc = subprocess.Popen(
-        [find_pulsar_lite_binary(), "--config", str(cfg), "--addr", f"127.0.0.1:{port}",
-         "--db-path", str(d / "db"), "--log-level", "warn"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=d)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"pulsar-lite exited: {(d / 'broker.log').read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield f"pulsar://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    """One pulsar-lite broker (the sandbox's: default_partitions = 0, metrics off)."""
+    with start_broker("a", tmp_path_factory.mktemp("pulsar-lite")) as b:
+        yield b.service_url
 
 
 @pytest.fixture(scope="module")
