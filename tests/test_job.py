@@ -57,3 +57,26 @@ def test_an_empty_batch_is_recorded_once(tmp_path: Path) -> None:
     assert store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
     assert not store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
     assert store.last_batch("mapping") == 0
+
+
+def test_sync_metrics_come_from_the_progress_rows() -> None:
+    """One recorder for both emission paths: acks, unmapped, lag and last sync per subscription."""
+    from cursorsync.job import SyncSink, _Synced
+    from cursorsync.metrics import Metrics
+    from cursorsync.sync import SyncConfig, SyncStep
+    from cursorsync.tables.rows import SyncRecord, sync_progress_rows
+    from cursorsync.translate import CursorState, translate
+
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]))
+    plan = translate(CursorState.parse("1:9"), mapping, CursorState.parse("9:-1"))
+    now = datetime.now(UTC)
+    rows = sync_progress_rows([SyncRecord(KEY, "billing", plan, 1, False, now, now)],
+                              source_cluster="A", target_cluster="B")
+    sink = SyncSink.__new__(SyncSink)
+    sink.metrics = Metrics()
+    sink.step = SyncStep(SyncConfig(cumulative=True), None, lambda t, s: None)
+    sink._record(_Synced([], rows, 2, 0, 0.01), 0.5)
+    text = sink.metrics.exposition()
+    assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
+    assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
+    assert 'cursorsync_errors_total{stage="guard"} 2.0' in text

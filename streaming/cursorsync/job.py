@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
@@ -322,6 +322,16 @@ def target_reader(admin: Any) -> Callable[[str, str], CursorState | None]:
     return read
 
 
+class _Synced(NamedTuple):
+    """What one sync batch produced, on the driver or on the executors."""
+
+    observed: list[ObservedCursor]
+    rows: pa.Table  # sync_progress rows
+    refused: int
+    halted: int
+    translate_seconds: float | None
+
+
 class SyncSink:
     """foreachBatch of the sync query."""
 
@@ -337,54 +347,10 @@ class SyncSink:
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        if self.config.emission.spread_across_executors:
-            self._on_executors(df, batch_id)
-            return
         t0 = time.perf_counter()
-        obs = observations(df.toArrow())
-        mappings = self.mappings.refresh()
-        result = self.step.run(obs, mappings)
-        if self.crash_after_emit is not None:
-            self.crash_after_emit(batch_id)
-        src, tgt = self.config.source.name, self.config.target.name
-        self.store.append("cursor_states", cursor_state_rows(
-            obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
-        self.store.append("sync_progress", sync_progress_rows(
-            result.records, source_cluster=src, target_cluster=tgt),
-            app_id=SYNC_APP, batch_id=batch_id)
-        self.last_batch = batch_id
-        if self.metrics:
-            m = self.metrics
-            m.observe_translation(result.translate_seconds)
-            for rec in result.records:
-                sub = rec.subscription
-                m.record_acks(sub, "individual" if not self.step.config.cumulative
-                              else "cumulative", rec.acks_sent)
-                m.set_unmapped_acked(sub, f"{rec.key.topic}#{rec.key.partition}",
-                                     rec.plan.unmapped_acked_entries)
-                if rec.plan.rewound_entries:
-                    m.record_rewound(sub, rec.plan.rewound_entries)
-                m.observe_sync_lag(sub, (rec.emitted_at - rec.source_observed_at).total_seconds())
-                m.mark_synced(sub)
-            for _ in range(result.refused):
-                m.record_error("guard")
-            m.observe_batch("sync", time.perf_counter() - t0)
-        log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
-                 len(obs), result.acks_sent, result.refused, result.halted)
-
-    def _on_executors(self, df: Any, batch_id: int) -> None:
-        """Translate, guard and emit in Spark tasks; the driver writes the tables."""
-        from cursorsync.spread import sync_on_executors
-
-        t0 = time.perf_counter()
-        df = df.persist()
-        try:
-            obs = observations(df.toArrow())
-            rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
-                                     cumulative=self.step.config.cumulative,
-                                     emit_mode=self.emit_mode)
-        finally:
-            df.unpersist()
+        done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
+                else self._on_driver(df))
+        obs, rows = done.observed, done.rows
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
         src, tgt = self.config.source.name, self.config.target.name
@@ -393,15 +359,54 @@ class SyncSink:
         self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
         self.last_batch = batch_id
         if self.metrics:
-            for r in rows.to_pylist():
-                self.metrics.record_acks(r["subscription"], "individual" if not
-                                         self.step.config.cumulative else "cumulative",
-                                         r["acks_sent"])
-                self.metrics.observe_sync_lag(r["subscription"], r["lag_ms"] / 1000)
-                self.metrics.mark_synced(r["subscription"])
-            self.metrics.observe_batch("sync", time.perf_counter() - t0)
-        log.info("sync batch %d on executors: %d cursors, %d acks sent", batch_id, len(obs),
-                 sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0)
+            self._record(done, time.perf_counter() - t0)
+        acks = sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0
+        log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
+                 len(obs), acks, done.refused, done.halted)
+
+    def _on_driver(self, df: Any) -> _Synced:
+        """Translate, guard and emit here; returns the observations and sync_progress rows."""
+        obs = observations(df.toArrow())
+        result = self.step.run(obs, self.mappings.refresh())
+        rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
+                                  target_cluster=self.config.target.name)
+        return _Synced(obs, rows, result.refused, result.halted, result.translate_seconds)
+
+    def _on_executors(self, df: Any, batch_id: int) -> _Synced:
+        """Translate, guard and emit in Spark tasks; the driver only writes the tables.
+        Refusals and halts are logged by the tasks and not counted here."""
+        from cursorsync.spread import sync_on_executors
+
+        df = df.persist()
+        try:
+            obs = observations(df.toArrow())
+            rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
+                                     cumulative=self.step.config.cumulative,
+                                     emit_mode=self.emit_mode)
+        finally:
+            df.unpersist()
+        return _Synced(obs, rows, 0, 0, None)
+
+    def _record(self, done: _Synced, batch_s: float) -> None:
+        """Metrics from the sync_progress rows, the same whichever path produced them."""
+        m = self.metrics
+        assert m is not None
+        kind: Literal["cumulative", "individual"] = (
+            "cumulative" if self.step.config.cumulative else "individual")
+        if done.translate_seconds is not None:
+            m.observe_translation(done.translate_seconds)
+        for r in done.rows.to_pylist():
+            sub = r["subscription"]
+            m.record_acks(sub, kind, r["acks_sent"])
+            m.set_unmapped_acked(sub, f"{r['topic']}#{r['partition']}",
+                                 r["unmapped_acked_entries"])
+            if r["rewound_entries"]:
+                m.record_rewound(sub, r["rewound_entries"])
+            m.observe_sync_lag(sub, r["lag_ms"] / 1000)
+            m.mark_synced(sub)
+        for _ in range(done.refused):
+            m.record_error("guard")
+        m.observe_batch("sync", batch_s)
 
 
 # ---------------------------------------------------------------------- running
