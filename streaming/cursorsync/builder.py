@@ -57,12 +57,12 @@ class _Pending:
 
     ledger: list[int] = field(default_factory=list)
     entry: list[int] = field(default_factory=list)
-    digest: list[str] = field(default_factory=list)  # hex, for JSON state
+    digest: list[bytes] = field(default_factory=list)
 
     def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes]) -> None:
         self.ledger += ledger.tolist()
         self.entry += entry.tolist()
-        self.digest += [d.hex() for d in digest]
+        self.digest += digest
 
     def keep(self, mask: np.ndarray) -> None:
         idx = np.flatnonzero(mask).tolist()
@@ -72,6 +72,14 @@ class _Pending:
 
     def __len__(self) -> int:
         return len(self.ledger)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ledger": self.ledger, "entry": self.entry,
+                "digest": [d.hex() for d in self.digest]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> _Pending:
+        return cls(d["ledger"], d["entry"], [bytes.fromhex(x) for x in d["digest"]])
 
 
 @dataclass
@@ -83,14 +91,14 @@ class _PartitionState:
     def to_json(self) -> dict[str, Any]:
         return {
             "last_target": None if self.last_target is None else str(self.last_target),
-            "target": vars(self.target), "source": vars(self.source),
+            "target": self.target.to_json(), "source": self.source.to_json(),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> _PartitionState:
         lt = d.get("last_target")
         return cls(None if lt is None else Position.parse(lt),
-                   _Pending(**d["target"]), _Pending(**d["source"]))
+                   _Pending.from_json(d["target"]), _Pending.from_json(d["source"]))
 
 
 @dataclass(frozen=True)
@@ -248,8 +256,7 @@ class MappingBuilder:
         """Pair pending entries by identity; age out what the window no longer holds."""
         result = None
         if len(st.source) and len(st.target):
-            s_idx, t_idx = align_identities([bytes.fromhex(d) for d in st.source.digest],
-                                            [bytes.fromhex(d) for d in st.target.digest])
+            s_idx, t_idx = align_identities(st.source.digest, st.target.digest)
             if len(s_idx):
                 result = (np.array(st.source.ledger, np.int64)[s_idx],
                           np.array(st.source.entry, np.int64)[s_idx],
