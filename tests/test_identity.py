@@ -132,3 +132,14 @@ def test_identity_imports_no_pulsar_or_spark() -> None:
 
     src = Path(ident.__file__).read_text()
     assert "import pulsar" not in src and "pyspark" not in src
+
+
+def test_digest_encoding_is_pinned() -> None:
+    # Pending digests outlive a process (builder state) and must match across versions:
+    # a change of encoding is a change of this value, and needs a state version bump.
+    m = MessageIdentity(producer_name="bulk-0-single", publish_time=1700000000000,
+                        event_time=10**12 + 5, partition_key="k5", ordering_key=None,
+                        properties={"n": "12345", "__MSG_PROP_REPL_SOURCE_POSITION": "3:4"},
+                        payload=b"0/12345 " + b"." * 64)
+    assert message_digest(m, DEFAULT_IDENTITY_FIELDS).hex() == "93997a86bec0b61cd07ecd6c3f1206a4"
+    assert entry_digest([message_digest(m)] * 2).hex() == "598ec192f67f8530674dd1c5a4769a96"

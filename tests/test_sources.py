@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 pulsar = pytest.importorskip("pulsar")
@@ -84,9 +85,15 @@ def entries_reader(broker: str, topics: list[str], **extra: str) -> PulsarEntrie
 
 
 def read_all(r: PulsarEntriesStreamReader, start: dict, end: dict) -> list[tuple]:
+    """Rows as tuples in column order, from the Arrow record batches read() hands Spark."""
     rows: list[tuple] = []
     for p in r.partitions(start, end):
-        rows.extend(r.read(p))
+        for batch in r.read(p):
+            assert isinstance(batch, pa.RecordBatch)
+            for row in batch.to_pylist():
+                if row.get("properties") is not None:
+                    row["properties"] = dict(row["properties"])
+                rows.append(tuple(row.values()))
     return rows
 
 
@@ -533,3 +540,133 @@ def test_entries_one_row_per_entry(broker: str, topics: list[str]) -> None:
     assert len(ents) == len(firsts) < len(msgs)
     for x in ents:
         assert x == firsts[(x["partition"], x["ledger"], x["entry"])]
+
+
+# -- read_entries against a scripted reader: re-deliveries, columns ------------------------
+
+
+class _Id:
+    """A received message id; a batched one serialises with its batch size (field 6)."""
+
+    def __init__(self, ledger: int, entry: int, index: int = -1, size: int = 0) -> None:
+        self.l, self.e, self.i, self.n = ledger, entry, index, size
+
+    def ledger_id(self) -> int:
+        return self.l
+
+    def entry_id(self) -> int:
+        return self.e
+
+    def batch_index(self) -> int:
+        return self.i
+
+    def serialize(self) -> bytes:
+        return bytes([0x08, self.l, 0x10, self.e, 0x30, self.n])
+
+
+class _Msg:
+    def __init__(self, mid: _Id, props: dict[str, str] | None = None) -> None:
+        self.mid, self.props = mid, props or {}
+
+    def message_id(self) -> _Id:
+        return self.mid
+
+    def properties(self) -> dict[str, str]:
+        return self.props
+
+    def partition_key(self) -> str:
+        return ""
+
+    def ordering_key(self) -> str:
+        return ""
+
+    def data(self) -> bytes:
+        return f"{self.mid.e}/{self.mid.i}".encode()
+
+    def event_timestamp(self) -> int:
+        return 0
+
+    def producer_name(self) -> str:
+        return "p"
+
+    def publish_timestamp(self) -> int:
+        return 1
+
+
+class _ScriptedClient:
+    """connect() -> itself; its reader returns ``script`` then times out."""
+
+    def __init__(self, script: list[_Msg]) -> None:
+        self.script = list(script)
+
+    def connect(self) -> _ScriptedClient:
+        return self
+
+    def create_reader(self, *_a: Any, **_k: Any) -> _ScriptedClient:
+        return self
+
+    def read_next(self, _timeout: int) -> _Msg:
+        if not self.script:
+            raise pulsar.Timeout()
+        return self.script.pop(0)
+
+    def has_message_available(self) -> bool:
+        return bool(self.script)
+
+    def close(self) -> None:
+        pass
+
+
+def _scripted(script: list[_Msg], end: str, **kw: Any) -> Any:
+    from cursorsync.sources.entries import EntriesPartition
+
+    return EntriesPartition(cluster="a", topic=f"{NS}/t", start="-1:-1", end=end,
+                            client=_ScriptedClient(script),  # type: ignore[arg-type]
+                            identity_fields=("payload",), identity=True, per_entry=False,
+                            source_position_property=REPL, read_timeout_ms=100, **kw)
+
+
+def test_read_entries_yields_each_entry_once_whatever_the_broker_redelivers() -> None:
+    from cursorsync.sources.entries import read_entries
+
+    b = [_Msg(_Id(1, 2, i, 3)) for i in range(3)]
+    script = [
+        _Msg(_Id(1, 0)), _Msg(_Id(1, 0)),            # an unbatched entry twice in a row
+        _Msg(_Id(1, 1)),
+        _Msg(_Id(1, 0)),                             # an earlier entry again, later
+        b[0], b[1], b[0], b[2],                      # a batch index again inside its entry
+        b[0], b[1], b[2],                            # the whole batch again
+        _Msg(_Id(1, 3)), _Msg(_Id(1, 4)),            # past the end: not read
+    ]
+    rows = list(read_entries(_scripted(script, "1:3")))
+    assert [(r[3], r[4], r[5], r[6]) for r in rows] == [
+        (1, 0, -1, 1), (1, 1, -1, 1), (1, 2, 0, 3), (1, 2, 1, 3), (1, 2, 2, 3), (1, 3, -1, 1)]
+    digests = [message_digest(MessageIdentity(producer_name="p", publish_time=1,
+                                              payload=f"2/{i}".encode()), ("payload",))
+               for i in range(3)]
+    assert {r[15] for r in rows if r[4] == 2} == {entry_digest(digests)}
+
+
+def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
+    from cursorsync.sources.entries import (
+        EVIDENCE_COLUMNS,
+        PulsarEntriesDataSource,
+        arrow_batches,
+        read_entries,
+        schema_of,
+    )
+
+    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
+    part = _scripted(script, "1:4", columns=EVIDENCE_COLUMNS)
+    batches = list(arrow_batches(read_entries(part), part.columns, size=2))
+    assert [b.num_rows for b in batches] == [2, 2, 1]
+    assert batches[0].schema.names == list(EVIDENCE_COLUMNS)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [r["source_position"] for r in rows] == [None, "9:1", None, "9:3", None]
+    # Stamped entries carry no digest: identity evidence is for the others only.
+    assert [r["entry_identity"] is None for r in rows] == [False, True, False, True, False]
+    ds = PulsarEntriesDataSource({"columns": "evidence"})
+    assert ds.schema() == schema_of(EVIDENCE_COLUMNS)
+    assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
+    with pytest.raises(ConfigError, match="columns: nope is not a column"):
+        PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()

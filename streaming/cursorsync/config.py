@@ -168,6 +168,9 @@ class ClusterConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     request_timeout_s: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=8, ge=1, le=1024)
+    #: Messages a mapping reader may hold in its receiver queue (memory: this many
+    #: messages per task); a range smaller than it gets a smaller queue.
+    receiver_queue_size: int = Field(default=1000, ge=1, le=100_000)
 
     @field_validator("service_url")
     @classmethod

@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cursorsync.errors import ConfigError
 
@@ -89,8 +90,12 @@ def is_broker_property(key: str, extra_excluded: Iterable[str] = ()) -> bool:
     return key.startswith("__") or key in set(extra_excluded)
 
 
+_U64 = struct.Struct(">Q").pack
+_I64 = struct.Struct(">q").pack
+
+
 def _lp(data: bytes) -> bytes:
-    return struct.pack(">Q", len(data)) + data
+    return _U64(len(data)) + data
 
 
 def _encode_str(value: str | None) -> bytes:
@@ -98,7 +103,7 @@ def _encode_str(value: str | None) -> bytes:
 
 
 def _encode_int(value: int | None) -> bytes:
-    return _ABSENT if value is None else _PRESENT + struct.pack(">q", value)
+    return _ABSENT if value is None else _PRESENT + _I64(value)
 
 
 def _encode_bytes(value: bytes | None) -> bytes:
@@ -111,17 +116,32 @@ def _encode_properties(props: Mapping[str, str], excluded: frozenset[str]) -> by
         for k, v in props.items()
         if not (k.startswith("__") or k in excluded)
     )
-    out = [_PRESENT, struct.pack(">Q", len(kept))]
+    out = [_PRESENT, _U64(len(kept))]
     for k, v in kept:
         out.append(_lp(k))
         out.append(_lp(v))
     return b"".join(out)
 
 
+#: How each field is encoded (after its one-byte tag).
+_ENCODERS: dict[str, Callable[[Any], bytes]] = {
+    "producer_name": _encode_str,
+    "sequence_id": _encode_int,
+    "publish_time": _encode_int,
+    "event_time": _encode_int,
+    "partition_key": _encode_str,
+    "ordering_key": _encode_bytes,
+    "payload": _encode_bytes,
+}
+
+
 @functools.lru_cache(maxsize=64)
-def _chosen(fields: tuple[str, ...]) -> tuple[str, ...]:
-    """parse_identity_fields, once per field list: this runs for every message read."""
-    return parse_identity_fields(fields)
+def _plan(fields: tuple[str, ...], excluded: tuple[str, ...]
+          ) -> tuple[tuple[tuple[bytes, str], ...], frozenset[str]]:
+    """Canonical (tag, field) order and the excluded set, once per field list: the digest
+    runs for every message read."""
+    chosen = parse_identity_fields(fields)
+    return tuple((bytes([_TAGS[n]]), n) for n in chosen), frozenset(excluded)
 
 
 def message_digest(
@@ -135,22 +155,16 @@ def message_digest(
     ``fields`` may be in any order (it is canonicalised); properties starting
     with ``__`` and those in ``excluded_properties`` never count.
     """
-    chosen = _chosen(tuple(fields))
-    excluded = frozenset(excluded_properties)
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=_PERSON_MESSAGE)
-    for name in chosen:
-        h.update(bytes([_TAGS[name]]))
-        if name in ("producer_name", "partition_key"):
-            h.update(_encode_str(getattr(message, name)))
-        elif name in ("sequence_id", "publish_time", "event_time"):
-            h.update(_encode_int(getattr(message, name)))
-        elif name == "ordering_key":
-            h.update(_encode_bytes(message.ordering_key))
-        elif name == "properties":
-            h.update(_encode_properties(message.properties, excluded))
+    order, excluded = _plan(tuple(fields), tuple(excluded_properties))
+    parts: list[bytes] = []
+    for tag, name in order:
+        parts.append(tag)
+        if name == "properties":
+            parts.append(_encode_properties(message.properties, excluded))
         else:
-            h.update(_encode_bytes(message.payload))
-    return h.digest()
+            parts.append(_ENCODERS[name](getattr(message, name)))
+    return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_SIZE,
+                           person=_PERSON_MESSAGE).digest()
 
 
 def entry_digest(message_digests: Sequence[bytes]) -> bytes:

@@ -143,6 +143,8 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
             "rowsPer": "entry",  # the builder works on entries; one row each crosses the JVM
+            "columns": "evidence",  # and only the columns it reads
+            "receiverQueueSize": str(cluster.receiver_queue_size),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"cursorsync-mapping-{side}",
             "startingPosition": "earliest"}

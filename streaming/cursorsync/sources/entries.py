@@ -36,19 +36,32 @@ budget (the driver cannot count messages without reading them).
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
 )
 
 from cursorsync.errors import ConfigError, CursorSyncError
@@ -76,16 +89,50 @@ BEFORE_ALL = Position(-1, -1)
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
 #: How long the empty-topic probe waits for a first message.
 EMPTY_PROBE_MS = 500
+#: Pulsar's default receiver queue (messages), also the least a range gets.
+DEFAULT_RECEIVER_QUEUE = 1000
 #: How long read() waits for its queue before asking the broker if anything is left.
 READ_POLL_MS = 100
 
-SCHEMA = (
-    "cluster string, topic string, partition int, ledger long, entry long, "
-    "batch_index int, batch_size int, producer_name string, publish_time long, "
-    "event_time long, properties map<string,string>, partition_key string, "
-    "ordering_key string, source_position string, identity binary, "
-    "entry_identity binary, payload_size long"
+#: Every column, in row order.
+SCHEMA = StructType([
+    StructField("cluster", StringType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("ledger", LongType()),
+    StructField("entry", LongType()), StructField("batch_index", IntegerType()),
+    StructField("batch_size", IntegerType()), StructField("producer_name", StringType()),
+    StructField("publish_time", LongType()), StructField("event_time", LongType()),
+    StructField("properties", MapType(StringType(), StringType())),
+    StructField("partition_key", StringType()), StructField("ordering_key", StringType()),
+    StructField("source_position", StringType()), StructField("identity", BinaryType()),
+    StructField("entry_identity", BinaryType()), StructField("payload_size", LongType()),
+])
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.fieldNames())
+#: What the mapping builder reads (option ``columns=evidence``).
+EVIDENCE_COLUMNS: tuple[str, ...] = (
+    "cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
+    "source_position", "entry_identity",
 )
+#: Rows per Arrow record batch handed to Spark.
+ARROW_BATCH_ROWS = 4096
+
+
+def schema_of(columns: Sequence[str]) -> StructType:
+    """The schema of a column selection (always in row order)."""
+    return StructType([f for f in SCHEMA.fields if f.name in set(columns)])
+
+
+def parse_columns(spec: str | None) -> tuple[str, ...]:
+    """Option ``columns``: ``all`` (default), ``evidence``, or a comma-separated list."""
+    if spec is None or spec.strip().lower() == "all":
+        return COLUMNS
+    if spec.strip().lower() == "evidence":
+        return EVIDENCE_COLUMNS
+    names = {c.strip() for c in spec.split(",") if c.strip()}
+    unknown = sorted(names - set(COLUMNS))
+    if unknown or not names:
+        raise ConfigError(f"option columns: {', '.join(unknown) or 'nothing'} is not a column; "
+                          f"use all, evidence or names from: {', '.join(COLUMNS)}")
+    return tuple(c for c in COLUMNS if c in names)
 
 
 class EntriesReadError(CursorSyncError):
@@ -132,6 +179,8 @@ class EntriesOptions:
     identity_fields: tuple[str, ...]
     identity: bool
     per_entry: bool
+    columns: tuple[str, ...]
+    receiver_queue_size: int
     source_position_property: str
     read_timeout_ms: int
     discovery_interval_ms: int
@@ -174,6 +223,9 @@ class EntriesOptions:
                              else DEFAULT_IDENTITY_FIELDS),
             identity=o.get_bool("identity", True),
             per_entry=o.choice("rowsPer", ("message", "entry"), "message") == "entry",
+            columns=parse_columns(o.get_str("columns")),
+            receiver_queue_size=o.get_int("receiverQueueSize", DEFAULT_RECEIVER_QUEUE,
+                                          minimum=1) or DEFAULT_RECEIVER_QUEUE,
             source_position_property=o.get_str("sourcePositionProperty",
                                                REPL_SOURCE_POSITION_PROPERTY)
             or REPL_SOURCE_POSITION_PROPERTY,
@@ -221,55 +273,100 @@ class EntriesPartition(InputPartition):
     per_entry: bool
     source_position_property: str
     read_timeout_ms: int
+    columns: tuple[str, ...] = COLUMNS
+    receiver_queue_size: int = 1000
+
+    def queue_size(self) -> int:
+        """The reader's receiver queue: as configured, but no larger than the range needs.
+
+        A reader is fed up to its queue size past ``end`` (discarded), so a small range
+        gets a small queue; within one ledger the range's entry count is known.
+        """
+        start, end = Position.parse(self.start), Position.parse(self.end)
+        if start.ledger != end.ledger:
+            return self.receiver_queue_size
+        return min(self.receiver_queue_size, max(end.entry - start.entry, DEFAULT_RECEIVER_QUEUE))
 
 
-def _row_values(part: EntriesPartition, where: tuple[str, int], group: list[Any]) -> Iterator[Row]:
-    """Rows of one entry's messages (all of them, in batch order); ``where`` is the topic's
-    (base name, partition index), worked out once per read rather than per row."""
+#: Columns that need a message's own fields beyond its id and properties.
+_MESSAGE_FIELD_COLUMNS = frozenset({"producer_name", "publish_time", "event_time",
+                                    "partition_key", "ordering_key", "identity", "payload_size"})
+
+
+def _identity_of(msg: Any, props: dict[str, str]) -> MessageIdentity:
+    okey = msg.ordering_key() or None
+    return MessageIdentity(
+        producer_name=msg.producer_name(),
+        sequence_id=None,
+        publish_time=msg.publish_timestamp(),
+        event_time=msg.event_timestamp() or None,
+        partition_key=msg.partition_key() or None,
+        ordering_key=okey.encode("utf-8") if isinstance(okey, str) else okey,
+        properties=props,
+        payload=msg.data(),
+    )
+
+
+def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
+                wide: bool) -> Iterator[Row]:
+    """Rows of one entry's messages (all of them, in batch order, or the first with
+    rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
+    per read; ``wide`` says the selected columns need each message's own fields.
+
+    A digest is only used to align entries without the source-position property, and
+    it is the most expensive part of a row, so it is computed only where usable; the
+    other fields are only extracted where a selected column or the digest needs them.
+    """
+    prop = part.source_position_property
     digests: list[bytes | None] = []
-    fields: list[Row] = []
-    for msg in group:
+    rows: list[tuple[Any, MessageIdentity | None, dict[str, str], bytes | None]] = []
+    for i, msg in enumerate(entry.messages):
         props = dict(msg.properties())
-        pkey = msg.partition_key() or None
-        okey = msg.ordering_key() or None
-        data = msg.data()
-        event = msg.event_timestamp() or None
-        ident = MessageIdentity(
-            producer_name=msg.producer_name(),
-            sequence_id=None,
-            publish_time=msg.publish_timestamp(),
-            event_time=event,
-            partition_key=pkey,
-            ordering_key=okey.encode("utf-8") if isinstance(okey, str) else okey,
-            properties=props,
-            payload=data,
-        )
-        # A digest is only used to align entries without the source-position property;
-        # it is the most expensive part of a row, so it is not computed where unusable.
-        d = (message_digest(ident, part.identity_fields,
-                            excluded_properties=(part.source_position_property,))
-             if part.identity and part.source_position_property not in props else None)
+        digest_it = part.identity and prop not in props
+        row_wanted = i == 0 or not part.per_entry
+        ident = _identity_of(msg, props) if digest_it or (row_wanted and wide) else None
+        d = (message_digest(ident, part.identity_fields, excluded_properties=(prop,))
+             if digest_it and ident is not None else None)
         digests.append(d)
-        fields.append((msg.message_id(), ident, props, pkey, okey, d, len(data)))
+        if row_wanted:
+            rows.append((entry.ids[i], ident, props, d))
+        if not part.identity and part.per_entry:
+            break  # one row, no entry digest: the other messages add nothing
     edigest = (entry_digest([d for d in digests if d is not None])
-               if digests and all(d is not None for d in digests) else None)
-    size = len(group)
-    if part.per_entry:
-        fields = fields[:1]  # the entry's first message stands for it (rowsPer=entry)
-    for mid, ident, props, pkey, okey, d, nbytes in fields:
+               if part.identity and all(d is not None for d in digests) else None)
+    size = len(entry.messages)
+    ledger, entry_id = entry.pos
+    for mid, ident, props, d in rows:
+        if ident is None:
+            yield (part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(), size,
+                   None, None, None, props, None, None, props.get(prop), d, edigest, None)
+            continue
+        okey = ident.ordering_key
         yield (
-            part.cluster, where[0], where[1], mid.ledger_id(), mid.entry_id(),
+            part.cluster, where[0], where[1], ledger, entry_id,
             mid.batch_index(), size, ident.producer_name, ident.publish_time, ident.event_time,
-            props, pkey, okey if isinstance(okey, str) or okey is None else okey.decode(),
-            props.get(part.source_position_property), d, edigest, nbytes,
+            props, ident.partition_key, None if okey is None else okey.decode(),
+            props.get(prop), d, edigest, len(ident.payload),
         )
 
 
 @dataclass
 class _Entry:
-    pos: Position
+    """The messages of one entry read so far, each batch index once."""
+
+    pos: tuple[int, int]
     size: int | None
-    messages: list[Any]
+    ids: list[Any] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)
+    _seen: set[int] = field(default_factory=set)
+
+    def add(self, mid: Any, msg: Any) -> None:
+        index = mid.batch_index()
+        if index in self._seen:
+            return  # re-delivered within the entry
+        self._seen.add(index)
+        self.ids.append(mid)
+        self.messages.append(msg)
 
     @property
     def complete(self) -> bool:
@@ -284,30 +381,38 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     Inside a batch we never ask ``has_message_available``: with a last message
     id that carries no batch index (pulsar-lite) it answers False in the
     middle of a batch. The batch size from the message id says when it ends.
+    Messages delivered again (a reader's stream is in order, so anything at or
+    before an entry already yielded, or a batch index already seen) are dropped:
+    every entry is yielded once. Positions are (ledger, entry) tuples here: this
+    loop runs once per message.
     """
     import pulsar
 
     topic = TopicName.parse(part.topic)
     where_ = (str(topic.base), topic.partition)
+    wide = not _MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
     start = Position.parse(part.start)
-    end = Position.parse(part.end)
-    if end <= start:
+    end_pos = Position.parse(part.end)
+    if end_pos <= start:
         return
-    where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end}]"
+    end = (end_pos.ledger, end_pos.entry)
+    where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
     client = part.client.connect()
     try:
         start_id = (pulsar.MessageId.earliest if start.ledger < 0
                     else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-        reader = client.create_reader(part.topic, start_id, receiver_queue_size=1000)
+        reader = client.create_reader(part.topic, start_id,
+                                      receiver_queue_size=part.queue_size())
         try:
+            done_to = (start.ledger, start.entry)  # the last entry yielded, or the start
             current: _Entry | None = None
             waited = 0
             while True:
                 if current is not None and current.complete:
-                    yield from _row_values(part, where_, current.messages)
-                    done = current.pos >= end
+                    yield from _row_values(part, where_, current, wide)
+                    done_to = current.pos
                     current = None
-                    if done:
+                    if done_to >= end:
                         return
                 mid_batch = current is not None and current.size is not None
                 try:
@@ -323,36 +428,57 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                         more = "" if mid_batch else (
                             f" (the broker says more available: {reader.has_message_available()})")
                         raise EntriesReadError(
-                            f"{where}: stopped before {end}: no message within "
+                            f"{where}: stopped before {end_pos}: no message within "
                             f"{part.read_timeout_ms} ms{more}; the task fails rather than "
                             f"return a partial range"
                         ) from e
                     continue
                 waited = 0
                 mid = msg.message_id()
-                pos = Position(mid.ledger_id(), mid.entry_id())
-                if pos <= start:
-                    continue  # the start entry re-delivered (batch index -1 compares low)
+                pos = (mid.ledger_id(), mid.entry_id())
+                if pos <= done_to:
+                    # The start entry (batch index -1 compares low) or a re-delivery.
+                    continue
                 if pos > end:
                     break
                 if current is not None and pos != current.pos:
                     # Only entries of unknown size end this way (by the next one starting).
-                    yield from _row_values(part, where_, current.messages)
+                    yield from _row_values(part, where_, current, wide)
+                    done_to = current.pos
                     current = None
                 if current is None:
-                    current = _Entry(pos, batch_size_of(mid), [])
-                current.messages.append(msg)
+                    current = _Entry(pos, batch_size_of(mid))
+                current.add(mid, msg)
             if current is not None:
                 if current.size is not None and not current.complete:
                     raise EntriesReadError(
-                        f"{where}: entry {current.pos} ended after {len(current.messages)} of "
-                        f"its {current.size} messages"
+                        f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
+                        f"{len(current.messages)} of its {current.size} messages"
                     )
-                yield from _row_values(part, where_, current.messages)
+                yield from _row_values(part, where_, current, wide)
         finally:
             reader.close()
     finally:
         client.close()
+
+
+def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
+                  size: int = ARROW_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Rows -> Arrow record batches of the selected columns.
+
+    Spark converts tuples a read() yields cell by cell in Python (a converter
+    call per column per row); a record batch it passes through as it is.
+    """
+    schema = to_arrow_schema(schema_of(columns), timezone="UTC")
+    picks = [COLUMNS.index(c) for c in schema.names]
+    while True:
+        chunk = list(islice(rows, size))
+        if not chunk:
+            return
+        cols = list(zip(*chunk, strict=True))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(cols[i], type=f.type) for i, f in zip(picks, schema, strict=True)],
+            schema=schema)
 
 
 # -- the driver side ----------------------------------------------------------
@@ -557,7 +683,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             EntriesPartition(
                 cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
                 client=o.client, identity_fields=o.identity_fields, identity=o.identity,
-                per_entry=o.per_entry,
+                per_entry=o.per_entry, columns=o.columns,
+                receiver_queue_size=o.receiver_queue_size,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
             )
@@ -565,9 +692,13 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             if p > lo.get(t, BEFORE_ALL)
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntriesPartition)
-        return read_entries(partition)
+        # A reused PySpark worker runs a full gc.collect() after every task, over every
+        # object it holds (pyspark, pyarrow, pulsar modules...): measured as the largest
+        # single cost of a warm worker. Objects alive now outlive the task anyway.
+        gc.freeze()
+        return arrow_batches(read_entries(partition), partition.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
@@ -601,8 +732,8 @@ class PulsarEntriesDataSource(DataSource):
     def name(cls) -> str:
         return "pulsar-entries"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self) -> StructType:
+        return schema_of(parse_columns(self.options.get("columns")))
 
     def streamReader(self, schema: Any) -> PulsarEntriesStreamReader:
         return PulsarEntriesStreamReader(EntriesOptions.parse(self.options))
