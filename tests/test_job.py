@@ -80,3 +80,15 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
     assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
     assert 'cursorsync_errors_total{stage="guard"} 2.0' in text
+
+
+def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> None:
+    from pathlib import Path as _P
+
+    from cursorsync.config import load_config
+    from cursorsync.job import driver_java_options
+
+    conf = _P(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
+    opts = driver_java_options(load_config(conf))
+    assert opts.startswith("-Dlog4j2.configurationFile=") and "log4j2.properties" in opts
+    assert opts.endswith(" -XX:TieredStopAtLevel=1")

@@ -62,13 +62,23 @@ STATE_FILES_KEPT = 5
 # --------------------------------------------------------------------- session
 
 
+#: Our log4j2 file goes here; options configured under spark.conf are added to it.
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def driver_java_options(config: Config) -> str:
+    """Our quiet log4j2 file, plus whatever spark.conf adds (not replaced by it)."""
+    log4j = Path(__file__).with_name("log4j2.properties")
+    return " ".join(filter(None, (f"-Dlog4j2.configurationFile={log4j}",
+                                  config.spark.conf.get(DRIVER_JAVA_OPTIONS))))
+
+
 def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
 
-    log4j = Path(__file__).with_name("log4j2.properties")
     b = (SparkSession.builder.master(config.spark.master).appName(config.spark.app_name)
-         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
+         .config(DRIVER_JAVA_OPTIONS, driver_java_options(config))
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.ui.showConsoleProgress", "false")
@@ -80,7 +90,8 @@ def build_session(config: Config) -> Any:
         for k, v in DELTA_SPARK_CONF.items():
             b = b.config(k, v)
     for k, v in config.spark.conf.items():
-        b = b.config(k, v)
+        if k != DRIVER_JAVA_OPTIONS:
+            b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

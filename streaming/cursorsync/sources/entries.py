@@ -36,9 +36,12 @@ budget (the driver cannot count messages without reading them).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gc
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -373,6 +376,33 @@ class _Entry:
         return self.size is not None and len(self.messages) >= self.size
 
 
+#: One pulsar-client per connection settings and worker process. PySpark reuses its
+#: workers, so a task does not pay for a client's start and shutdown (about 10 ms
+#: each); readers are still opened and closed per task.
+_CLIENTS: dict[Any, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(settings: ClientSettings) -> Any:
+    with _CLIENTS_LOCK:
+        c = _CLIENTS.get(settings)
+        if c is None:
+            if not _CLIENTS:
+                atexit.register(_close_clients)
+            c = _CLIENTS[settings] = settings.connect()
+        return c
+
+
+def _close_clients() -> None:
+    """At exit, while our logger still exists: a client destroyed later logs at DEBUG to
+    stdout (seen after ``--json`` output)."""
+    with _CLIENTS_LOCK:
+        for c in _CLIENTS.values():
+            with contextlib.suppress(Exception):  # best effort, at exit
+                c.close()
+        _CLIENTS.clear()
+
+
 def read_entries(part: EntriesPartition) -> Iterator[Row]:
     """Every message of the entries in (start, end] of one topic partition, in order.
 
@@ -397,69 +427,66 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         return
     end = (end_pos.ledger, end_pos.entry)
     where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
-    client = part.client.connect()
+    client = _client(part.client)
+    start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
+    reader = client.create_reader(part.topic, start_id,
+                                  receiver_queue_size=part.queue_size())
     try:
-        start_id = (pulsar.MessageId.earliest if start.ledger < 0
-                    else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-        reader = client.create_reader(part.topic, start_id,
-                                      receiver_queue_size=part.queue_size())
-        try:
-            done_to = (start.ledger, start.entry)  # the last entry yielded, or the start
-            current: _Entry | None = None
-            waited = 0
-            while True:
-                if current is not None and current.complete:
-                    yield from _row_values(part, where_, current, wide)
-                    done_to = current.pos
-                    current = None
-                    if done_to >= end:
-                        return
-                mid_batch = current is not None and current.size is not None
-                try:
-                    # The receiver queue is usually full: ask the broker whether anything is
-                    # left only when it runs dry, not once per entry (a round trip each).
-                    msg = reader.read_next(READ_POLL_MS)
-                except pulsar.Timeout as e:
-                    # Never return part of (start, end]: end is at or before the latest entry
-                    # the driver saw, so entries are missing, not absent, and a skipped entry
-                    # would later look like a marker hole to the mapping builder (and be acked).
-                    waited += READ_POLL_MS
-                    if waited >= part.read_timeout_ms:
-                        more = "" if mid_batch else (
-                            f" (the broker says more available: {reader.has_message_available()})")
-                        raise EntriesReadError(
-                            f"{where}: stopped before {end_pos}: no message within "
-                            f"{part.read_timeout_ms} ms{more}; the task fails rather than "
-                            f"return a partial range"
-                        ) from e
-                    continue
-                waited = 0
-                mid = msg.message_id()
-                pos = (mid.ledger_id(), mid.entry_id())
-                if pos <= done_to:
-                    # The start entry (batch index -1 compares low) or a re-delivery.
-                    continue
-                if pos > end:
-                    break
-                if current is not None and pos != current.pos:
-                    # Only entries of unknown size end this way (by the next one starting).
-                    yield from _row_values(part, where_, current, wide)
-                    done_to = current.pos
-                    current = None
-                if current is None:
-                    current = _Entry(pos, batch_size_of(mid))
-                current.add(mid, msg)
-            if current is not None:
-                if current.size is not None and not current.complete:
-                    raise EntriesReadError(
-                        f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
-                        f"{len(current.messages)} of its {current.size} messages"
-                    )
+        done_to = (start.ledger, start.entry)  # the last entry yielded, or the start
+        current: _Entry | None = None
+        waited = 0
+        while True:
+            if current is not None and current.complete:
                 yield from _row_values(part, where_, current, wide)
-        finally:
-            reader.close()
+                done_to = current.pos
+                current = None
+                if done_to >= end:
+                    return
+            mid_batch = current is not None and current.size is not None
+            try:
+                # The receiver queue is usually full: ask the broker whether anything is
+                # left only when it runs dry, not once per entry (a round trip each).
+                msg = reader.read_next(READ_POLL_MS)
+            except pulsar.Timeout as e:
+                # Never return part of (start, end]: end is at or before the latest entry
+                # the driver saw, so entries are missing, not absent, and a skipped entry
+                # would later look like a marker hole to the mapping builder (and be acked).
+                waited += READ_POLL_MS
+                if waited >= part.read_timeout_ms:
+                    more = "" if mid_batch else (
+                        f" (the broker says more available: {reader.has_message_available()})")
+                    raise EntriesReadError(
+                        f"{where}: stopped before {end_pos}: no message within "
+                        f"{part.read_timeout_ms} ms{more}; the task fails rather than "
+                        f"return a partial range"
+                    ) from e
+                continue
+            waited = 0
+            mid = msg.message_id()
+            pos = (mid.ledger_id(), mid.entry_id())
+            if pos <= done_to:
+                # The start entry (batch index -1 compares low) or a re-delivery.
+                continue
+            if pos > end:
+                break
+            if current is not None and pos != current.pos:
+                # Only entries of unknown size end this way (by the next one starting).
+                yield from _row_values(part, where_, current, wide)
+                done_to = current.pos
+                current = None
+            if current is None:
+                current = _Entry(pos, batch_size_of(mid))
+            current.add(mid, msg)
+        if current is not None:
+            if current.size is not None and not current.complete:
+                raise EntriesReadError(
+                    f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
+                    f"{len(current.messages)} of its {current.size} messages"
+                )
+            yield from _row_values(part, where_, current, wide)
     finally:
-        client.close()
+        reader.close()
 
 
 def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
