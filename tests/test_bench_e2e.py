@@ -14,7 +14,8 @@ TOP_KEYS = {"benchmark", "spec", "machine", "backlog", "mapping", "steady", "lag
             "spark_startup_s", "total_s"}
 MAPPING_KEYS = {"entries", "rows_total", "wall_s", "entries_per_s", "rows_per_s", "per_batch",
                 "pairs_checked", "pairs_wrong", "pairs_unmapped", "cpu_seconds",
-                "duplicate_rows_read", "reader_alone", "warm_entries_per_s"}
+                "duplicate_rows_read", "reader_alone", "warm_entries_per_s",
+                "entries_per_cursorsync_cpu_s", "broker_cpu_share"}
 LAG_KEYS = {"count", "p50_s", "p99_s", "max_s", "unsynced", "losses", "acks_emitted",
             "acks_per_s", "samples_s", "wait_for_mapping_p50_s", "sync_path_p50_s"}
 

@@ -80,7 +80,7 @@ class E2ESpec:
     """What the benchmark runs. The defaults are the ``cursorsync bench e2e`` run."""
 
     #: Entries in the backlog on A (all partitions together), before replication.
-    backlog_entries: int = 50_000
+    backlog_entries: int = 100_000
     partitions: int = 4
     #: Share of backlog entries that are batches (of ``batch_size`` messages).
     batched_fraction: float = 0.2
@@ -831,6 +831,9 @@ class E2EReport:
                                              for b in m["per_batch"]) or "-"),
             ("  cpu seconds", ", ".join(f"{k} {v:.1f}" for k, v in m["cpu_seconds"].items())
              or "-"),
+            ("  per cursorsync cpu-second", "-" if m["entries_per_cursorsync_cpu_s"] is None
+             else f"{m['entries_per_cursorsync_cpu_s']:,.0f} entries (brokers took "
+                  f"{100 * (m['broker_cpu_share'] or 0):.0f}% of all cpu)"),
             ("  reader alone", f"{m['reader_alone']['rows_per_s']:,.0f} rows/s on one core "
                                f"({m['reader_alone']['rows']} rows)"),
             ("  duplicate rows read", str(m["duplicate_rows_read"])),
@@ -1015,8 +1018,19 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                                            1) if warm_rows_s and mapping["rows_total"] else None)
     mapping.update(start_job_s=round(start_job_s, 2), first_trigger_after_s=first_trigger,
                    cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
-                   reader_alone=alone)
+                   reader_alone=alone, **_cpu_shares(cpu_mapping, backlog.entries))
     return mapping, steady, lag
+
+
+def _cpu_shares(cpu: Mapping[str, float], entries: int) -> dict[str, float | None]:
+    """The brokers run on the same cores here, so a rate per CPU-second of cursorsync's own
+    processes (driver with the sandbox threads, JVM, Python workers) is what carries over
+    to a deployment where the brokers are elsewhere."""
+    total = sum(cpu.values())
+    brokers = sum(v for k, v in cpu.items() if k.startswith("broker"))
+    own = total - brokers
+    return {"broker_cpu_share": round(brokers / total, 3) if total else None,
+            "entries_per_cursorsync_cpu_s": round(entries / own, 1) if own > 0 else None}
 
 
 def _sync_parts(before: Mapping[str, float], after: Mapping[str, float], batches: int,
@@ -1192,12 +1206,18 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMe
 
 
 def run_e2e(*, seconds: float = 60.0, json_output: bool = False,
-            spec: E2ESpec | None = None) -> str:
+            spec: E2ESpec | None = None, backlog: int | None = None,
+            strategies: tuple[str, ...] | None = None) -> str:
     """``cursorsync bench e2e``: the default run (or ``spec``) with a steady phase of
     ``seconds``; a table, or JSON with every lag sample."""
     from dataclasses import replace
 
-    report = bench_e2e(replace(spec or E2ESpec(), steady_seconds=seconds))
+    spec = replace(spec or E2ESpec(), steady_seconds=seconds)
+    if backlog is not None:
+        spec = replace(spec, backlog_entries=backlog)
+    if strategies is not None:
+        spec = replace(spec, strategies=strategies)
+    report = bench_e2e(spec)
     if json_output:
         data = report.to_dict()
         return json.dumps(data, indent=2, sort_keys=True)

@@ -508,11 +508,25 @@ def bench_e2e(
         float, typer.Option("--seconds", min=1, help="How long the workload runs.")
     ] = 60.0,
     json_output: JsonOption = False,
+    backlog: Annotated[
+        int, typer.Option("--backlog", min=1, help="Entries in the backlog the mapping "
+                          "ingestion is timed on (default 100000).")
+    ] = 100_000,
+    evidence: Annotated[
+        str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
+                          "position-property, identity (default both).")
+    ] = "position-property,identity",
 ) -> None:
     """End to end on the embedded sandbox: the real job between two brokers, then failover."""
     run_e2e = _load("cursorsync.bench_e2e", "run_e2e", "cursorsync bench e2e")
+    strategies = tuple(x.strip() for x in evidence.split(",") if x.strip())
+    unknown = sorted(set(strategies) - {"position-property", "identity"})
+    if unknown or not strategies:
+        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use position-property "
+                                 "and/or identity", param_hint="--evidence")
     with _progress("bench e2e: running", json_output=json_output):
-        out = run_e2e(seconds=seconds, json_output=json_output)
+        out = run_e2e(seconds=seconds, json_output=json_output, backlog=backlog,
+                      strategies=strategies)
     typer.echo(out)
 
 
