@@ -20,7 +20,7 @@ def digest(x: str) -> bytes:
     return hashlib.blake2b(x.encode(), digest_size=16).digest()
 
 
-def rows(items: list[tuple[str, int, int, str | None, str]]) -> pa.Table:
+def rows(items: list[tuple[str, int, int, str | None, str | None]]) -> pa.Table:
     """(cluster, ledger, entry, source_position, identity key), one message per entry."""
     return pa.table({
         "cluster": [i[0] for i in items],
@@ -30,7 +30,8 @@ def rows(items: list[tuple[str, int, int, str | None, str]]) -> pa.Table:
         "entry": pa.array([i[2] for i in items], pa.int64()),
         "batch_index": pa.array([-1] * len(items), pa.int32()),
         "source_position": pa.array([i[3] for i in items], pa.string()),
-        "entry_identity": pa.array([digest(i[4]) for i in items], pa.binary()),
+        "entry_identity": pa.array([None if i[4] is None else digest(i[4]) for i in items],
+                                   pa.binary()),
     })
 
 
@@ -67,6 +68,22 @@ def test_identity_evidence_pairs_and_never_guesses() -> None:
     assert out.given_up_target == 3  # 7:0, 7:2, 7:3
     assert out.given_up_source == 2
     assert out.mappings[KEY].foreign.rows.tolist() == [[7, 0, 1], [7, 2, 2]]
+
+
+def test_entries_without_a_digest_are_out_of_identity_scope() -> None:
+    """identity_scope batched: an unstamped target entry without a digest cannot be
+    matched (foreign, never acked); a source row without one is not waited for."""
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    out = b.process(rows([
+        ("A", 1, 0, None, None), ("A", 1, 1, None, "batch"), ("A", 1, 2, None, None),
+        ("B", 7, 0, "1:0", None), ("B", 7, 1, None, "batch"), ("B", 7, 2, None, None),
+    ]))
+    m = out.mappings[KEY]
+    assert [str(s) for s in m.segments] == ["1:0+1->7:0 (position-property)",
+                                           "1:1+1->7:1 (identity)"]
+    assert m.foreign.rows.tolist() == [[7, 2, 1]]
+    assert out.given_up_target == 1
+    assert b.state()["partitions"][0]["source"]["ledger"] == []
 
 
 def test_identity_waits_for_the_other_side_across_batches() -> None:

@@ -63,3 +63,12 @@ def test_emission_spread_across_executors(tmp_path) -> None:  # type: ignore[no-
              partial_batch_fraction=0.0, spread=True, seed=13)
     check(r)
     assert r.cursorsync.duplicates == 0, r.table()
+
+
+def test_failover_with_identity_scope_batched(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Stamping brokers: identity only for batched entries; the source stream hands on
+    batched entries only. Every replicated entry is still mapped."""
+    r = demo(seconds=120, work_dir=str(tmp_path), entries_per_partition=40,
+             partial_batch_fraction=0.0, identity_scope="batched", seed=17)
+    check(r)
+    assert r.cursorsync.duplicates == 0, r.table()

@@ -92,3 +92,54 @@ def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> No
     opts = driver_java_options(load_config(conf))
     assert opts.startswith("-Dlog4j2.configurationFile=") and "log4j2.properties" in opts
     assert opts.endswith(" -XX:TieredStopAtLevel=1")
+
+
+class _FakeQuery:
+    def __init__(self, name: str) -> None:
+        self.name, self.isActive, self.error = name, True, None
+        self.progress: dict | None = None
+
+    @property
+    def lastProgress(self) -> object | None:
+        import json as _json
+        from types import SimpleNamespace
+
+        return None if self.progress is None else SimpleNamespace(json=_json.dumps(self.progress))
+
+    def exception(self) -> object | None:
+        return self.error
+
+
+def test_progress_poller_records_each_new_batch_once_and_a_failed_query() -> None:
+    from cursorsync.job import _ProgressPoller
+    from cursorsync.metrics import Metrics
+
+    class Recording(Metrics):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, int]] = []
+            self.errors: list[str] = []
+
+        def observe_progress(self, progress, query=None):  # type: ignore[no-untyped-def]
+            self.seen.append((progress["name"], progress["batchId"]))
+            super().observe_progress(progress, query)
+
+        def record_error(self, stage):  # type: ignore[no-untyped-def]
+            self.errors.append(stage)
+            super().record_error(stage)
+
+    m = Recording()
+    q = _FakeQuery("cursorsync-mapping")
+    poller = _ProgressPoller([q], m, 60)
+    poller.poll()
+    q.progress = {"name": q.name, "batchId": 3, "numInputRows": 10, "durationMs": {"addBatch": 7}}
+    poller.poll()
+    poller.poll()
+    q.progress = {**q.progress, "batchId": 4}
+    poller.poll()
+    assert m.seen == [("cursorsync-mapping", 3), ("cursorsync-mapping", 4)]
+    assert 'cursorsync_query_batch_id{query="cursorsync-mapping"} 4.0' in m.exposition()
+    q.isActive, q.error = False, RuntimeError("boom")
+    poller.poll()
+    poller.poll()
+    assert m.errors == ["query"]

@@ -670,3 +670,25 @@ def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
     assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
     with pytest.raises(ConfigError, match="columns: nope is not a column"):
         PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()
+
+
+def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(
+) -> None:
+    from cursorsync.sources.entries import read_entries
+
+    def script() -> list[_Msg]:
+        return [_Msg(_Id(1, 0), {REPL: "9:0"}), _Msg(_Id(1, 1)),
+                _Msg(_Id(1, 2, 0, 2)), _Msg(_Id(1, 2, 1, 2)), _Msg(_Id(1, 3), {REPL: "9:3"})]
+
+    target = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True)))
+    # Target side: every entry has a row (holes and foreign runs need them all); only the
+    # batch has a digest, and the unstamped unbatched 1:1 none (it is foreign then).
+    assert [(r[4], r[15] is not None) for r in target] == [
+        (0, False), (1, False), (2, True), (2, True), (3, False)]
+    source = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True,
+                                         identity_rows_only=True)))
+    # Source side: rows only where identity evidence can use them, stamped or not.
+    assert [(r[4], r[5]) for r in source] == [(2, 0), (2, 1)]
+    assert {r[15] for r in source} == {target[2][15]}
+    every = list(read_entries(_scripted(script(), "1:3", identity_rows_only=True)))
+    assert [r[4] for r in every] == [0, 1, 2, 2, 3] and all(r[15] for r in every)

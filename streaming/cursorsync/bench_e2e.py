@@ -98,6 +98,8 @@ class E2ESpec:
     #: later ones show the rate once Python workers and the JVM are warm.
     max_entries_per_batch: int = 20_000
     strategies: tuple[str, ...] = ("position-property", "identity")
+    #: evidence.identity_scope: all, or batched (brokers that stamp the source position).
+    identity_scope: str = "all"
     #: How long to wait for the last source acks to reach B after the workload.
     #: Let the mapping query's readers reach B through the ack-recording proxy too. The
     #: proxy records every reader's cumulative acks as a subscription of its own (one per
@@ -879,7 +881,8 @@ def _config(sandbox: Any, root: Path, spec: E2ESpec) -> Any:
 
     cfg = demo_config(sandbox, root, topics={BULK_TOPIC: spec.partitions,
                                              LIVE_TOPIC: spec.live_partitions},
-                      subscription=SUBSCRIPTION, strategies=list(spec.strategies))
+                      subscription=SUBSCRIPTION, strategies=list(spec.strategies),
+                      identity_scope=spec.identity_scope)
     data = cfg.model_dump(mode="json", by_alias=True)
     data["spark"]["trigger_interval_s"] = spec.trigger_interval_s
     data["spark"]["max_entries_per_batch"] = spec.max_entries_per_batch
@@ -977,7 +980,10 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     # Rows each side's mapping stream must ingest: one per entry (the job reads rowsPer=entry).
     want = {config.target.name: backlog.entries}
     if "identity" in spec.strategies:
-        want[config.source.name] = backlog.entries
+        # The source stream hands on the entries identity evidence digests (all, or the
+        # batched ones with identity_scope batched).
+        want[config.source.name] = (backlog.batched_entries if spec.identity_scope == "batched"
+                                    else backlog.entries)
     say("mapping the backlog")
     cpu = CpuSampler({c: sandbox.brokers[c].pid for c in (sandbox.source, sandbox.target)})
     cpu0 = cpu.sample()
@@ -1207,7 +1213,8 @@ def _steady_phase(sandbox: Any, spec: E2ESpec, config: Any, metrics: RecordingMe
 
 def run_e2e(*, seconds: float = 60.0, json_output: bool = False,
             spec: E2ESpec | None = None, backlog: int | None = None,
-            strategies: tuple[str, ...] | None = None) -> str:
+            strategies: tuple[str, ...] | None = None,
+            identity_scope: str | None = None) -> str:
     """``cursorsync bench e2e``: the default run (or ``spec``) with a steady phase of
     ``seconds``; a table, or JSON with every lag sample."""
     from dataclasses import replace
@@ -1217,6 +1224,8 @@ def run_e2e(*, seconds: float = 60.0, json_output: bool = False,
         spec = replace(spec, backlog_entries=backlog)
     if strategies is not None:
         spec = replace(spec, strategies=strategies)
+    if identity_scope is not None:
+        spec = replace(spec, identity_scope=identity_scope)
     report = bench_e2e(spec)
     if json_output:
         data = report.to_dict()

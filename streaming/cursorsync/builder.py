@@ -205,6 +205,10 @@ class MappingBuilder:
         rest = ~has_prop if "position-property" in cfg.strategies else np.ones(len(tl), bool)
         if "identity" in cfg.strategies:
             digests = tgt.column("entry_identity").to_pylist()
+            # No digest: outside the identity scope (an unbatched entry without the stamp,
+            # with identity_scope batched), so nothing on the source can match it.
+            undigested = rest & np.array([d is None for d in digests], dtype=bool)
+            rest &= ~undigested
             st.target.extend(tl[rest], te[rest],
                              [d for d, r in zip(digests, rest, strict=True) if r])
             sl = src.column("ledger").to_numpy()
@@ -215,12 +219,13 @@ class MappingBuilder:
                 mapped = mapped | batch.source_ranges()
             fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
             sd = src.column("entry_identity").to_pylist()
+            fresh &= np.array([d is not None for d in sd], dtype=bool)
             st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
             pairs_id, gt, gs = self._align(st)
             if pairs_id is not None:
                 pairs.append(pairs_id)
-            foreign = gt
-            totals["gt"] += int(gt.rows[:, 2].sum())
+            foreign = gt.union(Runs.from_positions(tl[undigested], te[undigested]))
+            totals["gt"] += int(gt.rows[:, 2].sum()) + int(undigested.sum())
             totals["gs"] += gs
         elif rest.any():
             # Only the property is trusted: an entry without it did not come from the source.

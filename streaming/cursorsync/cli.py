@@ -516,6 +516,10 @@ def bench_e2e(
         str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
                           "position-property, identity (default both).")
     ] = "position-property,identity",
+    identity_scope: Annotated[
+        str, typer.Option("--identity-scope", help="evidence.identity_scope: all, or batched "
+                          "(brokers that stamp the source position).")
+    ] = "all",
 ) -> None:
     """End to end on the embedded sandbox: the real job between two brokers, then failover."""
     run_e2e = _load("cursorsync.bench_e2e", "run_e2e", "cursorsync bench e2e")
@@ -524,9 +528,12 @@ def bench_e2e(
     if unknown or not strategies:
         raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use position-property "
                                  "and/or identity", param_hint="--evidence")
+    if identity_scope not in ("all", "batched"):
+        raise typer.BadParameter(f"{identity_scope}: use all or batched",
+                                 param_hint="--identity-scope")
     with _progress("bench e2e: running", json_output=json_output):
         out = run_e2e(seconds=seconds, json_output=json_output, backlog=backlog,
-                      strategies=strategies)
+                      strategies=strategies, identity_scope=identity_scope)
     typer.echo(out)
 
 

@@ -73,6 +73,7 @@ EMBEDDED_CONFIG_PATH = Path(__file__).resolve().parents[2] / "conf" / "embedded.
 DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
+IdentityScope = Literal["all", "batched"]
 IdentityField = Literal[
     "producer_name",
     "publish_time",
@@ -317,6 +318,20 @@ class EvidenceConfig(_Section):
         default_factory=lambda: list(_ALL_IDENTITY_FIELDS), min_length=1
     )
     alignment_window: int = Field(default=10_000, ge=1)
+    #: Which entries identity evidence digests and matches. ``batched``: the source
+    #: brokers stamp the position property (>= 3.0.11 / 3.3.6 / 4.0.4), which consumers
+    #: see on every unbatched replica, so only batched entries need identity; the source
+    #: stream then hands on only batched entries. An unbatched replica without the
+    #: stamp stays unmapped (a duplicate after failover, never a loss).
+    identity_scope: IdentityScope = "all"
+
+    @model_validator(mode="after")
+    def _scope_needs_both(self) -> Self:
+        if self.identity_scope == "batched" and not {"position-property", "identity"} <= set(
+                self.strategies):
+            raise _invalid("identity_scope batched needs both position-property and identity "
+                           "in strategies (the property maps the unbatched entries)")
+        return self
 
     @field_validator("strategies", "identity_fields")
     @classmethod

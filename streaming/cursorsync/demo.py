@@ -80,7 +80,7 @@ class DemoReport:
 
 def demo_config(sandbox: Any, work_dir: Path, *, topics: dict[str, int], subscription: str,
                 strategies: list[str] | None = None, base: Config | None = None,
-                spread: bool = False) -> Config:
+                spread: bool = False, identity_scope: str | None = None) -> Config:
     """The embedded config with the sandbox's URLs, topics and work dir filled in."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
     cfg = cfg.with_cluster("source", service_url=sandbox.service_url("A"),
@@ -94,6 +94,8 @@ def demo_config(sandbox: Any, work_dir: Path, *, topics: dict[str, int], subscri
     data["spark"]["checkpoint_dir"] = str(work_dir / "checkpoints")
     if strategies:
         data["evidence"]["strategies"] = strategies
+    if identity_scope:
+        data["evidence"]["identity_scope"] = identity_scope
     data["emission"]["spread_across_executors"] = spread
     for c in ("source", "target"):
         data["clusters"][c]["auth"] = {}
@@ -205,7 +207,8 @@ class _InjectedCrash(RuntimeError):
 def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = False,
          strategies: list[str] | None = None, stamp_source_position: bool = True,
          entries_per_partition: int = 60, seed: int = 7, partial_batch_fraction: float = 0.2,
-         crash_sync_batch: int | None = None, spread: bool = False) -> DemoReport:
+         crash_sync_batch: int | None = None, spread: bool = False,
+         identity_scope: str | None = None) -> DemoReport:
     """Sandbox, workload, the job until caught up, then the failover check.
 
     ``crash_sync_batch``: kill the sync query in that batch after emitting and
@@ -233,7 +236,8 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
                 raise RuntimeError("the sandbox was started without its replicator")
             sandbox.replicator.wait_caught_up(timeout_s=60)
             config = demo_config(sandbox, root, topics=spec.topics, subscription=spec.subscription,
-                                 strategies=strategies, spread=spread)
+                                 strategies=strategies, spread=spread,
+                                 identity_scope=identity_scope)
             job = start_job(config)
             if crash_sync_batch is not None:
                 def crash(batch_id: int) -> None:

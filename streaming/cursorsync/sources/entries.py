@@ -28,6 +28,13 @@ False in the middle of a batch, so it is never asked there).
 whole entry's digest and batch size) instead of one per message: what the
 mapping builder needs, at a fraction of the rows crossing into the JVM.
 
+What the mapping job asks for on top (each cuts what crosses into the JVM):
+``columns=evidence`` (the builder's columns only); ``identityScope=batched``
+(digest batched entries only: with brokers that stamp the source position,
+unbatched replicas carry it where consumers see it); ``identityRowsOnly``
+(the source side: only entries with a digest, the only ones identity
+evidence can use). ``read()`` hands Spark Arrow record batches.
+
 Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
 is counted in ENTRIES, shared fairly across topic partitions; an entry holds
 at least one message, so a batch of batched entries has more rows than the
@@ -181,6 +188,8 @@ class EntriesOptions:
     max_rows_per_batch: int | None
     identity_fields: tuple[str, ...]
     identity: bool
+    identity_batched_only: bool
+    identity_rows_only: bool
     per_entry: bool
     columns: tuple[str, ...]
     receiver_queue_size: int
@@ -225,6 +234,9 @@ class EntriesOptions:
             identity_fields=(parse_identity_fields(fields_spec) if fields_spec
                              else DEFAULT_IDENTITY_FIELDS),
             identity=o.get_bool("identity", True),
+            identity_batched_only=o.choice("identityScope", ("all", "batched"), "all")
+            == "batched",
+            identity_rows_only=o.get_bool("identityRowsOnly", False),
             per_entry=o.choice("rowsPer", ("message", "entry"), "message") == "entry",
             columns=parse_columns(o.get_str("columns")),
             receiver_queue_size=o.get_int("receiverQueueSize", DEFAULT_RECEIVER_QUEUE,
@@ -278,6 +290,8 @@ class EntriesPartition(InputPartition):
     read_timeout_ms: int
     columns: tuple[str, ...] = COLUMNS
     receiver_queue_size: int = 1000
+    identity_batched_only: bool = False
+    identity_rows_only: bool = False
 
     def queue_size(self) -> int:
         """The reader's receiver queue: as configured, but no larger than the range needs.
@@ -321,11 +335,17 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     other fields are only extracted where a selected column or the digest needs them.
     """
     prop = part.source_position_property
+    identity = part.identity and not (part.identity_batched_only
+                                      and entry.ids[0].batch_index() < 0)
+    if part.identity_rows_only and not identity:
+        return  # an entry identity evidence will not use: no row at all
     digests: list[bytes | None] = []
     rows: list[tuple[Any, MessageIdentity | None, dict[str, str], bytes | None]] = []
     for i, msg in enumerate(entry.messages):
         props = dict(msg.properties())
-        digest_it = part.identity and prop not in props
+        # On the target, a stamped entry is mapped by its stamp; on the source side
+        # (identity_rows_only) a stamp from a third cluster means nothing here.
+        digest_it = identity and (part.identity_rows_only or prop not in props)
         row_wanted = i == 0 or not part.per_entry
         ident = _identity_of(msg, props) if digest_it or (row_wanted and wide) else None
         d = (message_digest(ident, part.identity_fields, excluded_properties=(prop,))
@@ -333,10 +353,12 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
         digests.append(d)
         if row_wanted:
             rows.append((entry.ids[i], ident, props, d))
-        if not part.identity and part.per_entry:
+        if not identity and part.per_entry:
             break  # one row, no entry digest: the other messages add nothing
     edigest = (entry_digest([d for d in digests if d is not None])
-               if part.identity and all(d is not None for d in digests) else None)
+               if identity and all(d is not None for d in digests) else None)
+    if part.identity_rows_only and edigest is None:
+        return
     size = len(entry.messages)
     ledger, entry_id = entry.pos
     for mid, ident, props, d in rows:
@@ -712,6 +734,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 client=o.client, identity_fields=o.identity_fields, identity=o.identity,
                 per_entry=o.per_entry, columns=o.columns,
                 receiver_queue_size=o.receiver_queue_size,
+                identity_batched_only=o.identity_batched_only,
+                identity_rows_only=o.identity_rows_only,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
             )
