@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -325,7 +325,7 @@ def _identity_of(msg: Any, props: dict[str, str]) -> MessageIdentity:
 
 
 def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
-                wide: bool) -> Iterator[Row]:
+                wide: bool) -> list[Row]:
     """Rows of one entry's messages (all of them, in batch order, or the first with
     rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
     per read; ``wide`` says the selected columns need each message's own fields.
@@ -335,10 +335,9 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     other fields are only extracted where a selected column or the digest needs them.
     """
     prop = part.source_position_property
-    identity = part.identity and not (part.identity_batched_only
-                                      and entry.ids[0].batch_index() < 0)
+    identity = part.identity and (entry.batched or not part.identity_batched_only)
     if part.identity_rows_only and not identity:
-        return  # an entry identity evidence will not use: no row at all
+        return []  # an entry identity evidence will not use: no row at all
     digests: list[bytes | None] = []
     rows: list[tuple[Any, MessageIdentity | None, dict[str, str], bytes | None]] = []
     for i, msg in enumerate(entry.messages):
@@ -358,32 +357,40 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     edigest = (entry_digest([d for d in digests if d is not None])
                if identity and all(d is not None for d in digests) else None)
     if part.identity_rows_only and edigest is None:
-        return
+        return []
     size = len(entry.messages)
     ledger, entry_id = entry.pos
+    out: list[Row] = []
     for mid, ident, props, d in rows:
         if ident is None:
-            yield (part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(), size,
-                   None, None, None, props, None, None, props.get(prop), d, edigest, None)
+            out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
+                        size, None, None, None, props, None, None, props.get(prop), d, edigest,
+                        None))
             continue
         okey = ident.ordering_key
-        yield (
+        out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
             mid.batch_index(), size, ident.producer_name, ident.publish_time, ident.event_time,
             props, ident.partition_key, None if okey is None else okey.decode(),
             props.get(prop), d, edigest, len(ident.payload),
-        )
+        ))
+    return out
 
 
-@dataclass
 class _Entry:
-    """The messages of one entry read so far, each batch index once."""
+    """The messages of one entry read so far, each batch index once (a plain class: one is
+    made per entry read)."""
 
-    pos: tuple[int, int]
-    size: int | None
-    ids: list[Any] = field(default_factory=list)
-    messages: list[Any] = field(default_factory=list)
-    _seen: set[int] = field(default_factory=set)
+    __slots__ = ("_seen", "batched", "ids", "messages", "pos", "size")
+
+    def __init__(self, pos: tuple[int, int], size: int | None, mid: Any, msg: Any,
+                 index: int) -> None:
+        self.pos = pos
+        self.size = size
+        self.batched = index >= 0
+        self.ids = [mid]
+        self.messages = [msg]
+        self._seen = {index}
 
     def add(self, mid: Any, msg: Any) -> None:
         index = mid.batch_index()
@@ -492,14 +499,15 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 continue
             if pos > end:
                 break
-            if current is not None and pos != current.pos:
+            if current is not None:
+                if pos == current.pos:
+                    current.add(mid, msg)
+                    continue
                 # Only entries of unknown size end this way (by the next one starting).
                 yield from _row_values(part, where_, current, wide)
                 done_to = current.pos
-                current = None
-            if current is None:
-                current = _Entry(pos, batch_size_of(mid))
-            current.add(mid, msg)
+            index = mid.batch_index()
+            current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index)
         if current is not None:
             if current.size is not None and not current.complete:
                 raise EntriesReadError(
