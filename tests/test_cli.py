@@ -223,7 +223,7 @@ def test_bench_e2e_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch) -> Non
                         lambda **k: json.dumps({"losses": 0}))
     out = invoke("bench", "e2e", "--json", "--seconds", "7")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"losses": 0}
-    assert calls == [{"args": (), "seconds": 7.0, "json_output": True, "backlog": 100_000,
+    assert calls == [{"args": (), "seconds": 7.0, "json_output": True, "backlog": 200_000,
                       "strategies": ("position-property", "identity"), "identity_scope": "all"}]
     out = invoke("bench", "e2e", "--backlog", "5000", "--evidence", "position-property")
     assert out.exit_code == 0

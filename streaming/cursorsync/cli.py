@@ -510,8 +510,8 @@ def bench_e2e(
     json_output: JsonOption = False,
     backlog: Annotated[
         int, typer.Option("--backlog", min=1, help="Entries in the backlog the mapping "
-                          "ingestion is timed on (default 100000).")
-    ] = 100_000,
+                          "ingestion is timed on (default 200000).")
+    ] = 200_000,
     evidence: Annotated[
         str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
                           "position-property, identity (default both).")
