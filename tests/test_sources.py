@@ -692,3 +692,32 @@ def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_t
     assert {r[15] for r in source} == {target[2][15]}
     every = list(read_entries(_scripted(script(), "1:3", identity_rows_only=True)))
     assert [r[4] for r in every] == [0, 1, 2, 2, 3] and all(r[15] for r in every)
+
+
+def test_worker_keeps_a_bounded_number_of_clients_least_recently_used_out() -> None:
+    from cursorsync.sources import entries
+
+    class Settings:
+        def __init__(self, n: int) -> None:
+            self.n, self.closed = n, False
+
+        def connect(self) -> Settings:
+            return self
+
+        def close(self) -> None:
+            self.closed = True
+
+    saved = dict(entries._CLIENTS)
+    entries._CLIENTS.clear()
+    try:
+        made = [Settings(i) for i in range(entries.CLIENTS_KEPT + 2)]
+        for s in made[:entries.CLIENTS_KEPT]:
+            assert entries._client(s) is s  # type: ignore[arg-type]
+        entries._client(made[0])  # type: ignore[arg-type] - used again: now the newest
+        entries._client(made[-2])  # type: ignore[arg-type]
+        entries._client(made[-1])  # type: ignore[arg-type]
+        assert [s.closed for s in made[:3]] == [False, True, True]
+        assert len(entries._CLIENTS) == entries.CLIENTS_KEPT
+    finally:
+        entries._CLIENTS.clear()
+        entries._CLIENTS.update(saved)

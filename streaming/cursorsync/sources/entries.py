@@ -407,18 +407,25 @@ class _Entry:
 
 #: One pulsar-client per connection settings and worker process. PySpark reuses its
 #: workers, so a task does not pay for a client's start and shutdown (about 10 ms
-#: each); readers are still opened and closed per task.
+#: each); readers are still opened and closed per task. At most CLIENTS_KEPT are kept
+#: (settings change when a token does): the least recently used one is closed.
 _CLIENTS: dict[Any, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
+CLIENTS_KEPT = 8
 
 
 def _client(settings: ClientSettings) -> Any:
     with _CLIENTS_LOCK:
-        c = _CLIENTS.get(settings)
+        c = _CLIENTS.pop(settings, None)
         if c is None:
             if not _CLIENTS:
                 atexit.register(_close_clients)
-            c = _CLIENTS[settings] = settings.connect()
+            c = settings.connect()
+            while len(_CLIENTS) >= CLIENTS_KEPT:
+                oldest = next(iter(_CLIENTS))
+                with contextlib.suppress(Exception):  # its tasks are done; best effort
+                    _CLIENTS.pop(oldest).close()
+        _CLIENTS[settings] = c  # most recently used last
         return c
 
 
