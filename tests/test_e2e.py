@@ -72,3 +72,14 @@ def test_failover_with_identity_scope_batched(tmp_path) -> None:  # type: ignore
              partial_batch_fraction=0.0, identity_scope="batched", seed=17)
     check(r)
     assert r.cursorsync.duplicates == 0, r.table()
+
+
+def test_identity_scope_batched_without_stamps_loses_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The misconfiguration identity_scope warns about: batched scope, but brokers that do
+    not stamp. Unbatched entries then stay unmapped: duplicates after failover, no loss."""
+    r = demo(seconds=20, work_dir=str(tmp_path), entries_per_partition=40,
+             partial_batch_fraction=0.0, identity_scope="batched", stamp_source_position=False,
+             seed=19)
+    ours = r.cursorsync
+    assert ours.losses == 0 and ours.foreign_acked == 0, r.table()
+    assert 0 < ours.duplicates < r.builtin_best_case.duplicates, r.table()
