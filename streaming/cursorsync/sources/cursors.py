@@ -76,15 +76,7 @@ class CursorsOptions:
         cluster = o.required("cluster")
         admin = o.admin(cluster, required=True)
         assert admin is not None
-        topics = o.get_list("topics")
-        for t in topics:
-            TopicName.parse(t)
-        namespace = o.get_str("namespace")
-        pattern = o.get_str("topicPattern")
-        if not topics and not namespace:
-            raise ConfigError("option topics (or namespace) is required")
-        if pattern and not namespace:
-            raise ConfigError("option topicPattern needs option namespace")
+        topics, namespace, pattern = o.topic_selection()
         subs = o.get_list("subscriptions")
         if not subs:
             raise ConfigError("option subscriptions is required (a list, or * for every one)")

@@ -204,16 +204,8 @@ class EntriesOptions:
         service_url = o.required("serviceUrl")
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(f"option serviceUrl: {service_url!r} is not a pulsar:// URL")
-        topics = o.get_list("topics")
-        for t in topics:
-            TopicName.parse(t)
-        namespace = o.get_str("namespace")
-        pattern = o.get_str("topicPattern")
-        admin = o.admin(cluster, required=bool(namespace or pattern))
-        if not topics and not namespace:
-            raise ConfigError("option topics (or namespace with adminUrl) is required")
-        if pattern and not namespace:
-            raise ConfigError("option topicPattern needs option namespace")
+        topics, namespace, pattern = o.topic_selection()
+        admin = o.admin(cluster, required=bool(namespace))
         fields_spec = o.get_str("identityFields")
         return cls(
             cluster=cluster,
@@ -510,7 +502,8 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 if pos == current.pos:
                     current.add(mid, msg)
                     continue
-                # Only entries of unknown size end this way (by the next one starting).
+                # An entry ends here when its size is unknown, or when its batch was not
+                # delivered whole: its digest then matches nothing, so it stays unmapped.
                 yield from _row_values(part, where_, current, wide)
                 done_to = current.pos
             index = mid.batch_index()

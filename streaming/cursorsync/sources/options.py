@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from cursorsync.errors import ConfigError
 from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.topics import TopicName
 
 
 class Options:
@@ -67,6 +68,20 @@ class Options:
                 f"option {key}: {value!r} is not valid. Valid values are: {', '.join(choices)}"
             )
         return value
+
+    def topic_selection(self) -> tuple[tuple[str, ...], str | None, str | None]:
+        """Options topics, namespace and topicPattern: (topics, namespace, pattern), names
+        validated; topics or a namespace is required, and a pattern needs the namespace."""
+        topics = self.get_list("topics")
+        for t in topics:
+            TopicName.parse(t)
+        namespace = self.get_str("namespace")
+        pattern = self.get_str("topicPattern")
+        if not topics and not namespace:
+            raise ConfigError("option topics (or namespace, with adminUrl) is required")
+        if pattern and not namespace:
+            raise ConfigError("option topicPattern needs option namespace")
+        return topics, namespace, pattern
 
     def admin(self, cluster: str, *, required: bool) -> AdminConfig | None:
         """The admin client settings (adminUrl, adminToken, adminTls*, adminTimeoutMs...)."""
