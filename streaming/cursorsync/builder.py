@@ -207,7 +207,7 @@ class MappingBuilder:
             digests = tgt.column("entry_identity").to_pylist()
             # No digest: outside the identity scope (an unbatched entry without the stamp,
             # with identity_scope batched), so nothing on the source can match it.
-            undigested = rest & np.array([d is None for d in digests], dtype=bool)
+            undigested = rest & ~_valid(tgt.column("entry_identity"))
             rest &= ~undigested
             st.target.extend(tl[rest], te[rest],
                              [d for d, r in zip(digests, rest, strict=True) if r])
@@ -219,7 +219,7 @@ class MappingBuilder:
                 mapped = mapped | batch.source_ranges()
             fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
             sd = src.column("entry_identity").to_pylist()
-            fresh &= np.array([d is not None for d in sd], dtype=bool)
+            fresh &= _valid(src.column("entry_identity"))
             st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
             pairs_id, gt, gs = self._align(st)
             if pairs_id is not None:
@@ -316,6 +316,11 @@ def _first_row_per_entry(rows: pa.Table) -> pa.Table:
         same &= k[1:] == k[:-1]
     first[1:] = ~same
     return t.filter(pa.array(first))
+
+
+def _valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Which values are not null, as a numpy mask."""
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _sorted(t: pa.Table) -> pa.Table:
