@@ -438,3 +438,14 @@ def test_with_cluster_keeps_auth_and_the_other_cluster(monkeypatch: pytest.Monke
     assert moved.target == config.target and moved.topics == config.topics
     with pytest.raises(ConfigError, match="'middle' is not a cluster role"):
         config.with_cluster("middle", service_url="x", admin_url="y")  # type: ignore[arg-type]
+
+
+def test_config_identity_fields_are_the_digest_fields() -> None:
+    # The config's Literal spells out the fields the digest knows (a Literal cannot be
+    # derived from a tuple for the type checker); they must not drift apart.
+    from typing import get_args
+
+    from cursorsync.config import IdentityField
+    from cursorsync.identity import DEFAULT_IDENTITY_FIELDS
+
+    assert get_args(IdentityField) == DEFAULT_IDENTITY_FIELDS
