@@ -348,6 +348,23 @@ def test_delta_rs_records_but_does_not_enforce_app_transactions(tmp_path: Path) 
     assert dt.transaction_version("app") == 3
 
 
+def _race_on_open(monkeypatch: pytest.MonkeyPatch, a: DeltaRsStore,
+                  other_write: Callable[[], bool]) -> list[bool]:
+    """Make ``other_write`` commit right after ``a`` opens its snapshot, once; returns the
+    list its result lands in."""
+    original = a._open
+    raced: list[bool] = []
+
+    def open_then_race(table):  # type: ignore[no-untyped-def]
+        snapshot = original(table)
+        if not raced:
+            raced.append(other_write())
+        return snapshot
+
+    monkeypatch.setattr(a, "_open", open_then_race)
+    return raced
+
+
 def test_delta_rs_racing_writers_of_one_batch_land_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -356,16 +373,8 @@ def test_delta_rs_racing_writers_of_one_batch_land_once(
     a, b = DeltaRsStore(root), DeltaRsStore(root)
     rows = make_mappings(TOPICS[:1])
     a.append("mappings", rows, app_id="m", batch_id=6)
-    original = a._open
-    raced = []
-
-    def open_then_lose_the_race(table):  # type: ignore[no-untyped-def]
-        snapshot = original(table)
-        if not raced:
-            raced.append(b.append("mappings", rows, app_id="m", batch_id=7))
-        return snapshot
-
-    monkeypatch.setattr(a, "_open", open_then_lose_the_race)
+    raced = _race_on_open(monkeypatch, a,
+                          lambda: b.append("mappings", rows, app_id="m", batch_id=7))
     assert a.append("mappings", rows, app_id="m", batch_id=7) is False
     assert raced == [True]
     assert _rows_of(b, "mappings") == 2 * rows.num_rows
@@ -379,17 +388,10 @@ def test_delta_rs_racing_writers_of_different_apps_both_land(
     a, b = DeltaRsStore(root), DeltaRsStore(root)
     rows = make_mappings(TOPICS[:1])
     a.append("mappings", rows, app_id="x", batch_id=0)
-    original = a._open
-    raced = []
-
-    def open_then_race(table):  # type: ignore[no-untyped-def]
-        snapshot = original(table)
-        if not raced:
-            raced.append(b.append("mappings", rows, app_id="y", batch_id=0))
-        return snapshot
-
-    monkeypatch.setattr(a, "_open", open_then_race)
+    raced = _race_on_open(monkeypatch, a,
+                          lambda: b.append("mappings", rows, app_id="y", batch_id=0))
     assert a.append("mappings", rows, app_id="x", batch_id=1) is True
+    assert raced == [True]
     assert _rows_of(b, "mappings") == 3 * rows.num_rows
 
 
