@@ -647,6 +647,15 @@ def test_read_entries_yields_each_entry_once_whatever_the_broker_redelivers() ->
     assert {r[15] for r in rows if r[4] == 2} == {entry_digest(digests)}
 
 
+def test_read_entries_fails_on_an_entry_first_seen_out_of_order() -> None:
+    """Dropping it like a re-delivery would leave a hole, which the builder acks as a marker."""
+    from cursorsync.sources.entries import EntriesReadError, read_entries
+
+    script = [_Msg(_Id(1, 0)), _Msg(_Id(1, 2)), _Msg(_Id(1, 1)), _Msg(_Id(1, 3))]
+    with pytest.raises(EntriesReadError, match="entry 1:1 arrived after 1:2, out of order"):
+        list(read_entries(_scripted(script, "1:3")))
+
+
 def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
     from cursorsync.sources.entries import (
         EVIDENCE_COLUMNS,

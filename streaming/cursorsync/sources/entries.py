@@ -441,8 +441,9 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     middle of a batch. The batch size from the message id says when it ends.
     Messages delivered again (a reader's stream is in order, so anything at or
     before an entry already yielded, or a batch index already seen) are dropped:
-    every entry is yielded once. Positions are (ledger, entry) tuples here: this
-    loop runs once per message.
+    every entry is yielded once. An entry first seen behind one already yielded
+    fails the task (a reader delivers in order; skipping it would be a hole).
+    Positions are (ledger, entry) tuples here: this loop runs once per message.
     """
     import pulsar
 
@@ -461,13 +462,16 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     reader = client.create_reader(part.topic, start_id,
                                   receiver_queue_size=part.queue_size())
     try:
-        done_to = (start.ledger, start.entry)  # the last entry yielded, or the start
+        before = (start.ledger, start.entry)  # exclusive: not this range's
+        done_to = before  # the last entry yielded, or the start
+        yielded: set[tuple[int, int]] = set()
         current: _Entry | None = None
         waited = 0
         while True:
             if current is not None and current.complete:
                 yield from _row_values(part, where_, current, wide)
                 done_to = current.pos
+                yielded.add(done_to)
                 current = None
                 if done_to >= end:
                     return
@@ -494,8 +498,12 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
             mid = msg.message_id()
             pos = (mid.ledger_id(), mid.entry_id())
             if pos <= done_to:
-                # The start entry (batch index -1 compares low) or a re-delivery.
-                continue
+                if pos <= before or pos in yielded:
+                    continue  # the start entry (batch index -1 compares low) or a re-delivery
+                # Never yielded yet behind one that was: skipping it would leave a hole the
+                # builder takes for a marker (and acks), so fail the task instead.
+                raise EntriesReadError(f"{where}: entry {pos[0]}:{pos[1]} arrived after "
+                                       f"{done_to[0]}:{done_to[1]}, out of order")
             if pos > end:
                 break
             if current is not None:
@@ -506,6 +514,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 # delivered whole: its digest then matches nothing, so it stays unmapped.
                 yield from _row_values(part, where_, current, wide)
                 done_to = current.pos
+                yielded.add(done_to)
             index = mid.batch_index()
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index)
         if current is not None:
