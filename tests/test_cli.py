@@ -26,7 +26,6 @@ from cursorsync.logs import (
     KeyValueFormatter,
     configure_logging,
     parse_level,
-    pulsar_logger,
 )
 from cursorsync.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.positions import Position
@@ -384,16 +383,6 @@ def test_configure_logging_levels_and_quiet_libraries() -> None:
     assert len(ours) == 1 and logging.getLogger().level == logging.WARNING
     with pytest.raises(ValueError, match="Valid values are: debug, info"):
         parse_level("loud")
-
-
-def test_pulsar_logger_is_accepted_by_the_client() -> None:
-    import pulsar
-
-    configure_logging("debug", stream=io.StringIO())
-    logger = pulsar_logger()
-    assert logger.getEffectiveLevel() == logging.WARNING
-    client = pulsar.Client("pulsar://127.0.0.1:9", logger=logger)  # connects lazily
-    client.close()
 
 
 def test_progress_line_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ from cursorsync.emitter import (
 from cursorsync.errors import ConfigError, TopicNotFoundError
 from cursorsync.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.positions import Position
+from cursorsync.pulsar.client import connect
 from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.translate import AckPlan, CursorState, SafePlan, guard, translate
 
@@ -294,10 +295,7 @@ def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def direct(sb: Any) -> Iterator[Any]:
     """A client straight to B's broker (its acks bypass the sniffing proxy)."""
-    import logging
-
-    client = pulsar.Client(sb.broker_url("B"), operation_timeout_seconds=10,
-                           logger=logging.getLogger("cursorsync.sandbox.pulsar_client"))
+    client = connect(sb.broker_url("B"), operation_timeout_seconds=10)
     yield client
     client.close()
 

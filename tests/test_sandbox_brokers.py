@@ -14,8 +14,8 @@ import pytest
 pulsar = pytest.importorskip("pulsar")
 pytest.importorskip("pulsar_lite")
 
+from cursorsync.pulsar.client import connect  # noqa: E402
 from cursorsync.sandbox.brokers import Broker, Brokers, BrokerSpec  # noqa: E402
-from cursorsync.sandbox.sandbox import _client_logger  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="module")
 def client(broker: Broker) -> Iterator[Any]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10, logger=_client_logger())
+    c = connect(broker.service_url, operation_timeout_seconds=10)
     yield c
     c.close()
 

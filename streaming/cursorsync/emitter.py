@@ -47,6 +47,7 @@ import pulsar
 
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.positions import Position
+from cursorsync.pulsar.client import connect
 from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import Ledgers, RangeSet
@@ -245,13 +246,12 @@ class PulsarEmitter:
                 "operation_timeout_seconds": operation_timeout_seconds,
                 "connection_timeout_ms": connection_timeout_ms,
                 "tls_allow_insecure_connection": tls_allow_insecure,
-                "logger": logging.getLogger("cursorsync.emitter.pulsar_client"),
             }
             if auth_token is not None:
                 kwargs["authentication"] = pulsar.AuthenticationToken(auth_token)
             if tls_trust_certs_file is not None:
                 kwargs["tls_trust_certs_file_path"] = tls_trust_certs_file
-            client = pulsar.Client(service_url, **kwargs)
+            client = connect(service_url, **kwargs)
         self._client = client
         self._subs: dict[tuple[str, str], _Subscription] = {}
         self._lock = threading.Lock()

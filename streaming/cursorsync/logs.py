@@ -23,9 +23,9 @@ Python warnings are logged too (logger ``py.warnings``), except those raised
 from py4j/pyspark/pulsar/delta modules, which are dropped below debug. The
 JVM's own log4j output is not Python logging: Spark's log level is set where
 the session is built (``sc.setLogLevel`` or a log4j2 properties file).
-The pulsar client logs through a Python logger only when it is handed one:
-pass :func:`pulsar_logger` as ``pulsar.Client(..., logger=pulsar_logger())``
-(without it the C++ client prints INFO lines straight to stdout).
+Nor is the pulsar client's: its C++ core writes WARN and above to stderr as
+plain text (cursorsync.pulsar.client says why it is not routed through Python
+logging: that costs the GIL for every DEBUG line the client writes).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from cursorsync.errors import ConfigError
 LevelName = Literal["debug", "info", "warning", "error", "critical"]
 LEVELS: tuple[LevelName, ...] = get_args(LevelName)
 
-#: The Python logger the pulsar client's C++ core logs through (see :func:`pulsar_logger`).
+#: The pulsar Python package's own logger.
 PULSAR_LOGGER = "pulsar"
 
 #: Loggers of libraries that are chatty at INFO/DEBUG; never below WARNING.
@@ -179,19 +179,6 @@ def configure_logging(
     )
 
 
-def pulsar_logger() -> logging.Logger:
-    """What to pass as ``pulsar.Client(..., logger=...)``: a Python logger held at WARNING+.
-
-    The C++ client then logs through Python logging (and so through the
-    handler and format :func:`configure_logging` installed) instead of
-    printing its INFO lines to stdout.
-    """
-    logger = logging.getLogger(PULSAR_LOGGER)
-    if logger.level == logging.NOTSET or logger.level < logging.WARNING:
-        logger.setLevel(max(logging.getLogger().getEffectiveLevel(), logging.WARNING))
-    return logger
-
-
 __all__ = [
     "LEVELS",
     "NOISY_LOGGERS",
@@ -202,5 +189,4 @@ __all__ = [
     "configure_logging",
     "extra_fields",
     "parse_level",
-    "pulsar_logger",
 ]

@@ -61,7 +61,9 @@ from typing import Any, Literal
 from cursorsync.errors import CursorSyncError
 from cursorsync.positions import Position
 from cursorsync.pulsar.msgid import batch_size_of
-from cursorsync.sandbox.state import ClusterState, full_topic
+from cursorsync.pulsar.reader import ResumingReader
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.sandbox.state import STALL_MS, ClusterState, full_topic
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +233,9 @@ class Replicator:
 
         reader = None
         try:
-            reader = self._src.create_reader(topic, pulsar.MessageId.earliest)
+            reader = ResumingReader(self._src, topic, pulsar.MessageId.earliest,
+                                    partition=TopicName.parse(topic).partition,
+                                    stall_ms=STALL_MS)
             pending: list[Any] = []
             while not self._stop.is_set():
                 if not self._running.is_set():

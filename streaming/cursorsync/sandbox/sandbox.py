@@ -15,21 +15,19 @@ Topics are named by their local name in ``public/default`` (or a full
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cursorsync.errors import ConfigError
+from cursorsync.pulsar.client import connect
 from cursorsync.sandbox.admin_server import AdminServer
 from cursorsync.sandbox.brokers import Brokers
 from cursorsync.sandbox.consumers import RecordingConsumer, subscribe_recording
 from cursorsync.sandbox.proxy import AckSniffingProxy
 from cursorsync.sandbox.replicator import Replicator, ReplicatorOptions
 from cursorsync.sandbox.state import AckEvent, ClusterState, full_topic, partition_topic
-
-CLIENT_LOGGER = "cursorsync.sandbox.pulsar_client"
 
 
 @dataclass(frozen=True)
@@ -183,12 +181,9 @@ class Sandbox:
 
     def client(self, cluster: str, **kwargs: Any) -> Any:
         """A new ``pulsar.Client`` for the cluster, closed by ``stop()``."""
-        import pulsar
-
         self._check_cluster(cluster)
         kwargs.setdefault("operation_timeout_seconds", 15)
-        kwargs.setdefault("logger", _client_logger())
-        client = pulsar.Client(self.service_url(cluster), **kwargs)
+        client = connect(self.service_url(cluster), **kwargs)
         self._clients.append(client)
         return client
 
@@ -221,12 +216,8 @@ class Sandbox:
         return subscribe_recording(client, self._states[cluster], topic, subscription, **kwargs)
 
     def _direct_client(self, cluster: str) -> Any:
-        import pulsar
-
         if cluster not in self._direct:
-            self._direct[cluster] = pulsar.Client(
-                self.broker_url(cluster), operation_timeout_seconds=15, logger=_client_logger()
-            )
+            self._direct[cluster] = connect(self.broker_url(cluster), operation_timeout_seconds=15)
             self._clients.append(self._direct[cluster])
         return self._direct[cluster]
 
@@ -257,10 +248,3 @@ class Sandbox:
             cumulative=cumulative,
             source="proxy",
         )
-
-
-def _client_logger() -> logging.Logger:
-    logger = logging.getLogger(CLIENT_LOGGER)
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.WARNING)
-    return logger

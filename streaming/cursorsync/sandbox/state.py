@@ -35,9 +35,15 @@ import numpy as np
 
 from cursorsync.errors import CursorSyncError
 from cursorsync.positions import MessageId, Position
+from cursorsync.pulsar.msgid import batch_size_of
+from cursorsync.pulsar.reader import ResumingReader
+from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import Ledgers, RangeSet, fold
 
 PARTITION_SUFFIX = "-partition-"
+#: The sandbox's readers are reopened after this long without a message (see
+#: cursorsync.pulsar.reader): pulsar-lite on loopback delivers in milliseconds.
+STALL_MS = 500
 
 
 class SandboxTopicError(CursorSyncError, KeyError):
@@ -111,24 +117,31 @@ class TopicLog:
 
         with self._lock:
             if self._reader is None:
-                self._reader = self._client.create_reader(
-                    self.topic, pulsar.MessageId.earliest, receiver_queue_size=1000
-                )
+                self._reader = ResumingReader(
+                    self._client, self.topic, pulsar.MessageId.earliest,
+                    partition=TopicName.parse(self.topic).partition, receiver_queue_size=1000,
+                    stall_ms=STALL_MS)
             while True:
-                if self._has_more():
+                # has_message_available() can answer False in the middle of a batch (the
+                # broker's last id has no batch index): a batch is read to its size.
+                if self._batch_incomplete() or self._has_more():
                     self._add(self._reader.read_next(timeout_ms))
                     continue
-                # has_message_available() can answer False in the middle of a batch (the
-                # broker's last id has no batch index); the rest of it is already queued.
                 if self._pending and self._pending[0].message_id().batch_index() >= 0:
-                    try:
+                    try:  # a batch of unknown size: complete once nothing more comes
                         self._add(self._reader.read_next(self.batch_gap_ms))
                         continue
                     except pulsar.Timeout:
-                        pass  # the batch is complete
+                        pass
                 break
             self._close_pending()
             return list(self._entries)
+
+    def _batch_incomplete(self) -> bool:
+        if not self._pending:
+            return False
+        size = batch_size_of(self._pending[0].message_id())
+        return size is not None and len(self._pending) < size
 
     def _has_more(self) -> bool:
         import pulsar
@@ -144,12 +157,17 @@ class TopicLog:
 
     def _add(self, msg: Any) -> None:
         mid = msg.message_id()
+        pos = (mid.ledger_id(), mid.entry_id())
+        if self._entries and pos <= (self._entries[-1].ledger, self._entries[-1].entry):
+            return  # delivered again (a reopened reader re-delivers its last entry)
         if self._pending:
             head = self._pending[0].message_id()
-            if (head.ledger_id(), head.entry_id()) != (mid.ledger_id(), mid.entry_id()):
+            if (head.ledger_id(), head.entry_id()) != pos:
                 self._close_pending()
+            elif any(m.message_id().batch_index() == mid.batch_index() for m in self._pending):
+                return  # part of this batch again
         self._pending.append(msg)
-        if mid.batch_index() < 0:
+        if mid.batch_index() < 0 or len(self._pending) == batch_size_of(mid):
             self._close_pending()
 
     def _close_pending(self) -> None:

@@ -22,7 +22,10 @@ message at or before the start entry itself. The batch size has no accessor
 in the Python client, but a received batched message id serialises with it
 (MessageIdData.batch_size): ``read()`` takes it from there and reads each
 entry to its last message (pulsar-lite's ``has_message_available`` answers
-False in the middle of a batch, so it is never asked there).
+False in the middle of a batch, so it is never asked there). A Reader that
+stalls is opened again past the last entry it delivered
+(cursorsync.pulsar.reader); what it delivers again is dropped like any
+re-delivery.
 
 ``rowsPer=entry`` yields one row per entry (its first message, with the
 whole entry's digest and batch size) instead of one per message: what the
@@ -85,7 +88,9 @@ from cursorsync.identity import (
 )
 from cursorsync.positions import Position
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.client import connect
 from cursorsync.pulsar.msgid import batch_size_of
+from cursorsync.pulsar.reader import ResumingReader
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sources.options import Options
 
@@ -103,6 +108,8 @@ EMPTY_PROBE_MS = 500
 DEFAULT_RECEIVER_QUEUE = 1000
 #: How long read() waits for its queue before asking the broker if anything is left.
 READ_POLL_MS = 100
+#: Nothing delivered for this long while the broker has more: the reader is reopened.
+READER_STALL_MS = 2000
 
 #: Every column, in row order.
 SCHEMA = StructType([
@@ -163,13 +170,12 @@ class ClientSettings:
         import pulsar
 
         auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
-        return pulsar.Client(
+        return connect(
             self.service_url,
             authentication=auth,
             operation_timeout_seconds=self.operation_timeout_s,
             tls_trust_certs_file_path=self.tls_trust_certs_file,
             tls_allow_insecure_connection=self.tls_allow_insecure,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
         )
 
 
@@ -459,8 +465,8 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     client = _client(part.client)
     start_id = (pulsar.MessageId.earliest if start.ledger < 0
                 else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-    reader = client.create_reader(part.topic, start_id,
-                                  receiver_queue_size=part.queue_size())
+    reader = ResumingReader(client, part.topic, start_id, partition=topic.partition,
+                            receiver_queue_size=part.queue_size(), stall_ms=READER_STALL_MS)
     try:
         before = (start.ledger, start.entry)  # exclusive: not this range's
         done_to = before  # the last entry yielded, or the start
