@@ -18,9 +18,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cursorsync.errors import ConfigError
 
@@ -45,9 +44,6 @@ DEFAULT_IDENTITY_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f
 DIGEST_SIZE = 16
 _PERSON_MESSAGE = b"cursorsync.msg1"
 _PERSON_ENTRY = b"cursorsync.ent1"
-_TAGS = {name: i + 1 for i, name in enumerate(IDENTITY_FIELDS)}
-_ABSENT = b"\x00"
-_PRESENT = b"\x01"
 
 
 @dataclass(frozen=True)
@@ -94,54 +90,73 @@ _U64 = struct.Struct(">Q").pack
 _I64 = struct.Struct(">q").pack
 
 
-def _lp(data: bytes) -> bytes:
-    return _U64(len(data)) + data
+class Digester:
+    """:func:`message_digest` for one field list, planned once: the entries source digests
+    every message it reads, so the field list is not re-validated, nor a
+    MessageIdentity built, per message. Called with the field values (None: not set).
+    """
 
+    __slots__ = ("_excluded", "_flags")
 
-def _encode_str(value: str | None) -> bytes:
-    return _ABSENT if value is None else _PRESENT + _lp(value.encode("utf-8"))
+    def __init__(self, fields: Sequence[str] = DEFAULT_IDENTITY_FIELDS,
+                 excluded_properties: Iterable[str] = (REPL_SOURCE_POSITION_PROPERTY,)) -> None:
+        want = set(parse_identity_fields(tuple(fields)))
+        self._flags = tuple(name in want for name in IDENTITY_FIELDS)
+        self._excluded = frozenset(excluded_properties)
 
-
-def _encode_int(value: int | None) -> bytes:
-    return _ABSENT if value is None else _PRESENT + _I64(value)
-
-
-def _encode_bytes(value: bytes | None) -> bytes:
-    return _ABSENT if value is None else _PRESENT + _lp(bytes(value))
-
-
-def _encode_properties(props: Mapping[str, str], excluded: frozenset[str]) -> bytes:
-    kept = sorted(
-        (k.encode("utf-8"), v.encode("utf-8"))
-        for k, v in props.items()
-        if not (k.startswith("__") or k in excluded)
-    )
-    out = [_PRESENT, _U64(len(kept))]
-    for k, v in kept:
-        out.append(_lp(k))
-        out.append(_lp(v))
-    return b"".join(out)
-
-
-#: How each field is encoded (after its one-byte tag).
-_ENCODERS: dict[str, Callable[[Any], bytes]] = {
-    "producer_name": _encode_str,
-    "sequence_id": _encode_int,
-    "publish_time": _encode_int,
-    "event_time": _encode_int,
-    "partition_key": _encode_str,
-    "ordering_key": _encode_bytes,
-    "payload": _encode_bytes,
-}
+    def __call__(self, producer_name: str | None = None, sequence_id: int | None = None,
+                 publish_time: int | None = None, event_time: int | None = None,
+                 partition_key: str | None = None, ordering_key: bytes | None = None,
+                 properties: Mapping[str, str] | None = None, payload: bytes = b"") -> bytes:
+        # One buffer, in IDENTITY_FIELDS order: the tag (the field's 1-based place in
+        # IDENTITY_FIELDS), then 0 for absent or 1 + the value (strings and bytes
+        # length-prefixed, integers as signed 64-bit). Straight-line code: this runs for
+        # every message the entries source reads.
+        f_prod, f_seq, f_pub, f_ev, f_pkey, f_okey, f_props, f_pay = self._flags
+        parts: list[bytes] = []
+        add = parts.append
+        if f_prod:
+            if producer_name is None:
+                add(b"\x01\x00")
+            else:
+                b = producer_name.encode("utf-8")
+                add(b"\x01\x01" + _U64(len(b)) + b)
+        if f_seq:
+            add(b"\x02\x00" if sequence_id is None else b"\x02\x01" + _I64(sequence_id))
+        if f_pub:
+            add(b"\x03\x00" if publish_time is None else b"\x03\x01" + _I64(publish_time))
+        if f_ev:
+            add(b"\x04\x00" if event_time is None else b"\x04\x01" + _I64(event_time))
+        if f_pkey:
+            if partition_key is None:
+                add(b"\x05\x00")
+            else:
+                b = partition_key.encode("utf-8")
+                add(b"\x05\x01" + _U64(len(b)) + b)
+        if f_okey:
+            if ordering_key is None:
+                add(b"\x06\x00")
+            else:
+                b = bytes(ordering_key)
+                add(b"\x06\x01" + _U64(len(b)) + b)
+        if f_props:
+            excluded = self._excluded
+            kept = [(k.encode("utf-8"), v.encode("utf-8")) for k, v in (properties or {}).items()
+                    if not (k.startswith("__") or k in excluded)]
+            kept.sort()
+            add(b"\x07\x01" + _U64(len(kept)))
+            for k, v in kept:
+                add(_U64(len(k)) + k + _U64(len(v)) + v)
+        if f_pay:
+            b = bytes(payload)
+            add(b"\x08\x01" + _U64(len(b)) + b)
+        return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_SIZE,
+                               person=_PERSON_MESSAGE).digest()
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(fields: tuple[str, ...], excluded: tuple[str, ...]
-          ) -> tuple[tuple[tuple[bytes, str], ...], frozenset[str]]:
-    """Canonical (tag, field) order and the excluded set, once per field list: the digest
-    runs for every message read."""
-    chosen = parse_identity_fields(fields)
-    return tuple((bytes([_TAGS[n]]), n) for n in chosen), frozenset(excluded)
+def _digester(fields: tuple[str, ...], excluded: tuple[str, ...]) -> Digester:
+    return Digester(fields, excluded)
 
 
 def message_digest(
@@ -155,16 +170,10 @@ def message_digest(
     ``fields`` may be in any order (it is canonicalised); properties starting
     with ``__`` and those in ``excluded_properties`` never count.
     """
-    order, excluded = _plan(tuple(fields), tuple(excluded_properties))
-    parts: list[bytes] = []
-    for tag, name in order:
-        parts.append(tag)
-        if name == "properties":
-            parts.append(_encode_properties(message.properties, excluded))
-        else:
-            parts.append(_ENCODERS[name](getattr(message, name)))
-    return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_SIZE,
-                           person=_PERSON_MESSAGE).digest()
+    m = message
+    return _digester(tuple(fields), tuple(excluded_properties))(
+        m.producer_name, m.sequence_id, m.publish_time, m.event_time, m.partition_key,
+        m.ordering_key, m.properties, m.payload)
 
 
 def entry_digest(message_digests: Sequence[bytes]) -> bytes:

@@ -81,9 +81,8 @@ from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.identity import (
     DEFAULT_IDENTITY_FIELDS,
     REPL_SOURCE_POSITION_PROPERTY,
-    MessageIdentity,
+    Digester,
     entry_digest,
-    message_digest,
     parse_identity_fields,
 )
 from cursorsync.positions import Position
@@ -308,22 +307,21 @@ _MESSAGE_FIELD_COLUMNS = frozenset({"producer_name", "publish_time", "event_time
                                     "partition_key", "ordering_key", "identity", "payload_size"})
 
 
-def _identity_of(msg: Any, props: dict[str, str]) -> MessageIdentity:
+#: A message's replicated fields, in Digester argument order: producer name, sequence id
+#: (the Python client has no accessor), publish time, event time, partition key,
+#: ordering key, properties, payload.
+_Fields = tuple[str, None, int, int | None, str | None, bytes | None, dict[str, str], bytes]
+
+
+def _fields_of(msg: Any, props: dict[str, str]) -> _Fields:
     okey = msg.ordering_key() or None
-    return MessageIdentity(
-        producer_name=msg.producer_name(),
-        sequence_id=None,
-        publish_time=msg.publish_timestamp(),
-        event_time=msg.event_timestamp() or None,
-        partition_key=msg.partition_key() or None,
-        ordering_key=okey.encode("utf-8") if isinstance(okey, str) else okey,
-        properties=props,
-        payload=msg.data(),
-    )
+    return (msg.producer_name(), None, msg.publish_timestamp(), msg.event_timestamp() or None,
+            msg.partition_key() or None,
+            okey.encode("utf-8") if isinstance(okey, str) else okey, props, msg.data())
 
 
 def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
-                wide: bool) -> list[Row]:
+                wide: bool, digest: Digester) -> list[Row]:
     """Rows of one entry's messages (all of them, in batch order, or the first with
     rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
     per read; ``wide`` says the selected columns need each message's own fields.
@@ -336,41 +334,40 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     identity = part.identity and (entry.batched or not part.identity_batched_only)
     if part.identity_rows_only and not identity:
         return []  # an entry identity evidence will not use: no row at all
+    per_entry = part.per_entry
     digests: list[bytes | None] = []
-    rows: list[tuple[Any, MessageIdentity | None, dict[str, str], bytes | None]] = []
+    rows: list[tuple[Any, _Fields | None, dict[str, str], bytes | None]] = []
     for i, msg in enumerate(entry.messages):
-        props = dict(msg.properties())
+        props = msg.properties()  # a new dict per call
         # On the target, a stamped entry is mapped by its stamp; on the source side
         # (identity_rows_only) a stamp from a third cluster means nothing here.
         digest_it = identity and (part.identity_rows_only or prop not in props)
-        row_wanted = i == 0 or not part.per_entry
-        ident = _identity_of(msg, props) if digest_it or (row_wanted and wide) else None
-        d = (message_digest(ident, part.identity_fields, excluded_properties=(prop,))
-             if digest_it and ident is not None else None)
+        row_wanted = i == 0 or not per_entry
+        fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
+        d = digest(*fields) if digest_it and fields is not None else None
         digests.append(d)
         if row_wanted:
-            rows.append((entry.ids[i], ident, props, d))
-        if not identity and part.per_entry:
+            rows.append((entry.ids[i], fields, props, d))
+        if not identity and per_entry:
             break  # one row, no entry digest: the other messages add nothing
-    edigest = (entry_digest([d for d in digests if d is not None])
-               if identity and all(d is not None for d in digests) else None)
+    edigest = (entry_digest(digests)  # type: ignore[arg-type]  # no None in it: checked
+               if identity and None not in digests else None)
     if part.identity_rows_only and edigest is None:
         return []
     size = len(entry.messages)
     ledger, entry_id = entry.pos
     out: list[Row] = []
-    for mid, ident, props, d in rows:
-        if ident is None:
+    for mid, f, props, d in rows:
+        if f is None:
             out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
                         size, None, None, None, props, None, None, props.get(prop), d, edigest,
                         None))
             continue
-        okey = ident.ordering_key
+        okey = f[5]
         out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
-            mid.batch_index(), size, ident.producer_name, ident.publish_time, ident.event_time,
-            props, ident.partition_key, None if okey is None else okey.decode(),
-            props.get(prop), d, edigest, len(ident.payload),
+            mid.batch_index(), size, f[0], f[2], f[3], props, f[4],
+            None if okey is None else okey.decode(), props.get(prop), d, edigest, len(f[7]),
         ))
     return out
 
@@ -456,6 +453,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     topic = TopicName.parse(part.topic)
     where_ = (str(topic.base), topic.partition)
     wide = not _MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
+    digest = Digester(part.identity_fields, (part.source_position_property,))
     start = Position.parse(part.start)
     end_pos = Position.parse(part.end)
     if end_pos <= start:
@@ -475,7 +473,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         waited = 0
         while True:
             if current is not None and current.complete:
-                yield from _row_values(part, where_, current, wide)
+                yield from _row_values(part, where_, current, wide, digest)
                 done_to = current.pos
                 yielded.add(done_to)
                 current = None
@@ -518,7 +516,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     continue
                 # An entry ends here when its size is unknown, or when its batch was not
                 # delivered whole: its digest then matches nothing, so it stays unmapped.
-                yield from _row_values(part, where_, current, wide)
+                yield from _row_values(part, where_, current, wide, digest)
                 done_to = current.pos
                 yielded.add(done_to)
             index = mid.batch_index()
@@ -529,7 +527,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
                     f"{len(current.messages)} of its {current.size} messages"
                 )
-            yield from _row_values(part, where_, current, wide)
+            yield from _row_values(part, where_, current, wide, digest)
     finally:
         reader.close()
 
