@@ -18,6 +18,7 @@ before the last entry delivered.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -99,7 +100,8 @@ class ResumingReader:
         log.warning("reader of %s stalled %d ms after %s with more available; reopening it",
                     self.topic, self.stall_ms,
                     "its start" if last is None else f"{last.ledger_id()}:{last.entry_id()}")
-        self._reader.close()
+        with contextlib.suppress(pulsar.PulsarException):  # it is being replaced anyway
+            self._reader.close()
         self._reader = self._open(start)
         self.reopened += 1
 
