@@ -454,7 +454,10 @@ class RunningJob:
                 if q.exception() is not None:
                     raise RuntimeError(f"query {q.name} failed: {q.exception()}")
             status = self.queries[0].status
-            mapping_idle = (self.mapping_sink.last_batch >= 0 and not status["isDataAvailable"]
+            # Idle once it has run a trigger (before that, its status says neither, too): a
+            # job restarted from its checkpoint with nothing new runs no mapping batch at all.
+            started = self.mapping_sink.last_batch >= 0 or self.queries[0].lastProgress
+            mapping_idle = (bool(started) and not status["isDataAvailable"]
                             and not status["isTriggerActive"])
             if self.sync_sink.last_batch >= target_s and (
                     self.mapping_sink.last_batch >= target_m or mapping_idle):
