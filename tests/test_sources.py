@@ -779,7 +779,7 @@ def test_a_stalled_reader_is_reopened_only_while_the_broker_has_more() -> None:
     from cursorsync.pulsar.reader import ResumingReader
 
     client = _StallingClient([[_Msg(_Id(1, 0))]] + [[] for _ in range(50)])
-    reader = ResumingReader(client, "t", pulsar.MessageId.earliest, stall_ms=20)
+    reader = ResumingReader(client, f"{NS}/t", pulsar.MessageId.earliest, stall_ms=20)
     assert reader.read_next(100).message_id().entry_id() == 0
     reader._reader.has_message_available = lambda: False  # idle, nothing more: no reopen
     with pytest.raises(pulsar.Timeout):

@@ -23,6 +23,7 @@ import logging
 from typing import Any
 
 from cursorsync.pulsar.msgid import batch_size_of
+from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +35,12 @@ class ResumingReader:
     """``read_next``/``has_message_available``/``close`` of a pulsar Reader, reopened on a
     stall; ``reopened`` counts how often."""
 
-    def __init__(self, client: Any, topic: str, start: Any, *, partition: int = -1,
-                 receiver_queue_size: int = 1000, stall_ms: int = DEFAULT_STALL_MS) -> None:
+    def __init__(self, client: Any, topic: str, start: Any, *, receiver_queue_size: int = 1000,
+                 stall_ms: int = DEFAULT_STALL_MS) -> None:
         self._client = client
         self.topic = topic
         self._start = start
-        self._partition = partition
+        self._partition = TopicName.parse(topic).partition  # of the ids to reopen at
         self._queue = receiver_queue_size
         self.stall_ms = stall_ms
         self._last: Any = None  # the last message delivered
@@ -75,13 +76,16 @@ class ResumingReader:
             self._idle_ms = 0
             return msg
 
+    def _last_id(self) -> Any:
+        return None if self._last is None else self._last.message_id()
+
     def has_message_available(self) -> bool:
         return bool(self._reader.has_message_available())
 
     def _stalled(self) -> bool:
         import pulsar
 
-        last = None if self._last is None else self._last.message_id()
+        last = self._last_id()
         if last is not None and last.batch_index() >= 0:
             size = batch_size_of(last)
             if size is not None and last.batch_index() < size - 1:
@@ -94,7 +98,7 @@ class ResumingReader:
     def _reopen(self) -> None:
         import pulsar
 
-        last = None if self._last is None else self._last.message_id()
+        last = self._last_id()
         start = (self._start if last is None
                  else pulsar.MessageId(self._partition, last.ledger_id(), last.entry_id(), -1))
         log.warning("reader of %s stalled %d ms after %s with more available; reopening it",

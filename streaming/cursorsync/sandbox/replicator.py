@@ -62,7 +62,6 @@ from cursorsync.errors import CursorSyncError
 from cursorsync.positions import Position
 from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.reader import ResumingReader
-from cursorsync.pulsar.topics import TopicName
 from cursorsync.sandbox.state import STALL_MS, ClusterState, full_topic
 
 log = logging.getLogger(__name__)
@@ -234,7 +233,6 @@ class Replicator:
         reader = None
         try:
             reader = ResumingReader(self._src, topic, pulsar.MessageId.earliest,
-                                    partition=TopicName.parse(topic).partition,
                                     stall_ms=STALL_MS)
             pending: list[Any] = []
             while not self._stop.is_set():

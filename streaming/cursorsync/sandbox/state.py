@@ -37,7 +37,6 @@ from cursorsync.errors import CursorSyncError
 from cursorsync.positions import MessageId, Position
 from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.reader import ResumingReader
-from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import Ledgers, RangeSet, fold
 
 PARTITION_SUFFIX = "-partition-"
@@ -119,8 +118,7 @@ class TopicLog:
             if self._reader is None:
                 self._reader = ResumingReader(
                     self._client, self.topic, pulsar.MessageId.earliest,
-                    partition=TopicName.parse(self.topic).partition, receiver_queue_size=1000,
-                    stall_ms=STALL_MS)
+                    receiver_queue_size=1000, stall_ms=STALL_MS)
             while True:
                 # has_message_available() can answer False in the middle of a batch (the
                 # broker's last id has no batch index): a batch is read to its size.

@@ -463,7 +463,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     client = _client(part.client)
     start_id = (pulsar.MessageId.earliest if start.ledger < 0
                 else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-    reader = ResumingReader(client, part.topic, start_id, partition=topic.partition,
+    reader = ResumingReader(client, part.topic, start_id,
                             receiver_queue_size=part.queue_size(), stall_ms=READER_STALL_MS)
     try:
         before = (start.ledger, start.entry)  # exclusive: not this range's
