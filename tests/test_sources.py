@@ -790,3 +790,25 @@ def test_a_stalled_reader_is_reopened_only_while_the_broker_has_more() -> None:
         reader.read_next(60)
     assert reader.reopened >= 1 and len(client.starts) == 1 + reader.reopened
     assert {s[1:] for s in client.starts[1:]} == {(1, 0, -1)}  # past the last entry delivered
+
+
+def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
+    """The first task loads modules of its own (pyspark imports pandas while it serializes
+    the first batch), so the heap is frozen again at the second; never after, or each
+    task's garbage cycles would be kept for ever. In a fresh process: the freeze is global."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from cursorsync.sources.entries import _freeze_worker_heap\n"
+        "counts, kept = [], []\n"
+        "for i in range(4):\n"
+        "    kept.append([[j] for j in range(1000)])  # what a task loads and keeps\n"
+        "    _freeze_worker_heap()\n"
+        "    counts.append(gc.get_freeze_count())\n"
+        "print(counts[0] > 0, counts[1] > counts[0] + 900, counts[2] == counts[1] == counts[3])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"]
