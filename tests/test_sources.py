@@ -4,12 +4,15 @@ against the stub admin server. Also pins the pulsar-lite / pulsar-client behavio
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pulsar = pytest.importorskip("pulsar")
 pytest.importorskip("pulsar_lite")
@@ -517,8 +520,9 @@ def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
         parts = r.partitions(start, r.latestOffset(start, ReadAllAvailable()))
     finally:
         r.stop()
-    last = Position.parse(parts[0].end)
-    beyond = dataclasses.replace(parts[0], end=str(Position(last.ledger, last.entry + 3)),
+    first = parts[0].ranges[0]
+    last = Position.parse(first.end)
+    beyond = dataclasses.replace(first, end=str(Position(last.ledger, last.entry + 3)),
                                  read_timeout_ms=300)
     with pytest.raises(EntriesReadError, match="partial range"):
         list(read_entries(beyond))
@@ -812,3 +816,59 @@ def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.split() == ["True", "True", "True"]
+
+
+# -- ranges packed into tasks ---------------------------------------------------------
+
+
+def _range(topic: int, start: str, end: str) -> Any:
+    from cursorsync.sources.entries import EntriesPartition
+
+    return EntriesPartition(cluster="a", topic=f"{NS}/t-partition-{topic}", start=start, end=end,
+                            client=None,  # type: ignore[arg-type]
+                            identity_fields=("payload",), identity=True, per_entry=True,
+                            source_position_property=REPL, read_timeout_ms=100)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.one_of(st.none(), st.integers(1, 300)), max_size=40),
+       per_task=st.integers(1, 400), ranges_per_task=st.integers(1, 8))
+def test_ranges_are_packed_in_order_whole_and_within_the_bounds(
+        sizes: list[int | None], per_task: int, ranges_per_task: int) -> None:
+    from cursorsync.sources.entries import pack_ranges, range_entries
+
+    # None: a range that spans ledgers, of unknown size.
+    ranges = [_range(i, "1:9", f"1:{9 + n}") if n is not None else _range(i, "1:9", "2:3")
+              for i, n in enumerate(sizes)]
+    tasks = pack_ranges(ranges, per_task, ranges_per_task)
+    assert [r for t in tasks for r in t.ranges] == ranges  # every range once, in order
+    for t in tasks:
+        assert t.ranges
+        if len(t.ranges) > 1:
+            counts = [range_entries(r) for r in t.ranges]
+            assert None not in counts and len(counts) <= ranges_per_task
+            assert sum(counts) <= per_task  # type: ignore[arg-type]
+    # Greedy: two neighbouring tasks could not have been one.
+    for a, b in itertools.pairwise(tasks):
+        counts = [range_entries(r) for r in a.ranges + b.ranges]
+        assert (None in counts or sum(counts) > per_task  # type: ignore[arg-type]
+                or len(counts) > ranges_per_task
+                or any(c >= per_task for c in counts))  # type: ignore[operator]
+
+
+@pytest.mark.integration
+def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
+        broker: str, topics: list[str]) -> None:
+    packed = entries_reader(broker, topics)
+    alone = entries_reader(broker, topics, rangesPerTask="1")
+    try:
+        end = packed.latestOffset(packed.initialOffset(), ReadAllAvailable())
+        # From each topic's first entry: ranges in one ledger, of known size (one from
+        # before every entry spans ledgers and gets a task of its own).
+        start = make_offset({t: Position(p.ledger, 0) for t, p in parse_offset(end).items()})
+        assert [len(t.ranges) for t in packed.partitions(start, end)] == [2]
+        assert [len(t.ranges) for t in alone.partitions(start, end)] == [1, 1]
+        assert read_all(packed, start, end) == read_all(alone, start, end)
+    finally:
+        packed.stop()
+        alone.stop()

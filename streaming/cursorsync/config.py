@@ -404,6 +404,10 @@ class SparkConfig(_Section):
     checkpoint_dir: str = Field(min_length=1)
     conf: dict[str, str] = Field(default_factory=dict)
     max_entries_per_batch: int = Field(default=100_000, ge=1)
+    #: Small ranges share a Spark task up to this many entries / ranges (see
+    #: cursorsync.sources.entries.pack_ranges): a task per topic partition does not scale.
+    entries_per_task: int = Field(default=10_000, ge=1)
+    ranges_per_task: int = Field(default=32, ge=1)
 
     @field_validator("conf", mode="before")
     @classmethod

@@ -151,6 +151,8 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
     cluster = config.source if side == "source" else config.target
     opts = {**_client_options(cluster), **_admin_options(cluster), **_topics_option(config),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
+            "entriesPerTask": str(config.spark.entries_per_task),
+            "rangesPerTask": str(config.spark.ranges_per_task),
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,

@@ -42,6 +42,11 @@ Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
 is counted in ENTRIES, shared fairly across topic partitions; an entry holds
 at least one message, so a batch of batched entries has more rows than the
 budget (the driver cannot count messages without reading them).
+
+Tasks: small ranges share a Spark task (``entriesPerTask``, default 10,000
+entries, and ``rangesPerTask``, default 32), read one after the other; a range
+is never split, and one of unknown size (spanning ledgers) or of
+``entriesPerTask`` entries or more has a task of its own (``pack_ranges``).
 """
 
 from __future__ import annotations
@@ -49,13 +54,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 import pyarrow as pa
@@ -109,6 +114,9 @@ DEFAULT_RECEIVER_QUEUE = 1000
 READ_POLL_MS = 100
 #: Nothing delivered for this long while the broker has more: the reader is reopened.
 READER_STALL_MS = 2000
+#: How ranges are packed into Spark tasks (options entriesPerTask, rangesPerTask).
+DEFAULT_ENTRIES_PER_TASK = 10_000
+DEFAULT_RANGES_PER_TASK = 32
 
 #: Every column, in row order.
 SCHEMA = StructType([
@@ -201,6 +209,8 @@ class EntriesOptions:
     source_position_property: str
     read_timeout_ms: int
     discovery_interval_ms: int
+    entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
+    ranges_per_task: int = DEFAULT_RANGES_PER_TASK
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
@@ -243,6 +253,10 @@ class EntriesOptions:
             or REPL_SOURCE_POSITION_PROPERTY,
             read_timeout_ms=o.get_int("readTimeoutMs", 30_000, minimum=1) or 30_000,
             discovery_interval_ms=o.get_int("discoveryIntervalMs", 60_000, minimum=0) or 0,
+            entries_per_task=o.get_int("entriesPerTask", DEFAULT_ENTRIES_PER_TASK, minimum=1)
+            or DEFAULT_ENTRIES_PER_TASK,
+            ranges_per_task=o.get_int("rangesPerTask", DEFAULT_RANGES_PER_TASK, minimum=1)
+            or DEFAULT_RANGES_PER_TASK,
         )
 
 
@@ -300,6 +314,51 @@ class EntriesPartition(InputPartition):
         if start.ledger != end.ledger:
             return self.receiver_queue_size
         return min(self.receiver_queue_size, max(end.entry - start.entry, DEFAULT_RECEIVER_QUEUE))
+
+
+def range_entries(part: EntriesPartition) -> int | None:
+    """Entries in (start, end] when both are in one ledger; None when it spans ledgers (the
+    driver does not know how many entries each holds)."""
+    start, end = Position.parse(part.start), Position.parse(part.end)
+    return end.entry - start.entry if start.ledger == end.ledger else None
+
+
+@dataclass(frozen=True)
+class EntriesTask(InputPartition):
+    """The ranges one Spark task reads, one after the other, in order."""
+
+    ranges: tuple[EntriesPartition, ...]
+
+
+def pack_ranges(ranges: Sequence[EntriesPartition], entries_per_task: int,
+                ranges_per_task: int) -> list[EntriesTask]:
+    """Small ranges share a task; a range is never split.
+
+    A task per topic partition would make a batch over 100,000 partitions with a few new
+    entries each 100,000 Spark tasks (each a Python worker round trip and a reader opened).
+    So ranges are packed in order, a task closed when the next range would take it past
+    ``entries_per_task`` entries or it holds ``ranges_per_task`` ranges (each opens a
+    reader, about 15 ms, one after the other). A range of unknown size (spanning
+    ledgers) or of ``entries_per_task`` or more gets a task of its own.
+    """
+    tasks: list[EntriesTask] = []
+    current: list[EntriesPartition] = []
+    size = 0
+    for r in ranges:
+        n = range_entries(r)
+        big = n is None or n >= entries_per_task
+        if current and (big or size + (n or 0) > entries_per_task
+                        or len(current) >= ranges_per_task):
+            tasks.append(EntriesTask(tuple(current)))
+            current, size = [], 0
+        if big:
+            tasks.append(EntriesTask((r,)))
+            continue
+        current.append(r)
+        size += n or 0
+    if current:
+        tasks.append(EntriesTask(tuple(current)))
+    return tasks
 
 
 #: Columns that need a message's own fields beyond its id and properties.
@@ -571,7 +630,7 @@ def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
     schema = to_arrow_schema(schema_of(columns), timezone="UTC")
     picks = [COLUMNS.index(c) for c in schema.names]
     while True:
-        chunk = list(islice(rows, size))
+        chunk = list(itertools.islice(rows, size))
         if not chunk:
             return
         cols = list(zip(*chunk, strict=True))
@@ -778,6 +837,12 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         lo = parse_offset(start)
         hi = parse_offset(end)
         o = self.options
+        return pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
+
+    def ranges(self, lo: Mapping[str, Position], hi: Mapping[str, Position],
+               ) -> list[EntriesPartition]:
+        """(lo, hi] of every topic partition that has new entries, in topic order."""
+        o = self.options
         return [
             EntriesPartition(
                 cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
@@ -794,9 +859,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EntriesPartition)
+        assert isinstance(partition, EntriesTask)
         _freeze_worker_heap()
-        return arrow_batches(read_entries(partition), partition.columns)
+        rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
+        return arrow_batches(rows, partition.ranges[0].columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
