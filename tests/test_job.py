@@ -143,3 +143,26 @@ def test_progress_poller_records_each_new_batch_once_and_a_failed_query() -> Non
     poller.poll()
     poller.poll()
     assert m.errors == ["query"]
+
+
+def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
+        tmp_path: Path) -> None:
+    """Spark takes PySpark's gateway for a shell and says how to change the log level on
+    stderr, unless our log4j2 file gives the gateway's logger a level (a fresh process:
+    the JVM's log set-up happens once)."""
+    import subprocess
+    import sys
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
+    code = (
+        "from cursorsync.config import load_config\n"
+        "from cursorsync.job import build_session\n"
+        f"spark = build_session(load_config({str(conf)!r}))\n"
+        "spark.range(3).count()\n"
+        "spark.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Setting default log level" not in out.stderr
+    assert "setLogLevel" not in out.stderr
