@@ -4,7 +4,9 @@ against the stub admin server. Also pins the pulsar-lite / pulsar-client behavio
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -872,3 +874,50 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
     finally:
         packed.stop()
         alone.stop()
+
+
+class _SlowClient:
+    """Every reader delivers its first message only ``delay_ms`` after it was opened, as a
+    broker reading from tiered storage might: slow, not stuck (more is available)."""
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_s = delay_ms / 1000
+        self.opened = 0
+
+    def create_reader(self, _topic: str, _start: Any, **_k: Any) -> Any:
+        self.opened += 1
+        client, born = self, time.monotonic()
+
+        class Reader:
+            def read_next(self, timeout_ms: int) -> _Msg:
+                left = client.delay_s - (time.monotonic() - born)
+                if left <= 0:
+                    return _Msg(_Id(1, 0))
+                time.sleep(min(left, timeout_ms / 1000))
+                if time.monotonic() - born < client.delay_s:
+                    raise pulsar.Timeout()
+                return _Msg(_Id(1, 0))
+
+            def has_message_available(self) -> bool:
+                return True
+
+            def close(self) -> None:
+                pass
+
+        return Reader()
+
+
+def test_a_slow_broker_is_given_longer_after_each_reopen_not_reopened_for_ever() -> None:
+    from cursorsync.pulsar.reader import ResumingReader
+
+    client = _SlowClient(delay_ms=300)
+    reader = ResumingReader(client, f"{NS}/t", pulsar.MessageId.earliest, stall_ms=50)
+    t0 = time.monotonic()
+    msg = None
+    while msg is None and time.monotonic() - t0 < 5:
+        with contextlib.suppress(pulsar.Timeout):
+            msg = reader.read_next(100)
+    # Waits of 50, 100, 200 ms were each too short for a fresh reader; 400 was not. A
+    # fixed 50 ms would reopen every 50 ms and never see a message.
+    assert msg is not None and reader.reopened == 3 and client.opened == 4
+    assert reader._patience == 50  # a message: back to the first wait

@@ -9,6 +9,12 @@ delivered nothing for ``stall_ms`` while the broker says more is there (or
 in the middle of a batch, where ``has_message_available`` cannot be trusted)
 is closed and opened again just past the last entry it delivered.
 
+A broker that is slow rather than stuck (a first read from tiered storage
+can take seconds) must not be reopened for ever, each reopen starting its
+read again: after every reopen that brings nothing, the wait before the next
+doubles (up to ``MAX_STALL_MS``), and it is back to ``stall_ms`` once a
+message arrives.
+
 What the caller sees: messages again from that entry on. Opened at
 ``L:E:-1`` exclusive, a Reader re-delivers entry L:E when it is a batch and
 starts after it otherwise, so a caller must drop messages it has already
@@ -29,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Nothing delivered for this long while more is there: the Reader has stalled.
 DEFAULT_STALL_MS = 2000
+#: The longest wait before a reopen, after reopens that brought nothing.
+MAX_STALL_MS = 60_000
 
 
 class ResumingReader:
@@ -45,6 +53,7 @@ class ResumingReader:
         self.stall_ms = stall_ms
         self._last: Any = None  # the last message delivered
         self._idle_ms = 0  # waited since then (or since the last reopen or stall check)
+        self._patience = stall_ms  # idle time that counts as a stall, doubled per reopen
         self.reopened = 0
         self._reader = self._open(start)
 
@@ -59,21 +68,23 @@ class ResumingReader:
 
         left = timeout_ms
         while True:
-            wait = min(left, self.stall_ms)
+            wait = min(left, self._patience - self._idle_ms)
             try:
                 msg = self._reader.read_next(max(1, wait))
             except pulsar.Timeout:
                 left -= wait
                 self._idle_ms += wait
-                if self._idle_ms >= self.stall_ms:
+                if self._idle_ms >= self._patience:
                     if self._stalled():
                         self._reopen()
-                    self._idle_ms = 0  # stalled or idle: look again a stall_ms later
+                        self._patience = min(2 * self._patience, MAX_STALL_MS)
+                    self._idle_ms = 0  # stalled or idle: look again a while later
                 if left <= 0:
                     raise
                 continue
             self._last = msg
             self._idle_ms = 0
+            self._patience = self.stall_ms
             return msg
 
     def _last_id(self) -> Any:
