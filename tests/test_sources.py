@@ -921,3 +921,48 @@ def test_a_slow_broker_is_given_longer_after_each_reopen_not_reopened_for_ever()
     # fixed 50 ms would reopen every 50 ms and never see a message.
     assert msg is not None and reader.reopened == 3 and client.opened == 4
     assert reader._patience == 50  # a message: back to the first wait
+
+
+def test_first_chunk_is_read_from_a_chunked_message_id_and_only_from_one() -> None:
+    from cursorsync.pulsar.msgid import first_chunk_of
+
+    class Serialised:
+        def __init__(self, hexed: str) -> None:
+            self.data = bytes.fromhex(hexed)
+
+        def serialize(self) -> bytes:
+            return self.data
+
+    # What pulsar-lite's chunked message 0:3 (chunks from 0:1) serialises to.
+    assert first_chunk_of(Serialised("080010033a0408001001")) == (0, 1)
+    # Entry 58 is the byte 0x3a, field 7's key, inside an ordinary id: still none.
+    assert first_chunk_of(pulsar.MessageId(0, 5, 58, -1)) is None
+    assert first_chunk_of(pulsar.MessageId(-1, 58, 3, -1)) is None
+
+
+@pytest.mark.integration
+def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
+        broker: str, client: Any) -> None:
+    """Its chunks are entries the reader skips, which the builder takes for markers and the
+    sync acks: a failover would then lose the message. Refused, naming the topic."""
+    from cursorsync.sources.entries import (
+        ClientSettings,
+        EntriesPartition,
+        EntriesReadError,
+        read_entries,
+    )
+
+    topic = f"{NS}/chunky"
+    p = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    p.send(b"small")
+    big = p.send(b"x" * (6 * 1024 * 1024))  # over pulsar-lite's 5 MB: chunked
+    p.close()
+    part = EntriesPartition(cluster="a", topic=topic, start="-1:-1",
+                            end=f"{big.ledger_id()}:{big.entry_id()}",
+                            client=ClientSettings(broker), identity_fields=("payload",),
+                            identity=True, per_entry=True, source_position_property=REPL,
+                            read_timeout_ms=10_000)
+    with pytest.raises(EntriesReadError, match=(
+            rf"entry {big.ledger_id()}:{big.entry_id()} is the last chunk of a chunked "
+            rf"message that starts at {big.ledger_id()}:1\..*remove {topic}")):
+        list(read_entries(part))

@@ -93,7 +93,7 @@ from cursorsync.identity import (
 from cursorsync.positions import Position
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.client import connect
-from cursorsync.pulsar.msgid import batch_size_of
+from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
 from cursorsync.pulsar.reader import ResumingReader
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sources.options import Options
@@ -579,6 +579,14 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 done_to = current.pos
                 yielded.add(done_to)
             index = mid.batch_index()
+            if index < 0 and (first := first_chunk_of(mid)) is not None:
+                raise EntriesReadError(
+                    f"{where}: entry {pos[0]}:{pos[1]} is the last chunk of a chunked message "
+                    f"that starts at {first[0]}:{first[1]}. cursorsync takes the entries a "
+                    f"reader skips for markers and acks them on the target; a chunk acked "
+                    f"there would lose its message after a failover, so it refuses topics "
+                    f"with chunked messages: remove {part.topic} from the configuration "
+                    f"(README, Limits)")
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index)
         if current is not None:
             if current.size is not None and not current.complete:
