@@ -10,6 +10,7 @@ its first chunk's id in field 7, ``first_chunk_message_id``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -26,6 +27,27 @@ def read_varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+def fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """The top-level (field number, value) pairs of a protobuf message: an int for a
+    varint, the bytes of a length-delimited field; fixed-size fields are skipped. Raises
+    ValueError on bytes that are not a protobuf message."""
+    i = 0
+    while i < len(buf):
+        key, i = read_varint(buf, i)
+        field_no, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = read_varint(buf, i)
+            yield field_no, value
+        elif wire == 2:
+            n, i = read_varint(buf, i)
+            yield field_no, buf[i:i + n]
+            i += n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
 def batch_size_of(message_id: Any) -> int | None:
     """Messages in the entry of ``message_id``: 1 if not batched, None if not known.
 
@@ -34,25 +56,10 @@ def batch_size_of(message_id: Any) -> int | None:
     """
     if message_id.batch_index() < 0:
         return 1
-    buf = bytes(message_id.serialize())
-    i = 0
     try:
-        while i < len(buf):
-            key, i = read_varint(buf, i)
-            field_no, wire = key >> 3, key & 7
-            if wire == 0:
-                value, i = read_varint(buf, i)
-                if field_no == 6:
-                    return value if value > 0 else None
-            elif wire == 2:
-                n, i = read_varint(buf, i)
-                i += n
-            elif wire == 1:
-                i += 8
-            elif wire == 5:
-                i += 4
-            else:
-                return None
+        for field_no, value in fields(bytes(message_id.serialize())):
+            if field_no == 6 and isinstance(value, int):
+                return value if value > 0 else None
     except ValueError:
         return None
     return None
@@ -70,42 +77,12 @@ def first_chunk_of(message_id: Any) -> tuple[int, int] | None:
     if _FIRST_CHUNK_KEY not in buf:
         return None
     try:
-        nested = _field_bytes(buf, 7)
+        nested = next((v for f, v in fields(buf) if f == 7 and isinstance(v, bytes)), None)
         if nested is None:
             return None
-        ledger = entry = None
-        i = 0
-        while i < len(nested):
-            key, i = read_varint(nested, i)
-            if key & 7 != 0:
-                return None  # not the MessageIdData we know
-            value, i = read_varint(nested, i)
-            if key >> 3 == 1:
-                ledger = value
-            elif key >> 3 == 2:
-                entry = value
+        inner = {f: v for f, v in fields(nested) if isinstance(v, int)}
     except ValueError:
         return None
-    return None if ledger is None or entry is None else (ledger, entry)
-
-
-def _field_bytes(buf: bytes, wanted: int) -> bytes | None:
-    """The value of length-delimited field ``wanted`` at the top level of ``buf``."""
-    i = 0
-    while i < len(buf):
-        key, i = read_varint(buf, i)
-        field_no, wire = key >> 3, key & 7
-        if wire == 0:
-            _, i = read_varint(buf, i)
-        elif wire == 2:
-            n, i = read_varint(buf, i)
-            if field_no == wanted:
-                return buf[i:i + n]
-            i += n
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            return None
-    return None
+    if 1 not in inner or 2 not in inner:
+        return None
+    return inner[1], inner[2]
