@@ -36,6 +36,9 @@ def test_tiny_e2e_run_reports_lag_and_no_loss() -> None:
     assert out["mapping"]["pairs_wrong"] == 0
     assert out["mapping"]["pairs_unmapped"] == 0
     assert out["mapping"]["entries_per_s"] > 0
+    # Where each mapping batch's time went, by process group.
+    for b in out["mapping"]["per_batch"]:
+        assert b["cpu_s"].keys() >= {"driver", "spark jvm", "python workers"}
     lag = out["lag"]
     assert lag["samples_s"], "no source ack reached the target"
     assert lag["count"] == len(lag["samples_s"])

@@ -141,6 +141,9 @@ class RecordingMetrics(Metrics):
         super().__init__()
         self.rec = _Recorded()
         self._rec_lock = threading.Lock()
+        #: Set by the bench: CPU is then sampled at the end of every mapping batch.
+        self.cpu: CpuSampler | None = None
+        self.cpu_after_mapping_batch: list[dict[str, float]] = []
 
     def record_entries_ingested(self, cluster: str, count: int) -> None:
         super().record_entries_ingested(cluster, count)
@@ -149,8 +152,11 @@ class RecordingMetrics(Metrics):
 
     def observe_batch(self, query: str, seconds: float) -> None:
         super().observe_batch(query, seconds)
+        sample = self.cpu.sample() if self.cpu is not None and query == "mapping" else None
         with self._rec_lock:
             self.rec.batches.append((time.monotonic(), query, seconds))
+            if sample is not None:
+                self.cpu_after_mapping_batch.append(sample)
 
     def observe_progress(self, progress: Mapping[str, Any], query: str | None = None) -> None:
         super().observe_progress(progress, query)
@@ -990,6 +996,7 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     say("mapping the backlog")
     cpu = CpuSampler({c: sandbox.brokers[c].pid for c in (sandbox.source, sandbox.target)})
     cpu0 = cpu.sample()
+    metrics.cpu = cpu
     t0 = time.monotonic()
     t0_wall = time.time()
     job = start_job(config, spark=spark, metrics=metrics, emitter=_emitter(sandbox, config))
@@ -1018,6 +1025,7 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                                              sync_progress)
     mapping = _mapping_result(sandbox, config, metrics, timed_mapping, backlog, bulk + live,
                               t0, covered_at, progress)
+    _attach_batch_cpu(mapping["per_batch"], cpu0, metrics.cpu_after_mapping_batch)
     first_trigger = _first_trigger_after(progress, t0_wall)
     warm = [b for b in mapping["per_batch"] if b["batch_id"] and b["trigger_ms"]]
     warm_rows_s = (sum(b["rows"] for b in warm) / (sum(b["trigger_ms"] for b in warm) / 1000)
@@ -1029,6 +1037,22 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                    cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
                    reader_alone=alone, **_cpu_shares(cpu_mapping, backlog.entries))
     return mapping, steady, lag
+
+
+def _attach_batch_cpu(per_batch: list[dict[str, Any]], start: Mapping[str, float],
+                      after: list[dict[str, float]]) -> None:
+    """CPU-s of each process group during each mapping batch (from the end of the one
+    before, or the job's start), so where a batch's time goes is in the report itself.
+    The sink samples at the end of each batch, in order; attached only when the count
+    matches the batches reported, never guessed. A process that exits within a batch
+    takes its CPU time out of its group's figure."""
+    if len(after) < len(per_batch) or [b["batch_id"] for b in per_batch] != list(
+            range(len(per_batch))):
+        return  # a batch without rows is not in per_batch: the order would not match
+    before = dict(start)
+    for b, sample in zip(per_batch, after, strict=False):
+        b["cpu_s"] = CpuSampler.diff(before, sample)
+        before = sample
 
 
 def _cpu_shares(cpu: Mapping[str, float], entries: int) -> dict[str, float | None]:
