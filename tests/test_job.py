@@ -166,3 +166,30 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
     assert out.returncode == 0, out.stderr
     assert "Setting default log level" not in out.stderr
     assert "setLogLevel" not in out.stderr
+
+
+def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
+    from cursorsync.errors import CursorSyncError
+    from cursorsync.job import query_failure
+
+    # What StreamingQueryException says when read() raised one of ours (captured from
+    # pyspark 4.2, trimmed): the worker's traceback, then Spark's own lines.
+    spark_text = (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most "
+        "recent call last):\n"
+        '  File "/x/cursorsync/sources/entries.py", line 582, in read_entries\n'
+        "    raise EntriesReadError(\n"
+        "cursorsync.sources.entries.EntriesReadError: cluster B topic t range (0:1..0:3]: "
+        "entry 0:3 is the last chunk of a chunked message\n"
+        "\n"
+        "=== Streaming Query ===\n"
+        "Identifier: cursorsync-mapping [id = 1, runId = 2]\n"
+    )
+    err = query_failure("cursorsync-mapping", spark_text)
+    assert isinstance(err, CursorSyncError)  # the CLI prints "error: ..." and exits 2
+    assert str(err) == ("query cursorsync-mapping failed: cluster B topic t range "
+                        "(0:1..0:3]: entry 0:3 is the last chunk of a chunked message "
+                        "[EntriesReadError]")
+    # Not one of ours: the first line of what Spark says.
+    other = query_failure("cursorsync-sync", "java.lang.OutOfMemoryError: heap\n\tat x.y(z)")
+    assert str(other) == "query cursorsync-sync failed: java.lang.OutOfMemoryError: heap"

@@ -449,11 +449,13 @@ class MappingResult:
 def _wait_mapped(metrics: RecordingMetrics, want: Mapping[str, int], timeout_s: float,
                  job: Any) -> float:
     """Until the mapping query ingested ``want`` rows per cluster; returns when (monotonic)."""
+    from cursorsync.job import query_failure
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for q in job.queries:
             if q.exception() is not None:
-                raise BenchError(f"query {q.name} failed: {q.exception()}")
+                raise BenchError(str(query_failure(q.name, q.exception())))
         if all(metrics.ingested(c) >= n for c, n in want.items()):
             rec = metrics.snapshot()
             totals = dict.fromkeys(want, 0)

@@ -214,7 +214,7 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
     ``crash_sync_batch``: kill the sync query in that batch after emitting and
     before writing its tables, then start the job again from its checkpoint.
     """
-    from cursorsync.job import start_job
+    from cursorsync.job import QueryFailedError, start_job
     from cursorsync.sandbox import ReplicatorOptions, Sandbox, SandboxConfig
     from cursorsync.sandbox.workload import WorkloadSpec, run_workload
 
@@ -252,7 +252,7 @@ def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = Fal
                     try:
                         job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
                         synced = _caught_up(job, config)
-                    except RuntimeError as err:
+                    except QueryFailedError as err:
                         if "injected crash" not in str(err) or restarts:
                             raise
                         log.warning("the sync query died (%s): restarting from its checkpoint",

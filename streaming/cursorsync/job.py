@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ import pyarrow as pa
 
 from cursorsync.builder import BuilderConfig, MappingBuilder
 from cursorsync.config import Config
+from cursorsync.errors import CursorSyncError
 from cursorsync.mapping import TopicMapping
 from cursorsync.metrics import Metrics
 from cursorsync.positions import Position
@@ -454,7 +456,7 @@ class RunningJob:
         while time.monotonic() < deadline:
             for q in self.queries:
                 if q.exception() is not None:
-                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+                    raise query_failure(q.name, q.exception())
             status = self.queries[0].status
             # Idle once it has run a trigger (before that, its status says neither, too): a
             # job restarted from its checkpoint with nothing new runs no mapping batch at all.
@@ -575,6 +577,28 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server, poller)
 
 
+class QueryFailedError(CursorSyncError):
+    """A streaming query stopped with an error; the CLI prints its message."""
+
+
+#: Our error as a Python worker's traceback in a Spark exception ends it: "module.Error: text".
+_OUR_ERROR = re.compile(r"^cursorsync(?:\.\w+)+\.(\w+): (.+)$", re.MULTILINE)
+
+
+def query_failure(name: str, exc: Any) -> QueryFailedError:
+    """An operator's message for a failed query: Spark's exception text carries the worker's
+    whole traceback, so the last error of ours in it is what is said (its type in
+    brackets); otherwise the text's first line. The full text goes to the log."""
+    text = str(exc)
+    log.error("query %s failed: %s", name, text)
+    ours = _OUR_ERROR.findall(text)
+    if ours:
+        kind, message = ours[-1]
+        return QueryFailedError(f"query {name} failed: {message} [{kind}]")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
+    return QueryFailedError(f"query {name} failed: {first}")
+
+
 def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None = None,
             stop_event: threading.Event | None = None) -> None:
     """The main job: run until stopped (Ctrl-C, the event) or, with ``once``, two batches."""
@@ -587,7 +611,7 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
         while not (stop_event and stop_event.is_set()):
             for q in job.queries:
                 if q.exception() is not None:
-                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+                    raise query_failure(q.name, q.exception())
             time.sleep(1)
     except KeyboardInterrupt:
         log.warning("interrupted: stopping both queries")
