@@ -131,3 +131,26 @@ def test_snapshot_evidence_is_refused_not_ignored() -> None:
 
     with pytest.raises(ConfigError, match="snapshot"):
         BuilderConfig("A", "B", ("position-property", "snapshot"))
+
+
+def test_holes_unacked_claims_no_skippable_and_a_chunked_message_stays_unmapped() -> None:
+    """evidence.holes unacked: skipped ids (chunks, here 9:1-9:2) are never skippable, and
+    the chunked message handed on without evidence (9:3) is never paired: nothing of it is
+    acked on the target, so after a failover it comes again whole."""
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity"),
+                                     claim_holes=False))
+    out = b.process(rows([
+        ("A", 1, 0, None, "m0"), ("A", 1, 3, None, None),   # the source's chunked message
+        ("B", 9, 0, None, "m0"), ("B", 9, 3, None, None),   # its replica: no stamp, no digest
+        ("B", 9, 4, "1:4", "m4"),
+    ]))
+    m = out.mappings[KEY]
+    assert len(m.skippable) == 0 and len(b.known[KEY].skippable) == 0
+    assert b.known[KEY].lookup(P("1:0")) == P("9:0")
+    assert b.known[KEY].lookup(P("1:4")) == P("9:4")
+    assert b.known[KEY].lookup(P("1:3")) is None
+    # The same stream with holes taken for markers claims the chunks (what the default
+    # refuses chunked messages for).
+    default = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    claimed = default.process(rows([("B", 9, 0, None, "m0"), ("B", 9, 3, None, None)]))
+    assert claimed.mappings[KEY].skippable.rows.tolist() == [[9, 1, 2]]

@@ -301,7 +301,8 @@ def test_bad_namespace_regex() -> None:
         ("topics.0.colour", "partitioned, subscriptions, topic"),
         ("namespaces.0.colour", "namespace, regex, subscriptions"),
         ("evidence.colour",
-         "alignment_window, identity_fields, identity_scope, source_position_property, strategies"),
+         "alignment_window, holes, identity_fields, identity_scope, source_position_property, "
+         "strategies"),
         ("emission.colour", "ack_batch_size, dry_run, mode, rewind_policy, "
                             "spread_across_executors, subscription_type"),
         ("tables.colour", "backend, path, storage_options"),

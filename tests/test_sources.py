@@ -940,29 +940,45 @@ def test_first_chunk_is_read_from_a_chunked_message_id_and_only_from_one() -> No
     assert first_chunk_of(pulsar.MessageId(-1, 58, 3, -1)) is None
 
 
+def _chunked(client: Any, broker: str, topic: str, **part: Any) -> tuple[Any, Any, Any]:
+    """A small message, then one of 6 MB (over pulsar-lite's 5 MB: sent in chunks), both
+    stamped; returns their ids and a partition reading both."""
+    from cursorsync.sources.entries import ClientSettings, EntriesPartition
+
+    p = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    small = p.send(b"small", properties={REPL: "7:1"})
+    big = p.send(b"x" * (6 * 1024 * 1024), properties={REPL: "7:2"})
+    p.close()
+    return small, big, EntriesPartition(
+        cluster="a", topic=topic, start="-1:-1", end=f"{big.ledger_id()}:{big.entry_id()}",
+        client=ClientSettings(broker), identity_fields=("payload",), identity=True,
+        per_entry=True, source_position_property=REPL, read_timeout_ms=10_000, **part)
+
+
 @pytest.mark.integration
 def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
         broker: str, client: Any) -> None:
     """Its chunks are entries the reader skips, which the builder takes for markers and the
     sync acks: a failover would then lose the message. Refused, naming the topic."""
-    from cursorsync.sources.entries import (
-        ClientSettings,
-        EntriesPartition,
-        EntriesReadError,
-        read_entries,
-    )
+    from cursorsync.sources.entries import EntriesReadError, read_entries
 
     topic = f"{NS}/chunky"
-    p = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
-    p.send(b"small")
-    big = p.send(b"x" * (6 * 1024 * 1024))  # over pulsar-lite's 5 MB: chunked
-    p.close()
-    part = EntriesPartition(cluster="a", topic=topic, start="-1:-1",
-                            end=f"{big.ledger_id()}:{big.entry_id()}",
-                            client=ClientSettings(broker), identity_fields=("payload",),
-                            identity=True, per_entry=True, source_position_property=REPL,
-                            read_timeout_ms=10_000)
+    _, big, part = _chunked(client, broker, topic)
     with pytest.raises(EntriesReadError, match=(
             rf"entry {big.ledger_id()}:{big.entry_id()} is the last chunk of a chunked "
             rf"message that starts at {big.ledger_id()}:1\..*remove {topic}")):
         list(read_entries(part))
+
+
+@pytest.mark.integration
+def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_evidence(
+        broker: str, client: Any) -> None:
+    """evidence.holes unacked: the read goes on; the chunked message has no stamp and no
+    digest, so the builder never pairs it (never acked on the target)."""
+    from cursorsync.sources.entries import arrow_batches, read_entries
+
+    small, big, part = _chunked(client, broker, f"{NS}/chunky-unmapped", chunked_unmapped=True)
+    rows = [r for b in arrow_batches(read_entries(part), COLS) for r in b.to_pylist()]
+    assert [(r["entry"], r["source_position"]) for r in rows] == [
+        (small.entry_id(), "7:1"), (big.entry_id(), None)]
+    assert rows[1]["entry_identity"] is None and rows[1]["identity"] is None

@@ -15,7 +15,8 @@ the configured order:
 Skippable target entries are the holes in the target reader's stream (ids it
 never returned: markers). Holes are only claimed between entries the reader
 returned, never after the last one, since a reader cannot see the end of a
-ledger. Chunked messages would also leave holes; see the README's limits.
+ledger. Chunked messages also leave holes: with ``claim_holes`` off (config
+``evidence.holes: unacked``) no hole is claimed; see the README's limits.
 
 The builder's state (last position seen, pending identity entries) is a
 plain JSON document saved per Spark batch, so a replayed batch starts from
@@ -107,6 +108,9 @@ class BuilderConfig:
     target_cluster: str
     strategies: tuple[Evidence, ...] = ("position-property", "identity")
     alignment_window: int = 10_000
+    #: Take the ids a target reader skips for markers (skippable). Off (config
+    #: ``evidence.holes: unacked``): they are never acked, for topics with chunks.
+    claim_holes: bool = True
 
     def __post_init__(self) -> None:
         for s in self.strategies:
@@ -186,7 +190,7 @@ class MappingBuilder:
         tl = tgt.column("ledger").to_numpy()
         te = tgt.column("entry").to_numpy()
 
-        skippable = holes(tl, te, previous=st.last_target)
+        skippable = holes(tl, te, previous=st.last_target) if cfg.claim_holes else Runs()
         if len(tl):
             st.last_target = Position(int(tl[-1]), int(te[-1]))
 

@@ -74,6 +74,7 @@ DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
 IdentityScope = Literal["all", "batched"]
+Holes = Literal["markers", "unacked"]
 IdentityField = Literal[
     "producer_name",
     "publish_time",
@@ -324,6 +325,13 @@ class EvidenceConfig(_Section):
     #: stream then hands on only batched entries. An unbatched replica without the
     #: stamp stays unmapped (a duplicate after failover, never a loss).
     identity_scope: IdentityScope = "all"
+    #: What entry ids a target reader skips are. ``markers``: broker markers, acked when
+    #: the entry before them is (the target's markDeletePosition advances); a chunked
+    #: message (its first chunks are skipped ids too) then fails the mapping query.
+    #: ``unacked``: never acked, and a chunked message is never mapped, so it comes
+    #: again whole after failover: for topics with chunked messages, at the cost of a
+    #: target markDeletePosition that stays at the first skipped id.
+    holes: Holes = "markers"
 
     @model_validator(mode="after")
     def _scope_needs_both(self) -> Self:

@@ -211,6 +211,7 @@ class EntriesOptions:
     discovery_interval_ms: int
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
+    chunked_unmapped: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
@@ -257,6 +258,8 @@ class EntriesOptions:
             or DEFAULT_ENTRIES_PER_TASK,
             ranges_per_task=o.get_int("rangesPerTask", DEFAULT_RANGES_PER_TASK, minimum=1)
             or DEFAULT_RANGES_PER_TASK,
+            chunked_unmapped=o.choice("chunkedMessages", ("refuse", "unmapped"), "refuse")
+            == "unmapped",
         )
 
 
@@ -303,6 +306,8 @@ class EntriesPartition(InputPartition):
     receiver_queue_size: int = 1000
     identity_batched_only: bool = False
     identity_rows_only: bool = False
+    #: A chunked message: fail the read (False), or hand it on without evidence (True).
+    chunked_unmapped: bool = False
 
     def queue_size(self) -> int:
         """The reader's receiver queue: as configured, but no larger than the range needs.
@@ -390,7 +395,10 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     other fields are only extracted where a selected column or the digest needs them.
     """
     prop = part.source_position_property
-    identity = part.identity and (entry.batched or not part.identity_batched_only)
+    # A chunked message carries no evidence (chunkedMessages=unmapped): it is never mapped,
+    # so never acked on the target, and comes again whole after a failover.
+    identity = (part.identity and not entry.chunked
+                and (entry.batched or not part.identity_batched_only))
     if part.identity_rows_only and not identity:
         return []  # an entry identity evidence will not use: no row at all
     per_entry = part.per_entry
@@ -415,18 +423,22 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
         return []
     size = len(entry.messages)
     ledger, entry_id = entry.pos
+
+    def stamp(props: dict[str, str]) -> str | None:
+        return None if entry.chunked else props.get(prop)
+
     out: list[Row] = []
     for mid, f, props, d in rows:
         if f is None:
             out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
-                        size, None, None, None, props, None, None, props.get(prop), d, edigest,
+                        size, None, None, None, props, None, None, stamp(props), d, edigest,
                         None))
             continue
         okey = f[5]
         out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
             mid.batch_index(), size, f[0], f[2], f[3], props, f[4],
-            None if okey is None else okey.decode(), props.get(prop), d, edigest, len(f[7]),
+            None if okey is None else okey.decode(), stamp(props), d, edigest, len(f[7]),
         ))
     return out
 
@@ -435,13 +447,14 @@ class _Entry:
     """The messages of one entry read so far, each batch index once (a plain class: one is
     made per entry read)."""
 
-    __slots__ = ("_seen", "batched", "ids", "messages", "pos", "size")
+    __slots__ = ("_seen", "batched", "chunked", "ids", "messages", "pos", "size")
 
     def __init__(self, pos: tuple[int, int], size: int | None, mid: Any, msg: Any,
                  index: int) -> None:
         self.pos = pos
         self.size = size
         self.batched = index >= 0
+        self.chunked = False  # a chunked message's last chunk, handed on without evidence
         self.ids = [mid]
         self.messages = [msg]
         self._seen = {index}
@@ -579,15 +592,17 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 done_to = current.pos
                 yielded.add(done_to)
             index = mid.batch_index()
-            if index < 0 and (first := first_chunk_of(mid)) is not None:
+            first = first_chunk_of(mid) if index < 0 else None
+            if first is not None and not part.chunked_unmapped:
                 raise EntriesReadError(
                     f"{where}: entry {pos[0]}:{pos[1]} is the last chunk of a chunked message "
                     f"that starts at {first[0]}:{first[1]}. cursorsync takes the entries a "
                     f"reader skips for markers and acks them on the target; a chunk acked "
                     f"there would lose its message after a failover, so it refuses topics "
-                    f"with chunked messages: remove {part.topic} from the configuration "
-                    f"(README, Limits)")
+                    f"with chunked messages: remove {part.topic} from the configuration, "
+                    f"or set evidence.holes: unacked (README, Limits)")
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index)
+            current.chunked = first is not None
         if current is not None:
             if current.size is not None and not current.complete:
                 raise EntriesReadError(
@@ -859,6 +874,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 receiver_queue_size=o.receiver_queue_size,
                 identity_batched_only=o.identity_batched_only,
                 identity_rows_only=o.identity_rows_only,
+                chunked_unmapped=o.chunked_unmapped,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
             )
