@@ -837,7 +837,7 @@ def _range(topic: int, start: str, end: str) -> Any:
        per_task=st.integers(1, 400), ranges_per_task=st.integers(1, 8))
 def test_ranges_are_packed_in_order_whole_and_within_the_bounds(
         sizes: list[int | None], per_task: int, ranges_per_task: int) -> None:
-    from cursorsync.sources.entries import pack_ranges, range_entries
+    from cursorsync.sources.entries import pack_ranges
 
     # None: a range that spans ledgers, of unknown size.
     ranges = [_range(i, "1:9", f"1:{9 + n}") if n is not None else _range(i, "1:9", "2:3")
@@ -847,12 +847,12 @@ def test_ranges_are_packed_in_order_whole_and_within_the_bounds(
     for t in tasks:
         assert t.ranges
         if len(t.ranges) > 1:
-            counts = [range_entries(r) for r in t.ranges]
+            counts = [r.entry_count() for r in t.ranges]
             assert None not in counts and len(counts) <= ranges_per_task
             assert sum(counts) <= per_task  # type: ignore[arg-type]
     # Greedy: two neighbouring tasks could not have been one.
     for a, b in itertools.pairwise(tasks):
-        counts = [range_entries(r) for r in a.ranges + b.ranges]
+        counts = [r.entry_count() for r in a.ranges + b.ranges]
         assert (None in counts or sum(counts) > per_task  # type: ignore[arg-type]
                 or len(counts) > ranges_per_task
                 or any(c >= per_task for c in counts))  # type: ignore[operator]

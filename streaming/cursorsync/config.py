@@ -333,6 +333,11 @@ class EvidenceConfig(_Section):
     #: target markDeletePosition that stays at the first skipped id.
     holes: Holes = "markers"
 
+    @property
+    def holes_are_markers(self) -> bool:
+        """Skipped target ids are acked as markers; chunked messages are then refused."""
+        return self.holes == "markers"
+
     @model_validator(mode="after")
     def _scope_needs_both(self) -> Self:
         if self.identity_scope == "batched" and not {"position-property", "identity"} <= set(

@@ -158,7 +158,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,
-            "chunkedMessages": "refuse" if config.evidence.holes == "markers" else "unmapped",
+            "chunkedMessages": "refuse" if config.evidence.holes_are_markers else "unmapped",
             # The source side is read for identity evidence only: rows without a digest
             # would be dropped by the builder anyway.
             "identityRowsOnly": str(side == "source").lower(),
@@ -194,7 +194,7 @@ class MappingSink:
         self.builder = MappingBuilder(BuilderConfig(
             config.source.name, config.target.name, tuple(config.evidence.strategies),
             config.evidence.alignment_window,
-            claim_holes=config.evidence.holes == "markers"))
+            claim_holes=config.evidence.holes_are_markers))
         self._batch: int | None = None
         self.last_batch: int = -1
 

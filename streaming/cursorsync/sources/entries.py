@@ -309,23 +309,22 @@ class EntriesPartition(InputPartition):
     #: A chunked message: fail the read (False), or hand it on without evidence (True).
     chunked_unmapped: bool = False
 
+    def entry_count(self) -> int | None:
+        """Entries in (start, end] when both are in one ledger; None when it spans ledgers
+        (the driver does not know how many entries each holds)."""
+        start, end = Position.parse(self.start), Position.parse(self.end)
+        return end.entry - start.entry if start.ledger == end.ledger else None
+
     def queue_size(self) -> int:
         """The reader's receiver queue: as configured, but no larger than the range needs.
 
         A reader is fed up to its queue size past ``end`` (discarded), so a small range
         gets a small queue; within one ledger the range's entry count is known.
         """
-        start, end = Position.parse(self.start), Position.parse(self.end)
-        if start.ledger != end.ledger:
+        n = self.entry_count()
+        if n is None:
             return self.receiver_queue_size
-        return min(self.receiver_queue_size, max(end.entry - start.entry, DEFAULT_RECEIVER_QUEUE))
-
-
-def range_entries(part: EntriesPartition) -> int | None:
-    """Entries in (start, end] when both are in one ledger; None when it spans ledgers (the
-    driver does not know how many entries each holds)."""
-    start, end = Position.parse(part.start), Position.parse(part.end)
-    return end.entry - start.entry if start.ledger == end.ledger else None
+        return min(self.receiver_queue_size, max(n, DEFAULT_RECEIVER_QUEUE))
 
 
 @dataclass(frozen=True)
@@ -350,7 +349,7 @@ def pack_ranges(ranges: Sequence[EntriesPartition], entries_per_task: int,
     current: list[EntriesPartition] = []
     size = 0
     for r in ranges:
-        n = range_entries(r)
+        n = r.entry_count()
         big = n is None or n >= entries_per_task
         if current and (big or size + (n or 0) > entries_per_task
                         or len(current) >= ranges_per_task):
@@ -423,22 +422,21 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
         return []
     size = len(entry.messages)
     ledger, entry_id = entry.pos
-
-    def stamp(props: dict[str, str]) -> str | None:
-        return None if entry.chunked else props.get(prop)
-
+    chunked = entry.chunked
     out: list[Row] = []
     for mid, f, props, d in rows:
         if f is None:
             out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
-                        size, None, None, None, props, None, None, stamp(props), d, edigest,
+                        size, None, None, None, props, None, None,
+                        None if chunked else props.get(prop), d, edigest,
                         None))
             continue
         okey = f[5]
         out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
             mid.batch_index(), size, f[0], f[2], f[3], props, f[4],
-            None if okey is None else okey.decode(), stamp(props), d, edigest, len(f[7]),
+            None if okey is None else okey.decode(),
+            None if chunked else props.get(prop), d, edigest, len(f[7]),
         ))
     return out
 
@@ -450,11 +448,11 @@ class _Entry:
     __slots__ = ("_seen", "batched", "chunked", "ids", "messages", "pos", "size")
 
     def __init__(self, pos: tuple[int, int], size: int | None, mid: Any, msg: Any,
-                 index: int) -> None:
+                 index: int, chunked: bool = False) -> None:
         self.pos = pos
         self.size = size
         self.batched = index >= 0
-        self.chunked = False  # a chunked message's last chunk, handed on without evidence
+        self.chunked = chunked  # a chunked message's last chunk, handed on without evidence
         self.ids = [mid]
         self.messages = [msg]
         self._seen = {index}
@@ -601,8 +599,8 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     f"there would lose its message after a failover, so it refuses topics "
                     f"with chunked messages: remove {part.topic} from the configuration, "
                     f"or set evidence.holes: unacked (README, Limits)")
-            current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index)
-            current.chunked = first is not None
+            current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
+                             chunked=first is not None)
         if current is not None:
             if current.size is not None and not current.complete:
                 raise EntriesReadError(
