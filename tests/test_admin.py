@@ -3,83 +3,16 @@
 from __future__ import annotations
 
 import copy
-import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from admin_stub import Reply, StubAdmin
 from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminConfig
 from cursorsync.pulsar.topics import TopicName
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    delay_s: float = 0.0
-    raw: bytes | None = None
-
-
-class StubAdmin:
-    """Serves canned replies per path; a list of replies is consumed in order (last repeats)."""
-
-    def __init__(self) -> None:
-        self.routes: dict[str, list[Reply]] = {}
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.required_token: str | None = None
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                stub.requests.append((self.path, dict(self.headers.items())))
-                if stub.required_token is not None and (
-                        self.headers.get("Authorization") != f"Bearer {stub.required_token}"):
-                    self._send(Reply(401, {"reason": "Authentication required"}))
-                    return
-                replies = stub.routes.get(self.path)
-                if not replies:
-                    self._send(Reply(404, {"reason": "Topic not found"}))
-                    return
-                reply = replies.pop(0) if len(replies) > 1 else replies[0]
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                self._send(reply)
-
-            def _send(self, reply: Reply) -> None:
-                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout tests)
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    def set(self, path: str, *replies: Reply) -> None:
-        self.routes[path] = list(replies)
-
-    def start(self) -> StubAdmin:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def stats_doc(lce: str, ledgers: list[tuple[int, int]], cursors: dict[str, tuple[str, str]],
@@ -255,3 +188,38 @@ def test_topic_names_and_paths() -> None:
     assert t.admin_path("internalStats") == BASE + "-partition-3/internalStats"
     assert str(TopicName.parse("events")) == "persistent://public/default/events"
     assert TopicName.parse("acme/orders/events") == TopicName.parse(T)
+
+
+def test_raw_entry_reads_the_marker_and_chunk_headers_only(stub: StubAdmin) -> None:
+    """Pulsar's header names (PersistentTopicsBase); a chunk's megabytes are not read."""
+    entry = T + "-partition-2"
+    path = "/admin/v2/persistent/acme/orders/events-partition-2/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"\x08\x01", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(2), Reply(raw=b"x" * 5_000_000, headers={
+        "X-Pulsar-chunk-id": "0", "X-Pulsar-num-chunks-from-msg": "3"}))
+    stub.set(path.format(3), Reply(raw=b"payload"))
+    stub.set(path.format(4), Reply(404, {"reason": "Message not found"}))
+    stub.set(path.format(5), Reply(raw=b"", headers={"X-Pulsar-marker-type": "snapshot"}))
+    with client(stub.url) as c:
+        marker = c.raw_entry(entry, 7, 1)
+        assert marker is not None and marker.is_marker and marker.marker_type == 10
+        chunk = c.raw_entry(entry, 7, 2)
+        assert chunk is not None and not chunk.is_marker
+        assert (chunk.chunk_id, chunk.num_chunks) == (0, 3)
+        plain = c.raw_entry(entry, 7, 3)
+        assert plain is not None and not plain.is_marker and plain.chunk_id is None
+        assert c.raw_entry(entry, 7, 4) is None
+        with pytest.raises(AdminError, match="X-Pulsar-marker-type is 'snapshot'"):
+            c.raw_entry(entry, 7, 5)
+
+
+def test_raw_entry_retries_5xx_and_names_the_entry(stub: StubAdmin) -> None:
+    path = BASE + "/ledger/7/entry/1"
+    stub.set(path, Reply(500, {"reason": "bookie down"}),
+             Reply(raw=b"", headers={"X-Pulsar-marker-type": "12"}))
+    with client(stub.url) as c:
+        got = c.raw_entry(T, 7, 1)
+        assert got is not None and got.marker_type == 12
+    stub.set(path, Reply(503, {"reason": "bookie down"}))
+    with client(stub.url) as c, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
+        c.raw_entry(T, 7, 1)

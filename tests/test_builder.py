@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pytest
 
 from cursorsync.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping import Runs
 from cursorsync.positions import Position
 from cursorsync.tables.rows import PartitionKey
 
@@ -149,8 +151,53 @@ def test_holes_unacked_claims_no_skippable_and_a_chunked_message_stays_unmapped(
     assert b.known[KEY].lookup(P("1:0")) == P("9:0")
     assert b.known[KEY].lookup(P("1:4")) == P("9:4")
     assert b.known[KEY].lookup(P("1:3")) is None
-    # The same stream with holes taken for markers claims the chunks (what the default
-    # refuses chunked messages for).
-    default = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
-    claimed = default.process(rows([("B", 9, 0, None, "m0"), ("B", 9, 3, None, None)]))
+    # The same stream with holes taken for markers unchecked claims the chunks (what
+    # evidence.holes markers refuses chunked messages for).
+    trusting = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    claimed = trusting.process(rows([("B", 9, 0, None, "m0"), ("B", 9, 3, None, None)]))
     assert claimed.mappings[KEY].skippable.rows.tolist() == [[9, 1, 2]]
+
+
+class FakeCheck:
+    """A hole check that knows which ids are markers; records what it was asked."""
+
+    def __init__(self, markers: set[tuple[int, int]]) -> None:
+        self.markers = markers
+        self.asked: list[dict[PartitionKey, list[list[int]]]] = []
+
+    def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        self.asked.append({k: r.rows.tolist() for k, r in candidates.items()})
+        out = {}
+        for key, runs in candidates.items():
+            kept = []
+            for lg, e, n in runs.rows.tolist():
+                k = 0
+                while k < n and (lg, e + k) in self.markers:
+                    k += 1
+                if k:
+                    kept.append((lg, e, k))
+            out[key] = Runs.of(*kept)
+        return out
+
+
+def test_verified_holes_claims_only_what_the_check_says_are_markers() -> None:
+    """evidence.holes verified: 9:1 is a marker, 9:2-9:3 the first chunks of a chunked
+    message whose last chunk (9:7) comes a batch later, 9:5 a marker again. Only the
+    markers are claimed, in the batch that finds them; the chunks never are."""
+    check = FakeCheck({(9, 1), (9, 5)})
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    out = b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 4, "1:4", "m4"),
+                          ("B", 9, 6, "1:6", "m6")]))
+    assert check.asked == [{KEY: [[9, 1, 3], [9, 5, 1]]}]
+    assert out.mappings[KEY].skippable.rows.tolist() == [[9, 1, 1], [9, 5, 1]]
+    out2 = b.process(rows([("B", 9, 7, None, None), ("B", 9, 8, "1:8", "m8")]))
+    assert len(check.asked) == 1  # 9:6 -> 9:7 -> 9:8 leaves no hole: nothing to ask
+    assert len(out2.mappings[KEY].skippable) == 0
+    assert b.known[KEY].skippable.rows.tolist() == [[9, 1, 1], [9, 5, 1]]
+
+
+def test_a_hole_check_answering_beyond_its_candidates_is_an_error() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)),
+                       hole_check=lambda c: {KEY: Runs.of((9, 1, 2))})
+    with pytest.raises(ValueError, match="not candidates"):
+        b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 2, "1:2", "m2")]))

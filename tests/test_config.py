@@ -450,3 +450,15 @@ def test_config_identity_fields_are_the_digest_fields() -> None:
     from cursorsync.identity import DEFAULT_IDENTITY_FIELDS
 
     assert get_args(IdentityField) == DEFAULT_IDENTITY_FIELDS
+
+
+def test_holes_default_is_verified_and_each_setting_says_what_it_does() -> None:
+    """verified: claims checked markers, chunked messages unmapped; markers: claims every
+    skipped id unchecked and refuses chunked messages; unacked: claims nothing."""
+    default = parse_config(MINIMAL).evidence
+    assert default.holes == "verified" and default.claims_holes and not default.refuses_chunked
+    trusting = parse_config(with_change("evidence.holes", "markers")).evidence
+    assert trusting.claims_holes and trusting.refuses_chunked
+    none = parse_config(with_change("evidence.holes", "unacked")).evidence
+    assert not none.claims_holes and not none.refuses_chunked
+    assert any("evidence.holes" in p for p in problems_of(with_change("evidence.holes", "guess")))

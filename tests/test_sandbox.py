@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from cursorsync.positions import MessageId, Position
@@ -433,3 +434,30 @@ def test_readers_through_the_proxy_are_not_subscriptions(sb: Sandbox) -> None:
     time.sleep(0.3)
     cursors = _get(sb, "B", f"{PREFIX}/fidelity/internalStats").json()["cursors"]
     assert not [name for name in cursors if name.startswith("reader-")]
+
+
+@pytest.mark.integration
+def test_verified_holes_never_claims_a_chunked_messages_chunks(sb: Sandbox) -> None:
+    """evidence.holes verified against a real broker's skipped ids: pulsar-lite chunks a
+    6 MB message, its reader skips the first chunks, and the admin API's raw-entry answer
+    for them carries no marker type, so nothing is claimed."""
+    from cursorsync.hole_check import AdminHoleCheck
+    from cursorsync.mapping import holes
+    from cursorsync.pulsar.admin import AdminClient, AdminConfig
+    from cursorsync.tables.rows import PartitionKey
+
+    topic = f"persistent://public/default/chunky-{uuid.uuid4().hex[:6]}"
+    sb.register_topic("B", topic)
+    p = sb.client("B").create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    ids = [p.send(b"a"), p.send(b"x" * (6 * 1024 * 1024)), p.send(b"b")]
+    p.close()
+    seen = [(i.ledger_id(), i.entry_id()) for i in ids]
+    assert seen[1][1] - seen[0][1] > 1  # the reader sees the chunked message at its last chunk
+    found = holes(*map(np.array, zip(*seen, strict=True)))
+    assert found.rows.tolist() == [[seen[0][0], seen[0][1] + 1, seen[1][1] - seen[0][1] - 1]]
+    key = PartitionKey(topic, -1)
+    with AdminClient(AdminConfig.from_urls(sb.admin_url("B"), token=TOKEN)) as admin:
+        check = AdminHoleCheck(admin)
+        assert check({key: found}) == {}
+        assert check.stats.requests == 1 and check.stats.not_markers == 1
+        assert admin.raw_entry(topic, seen[2][0], seen[2][1] + 1) is None  # past the end

@@ -15,8 +15,11 @@ the configured order:
 Skippable target entries are the holes in the target reader's stream (ids it
 never returned: markers). Holes are only claimed between entries the reader
 returned, never after the last one, since a reader cannot see the end of a
-ledger. Chunked messages also leave holes: with ``claim_holes`` off (config
-``evidence.holes: unacked``) no hole is claimed; see the README's limits.
+ledger. Chunked messages also leave holes (their chunks before the last), so a
+hole is only a candidate: a :data:`HoleCheck` (config ``evidence.holes:
+verified``, :mod:`cursorsync.hole_check`) keeps the ones the target says are
+markers; without one (``markers``) every candidate is claimed; with
+``claim_holes`` off (``unacked``) none is. See the README's limits.
 
 The builder's state (last position seen, pending identity entries) is a
 plain JSON document saved per Spark batch, so a replayed batch starts from
@@ -26,7 +29,8 @@ exactly the state its first run started from.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +54,9 @@ from cursorsync.tables.rows import PartitionKey
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+
+#: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
+HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
 
 
 @dataclass
@@ -130,13 +137,18 @@ class BatchOutcome:
     conflicts: int
     given_up_target: int
     given_up_source: int
+    #: Entry ids the target reader skipped (hole candidates), and those claimed skippable.
+    skipped_ids: int = 0
+    skipped_claimed: int = 0
 
 
 class MappingBuilder:
     """Turns batches of entry rows into mapping deltas; keeps the mapping it has built."""
 
-    def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
+                 hole_check: HoleCheck | None = None) -> None:
         self.config = config
+        self.hole_check = hole_check
         self._parts: dict[PartitionKey, _PartitionState] = {}
         self.known: dict[PartitionKey, TopicMapping] = {}
         if state is not None:
@@ -168,19 +180,43 @@ class MappingBuilder:
             return BatchOutcome(out, 0, 0, 0, 0, 0)
         entries = _first_row_per_entry(rows)
         keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+        candidates: dict[PartitionKey, Runs] = {}
         for topic, part in zip(keys.column("topic").to_pylist(),
                                keys.column("partition").to_pylist(), strict=True):
             key = PartitionKey(topic, int(part))
             mask = pc.and_(pc.equal(entries.column("topic"), topic),
                            pc.equal(entries.column("partition"), part))
-            delta = self._partition(key, entries.filter(mask), totals)
+            delta = self._partition(key, entries.filter(mask), totals, candidates)
             if delta is not None:
                 out[key] = delta
+        claimed = self._claim(candidates, out)
         return BatchOutcome(out, entries.num_rows, totals["pairs"], totals["conflicts"],
-                            totals["gt"], totals["gs"])
+                            totals["gt"], totals["gs"],
+                            sum(int(r.rows[:, 2].sum()) for r in candidates.values()), claimed)
 
-    def _partition(self, key: PartitionKey, entries: pa.Table,
-                   totals: dict[str, int]) -> TopicMapping | None:
+    def _claim(self, candidates: dict[PartitionKey, Runs],
+               out: dict[PartitionKey, TopicMapping]) -> int:
+        """Claim the candidate holes the check keeps (all of them without a check);
+        returns how many entry ids were claimed."""
+        if not candidates:
+            return 0
+        claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
+        total = 0
+        for key, runs in claimed.items():
+            if not len(runs):
+                continue
+            if key not in candidates or len(runs.ranges() - candidates[key].ranges()):
+                raise ValueError(f"hole check answered for {key} with ids that were not "
+                                 f"candidates: {runs.rows.tolist()}")
+            known = self.known[key]
+            self.known[key] = replace(known, skippable=known.skippable.union(runs))
+            delta = out.get(key, TopicMapping())
+            out[key] = replace(delta, skippable=delta.skippable.union(runs))
+            total += int(runs.rows[:, 2].sum())
+        return total
+
+    def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
+                   candidates: dict[PartitionKey, Runs]) -> TopicMapping | None:
         cfg = self.config
         st = self._parts.setdefault(key, _PartitionState())
         known = self.known.get(key, TopicMapping())
@@ -190,7 +226,10 @@ class MappingBuilder:
         tl = tgt.column("ledger").to_numpy()
         te = tgt.column("entry").to_numpy()
 
-        skippable = holes(tl, te, previous=st.last_target) if cfg.claim_holes else Runs()
+        if cfg.claim_holes:
+            found = holes(tl, te, previous=st.last_target)
+            if len(found):
+                candidates[key] = found
         if len(tl):
             st.last_target = Position(int(tl[-1]), int(te[-1]))
 
@@ -255,11 +294,11 @@ class MappingBuilder:
             done = merged.source_ranges().contains_arrays(np.array(st.source.ledger, np.int64),
                                                           np.array(st.source.entry, np.int64))
             st.source.keep(~done)
-        self.known[key] = TopicMapping(merged, known.skippable.union(skippable),
-                                       known.foreign.union(foreign), known.unreplicated)
-        if not (len(segments) or len(skippable) or len(foreign)):
+        self.known[key] = TopicMapping(merged, known.skippable, known.foreign.union(foreign),
+                                       known.unreplicated)
+        if not (len(segments) or len(foreign)):
             return None
-        return TopicMapping(segments, skippable, foreign)
+        return TopicMapping(segments, Runs(), foreign)
 
     def _align(self, st: _PartitionState) -> tuple[tuple[np.ndarray, ...] | None, Runs, int]:
         """Pair pending entries by identity; age out what the window no longer holds."""

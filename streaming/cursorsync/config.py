@@ -74,7 +74,7 @@ DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
 IdentityScope = Literal["all", "batched"]
-Holes = Literal["markers", "unacked"]
+Holes = Literal["verified", "markers", "unacked"]
 IdentityField = Literal[
     "producer_name",
     "publish_time",
@@ -325,17 +325,23 @@ class EvidenceConfig(_Section):
     #: stream then hands on only batched entries. An unbatched replica without the
     #: stamp stays unmapped (a duplicate after failover, never a loss).
     identity_scope: IdentityScope = "all"
-    #: What entry ids a target reader skips are. ``markers``: broker markers, acked when
-    #: the entry before them is (the target's markDeletePosition advances); a chunked
-    #: message (its first chunks are skipped ids too) then fails the mapping query.
-    #: ``unacked``: never acked, and a chunked message is never mapped, so it comes
-    #: again whole after failover: for topics with chunked messages, at the cost of a
-    #: target markDeletePosition that stays at the first skipped id.
-    holes: Holes = "markers"
+    #: What to do with the entry ids a target reader skips: broker markers, or the
+    #: chunks of a chunked message before its last one. ``verified``: ask the target's
+    #: admin API (one raw-entry request per skipped id, stopping at a run's first
+    #: non-marker) and ack only markers, after the entry before them; chunked messages
+    #: are never mapped. ``markers``: take every skipped id for a marker, without
+    #: requests; a chunked message then fails the mapping query, possibly after its
+    #: first chunks were acked. ``unacked``: ack none, map no chunked message.
+    holes: Holes = "verified"
 
     @property
-    def holes_are_markers(self) -> bool:
-        """Skipped target ids are acked as markers; chunked messages are then refused."""
+    def claims_holes(self) -> bool:
+        """Skipped target ids may be acked as markers (checked or not)."""
+        return self.holes != "unacked"
+
+    @property
+    def refuses_chunked(self) -> bool:
+        """A chunked message fails the read: with ``markers``, its chunks may be claimed."""
         return self.holes == "markers"
 
     @model_validator(mode="after")

@@ -35,7 +35,7 @@ from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
-from cursorsync.builder import BuilderConfig, MappingBuilder
+from cursorsync.builder import BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.config import Config
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping import TopicMapping
@@ -158,7 +158,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,
-            "chunkedMessages": "refuse" if config.evidence.holes_are_markers else "unmapped",
+            "chunkedMessages": "refuse" if config.evidence.refuses_chunked else "unmapped",
             # The source side is read for identity evidence only: rows without a digest
             # would be dropped by the builder anyway.
             "identityRowsOnly": str(side == "source").lower(),
@@ -185,7 +185,8 @@ class MappingSink:
     """foreachBatch of the mapping query: builder + idempotent append + per-batch state."""
 
     def __init__(self, config: Config, store: TableStore, state_dir: Path,
-                 metrics: Metrics | None) -> None:
+                 metrics: Metrics | None, hole_check: HoleCheck | None = None) -> None:
+        """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``)."""
         self.config = config
         self.store = store
         self.state_dir = state_dir
@@ -194,7 +195,7 @@ class MappingSink:
         self.builder = MappingBuilder(BuilderConfig(
             config.source.name, config.target.name, tuple(config.evidence.strategies),
             config.evidence.alignment_window,
-            claim_holes=config.evidence.holes_are_markers))
+            claim_holes=config.evidence.claims_holes), hole_check=hole_check)
         self._batch: int | None = None
         self.last_batch: int = -1
 
@@ -206,7 +207,7 @@ class MappingSink:
         if self._batch == batch_id - 1:
             return
         prev = self._state_file(batch_id - 1)
-        builder = MappingBuilder(self.builder.config)
+        builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check)
         if prev.exists():
             builder.load_state(json.loads(prev.read_text()))
         elif batch_id > 0:
@@ -242,10 +243,13 @@ class MappingSink:
                 self.metrics.record_entries_ingested(cluster, n)
             segs = sum(len(m.segments) for m in outcome.mappings.values())
             self.metrics.record_segments_written(segs)
+            self.metrics.record_skipped_ids(outcome.skipped_claimed,
+                                            outcome.skipped_ids - outcome.skipped_claimed)
             self.metrics.observe_batch("mapping", time.perf_counter() - t0)
-        log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up",
+        log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
+                 "%d of %d skipped target ids claimed as markers",
                  batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
-                 outcome.given_up_target)
+                 outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids)
 
 
 def _empty(table: str) -> pa.Table:
@@ -559,7 +563,12 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
                   and config.emission.subscription_type in ("Exclusive", "Failover"))
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
                     target_reader(admin))
-    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics)
+    hole_check = None
+    if config.evidence.holes == "verified":
+        from cursorsync.hole_check import AdminHoleCheck
+
+        hole_check = AdminHoleCheck(admin, max_workers=config.target.max_concurrency)
+    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check)
     sync_sink = SyncSink(config, store, step, metrics)
     sync_sink.emit_mode = emit_mode
     trigger = f"{config.spark.trigger_interval_s} seconds"

@@ -99,6 +99,11 @@ class Metrics:
         self._segments_written = Counter(
             "cursorsync_segments_written", "Segments appended to the mappings table.",
             ["evidence"], registry=r)
+        self._skipped_ids = Counter(
+            "cursorsync_skipped_target_ids",
+            "Entry ids the target reader skipped: claimed (markers, acked after the entry "
+            "before them) or unclaimed (chunks and the like, never acked).",
+            ["outcome"], registry=r)
         self._sync_lag = Histogram(
             "cursorsync_sync_lag_seconds",
             "From observing a source cursor state to having acked it on the target.",
@@ -154,6 +159,11 @@ class Metrics:
     def record_segments_written(self, count: int, *, evidence: str = "position-property") -> None:
         """``count`` segments of one evidence kind were appended to the mappings table."""
         self._segments_written.labels(evidence=evidence).inc(_count(count, "count"))
+
+    def record_skipped_ids(self, claimed: int, unclaimed: int) -> None:
+        """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
+        self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
+        self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
 
     # ------------------------------------------------------------------ sync
 

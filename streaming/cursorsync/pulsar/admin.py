@@ -132,13 +132,23 @@ class AdminClient:
 
     # -- transport -------------------------------------------------------
 
-    def _once(self, path: str, what: str, topic: str | None) -> Any:
-        """One attempt over every base URL in turn; returns parsed JSON."""
+    def _once(self, path: str, what: str, topic: str | None,
+              read: Callable[[httpx.Response], Any] | None = None,
+              missing_ok: bool = False) -> Any:
+        """One attempt over every base URL in turn; returns ``read(response)`` of a 2xx
+        (default: the parsed JSON body), or None for a 404 when ``missing_ok``. ``read``
+        sees the response before its body is read, so it may take the headers alone (a
+        raw entry can be megabytes)."""
         failures: list[str] = []
         for base in self.config.urls:
             url = base + path
             try:
-                resp = self._http.get(url)
+                with self._http.stream("GET", url) as resp:
+                    if resp.status_code < 300 and read is not None:
+                        return read(resp)
+                    resp.read()
+                    if resp.status_code == 404 and missing_ok:
+                        return None
             except httpx.TimeoutException as e:
                 failures.append(f"{url}: timed out after {self.config.timeout_s}s ({e!r})")
                 continue
@@ -168,7 +178,9 @@ class AdminClient:
             return parse_json(f"{what} ({url})", resp.content)
         raise _Retryable("; ".join(failures))
 
-    def get_json(self, path: str, what: str, topic: str | None = None) -> Any:
+    def get_json(self, path: str, what: str, topic: str | None = None,
+                 read: Callable[[httpx.Response], Any] | None = None,
+                 missing_ok: bool = False) -> Any:
         """GET with retries on transient failures; AdminError when they run out."""
         cfg = self.config
         retrying = Retrying(
@@ -178,7 +190,7 @@ class AdminClient:
             reraise=False,
         )
         try:
-            return retrying(self._once, path, what, topic)
+            return retrying(self._once, path, what, topic, read, missing_ok)
         except RetryError as e:
             last = e.last_attempt.exception()
             detail = last.message if isinstance(last, _Retryable) else repr(last)
@@ -216,6 +228,19 @@ class AdminClient:
         doc = self.get_json(namespace_admin_path(namespace, "partitioned"),
                             f"partitioned topic list of {namespace}")
         return parse_topic_list(namespace, doc)
+
+    def raw_entry(self, topic: str | TopicName, ledger: int, entry: int) -> RawEntry | None:
+        """What one stored entry is, from its metadata headers (None: no such entry).
+
+        Markers are never dispatched to readers, but this endpoint returns them, so it
+        is how a skipped id is told apart from the other ids readers skip (chunks).
+        """
+        t = _topic(topic)
+        path = t.admin_path(f"ledger/{int(ledger)}/entry/{int(entry)}")
+        what = f"entry {ledger}:{entry} of {t}"
+        found: RawEntry | None = self.get_json(path, what, read=lambda r: _raw_entry(what, r),
+                                               missing_ok=True)
+        return found
 
     def map_concurrently(self, fn: Callable[[TopicName], T],
                          topics: Iterable[str | TopicName]) -> dict[str, T]:
@@ -264,6 +289,38 @@ class AdminClient:
                 out.update([t.with_partition(i) for i in range(n)] if n > 0 else [t])
             out.update(t for t in listed if rx is None or rx.fullmatch(t.base.local))
         return sorted(out)
+
+
+@dataclass(frozen=True)
+class RawEntry:
+    """The headers of ``GET .../ledger/{l}/entry/{e}`` that say what an entry is."""
+
+    marker_type: int | None = None
+    chunk_id: int | None = None
+    num_chunks: int | None = None
+
+    @property
+    def is_marker(self) -> bool:
+        """Written by the broker for itself: never dispatched, so safe to ack."""
+        return self.marker_type is not None
+
+
+def _header_int(what: str, resp: httpx.Response, name: str) -> int | None:
+    value = resp.headers.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise AdminError(f"{what}: header {name} is {value!r}, not an integer") from None
+
+
+def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
+    # Headers only: the body (the payload, up to the broker's max message size) is
+    # left unread; leaving the stream closes that connection, a fair price per chunk.
+    return RawEntry(_header_int(what, resp, "X-Pulsar-marker-type"),
+                    _header_int(what, resp, "X-Pulsar-chunk-id"),
+                    _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"))
 
 
 def _topic(topic: str | TopicName) -> TopicName:

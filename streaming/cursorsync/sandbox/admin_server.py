@@ -10,6 +10,10 @@ Routes (``{t}`` tenant, ``{ns}`` namespace, ``{topic}`` local name):
   ledger's internal stats with ``cursors``.
 - ``GET /admin/v2/persistent/{t}/{ns}/{topic}/partitioned-internalStats`` ->
   ``{"metadata": {"partitions": N}, "partitions": {"<topic>-partition-i": {...}}}``.
+- ``GET /admin/v2/persistent/{t}/{ns}/{topic}/ledger/{l}/entry/{e}`` -> 200 with an
+  empty body and no marker header for any id up to the last one a reader has seen
+  (pulsar-lite writes no markers: an id its readers skip is a chunk), 404
+  ``{"reason": "Message not found"}`` past it. The payload is not served.
 
 Unknown topics answer 404 ``{"reason": "Topic not found"}``; with a token
 configured, a missing or wrong ``Authorization: Bearer`` answers 401.
@@ -28,6 +32,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +49,13 @@ from cursorsync.sandbox.state import (
 )
 
 ADMIN_PREFIX = "/admin/v2/persistent/"
+
+
+@dataclass(frozen=True)
+class RawEntryReply:
+    """A raw-entry answer: metadata headers, no JSON body."""
+
+    headers: dict[str, str]
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +244,9 @@ class AdminServer:
         parts = [unquote(p) for p in path[len(ADMIN_PREFIX) :].strip("/").split("/")]
         if len(parts) == 2:
             return 200, self.state.list_topics(parts[0], parts[1])
+        if len(parts) == 7 and parts[3] == "ledger" and parts[5] == "entry":
+            return _raw_entry_reply(self.state, f"persistent://{'/'.join(parts[:3])}",
+                                    Position(int(parts[4]), int(parts[6])))
         if len(parts) != 4:
             return 404, {"reason": "Not found"}
         tenant, namespace, local, op = parts
@@ -260,6 +275,15 @@ class AdminServer:
         return 404, {"reason": "Not found"}
 
 
+def _raw_entry_reply(state: ClusterState, topic: str, at: Position) -> tuple[int, Any]:
+    if not state.knows(topic):
+        return 404, {"reason": "Topic not found"}
+    entries = state.log(topic).refresh()
+    if not entries or at > Position(entries[-1].ledger, entries[-1].entry) or at.entry < 0:
+        return 404, {"reason": "Message not found"}
+    return 200, RawEntryReply({})
+
+
 def _make_handler(server: AdminServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -271,10 +295,14 @@ def _make_handler(server: AdminServer) -> type[BaseHTTPRequestHandler]:
                 status, body = server.handle_get(path, self.headers.get("Authorization"))
             except Exception as exc:  # a 500 with the cause, as the broker would answer
                 status, body = 500, {"reason": f"{type(exc).__name__}: {exc}"}
-            data = json.dumps(body).encode()
+            raw = isinstance(body, RawEntryReply)
+            data = b"" if raw else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type",
+                             "application/octet-stream" if raw else "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (body.headers.items() if raw else ()):
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
             self.log_message("%s %d %.1fms", path, status, (time.monotonic() - started) * 1e3)

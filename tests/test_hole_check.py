@@ -1,0 +1,119 @@
+"""Skipped target ids checked against the admin API: only markers are ever claimed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admin_stub import Reply, StubAdmin
+from cursorsync.builder import BuilderConfig, MappingBuilder
+from cursorsync.hole_check import AdminHoleCheck, leading_markers
+from cursorsync.mapping import Runs
+from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.tables.rows import PartitionKey
+
+MARKER = RawEntry(marker_type=10)
+CHUNK = RawEntry(chunk_id=0, num_chunks=2)
+MESSAGE = RawEntry()
+
+
+def test_leading_markers_stops_at_the_first_non_marker() -> None:
+    kinds = [MARKER, MARKER, CHUNK, MARKER]
+    asked: list[int] = []
+
+    def kind(i: int) -> RawEntry | None:
+        asked.append(i)
+        return kinds[i]
+
+    assert leading_markers(kind, 4) == 2
+    assert asked == [0, 1, 2]  # the marker after the chunk is never asked about
+    assert leading_markers(lambda i: None, 3) == 0  # an absent (trimmed) id is not claimed
+    assert leading_markers(lambda i: MARKER, 0) == 0
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def test_admin_hole_check_over_http(stub: StubAdmin) -> None:
+    """A partition's runs are checked on ``<topic>-partition-i``; markers (10, 12) kept."""
+    path = "/admin/v2/persistent/acme/orders/events-partition-1/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(2), Reply(raw=b"", headers={"X-Pulsar-marker-type": "12"}))
+    stub.set(path.format(3), Reply(raw=b"chunk", headers={"X-Pulsar-chunk-id": "0",
+                                                           "X-Pulsar-num-chunks-from-msg": "2"}))
+    stub.set(path.format(4), Reply(raw=b"", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(9), Reply(raw=b"", headers={"X-Pulsar-marker-type": "13"}))
+    key = PartitionKey("persistent://acme/orders/events", 1)
+    other = PartitionKey("persistent://acme/orders/events", 0)  # 404: nothing stored there
+    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+        check = AdminHoleCheck(admin, max_workers=4)
+        got = check({key: Runs.of((7, 1, 4), (7, 9, 1)), other: Runs.of((7, 1, 1))})
+    assert {k: r.rows.tolist() for k, r in got.items()} == {key: [[7, 1, 2], [7, 9, 1]]}
+    asked = sorted(p for p, _ in stub.requests)
+    p0 = "/admin/v2/persistent/acme/orders/events-partition-0/ledger/7/entry/1"
+    assert asked == sorted([path.format(i) for i in (1, 2, 3, 9)] + [p0])
+    assert (check.stats.requests, check.stats.markers, check.stats.not_markers) == (5, 3, 2)
+
+
+class FakeAdmin:
+    """raw_entry from a table of kinds; unknown ids are absent."""
+
+    def __init__(self, kinds: dict[tuple[int, int], RawEntry]) -> None:
+        self.kinds = kinds
+
+    def raw_entry(self, topic: TopicName, ledger: int, entry: int) -> RawEntry | None:
+        return self.kinds.get((ledger, entry))
+
+
+KEY = PartitionKey("persistent://public/default/t", -1)
+
+
+def target_rows(ids: list[int]) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "cluster": ["B"] * n, "topic": [KEY.topic] * n,
+        "partition": pa.array([-1] * n, pa.int32()),
+        "ledger": pa.array([5] * n, pa.int64()), "entry": pa.array(ids, pa.int64()),
+        "batch_index": pa.array([-1] * n, pa.int32()),
+        "source_position": pa.array([f"1:{i}" for i in ids], pa.string()),
+        "entry_identity": pa.array([None] * n, pa.binary()),
+    })
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["message", "marker", "chunk"]), min_size=1, max_size=60),
+       cuts=st.lists(st.integers(0, 60), max_size=6))
+def test_verified_claims_exactly_the_leading_markers_of_each_hole(
+        kinds: list[str], cuts: list[int]) -> None:
+    """Per-id oracle: an id is claimed iff it is a marker, lies between two ids the reader
+    returned (messages), and every skipped id before it in its hole is a marker, whatever
+    the batch boundaries. No chunk is ever claimed."""
+    table = {(5, i): {"message": MESSAGE, "marker": MARKER, "chunk": CHUNK}[k]
+             for i, k in enumerate(kinds)}
+    returned = [i for i, k in enumerate(kinds) if k == "message"]
+    check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
+    for lo, hi in pairwise(bounds):
+        b.process(target_rows(returned[lo:hi]))
+    known = b.known.get(KEY)
+    claimed = set() if known is None else {
+        e for _, first, n in known.skippable.rows.tolist() for e in range(first, first + n)}
+    expected = set()
+    for prev, nxt in pairwise(returned):
+        for i in range(prev + 1, nxt):
+            if kinds[i] != "marker":
+                break
+            expected.add(i)
+    assert claimed == expected
+    assert all(kinds[i] == "marker" for i in claimed)
