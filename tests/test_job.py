@@ -193,3 +193,66 @@ def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
     # Not one of ours: the first line of what Spark says.
     other = query_failure("cursorsync-sync", "java.lang.OutOfMemoryError: heap\n\tat x.y(z)")
     assert str(other) == "query cursorsync-sync failed: java.lang.OutOfMemoryError: heap"
+
+
+class _Rows:
+    """What foreachBatch hands the sink: a DataFrame, here only its Arrow table."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:  # pyspark's name
+        return self.table
+
+
+def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_replay(
+        tmp_path: Path) -> None:
+    """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
+    the batch and again when the sink restarts from the checkpoint's builder state."""
+    from cursorsync.config import parse_config
+    from cursorsync.job import MappingSink
+    from cursorsync.metrics import Metrics
+
+    asked: list[list[list[int]]] = []
+
+    def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        asked.append(candidates[KEY].rows.tolist())
+        return {KEY: Runs.of((9, 1, 1))} if asked[-1][0][:2] == [9, 1] else {}
+
+    config = parse_config({
+        "clusters": {"source": {"name": "A", "service_url": "pulsar://h:6650",
+                                "admin_url": "http://h:8080"},
+                     "target": {"name": "B", "service_url": "pulsar://h:6651",
+                                "admin_url": "http://h:8081"}},
+        "topics": [{"topic": KEY.topic, "subscriptions": ["billing"]}],
+        "evidence": {"strategies": ["position-property"]},
+        "tables": {"path": str(tmp_path / "tables")},
+        "spark": {"checkpoint_dir": str(tmp_path / "ckpt")}})
+    store = open_store("delta-rs", str(tmp_path / "tables"))
+    store.ensure_all()
+
+    def batch(entries: list[int]) -> _Rows:
+        n = len(entries)
+        return _Rows(pa.table({
+            "cluster": ["B"] * n, "topic": [KEY.topic] * n,
+            "partition": pa.array([KEY.partition] * n, pa.int32()),
+            "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
+            "batch_index": pa.array([-1] * n, pa.int32()),
+            "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
+            "entry_identity": pa.array([None] * n, pa.binary())}))
+
+    metrics = Metrics()
+    sink = MappingSink(config, store, tmp_path / "state", metrics, hole_check=check)
+    sink(batch([0, 3]), 0)
+    assert asked == [[[9, 1, 2]]]
+    rows = store.read("mappings")
+    skippable = [(r["target_ledger"], r["target_entry"], r["count"]) for r in rows.to_pylist()
+                 if r["kind"] == "skippable"]
+    assert skippable == [(9, 1, 1)]
+    sample = metrics.registry.get_sample_value
+    assert sample("cursorsync_skipped_target_ids_total", {"outcome": "claimed"}) == 1
+    assert sample("cursorsync_skipped_target_ids_total", {"outcome": "unclaimed"}) == 1
+    # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
+    again = MappingSink(config, store, tmp_path / "state", None, hole_check=check)
+    again(batch([4, 6]), 1)
+    assert asked[-1] == [[9, 5, 1]]
