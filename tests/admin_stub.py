@@ -25,12 +25,19 @@ class StubAdmin:
     def __init__(self) -> None:
         self.routes: dict[str, list[Reply]] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.client_ports: list[int] = []  # one port per connection: how many were opened
         self.required_token: str | None = None
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as brokers answer
+            # Headers and body go out in two writes: with Nagle on, the body would wait
+            # for the client's delayed ACK (40 ms) on a kept-alive connection.
+            disable_nagle_algorithm = True
+
             def do_GET(self) -> None:
                 stub.requests.append((self.path, dict(self.headers.items())))
+                stub.client_ports.append(self.client_address[1])
                 if stub.required_token is not None and (
                         self.headers.get("Authorization") != f"Bearer {stub.required_token}"):
                     self._send(Reply(401, {"reason": "Authentication required"}))

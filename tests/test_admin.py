@@ -223,3 +223,19 @@ def test_raw_entry_retries_5xx_and_names_the_entry(stub: StubAdmin) -> None:
     stub.set(path, Reply(503, {"reason": "bookie down"}))
     with client(stub.url) as c, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
         c.raw_entry(T, 7, 1)
+
+
+def test_raw_entry_keeps_the_connection_after_a_marker_not_after_a_chunk(
+        stub: StubAdmin) -> None:
+    """A marker's small body is drained so the next request reuses the connection (and
+    its TLS session); a chunk's megabytes are left unread and its connection dropped."""
+    path = BASE + "/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"m" * 40, headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(2), Reply(raw=b"x" * 5_000_000, headers={"X-Pulsar-chunk-id": "1"}))
+    with client(stub.url) as c:
+        for _ in range(3):
+            c.raw_entry(T, 7, 1)
+        assert len(set(stub.client_ports)) == 1
+        c.raw_entry(T, 7, 2)
+        c.raw_entry(T, 7, 1)
+    assert len(set(stub.client_ports)) == 2

@@ -315,9 +315,17 @@ def _header_int(what: str, resp: httpx.Response, name: str) -> int | None:
         raise AdminError(f"{what}: header {name} is {value!r}, not an integer") from None
 
 
+#: A raw entry's body up to this size is read (and dropped) to keep the connection.
+_DRAIN_BYTES = 64 * 1024
+
+
 def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
-    # Headers only: the body (the payload, up to the broker's max message size) is
-    # left unread; leaving the stream closes that connection, a fair price per chunk.
+    # The headers say what the entry is. A small body (a marker's) is drained so the
+    # connection (and its TLS session) is reused; a large one (a chunk, up to the
+    # broker's max message size) is left unread, which closes that connection.
+    size = resp.headers.get("Content-Length")
+    if size is not None and size.isdigit() and int(size) <= _DRAIN_BYTES:
+        resp.read()
     return RawEntry(_header_int(what, resp, "X-Pulsar-marker-type"),
                     _header_int(what, resp, "X-Pulsar-chunk-id"),
                     _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"))
