@@ -117,3 +117,13 @@ def test_verified_claims_exactly_the_leading_markers_of_each_hole(
             expected.add(i)
     assert claimed == expected
     assert all(kinds[i] == "marker" for i in claimed)
+
+
+def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
+    """Never a claim by guess: the mapping batch fails and is done again after a restart."""
+    from cursorsync.errors import AdminError
+
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    dead = AdminConfig.from_urls("http://127.0.0.1:9", attempts=2, backoff_initial_s=0.01)
+    with AdminClient(dead) as admin, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
+        AdminHoleCheck(admin)({key: Runs.of((7, 1, 1))})
