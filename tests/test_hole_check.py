@@ -31,10 +31,11 @@ def test_leading_markers_stops_at_the_first_non_marker() -> None:
         asked.append(i)
         return kinds[i]
 
-    assert leading_markers(kind, 4) == 2
+    assert leading_markers(kind, 4) == (2, CHUNK)  # and the chunk that cut the run short
     assert asked == [0, 1, 2]  # the marker after the chunk is never asked about
-    assert leading_markers(lambda i: None, 3) == 0  # an absent (trimmed) id is not claimed
-    assert leading_markers(lambda i: MARKER, 0) == 0
+    assert leading_markers(lambda i: None, 3) == (0, None)  # absent (trimmed): not claimed
+    assert leading_markers(lambda i: MARKER, 2) == (2, None)
+    assert leading_markers(lambda i: MARKER, 0) == (0, None)
 
 
 @pytest.fixture

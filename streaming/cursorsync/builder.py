@@ -192,7 +192,7 @@ class MappingBuilder:
         claimed = self._claim(candidates, out)
         return BatchOutcome(out, entries.num_rows, totals["pairs"], totals["conflicts"],
                             totals["gt"], totals["gs"],
-                            sum(int(r.rows[:, 2].sum()) for r in candidates.values()), claimed)
+                            sum(r.entry_count() for r in candidates.values()), claimed)
 
     def _claim(self, candidates: dict[PartitionKey, Runs],
                out: dict[PartitionKey, TopicMapping]) -> int:
@@ -212,7 +212,7 @@ class MappingBuilder:
             self.known[key] = replace(known, skippable=known.skippable.union(runs))
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
-            total += int(runs.rows[:, 2].sum())
+            total += runs.entry_count()
         return total
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
@@ -268,7 +268,7 @@ class MappingBuilder:
             if pairs_id is not None:
                 pairs.append(pairs_id)
             foreign = gt.union(Runs.from_positions(tl[undigested], te[undigested]))
-            totals["gt"] += int(gt.rows[:, 2].sum()) + int(undigested.sum())
+            totals["gt"] += gt.entry_count() + int(undigested.sum())
             totals["gs"] += gs
         elif rest.any():
             # Only the property is trusted: an entry without it did not come from the source.

@@ -36,22 +36,28 @@ log = logging.getLogger(__name__)
 __all__ = ["AdminHoleCheck", "HoleCheck", "HoleCheckStats", "leading_markers"]
 
 
-def leading_markers(kind: Callable[[int], RawEntry | None], count: int) -> int:
-    """How many entries from a run's start are markers; ``kind(i)`` looks up entry i."""
+def leading_markers(kind: Callable[[int], RawEntry | None],
+                    count: int) -> tuple[int, RawEntry | None]:
+    """How many entries from a run's start are markers, and what the first other one is
+    (None: absent, or none); ``kind(i)`` looks up entry i."""
     for i in range(count):
         raw = kind(i)
         if raw is None or not raw.is_marker:
-            return i
-    return count
+            return i, raw
+    return count, None
 
 
 @dataclass
 class HoleCheckStats:
     """Totals since start, for logs and metrics."""
 
-    requests: int = 0
     markers: int = 0
     not_markers: int = 0  # runs cut short: a chunk, an aborted-transaction entry, a trimmed id
+
+    @property
+    def requests(self) -> int:
+        """One per marker, one per run cut short."""
+        return self.markers + self.not_markers
 
 
 class AdminHoleCheck:
@@ -82,19 +88,11 @@ class AdminHoleCheck:
         topic = TopicName.parse(key.topic)
         if key.partition >= 0:
             topic = topic.with_partition(key.partition)
-        seen: list[RawEntry | None] = []
-
-        def kind(i: int) -> RawEntry | None:
-            seen.append(self.admin.raw_entry(topic, ledger, entry + i))
-            return seen[-1]
-
-        k = leading_markers(kind, count)
+        k, raw = leading_markers(lambda i: self.admin.raw_entry(topic, ledger, entry + i), count)
         with self._lock:
-            self.stats.requests += len(seen)
             self.stats.markers += k
             self.stats.not_markers += k < count
         if k < count:
-            raw = seen[-1]
             what = ("absent (trimmed?)" if raw is None else
                     f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None
                     else "not a marker")

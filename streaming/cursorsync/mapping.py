@@ -304,6 +304,9 @@ class Runs:
     def ranges(self) -> RangeSet:
         return RangeSet.entries(self.rows[:, 0], self.rows[:, 1], self.rows[:, 2])
 
+    def entry_count(self) -> int:
+        return int(self.rows[:, 2].sum())
+
     def union(self, other: Runs) -> Runs:
         r = self.ranges() | other.ranges()
         b = r.bounds

@@ -50,14 +50,12 @@ from cursorsync.sandbox.state import (
 
 ADMIN_PREFIX = "/admin/v2/persistent/"
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class RawEntryReply:
-    """A raw-entry answer: metadata headers, no JSON body."""
-
-    headers: dict[str, str]
-
-log = logging.getLogger(__name__)
+    """A raw-entry answer for an entry that is not a marker: no metadata headers, no body."""
 
 
 def _timestamp(epoch_s: float) -> str:
@@ -281,7 +279,7 @@ def _raw_entry_reply(state: ClusterState, topic: str, at: Position) -> tuple[int
     entries = state.log(topic).refresh()
     if not entries or at > Position(entries[-1].ledger, entries[-1].entry) or at.entry < 0:
         return 404, {"reason": "Message not found"}
-    return 200, RawEntryReply({})
+    return 200, RawEntryReply()
 
 
 def _make_handler(server: AdminServer) -> type[BaseHTTPRequestHandler]:
@@ -304,8 +302,6 @@ def _make_handler(server: AdminServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type",
                              "application/octet-stream" if raw else "application/json")
             self.send_header("Content-Length", str(len(data)))
-            for name, value in (body.headers.items() if raw else ()):
-                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
             self.log_message("%s %d %.1fms", path, status, (time.monotonic() - started) * 1e3)

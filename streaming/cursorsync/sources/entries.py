@@ -597,8 +597,9 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                     f"that starts at {first[0]}:{first[1]}. cursorsync takes the entries a "
                     f"reader skips for markers and acks them on the target; a chunk acked "
                     f"there would lose its message after a failover, so it refuses topics "
-                    f"with chunked messages: remove {part.topic} from the configuration, "
-                    f"or set evidence.holes: unacked (README, Limits)")
+                    f"with chunked messages under evidence.holes: markers: set evidence.holes: "
+                    f"verified (the default) or unacked, or remove {part.topic} from the "
+                    f"configuration (README, Limits)")
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
                              chunked=first is not None)
         if current is not None:
