@@ -56,6 +56,22 @@ def test_property_evidence_runs_holes_and_foreign() -> None:
     assert b.known[KEY].lookup(P("1:4")) == P("9:8")
 
 
+def test_stamps_parse_as_position_parse_does_and_a_malformed_one_stops_the_batch() -> None:
+    """The stamps are parsed column-wise; other spellings fall back to Position.parse."""
+    from cursorsync.errors import PositionFormatError
+
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    out = b.process(rows([("B", 9, 0, "1:0", None), ("B", 9, 1, " 1 : 1 ", None),
+                          ("B", 9, 2, "2:7", None), ("B", 9, 3, "999999999999999999:0", None)]))
+    assert [str(s) for s in out.mappings[KEY].segments] == [
+        "1:0+2->9:0 (position-property)", "2:7+1->9:2 (position-property)",
+        "999999999999999999:0+1->9:3 (position-property)"]
+    for bad, error in (("1:x", PositionFormatError), ("99999999999999999999:0", ValueError)):
+        with pytest.raises(error, match=bad):
+            MappingBuilder(BuilderConfig("A", "B", ("position-property",))).process(
+                rows([("B", 9, 0, "1:0", None), ("B", 9, 1, bad, None)]))
+
+
 def test_identity_evidence_pairs_and_never_guesses() -> None:
     b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
     out = b.process(rows([

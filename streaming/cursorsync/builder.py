@@ -234,13 +234,11 @@ class MappingBuilder:
             st.last_target = Position(int(tl[-1]), int(te[-1]))
 
         pairs: list[tuple[np.ndarray, ...]] = []
-        prop = tgt.column("source_position").to_pylist()
-        has_prop = np.array([p is not None for p in prop], dtype=bool)
+        prop = tgt.column("source_position")
+        has_prop = _valid(prop)
         if "position-property" in cfg.strategies and has_prop.any():
-            parsed = [Position.parse(p) for p in prop if p is not None]
-            pairs.append((np.array([p.ledger for p in parsed], np.int64),
-                          np.array([p.entry for p in parsed], np.int64),
-                          tl[has_prop], te[has_prop],
+            pl, pe = _stamp_positions(prop.drop_null())
+            pairs.append((pl, pe, tl[has_prop], te[has_prop],
                           np.full(int(has_prop.sum()), evidence_code("position-property"),
                                   np.int8)))
 
@@ -359,6 +357,23 @@ def _first_row_per_entry(rows: pa.Table) -> pa.Table:
         same &= k[1:] == k[:-1]
     first[1:] = ~same
     return t.filter(pa.array(first))
+
+
+#: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.
+_STAMP = r"^(?P<ledger>-?\d{1,18}):(?P<entry>-?\d{1,18})$"
+
+
+def _stamp_positions(stamps: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Source-position stamps (no nulls) -> ledger and entry arrays, in one pass over the
+    column (the target's stamped entries, most of a batch). Any other spelling goes
+    through :meth:`Position.parse`, which accepts what it accepts and names what not."""
+    parts = pc.extract_regex(stamps, _STAMP)
+    out = [np.array(pc.fill_null(pc.cast(pc.struct_field(parts, f), pa.int64()), 0)
+                    .to_numpy(), dtype=np.int64, copy=True) for f in ("ledger", "entry")]
+    for i in np.flatnonzero(~_valid(parts)).tolist():
+        p = Position.parse(stamps[i].as_py())
+        out[0][i], out[1][i] = p.ledger, p.entry
+    return out[0], out[1]
 
 
 def _valid(column: pa.ChunkedArray) -> np.ndarray:
