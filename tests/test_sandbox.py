@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cursorsync.positions import MessageId, Position
 from cursorsync.sandbox.proxy import (
@@ -461,3 +463,19 @@ def test_verified_holes_never_claims_a_chunked_messages_chunks(sb: Sandbox) -> N
         assert check({key: found}) == {}
         assert check.stats.requests == 1 and check.stats.not_markers == 1
         assert admin.raw_entry(topic, seen[2][0], seen[2][1] + 1) is None  # past the end
+
+
+@settings(max_examples=300, deadline=None)
+@given(ledgers=st.lists(st.integers(0, 6), min_size=0, max_size=4, unique=True),
+       per=st.integers(0, 5),
+       lo=st.tuples(st.integers(-1, 7), st.integers(-1, 6)),
+       hi=st.tuples(st.integers(-1, 7), st.integers(-1, 6)))
+def test_entries_between_counts_what_a_walk_over_the_entries_counts(
+        ledgers: list[int], per: int, lo: tuple[int, int], hi: tuple[int, int]) -> None:
+    """The admin server's count of entries in (lo, hi] (binary searches) against a walk."""
+    from cursorsync.sandbox.admin_server import _entries_between
+
+    entries = [EntryInfo(lid, e, 0, 1, 0) for lid in sorted(ledgers) for e in range(per)]
+    a, b = Position(*lo), Position(*hi)
+    walked = sum(1 for e in entries if a < Position(e.ledger, e.entry) <= b)
+    assert _entries_between(entries, a, b) == walked

@@ -28,6 +28,7 @@ cursor states come from.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
@@ -137,8 +138,18 @@ def internal_stats(state: ClusterState, topic: str) -> dict[str, Any]:
 
 
 def _entries_between(entries: list[EntryInfo], lo: Position, hi: Position) -> int:
-    """Existing entries in (lo, hi], as the broker counts numberOfEntriesSinceFirstNotAcked."""
-    return sum(1 for e in entries if lo < Position(e.ledger, e.entry) <= hi)
+    """Existing entries in (lo, hi], as the broker counts numberOfEntriesSinceFirstNotAcked.
+
+    ``entries`` are in position order (a reader's), so this is two binary searches: a
+    count walked entry by entry was most of the sandbox's admin CPU, on the job's cores.
+    """
+    def key(e: EntryInfo) -> tuple[int, int]:
+        return (e.ledger, e.entry)
+
+    if hi <= lo:
+        return 0
+    return (bisect.bisect_right(entries, (hi.ledger, hi.entry), key=key)
+            - bisect.bisect_right(entries, (lo.ledger, lo.entry), key=key))
 
 
 def _cursor_json(
