@@ -39,6 +39,9 @@ def test_tiny_e2e_run_reports_lag_and_no_loss() -> None:
     # Where each mapping batch's time went, by process group.
     for b in out["mapping"]["per_batch"]:
         assert b["cpu_s"].keys() >= {"driver", "spark jvm", "python workers"}
+    # Rows per batch are the sink's count (a Spark row holds a record batch of them).
+    assert sum(b["rows"] for b in out["mapping"]["per_batch"]) == out["mapping"]["rows_total"]
+    assert all(b["spark_rows"] < b["rows"] for b in out["mapping"]["per_batch"])
     lag = out["lag"]
     assert lag["samples_s"], "no source ack reached the target"
     assert lag["count"] == len(lag["samples_s"])

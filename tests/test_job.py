@@ -212,6 +212,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     from cursorsync.config import parse_config
     from cursorsync.job import MappingSink
     from cursorsync.metrics import Metrics
+    from cursorsync.sources.entries import packed_batches
 
     asked: list[list[list[int]]] = []
 
@@ -232,14 +233,17 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     store.ensure_all()
 
     def batch(entries: list[int]) -> _Rows:
+        """The job's entries layout: a Spark row per Arrow record batch of entry rows."""
         n = len(entries)
-        return _Rows(pa.table({
+        rows = pa.RecordBatch.from_pydict({
             "cluster": ["B"] * n, "topic": [KEY.topic] * n,
             "partition": pa.array([KEY.partition] * n, pa.int32()),
             "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
             "batch_index": pa.array([-1] * n, pa.int32()),
+            "batch_size": pa.array([1] * n, pa.int32()),
             "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
-            "entry_identity": pa.array([None] * n, pa.binary())}))
+            "entry_identity": pa.array([None] * n, pa.binary())})
+        return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "B"))))
 
     metrics = Metrics()
     sink = MappingSink(config, store, tmp_path / "state", metrics, hole_check=check)

@@ -478,6 +478,34 @@ def test_spark_entries_stream(spark: Any, broker: str, topics: list[str],
 
 
 @pytest.mark.spark
+@pytest.mark.integration
+def test_spark_entries_stream_in_arrow_layout_holds_the_same_rows(
+        spark: Any, broker: str, topics: list[str], tmp_path: Path) -> None:
+    from cursorsync.sources.entries import EVIDENCE_COLUMNS, unpack
+
+    def run(name: str, layout: str) -> pa.Table:
+        q = (spark.readStream.format("pulsar-entries")
+             .option("serviceUrl", broker).option("cluster", "a")
+             .option("topics", ",".join(topics)).option("maxRowsPerBatch", "4")
+             .option("subscription", f"spark-{name}").option("rowsPer", "entry")
+             .option("columns", "evidence").option("layout", layout)
+             .load().writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / name)).start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        return spark.table(name).toArrow()
+
+    rows = run("evidence_rows", "rows")
+    packed = run("evidence_packed", "arrow")
+    got = unpack(packed, EVIDENCE_COLUMNS)
+    key = [("partition", "ascending"), ("ledger", "ascending"), ("entry", "ascending")]
+    assert got.num_rows == rows.num_rows > packed.num_rows
+    assert got.sort_by(key).to_pylist() == rows.sort_by(key).to_pylist()
+
+
+@pytest.mark.spark
 def test_spark_cursors_stream(spark: Any, admin: StubAdmin, tmp_path: Path) -> None:
     serve_partitioned(admin, "1:4")
     q = (spark.readStream.format("pulsar-cursors")
@@ -685,6 +713,39 @@ def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
     assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
     with pytest.raises(ConfigError, match="columns: nope is not a column"):
         PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()
+
+
+def test_layout_arrow_packs_record_batches_into_rows_and_unpacks_to_the_same_rows() -> None:
+    from cursorsync.sources.entries import (
+        EVIDENCE_COLUMNS,
+        PACKED_SCHEMA,
+        EntriesReadError,
+        PulsarEntriesDataSource,
+        arrow_batches,
+        packed_batches,
+        read_entries,
+        unpack,
+    )
+
+    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
+    plain = pa.Table.from_batches(list(arrow_batches(
+        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
+        EVIDENCE_COLUMNS, size=2)))
+    packed = pa.Table.from_batches(list(packed_batches(arrow_batches(
+        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
+        EVIDENCE_COLUMNS, size=2), "a")))
+    # One Spark row per record batch: what crosses the JVM is three rows, not five.
+    assert packed.num_rows == 3
+    assert packed.column("rows").to_pylist() == [2, 2, 1]
+    assert set(packed.column("cluster").to_pylist()) == {"a"}
+    assert unpack(packed, EVIDENCE_COLUMNS).equals(plain)
+    assert unpack(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
+    assert PulsarEntriesDataSource({"layout": "arrow"}).schema() == PACKED_SCHEMA
+    with pytest.raises(ConfigError, match="option layout: 'packed' is not valid"):
+        PulsarEntriesDataSource({"layout": "packed"}).schema()
+    # A driver expecting other columns (another cursorsync version) says so.
+    with pytest.raises(EntriesReadError, match="executors on another cursorsync version"):
+        unpack(packed, ("cluster", "ledger"))
 
 
 def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(

@@ -132,6 +132,8 @@ class _Recorded:
     progress: list[dict[str, Any]] = field(default_factory=list)
     acks: list[tuple[float, int]] = field(default_factory=list)
     translation_s: list[float] = field(default_factory=list)
+    #: Rows the mapping sink took in, per mapping batch, in the order it ran them.
+    mapping_batch_rows: list[int] = field(default_factory=list)
 
 
 class RecordingMetrics(Metrics):
@@ -144,11 +146,13 @@ class RecordingMetrics(Metrics):
         #: Set by the bench: CPU is then sampled at the end of every mapping batch.
         self.cpu: CpuSampler | None = None
         self.cpu_after_mapping_batch: list[dict[str, float]] = []
+        self._rows_this_batch = 0
 
     def record_entries_ingested(self, cluster: str, count: int) -> None:
         super().record_entries_ingested(cluster, count)
         with self._rec_lock:
             self.rec.ingested.append((time.monotonic(), cluster, count))
+            self._rows_this_batch += count
 
     def observe_batch(self, query: str, seconds: float) -> None:
         super().observe_batch(query, seconds)
@@ -157,6 +161,9 @@ class RecordingMetrics(Metrics):
             self.rec.batches.append((time.monotonic(), query, seconds))
             if sample is not None:
                 self.cpu_after_mapping_batch.append(sample)
+            if query == "mapping":  # the sink counts a batch's rows just before this
+                self.rec.mapping_batch_rows.append(self._rows_this_batch)
+                self._rows_this_batch = 0
 
     def observe_progress(self, progress: Mapping[str, Any], query: str | None = None) -> None:
         super().observe_progress(progress, query)
@@ -181,7 +188,7 @@ class RecordingMetrics(Metrics):
         with self._rec_lock:
             return _Recorded(list(self.rec.ingested), list(self.rec.batches),
                              list(self.rec.progress), list(self.rec.acks),
-                             list(self.rec.translation_s))
+                             list(self.rec.translation_s), list(self.rec.mapping_batch_rows))
 
 
 class _Timers:
@@ -524,7 +531,6 @@ def _mapping_batches(progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({
             "batch_id": p.get("batchId"),
             "rows": p.get("numInputRows"),
-            "processed_rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
             "trigger_ms": d.get("triggerExecution"),
             "add_batch_ms": d.get("addBatch"),
             "latest_offset_ms": d.get("latestOffset"),
@@ -838,9 +844,11 @@ class E2EReport:
                                           "entries/s"),
             ("  warm batches (1..)", "-" if m["warm_rows_per_s"] is None else
              f"{m['warm_entries_per_s']:,.0f} entries/s ({m['warm_rows_per_s']:,.0f} rows/s)"),
-            ("  spark batch rate", ", ".join(f"batch {b['batch_id']}: {b['rows']} rows at "
-                                             f"{b['processed_rows_per_s']:,.0f} rows/s"
-                                             for b in m["per_batch"]) or "-"),
+            ("  spark batch rate", ", ".join(
+                f"batch {b['batch_id']}: {b['rows']} rows at {b['processed_rows_per_s']:,.0f} "
+                "rows/s" if b["processed_rows_per_s"] is not None else
+                f"batch {b['batch_id']}: {b['spark_rows']} Spark rows"
+                for b in m["per_batch"]) or "-"),
             ("  cpu seconds", ", ".join(f"{k} {v:.1f}" for k, v in m["cpu_seconds"].items())
              or "-"),
             ("  per cursorsync cpu-second", "-" if m["entries_per_cursorsync_cpu_s"] is None
@@ -1029,7 +1037,8 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                               t0, covered_at, progress)
     _attach_batch_cpu(mapping["per_batch"], cpu0, metrics.cpu_after_mapping_batch)
     first_trigger = _first_trigger_after(progress, t0_wall)
-    warm = [b for b in mapping["per_batch"] if b["batch_id"] and b["trigger_ms"]]
+    warm = [b for b in mapping["per_batch"]
+            if b["batch_id"] and b["trigger_ms"] and b["rows"] is not None]
     warm_rows_s = (sum(b["rows"] for b in warm) / (sum(b["trigger_ms"] for b in warm) / 1000)
                    if warm else None)
     mapping["warm_rows_per_s"] = round(warm_rows_s, 1) if warm_rows_s else None
@@ -1039,6 +1048,20 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
                    cpu_seconds=cpu_mapping, duplicate_rows_read=sum(duplicates),
                    reader_alone=alone, **_cpu_shares(cpu_mapping, backlog.entries))
     return mapping, steady, lag
+
+
+def _attach_batch_rows(per_batch: list[dict[str, Any]], rows: list[int]) -> None:
+    """Each batch's rows as the mapping sink counted them (``rows``); Spark's own count
+    (``spark_rows``) is of Spark rows, which with ``layout=arrow`` each hold a record
+    batch of entries. Matched by order, as in :func:`_attach_batch_cpu`; where the order
+    cannot be trusted, ``rows`` is left None rather than guessed."""
+    trusted = len(rows) >= len(per_batch) and [b["batch_id"] for b in per_batch] == list(
+        range(len(per_batch)))
+    for i, b in enumerate(per_batch):
+        b["spark_rows"] = b["rows"]
+        b["rows"] = rows[i] if trusted else None
+        b["processed_rows_per_s"] = (round(rows[i] / (b["trigger_ms"] / 1000), 1)
+                                     if trusted and b["trigger_ms"] else None)
 
 
 def _attach_batch_cpu(per_batch: list[dict[str, Any]], start: Mapping[str, float],
@@ -1137,6 +1160,7 @@ def _mapping_result(sandbox: Any, config: Any, metrics: RecordingMetrics,
                       if t <= covered_at and c == config.target.name)
     checked, wrong, unmapped = _check_mapping(sandbox, config, topics)
     per_batch = _mapping_batches(progress)
+    _attach_batch_rows(per_batch, rec.mapping_batch_rows)
     busy = covered_at - t0 - first
     return asdict(MappingResult(
         entries=backlog.entries, rows_target=rows_target, rows_total=rows_total,

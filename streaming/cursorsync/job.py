@@ -42,6 +42,7 @@ from cursorsync.mapping import TopicMapping
 from cursorsync.metrics import Metrics
 from cursorsync.positions import Position
 from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.sources.entries import EVIDENCE_COLUMNS, unpack
 from cursorsync.sync import SyncConfig, SyncStep, fresh_target
 from cursorsync.tables import RowFilter, TableStore, open_store
 from cursorsync.tables.rows import (
@@ -164,6 +165,9 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "identityRowsOnly": str(side == "source").lower(),
             "rowsPer": "entry",  # the builder works on entries; one row each crosses the JVM
             "columns": "evidence",  # and only the columns it reads
+            # and a Spark row per record batch of them: the sink takes the batch to the
+            # driver as Arrow at once, so rows would only cost the JVM a conversion each way
+            "layout": "arrow",
             "receiverQueueSize": str(cluster.receiver_queue_size),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"cursorsync-mapping-{side}",
@@ -222,7 +226,7 @@ class MappingSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         self._prepare(batch_id)
-        table = df.toArrow()
+        table = unpack(df.toArrow(), EVIDENCE_COLUMNS)
         outcome = self.builder.process(table)
         now = datetime.now(UTC)
         parts = [mapping_rows(k, m, source_cluster=self.config.source.name,

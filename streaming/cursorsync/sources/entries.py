@@ -38,6 +38,15 @@ unbatched replicas carry it where consumers see it); ``identityRowsOnly``
 (the source side: only entries with a digest, the only ones identity
 evidence can use). ``read()`` hands Spark Arrow record batches.
 
+``layout=arrow`` (the mapping job's): each Spark row carries a whole Arrow
+record batch of the selected columns, as an Arrow IPC stream (schema
+``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack`` turns a batch of them back
+into the rows. The mapping sink takes its batch to the driver as Arrow at once
+(``toArrow``), so Spark's per-row work (Arrow -> rows on the executors, rows ->
+Arrow again for the collect) bought nothing there: measured, it was the JVM's
+whole share of a mapping batch (README). Offsets, admission control, tasks
+and replay are the same in both layouts.
+
 Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
 is counted in ENTRIES, shared fairly across topic partitions; an entry holds
 at least one message, so a batch of batched entries has more rows than the
@@ -138,6 +147,12 @@ EVIDENCE_COLUMNS: tuple[str, ...] = (
 )
 #: Rows per Arrow record batch handed to Spark.
 ARROW_BATCH_ROWS = 4096
+#: ``layout=arrow``: each Spark row carries an Arrow IPC stream of the selected columns
+#: (``rows`` of them) read from ``cluster``.
+PACKED_SCHEMA = StructType([
+    StructField("cluster", StringType()), StructField("rows", LongType()),
+    StructField("arrow", BinaryType()),
+])
 
 
 def schema_of(columns: Sequence[str]) -> StructType:
@@ -212,6 +227,7 @@ class EntriesOptions:
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
     chunked_unmapped: bool = False
+    packed: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
@@ -260,6 +276,7 @@ class EntriesOptions:
             or DEFAULT_RANGES_PER_TASK,
             chunked_unmapped=o.choice("chunkedMessages", ("refuse", "unmapped"), "refuse")
             == "unmapped",
+            packed=o.choice("layout", ("rows", "arrow"), "rows") == "arrow",
         )
 
 
@@ -332,6 +349,7 @@ class EntriesTask(InputPartition):
     """The ranges one Spark task reads, one after the other, in order."""
 
     ranges: tuple[EntriesPartition, ...]
+    packed: bool = False
 
 
 def pack_ranges(ranges: Sequence[EntriesPartition], entries_per_task: int,
@@ -661,6 +679,39 @@ def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
             schema=schema)
 
 
+def packed_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
+    """Each record batch as one row holding its Arrow IPC stream (``layout=arrow``).
+
+    The stream is written into one buffer and handed on without a copy.
+    """
+    schema = to_arrow_schema(PACKED_SCHEMA, timezone="UTC")
+    for rb in batches:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rb.schema) as w:
+            w.write_batch(rb)
+        blob = sink.getvalue()
+        offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([cluster]), pa.array([rb.num_rows], pa.int64()),
+             pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])], schema=schema)
+
+
+def unpack(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The rows of a ``layout=arrow`` batch (``PACKED_SCHEMA`` rows), as one table of the
+    selected columns; EntriesReadError if a row holds other columns (executors running
+    another cursorsync version than the driver)."""
+    schema = to_arrow_schema(schema_of(columns), timezone="UTC")
+    parts = [pa.ipc.open_stream(blob.as_buffer()).read_all()
+             for chunk in table.column("arrow").chunks for blob in chunk]
+    for part in parts:
+        if not part.schema.equals(schema):
+            raise EntriesReadError(
+                f"pulsar-entries layout=arrow: a row holds columns {part.schema.names}, "
+                f"expected {schema.names}; are the executors on another cursorsync version "
+                f"than the driver?")
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
 # -- the driver side ----------------------------------------------------------
 
 
@@ -859,7 +910,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         lo = parse_offset(start)
         hi = parse_offset(end)
         o = self.options
-        return pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
+        tasks = pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
+        return [EntriesTask(t.ranges, packed=o.packed) for t in tasks]
 
     def ranges(self, lo: Mapping[str, Position], hi: Mapping[str, Position],
                ) -> list[EntriesPartition]:
@@ -885,7 +937,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         assert isinstance(partition, EntriesTask)
         _freeze_worker_heap()
         rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
-        return arrow_batches(rows, partition.ranges[0].columns)
+        batches = arrow_batches(rows, partition.ranges[0].columns)
+        if partition.packed:
+            return packed_batches(batches, partition.ranges[0].cluster)
+        return batches
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
@@ -920,6 +975,8 @@ class PulsarEntriesDataSource(DataSource):
         return "pulsar-entries"
 
     def schema(self) -> StructType:
+        if Options(self.options).choice("layout", ("rows", "arrow"), "rows") == "arrow":
+            return PACKED_SCHEMA
         return schema_of(parse_columns(self.options.get("columns")))
 
     def streamReader(self, schema: Any) -> PulsarEntriesStreamReader:
