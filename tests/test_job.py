@@ -1,4 +1,5 @@
-"""The job's pieces that need no Spark: cursor rows, incremental mapping loads, empty batches."""
+"""The job's pieces, most without Spark: cursor rows, incremental mapping loads, empty batches,
+the mapping sink; and what the job asks of Spark's checkpoints on a restart."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from cursorsync.job import MappingStore, _empty, observations
 from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
@@ -260,3 +262,40 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     again = MappingSink(config, store, tmp_path / "state", None, hole_check=check)
     again(batch([4, 6]), 1)
     assert asked[-1] == [[9, 5, 1]]
+
+
+@pytest.mark.spark
+def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path) -> None:
+    """What such a stop leaves (the first offsets' temporary file, never renamed) makes
+    Spark 4 refuse to start the query again, for good; with the job's setting it starts."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import SparkSession
+
+    from cursorsync.job import RESTARTABLE_CONF
+
+    spark = (SparkSession.builder.master("local[1]").appName("cursorsync-test-restart")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"x": 1}\n')
+    offsets = tmp_path / "ck" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.5f1d0b7e-0000-4000-8000-000000000000.tmp").write_bytes(b"")
+    seen: list[int] = []
+
+    def run() -> None:
+        q = (spark.readStream.schema("x long").json(str(tmp_path / "in")).writeStream
+             .foreachBatch(lambda df, _: seen.append(df.count()))
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+
+    try:
+        with pytest.raises(StreamingQueryException,
+                           match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+            run()
+        for k, v in RESTARTABLE_CONF.items():
+            spark.conf.set(k, v)
+        run()
+        assert seen == [1]
+    finally:
+        spark.conf.unset("spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart")
