@@ -289,7 +289,9 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
              .trigger(availableNow=True).start())
         q.awaitTermination(120)
 
+    key = "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart"
     try:
+        spark.conf.set(key, "true")  # Spark's default (another test's session may differ)
         with pytest.raises(StreamingQueryException,
                            match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
             run()
@@ -298,4 +300,4 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
         run()
         assert seen == [1]
     finally:
-        spark.conf.unset("spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart")
+        spark.conf.unset(key)
