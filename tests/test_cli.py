@@ -110,6 +110,7 @@ def test_help_lists_every_command() -> None:
     (["bench", "translate"], ["--ranges", "--oracle-entries", "--json"]),
     (["bench", "failover"], ["--seed", "--partitions", "--messages", "--json"]),
     (["bench", "e2e"], ["--seconds", "--json"]),
+    (["bench", "layout"], ["--rows", "--repeat", "--json"]),
 ])
 def test_command_help(command: list[str], words: list[str]) -> None:
     out = invoke(*command, "--help")

@@ -9,6 +9,7 @@ Commands::
     cursorsync bench translate [--ranges N] [--oracle-entries M] [--json]
     cursorsync bench failover [--seed S] [--partitions P] [--messages M] [--json]
     cursorsync bench e2e [--seconds N] [--json]
+    cursorsync bench layout [--rows N] [--repeat R] [--json]
 
 Global options (before the command): ``--log-level``, ``--log-json``, ``--version``.
 
@@ -535,6 +536,41 @@ def bench_e2e(
         out = run_e2e(seconds=seconds, json_output=json_output, backlog=backlog,
                       strategies=strategies, identity_scope=identity_scope)
     typer.echo(out)
+
+
+@bench_app.command("layout")
+@_user_errors
+def bench_layout(
+    rows: Annotated[
+        int, typer.Option("--rows", min=1, help="Evidence rows per collect (a mapping batch "
+                          "of the e2e bench is 100000).")
+    ] = 100_000,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each layout.")] = 5,
+    json_output: JsonOption = False,
+) -> None:
+    """A Spark row per entry against layout=arrow: JVM CPU and wall time, alternated."""
+    run_layout = _load("cursorsync.bench_layout", "run_layout", "cursorsync bench layout")
+    from cursorsync.config import EMBEDDED_CONFIG_PATH, load_config
+    from cursorsync.job import build_session
+
+    with _progress(f"bench layout: {rows} rows x {repeat}", json_output=json_output):
+        spark = build_session(load_config(EMBEDDED_CONFIG_PATH))
+        try:
+            result = run_layout(spark, rows=rows, repeat=repeat)
+        finally:
+            spark.stop()
+    if json_output:
+        _echo_json(result)
+        return
+    from cursorsync.status import format_table
+
+    lines = [(figure.removeprefix("median_"), result[figure]["rows"], result[figure]["arrow"],
+              result["ratio_" + figure.removeprefix("median_")])
+             for figure in ("median_wall_s", "median_jvm_cpu_s", "median_driver_cpu_s")]
+    typer.echo(f"{rows} evidence rows, {result['partitions']} partitions, layouts alternated "
+               f"{repeat} times (medians)")
+    typer.echo(format_table(("FIGURE", "ROW PER ENTRY", "LAYOUT=ARROW", "RATIO"), lines,
+                            right=(1, 2, 3)))
 
 
 # ------------------------------------------------------------------ entry point
