@@ -43,9 +43,10 @@ record batch of the selected columns, as an Arrow IPC stream (schema
 ``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack`` turns a batch of them back
 into the rows. The mapping sink takes its batch to the driver as Arrow at once
 (``toArrow``), so Spark's per-row work (Arrow -> rows on the executors, rows ->
-Arrow again for the collect) bought nothing there: measured, it was the JVM's
-whole share of a mapping batch (README). Offsets, admission control, tasks
-and replay are the same in both layouts.
+Arrow again for the collect) bought nothing there: ``cursorsync bench layout``
+measures the JVM's CPU on that path at 0.6 of what a row per entry costs
+(README). Offsets, admission control, tasks and replay are the same in both
+layouts.
 
 Admission control (``maxRowsPerBatch``, or Spark's ReadMaxRows): the budget
 is counted in ENTRIES, shared fairly across topic partitions; an entry holds
