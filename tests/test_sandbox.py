@@ -472,10 +472,13 @@ def test_verified_holes_never_claims_a_chunked_messages_chunks(sb: Sandbox) -> N
        hi=st.tuples(st.integers(-1, 7), st.integers(-1, 6)))
 def test_entries_between_counts_what_a_walk_over_the_entries_counts(
         ledgers: list[int], per: int, lo: tuple[int, int], hi: tuple[int, int]) -> None:
-    """The admin server's count of entries in (lo, hi] (binary searches) against a walk."""
+    """The admin server's count of entries in (lo, hi], and the count up to a position the
+    replicator's lag uses (binary searches), against walks."""
     from cursorsync.sandbox.admin_server import _entries_between
+    from cursorsync.sandbox.state import entries_up_to
 
     entries = [EntryInfo(lid, e, 0, 1, 0) for lid in sorted(ledgers) for e in range(per)]
     a, b = Position(*lo), Position(*hi)
     walked = sum(1 for e in entries if a < Position(e.ledger, e.entry) <= b)
     assert _entries_between(entries, a, b) == walked
+    assert entries_up_to(entries, b) == sum(1 for e in entries if Position(e.ledger, e.entry) <= b)

@@ -28,7 +28,6 @@ cursor states come from.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import threading
@@ -45,6 +44,7 @@ from cursorsync.sandbox.state import (
     ClusterState,
     EntryInfo,
     SandboxTopicError,
+    entries_up_to,
     fold_cursor,
     partition_topic,
 )
@@ -140,16 +140,12 @@ def internal_stats(state: ClusterState, topic: str) -> dict[str, Any]:
 def _entries_between(entries: list[EntryInfo], lo: Position, hi: Position) -> int:
     """Existing entries in (lo, hi], as the broker counts numberOfEntriesSinceFirstNotAcked.
 
-    ``entries`` are in position order (a reader's), so this is two binary searches: a
-    count walked entry by entry was most of the sandbox's admin CPU, on the job's cores.
+    Two binary searches: a count walked entry by entry was most of the sandbox's admin
+    CPU, on the job's cores.
     """
-    def key(e: EntryInfo) -> tuple[int, int]:
-        return (e.ledger, e.entry)
-
     if hi <= lo:
         return 0
-    return (bisect.bisect_right(entries, (hi.ledger, hi.entry), key=key)
-            - bisect.bisect_right(entries, (lo.ledger, lo.entry), key=key))
+    return entries_up_to(entries, hi) - entries_up_to(entries, lo)
 
 
 def _cursor_json(

@@ -62,7 +62,7 @@ from cursorsync.errors import CursorSyncError
 from cursorsync.positions import Position
 from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.reader import ResumingReader
-from cursorsync.sandbox.state import STALL_MS, ClusterState, full_topic
+from cursorsync.sandbox.state import STALL_MS, ClusterState, entries_up_to, full_topic
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +204,7 @@ class Replicator:
         for topic in self.topics:
             entries = self._source_state.log(topic).refresh()
             last = self.last_replicated(topic)
-            out[topic] = sum(
-                1 for e in entries if last is None or Position(e.ledger, e.entry) > last
-            )
+            out[topic] = len(entries) - (0 if last is None else entries_up_to(entries, last))
         return out
 
     def wait_caught_up(self, timeout_s: float = 30.0) -> None:

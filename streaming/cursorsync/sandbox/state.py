@@ -25,9 +25,10 @@ batch-index ack as an ack of the whole entry (both pinned by tests).
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,17 @@ class TopicLog:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+
+
+def entries_up_to(entries: Sequence[EntryInfo], pos: Position) -> int:
+    """How many of ``entries`` (in position order, as a reader returns them) are at or
+    before ``pos``: a binary search, since the admin server and the replicator's lag
+    count over a topic's whole log on every call."""
+    return bisect.bisect_right(entries, (pos.ledger, pos.entry), key=_position_key)
+
+
+def _position_key(e: EntryInfo) -> tuple[int, int]:
+    return (e.ledger, e.entry)
 
 
 def ledgers_of(entries: Iterable[EntryInfo]) -> Ledgers:
