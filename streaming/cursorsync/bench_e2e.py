@@ -1050,13 +1050,20 @@ def _run_job(sandbox: Any, spec: E2ESpec, config: Any, spark: Any, metrics: Reco
     return mapping, steady, lag
 
 
+def _in_sink_order(per_batch: list[dict[str, Any]], recorded: int) -> bool:
+    """Whether what the sink recorded per batch (``recorded`` of them, in the order it ran
+    them) lines up with ``per_batch``: batches 0, 1, ... each reported. A batch without
+    rows is not in per_batch, and the order would not match."""
+    return recorded >= len(per_batch) and [b["batch_id"] for b in per_batch] == list(
+        range(len(per_batch)))
+
+
 def _attach_batch_rows(per_batch: list[dict[str, Any]], rows: list[int]) -> None:
     """Each batch's rows as the mapping sink counted them (``rows``); Spark's own count
     (``spark_rows``) is of Spark rows, which with ``layout=arrow`` each hold a record
-    batch of entries. Matched by order, as in :func:`_attach_batch_cpu`; where the order
-    cannot be trusted, ``rows`` is left None rather than guessed."""
-    trusted = len(rows) >= len(per_batch) and [b["batch_id"] for b in per_batch] == list(
-        range(len(per_batch)))
+    batch of entries. Where the order cannot be trusted, ``rows`` is left None rather
+    than guessed."""
+    trusted = _in_sink_order(per_batch, len(rows))
     for i, b in enumerate(per_batch):
         b["spark_rows"] = b["rows"]
         b["rows"] = rows[i] if trusted else None
@@ -1071,9 +1078,8 @@ def _attach_batch_cpu(per_batch: list[dict[str, Any]], start: Mapping[str, float
     The sink samples at the end of each batch, in order; attached only when the count
     matches the batches reported, never guessed. A process that exits within a batch
     takes its CPU time out of its group's figure."""
-    if len(after) < len(per_batch) or [b["batch_id"] for b in per_batch] != list(
-            range(len(per_batch))):
-        return  # a batch without rows is not in per_batch: the order would not match
+    if not _in_sink_order(per_batch, len(after)):
+        return
     before = dict(start)
     for b, sample in zip(per_batch, after, strict=False):
         b["cpu_s"] = CpuSampler.diff(before, sample)
