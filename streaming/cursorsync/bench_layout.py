@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 from cursorsync.sources.entries import (
     ARROW_BATCH_ROWS,
     EVIDENCE_COLUMNS,
-    PACKED_SCHEMA,
+    output_schema,
     packed_batches,
     schema_of,
     unpack,
@@ -83,9 +83,7 @@ class BenchRowsDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        if self.options.get("layout") == "arrow":
-            return PACKED_SCHEMA
-        return schema_of(EVIDENCE_COLUMNS)
+        return output_schema(EVIDENCE_COLUMNS, self.options.get("layout") == "arrow")
 
     def reader(self, schema: StructType) -> _Reader:
         return _Reader(int(self.options["rows"]), int(self.options["partitions"]),

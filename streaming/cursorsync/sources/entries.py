@@ -161,6 +161,17 @@ def schema_of(columns: Sequence[str]) -> StructType:
     return StructType([f for f in SCHEMA.fields if f.name in set(columns)])
 
 
+def output_schema(columns: Sequence[str], packed: bool) -> StructType:
+    """What a Spark row is: the selected columns, or (``layout=arrow``) a record batch of
+    them packed in one row."""
+    return PACKED_SCHEMA if packed else schema_of(columns)
+
+
+def parse_layout(o: Options) -> bool:
+    """Option ``layout``: ``rows`` (default) or ``arrow``; True when packed."""
+    return o.choice("layout", ("rows", "arrow"), "rows") == "arrow"
+
+
 def parse_columns(spec: str | None) -> tuple[str, ...]:
     """Option ``columns``: ``all`` (default), ``evidence``, or a comma-separated list."""
     if spec is None or spec.strip().lower() == "all":
@@ -277,7 +288,7 @@ class EntriesOptions:
             or DEFAULT_RANGES_PER_TASK,
             chunked_unmapped=o.choice("chunkedMessages", ("refuse", "unmapped"), "refuse")
             == "unmapped",
-            packed=o.choice("layout", ("rows", "arrow"), "rows") == "arrow",
+            packed=parse_layout(o),
         )
 
 
@@ -326,6 +337,8 @@ class EntriesPartition(InputPartition):
     identity_rows_only: bool = False
     #: A chunked message: fail the read (False), or hand it on without evidence (True).
     chunked_unmapped: bool = False
+    #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
+    packed: bool = False
 
     def entry_count(self) -> int | None:
         """Entries in (start, end] when both are in one ledger; None when it spans ledgers
@@ -350,7 +363,6 @@ class EntriesTask(InputPartition):
     """The ranges one Spark task reads, one after the other, in order."""
 
     ranges: tuple[EntriesPartition, ...]
-    packed: bool = False
 
 
 def pack_ranges(ranges: Sequence[EntriesPartition], entries_per_task: int,
@@ -911,8 +923,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         lo = parse_offset(start)
         hi = parse_offset(end)
         o = self.options
-        tasks = pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
-        return [EntriesTask(t.ranges, packed=o.packed) for t in tasks]
+        return pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
 
     def ranges(self, lo: Mapping[str, Position], hi: Mapping[str, Position],
                ) -> list[EntriesPartition]:
@@ -927,6 +938,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 identity_batched_only=o.identity_batched_only,
                 identity_rows_only=o.identity_rows_only,
                 chunked_unmapped=o.chunked_unmapped,
+                packed=o.packed,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
             )
@@ -937,11 +949,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntriesTask)
         _freeze_worker_heap()
+        first = partition.ranges[0]  # the output options are the same for every range
         rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
-        batches = arrow_batches(rows, partition.ranges[0].columns)
-        if partition.packed:
-            return packed_batches(batches, partition.ranges[0].cluster)
-        return batches
+        batches = arrow_batches(rows, first.columns)
+        return packed_batches(batches, first.cluster) if first.packed else batches
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
@@ -976,9 +987,8 @@ class PulsarEntriesDataSource(DataSource):
         return "pulsar-entries"
 
     def schema(self) -> StructType:
-        if Options(self.options).choice("layout", ("rows", "arrow"), "rows") == "arrow":
-            return PACKED_SCHEMA
-        return schema_of(parse_columns(self.options.get("columns")))
+        return output_schema(parse_columns(self.options.get("columns")),
+                             parse_layout(Options(self.options)))
 
     def streamReader(self, schema: Any) -> PulsarEntriesStreamReader:
         return PulsarEntriesStreamReader(EntriesOptions.parse(self.options))
