@@ -341,9 +341,15 @@ def test_options_errors_name_the_option() -> None:
         EntriesOptions.parse({**base, "identityFields": "payload,colour"})
     with pytest.raises(ConfigError, match="adminUrl"):
         EntriesOptions.parse({**base, "namespace": "public/default"})
+    with pytest.raises(ConfigError, match="readerStallMs"):
+        EntriesOptions.parse({**base, "readerStallMs": "0"})
     o = EntriesOptions.parse({**base, "MAXROWSPERBATCH": "5", "identityFields": "payload"})
     assert o.max_rows_per_batch == 5 and o.identity_fields == ("payload",)
-    assert o.subscription == "cursorsync-mapping"
+    assert o.subscription == "cursorsync-mapping" and o.reader_stall_ms == 2000
+    # The stall threshold reaches every range's reader.
+    r = PulsarEntriesStreamReader(EntriesOptions.parse({**base, "readerStallMs": "500"}))
+    lo, hi = {"t": Position(1, 0)}, {"t": Position(1, 9)}
+    assert [p.reader_stall_ms for p in r.ranges(lo, hi)] == [500]
     with pytest.raises(ConfigError, match="version"):
         parse_offset({"version": 2, "positions": {}})
 
@@ -819,11 +825,9 @@ class _StallingClient:
         return reader
 
 
-def test_read_entries_reopens_a_stalled_reader_past_the_last_entry_delivered(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_entries_reopens_a_stalled_reader_past_the_last_entry_delivered() -> None:
     import cursorsync.sources.entries as entries
 
-    monkeypatch.setattr(entries, "READER_STALL_MS", 50)
     b = [_Msg(_Id(1, 2, i, 3)) for i in range(3)]
     client = _StallingClient([
         [_Msg(_Id(1, 0)), _Msg(_Id(1, 1)), b[0]],    # stalls in the middle of batch 1:2
@@ -834,7 +838,7 @@ def test_read_entries_reopens_a_stalled_reader_past_the_last_entry_delivered(
         cluster="a", topic=f"{NS}/t-partition-3", start="-1:-1", end="1:3",
         client=client,  # type: ignore[arg-type]
         identity_fields=("payload",), identity=True, per_entry=False,
-        source_position_property=REPL, read_timeout_ms=2000)
+        source_position_property=REPL, read_timeout_ms=2000, reader_stall_ms=50)
     rows = list(entries.read_entries(part))
     assert [(r[4], r[5]) for r in rows] == [(0, -1), (1, -1), (2, 0), (2, 1), (2, 2), (3, -1)]
     # Reopened at the last entry delivered (exclusive, whole entry), on the right partition.
@@ -935,6 +939,55 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
     finally:
         packed.stop()
         alone.stop()
+
+
+def test_a_range_across_ledgers_is_sized_by_the_first_entry_the_driver_found() -> None:
+    import dataclasses
+
+    r = _range(0, "-1:-1", "7:99")
+    assert r.entry_count() is None  # before every entry: how many is unknown
+    assert dataclasses.replace(r, first="7:0").entry_count() == 100
+    assert dataclasses.replace(r, start="3:9", first="7:40").entry_count() == 60
+    assert dataclasses.replace(r, first="6:0").entry_count() is None  # still two ledgers
+
+
+@pytest.mark.parametrize(("entries", "configured", "queue"), [
+    (12_500, 50_000, 50_000),  # the whole range in the first grant: 4 per entry
+    (12_500, 20_000, 20_000),  # no larger than configured
+    (100, 50_000, 1_000),  # never below Pulsar's default
+    (None, 50_000, 50_000),  # unknown size: as configured
+])
+def test_a_range_queue_takes_the_range_in_one_grant_within_the_configured_size(
+        entries: int | None, configured: int, queue: int) -> None:
+    import dataclasses
+
+    end = "2:3" if entries is None else f"1:{9 + entries}"
+    r = dataclasses.replace(_range(0, "1:9", end), receiver_queue_size=configured)
+    assert r.queue_size() == queue
+
+
+@pytest.mark.integration
+def test_first_ranges_are_sized_by_the_driver_and_share_a_task(
+        broker: str, topics: list[str]) -> None:
+    r = entries_reader(broker, topics, maxRowsPerBatch="100")
+    restarted = entries_reader(broker, topics, maxRowsPerBatch="100")
+    try:
+        start = r.initialOffset()  # before every entry: each range spans ledgers
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        tasks = r.partitions(start, end)
+        rows = as_dicts(read_all(r, start, end))
+        # A driver that did not look up the first entries (restarted between the two
+        # calls) packs the ranges as of unknown size, and reads the same rows.
+        assert [len(t.ranges) for t in restarted.partitions(start, end)] == [1, 1]
+        assert as_dicts(read_all(restarted, start, end)) == rows
+    finally:
+        r.stop()
+        restarted.stop()
+    assert [len(t.ranges) for t in tasks] == [2]
+    for part in tasks[0].ranges:
+        entries = {(x["ledger"], x["entry"]) for x in rows
+                   if x["partition"] == int(part.topic.rsplit("-", 1)[1])}
+        assert part.first is not None and part.entry_count() == len(entries) > 0
 
 
 class _SlowClient:

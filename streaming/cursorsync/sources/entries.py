@@ -120,9 +120,13 @@ DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
 EMPTY_PROBE_MS = 500
 #: Pulsar's default receiver queue (messages), also the least a range gets.
 DEFAULT_RECEIVER_QUEUE = 1000
+#: Queue per entry of a range (see EntriesPartition.queue_size): the first grant must
+#: hold the range twice over, and 4 covers entries of up to 2 messages on average.
+RANGE_QUEUE_PER_ENTRY = 4
 #: How long read() waits for its queue before asking the broker if anything is left.
 READ_POLL_MS = 100
-#: Nothing delivered for this long while the broker has more: the reader is reopened.
+#: Nothing delivered for this long while the broker has more: the reader is reopened
+#: (option readerStallMs).
 READER_STALL_MS = 2000
 #: How ranges are packed into Spark tasks (options entriesPerTask, rangesPerTask).
 DEFAULT_ENTRIES_PER_TASK = 10_000
@@ -235,6 +239,7 @@ class EntriesOptions:
     receiver_queue_size: int
     source_position_property: str
     read_timeout_ms: int
+    reader_stall_ms: int
     discovery_interval_ms: int
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
@@ -281,6 +286,8 @@ class EntriesOptions:
                                                REPL_SOURCE_POSITION_PROPERTY)
             or REPL_SOURCE_POSITION_PROPERTY,
             read_timeout_ms=o.get_int("readTimeoutMs", 30_000, minimum=1) or 30_000,
+            reader_stall_ms=o.get_int("readerStallMs", READER_STALL_MS, minimum=1)
+            or READER_STALL_MS,
             discovery_interval_ms=o.get_int("discoveryIntervalMs", 60_000, minimum=0) or 0,
             entries_per_task=o.get_int("entriesPerTask", DEFAULT_ENTRIES_PER_TASK, minimum=1)
             or DEFAULT_ENTRIES_PER_TASK,
@@ -339,23 +346,36 @@ class EntriesPartition(InputPartition):
     chunked_unmapped: bool = False
     #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
     packed: bool = False
+    #: Nothing delivered for this long while the broker has more: the reader is reopened.
+    reader_stall_ms: int = READER_STALL_MS
+    #: The range's first entry, when the driver looked it up (a start in an earlier
+    #: ledger, or before every entry): only a size hint for the queue and the packing.
+    first: str | None = None
 
     def entry_count(self) -> int | None:
-        """Entries in (start, end] when both are in one ledger; None when it spans ledgers
-        (the driver does not know how many entries each holds)."""
+        """Entries in (start, end] when they are all in one ledger (ids are dense there);
+        None when the range spans ledgers (the driver does not know how many each holds)."""
         start, end = Position.parse(self.start), Position.parse(self.end)
-        return end.entry - start.entry if start.ledger == end.ledger else None
+        if start.ledger == end.ledger:
+            return end.entry - start.entry
+        first = Position.parse(self.first) if self.first is not None else None
+        return end.entry - first.entry + 1 if first and first.ledger == end.ledger else None
 
     def queue_size(self) -> int:
         """The reader's receiver queue: as configured, but no larger than the range needs.
 
         A reader is fed up to its queue size past ``end`` (discarded), so a small range
-        gets a small queue; within one ledger the range's entry count is known.
+        gets a small queue. But the client grants the broker more permits each time half
+        its queue is consumed, and a grant in the middle of a read is what costs
+        pulsar-lite most (it dispatches again, side by side: README, Measured numbers). So
+        the queue is sized to take the whole range in its first grant: twice its
+        messages, counted as RANGE_QUEUE_PER_ENTRY per entry.
         """
         n = self.entry_count()
         if n is None:
             return self.receiver_queue_size
-        return min(self.receiver_queue_size, max(n, DEFAULT_RECEIVER_QUEUE))
+        return min(self.receiver_queue_size,
+                   max(RANGE_QUEUE_PER_ENTRY * n, DEFAULT_RECEIVER_QUEUE))
 
 
 @dataclass(frozen=True)
@@ -565,7 +585,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     start_id = (pulsar.MessageId.earliest if start.ledger < 0
                 else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
     reader = ResumingReader(client, part.topic, start_id,
-                            receiver_queue_size=part.queue_size(), stall_ms=READER_STALL_MS)
+                            receiver_queue_size=part.queue_size(), stall_ms=part.reader_stall_ms)
     try:
         before = (start.ledger, start.entry)  # exclusive: not this range's
         done_to = before  # the last entry yielded, or the start
@@ -765,6 +785,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._topics: list[str] | None = None
         self._discovered_at = 0.0
         self._available_now: dict[str, Position] | None = None
+        #: Per topic, the first entry after a start in another ledger, as the last
+        #: latestOffset looked it up: (start, first). A size hint for the ranges from
+        #: that start (a restarted driver has none, and packs them as of unknown size).
+        self._firsts: dict[str, tuple[Position, Position]] = {}
 
     # -- resources (driver only; never pickled with partitions) --
 
@@ -901,6 +925,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     available[t] = 0
                     continue
                 first[t] = nxt
+                self._firsts[t] = (lo, nxt)
                 available[t] = hi.entry - nxt.entry + 1 if nxt.ledger == hi.ledger else None
         shares = allocate(available, budget)
         out: dict[str, Position] = {}
@@ -932,6 +957,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return [
             EntriesPartition(
                 cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
+                first=self._first_hint(t, lo.get(t, BEFORE_ALL)),
                 client=o.client, identity_fields=o.identity_fields, identity=o.identity,
                 per_entry=o.per_entry, columns=o.columns,
                 receiver_queue_size=o.receiver_queue_size,
@@ -941,10 +967,15 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 packed=o.packed,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
+                reader_stall_ms=o.reader_stall_ms,
             )
             for t, p in sorted(hi.items())
             if p > lo.get(t, BEFORE_ALL)
         ]
+
+    def _first_hint(self, topic: str, start: Position) -> str | None:
+        seen = self._firsts.get(topic)
+        return str(seen[1]) if seen is not None and seen[0] == start else None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntriesTask)
