@@ -171,7 +171,7 @@ class ClusterConfig(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=8, ge=1, le=1024)
     #: Messages a mapping reader may hold in its receiver queue (memory: this many
-    #: messages per task); a range smaller than it gets a smaller queue.
+    #: messages per task); a range gets at most 4 per entry (EntriesPartition.queue_size).
     receiver_queue_size: int = Field(default=1000, ge=1, le=100_000)
     #: A mapping reader that delivers nothing for this long while the broker has more is
     #: opened again past its last entry (the wait doubles per fruitless reopen, so a slow

@@ -9,6 +9,13 @@ delivered nothing for ``stall_ms`` while the broker says more is there (or
 in the middle of a batch, where ``has_message_available`` cannot be trusted)
 is closed and opened again just past the last entry it delivered.
 
+One cause, found in pulsar-lite's debug log: the pulsar client's Reader acks
+cumulatively what it reads, and when its ack of entry X reaches the broker
+while it dispatches X+1, the broker takes X+1 for acked ("Acked tracked
+message"), does not send it, and dispatches nothing more until the client
+grants permits again. A reader whose queue holds its whole range makes no
+further grant, so only a reopen ends such a stall.
+
 A broker that is slow rather than stuck (a first read from tiered storage
 can take seconds) must not be reopened for ever, each reopen starting its
 read again: after every reopen that brings nothing, the wait before the next

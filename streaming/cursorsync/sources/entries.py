@@ -369,7 +369,9 @@ class EntriesPartition(InputPartition):
         its queue is consumed, and a grant in the middle of a read is what costs
         pulsar-lite most (it dispatches again, side by side: README, Measured numbers). So
         the queue is sized to take the whole range in its first grant: twice its
-        messages, counted as RANGE_QUEUE_PER_ENTRY per entry.
+        messages, counted as RANGE_QUEUE_PER_ENTRY per entry. The price: a pulsar-lite
+        dispatch that stops (see cursorsync.pulsar.reader) is not restarted by a later
+        grant, only by the reader being reopened after ``reader_stall_ms``.
         """
         n = self.entry_count()
         if n is None:
