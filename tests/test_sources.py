@@ -966,6 +966,27 @@ def test_a_range_queue_takes_the_range_in_one_grant_within_the_configured_size(
     assert r.queue_size() == queue
 
 
+def test_embedded_config_reads_a_clusters_batch_with_one_reader_per_broker() -> None:
+    """pulsar-lite stalls two large-queue readers on one broker (README, Limits), so the
+    embedded config packs a cluster's whole batch into one task, and each range of it
+    gets its whole read in the first grant, not cut short by the configured queue."""
+    import dataclasses
+
+    from cursorsync.config import EMBEDDED_CONFIG_PATH, load_config
+    from cursorsync.sources.entries import RANGE_QUEUE_PER_ENTRY, pack_ranges
+
+    config = load_config(EMBEDDED_CONFIG_PATH)
+    share = config.spark.max_entries_per_batch // 4  # the bench: four partitions' backlog
+    sizes = [share - 1] * 4 + [1, 1]  # and a live topic's two partitions
+    for cluster in (config.source, config.target):
+        ranges = [dataclasses.replace(_range(i, "1:9", f"1:{9 + n}"),
+                                      receiver_queue_size=cluster.receiver_queue_size)
+                  for i, n in enumerate(sizes)]
+        spark = config.spark
+        assert len(pack_ranges(ranges, spark.entries_per_task, spark.ranges_per_task)) == 1
+        assert [r.queue_size() for r in ranges[:4]] == [RANGE_QUEUE_PER_ENTRY * (share - 1)] * 4
+
+
 @pytest.mark.integration
 def test_first_ranges_are_sized_by_the_driver_and_share_a_task(
         broker: str, topics: list[str]) -> None:
