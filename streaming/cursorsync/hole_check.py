@@ -28,7 +28,6 @@ import numpy as np
 from cursorsync.builder import HoleCheck
 from cursorsync.mapping import Runs
 from cursorsync.pulsar.admin import AdminClient, RawEntry
-from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables.rows import PartitionKey
 
 log = logging.getLogger(__name__)
@@ -85,9 +84,7 @@ class AdminHoleCheck:
 
     def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> int:
         key, ledger, entry, count = job
-        topic = TopicName.parse(key.topic)
-        if key.partition >= 0:
-            topic = topic.with_partition(key.partition)
+        topic = key.concrete_topic()
         k, raw = leading_markers(lambda i: self.admin.raw_entry(topic, ledger, entry + i), count)
         with self._lock:
             self.stats.markers += k

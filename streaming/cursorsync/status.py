@@ -66,11 +66,6 @@ def partition_key(topic: str, partition: int | None = None) -> PartitionKey:
     return PartitionKey(str(name.base), index)
 
 
-def partition_topic(key: PartitionKey) -> str:
-    """The broker's name of one partition: ``<topic>-partition-<i>``, or the topic itself."""
-    return key.topic if key.partition < 0 else f"{key.topic}-partition-{key.partition}"
-
-
 # ------------------------------------------------------------------ status
 
 
@@ -109,7 +104,7 @@ class StatusRow:
         return {
             "topic": self.topic,
             "partition": self.partition,
-            "partition_topic": partition_topic(self.key),
+            "partition_topic": self.key.concrete_topic(),
             "subscription": self.subscription,
             "source_cluster": self.source_cluster,
             "target_cluster": self.target_cluster,
@@ -325,7 +320,7 @@ class LookupResult:
         return {
             "topic": self.topic,
             "partition": self.partition,
-            "partition_topic": partition_topic(PartitionKey(self.topic, self.partition)),
+            "partition_topic": PartitionKey(self.topic, self.partition).concrete_topic(),
             "source": str(self.source),
             "outcome": self.outcome,
             "target": _pos(self.target),
@@ -378,7 +373,7 @@ def lookup(
 
 
 def _unknown_reason(key: PartitionKey, present: Sequence[int]) -> str:
-    where = f"no mappings recorded for {partition_topic(key)}"
+    where = f"no mappings recorded for {key.concrete_topic()}"
     if not present:
         return f"{where} (no partition of it has any); check the topic name and the clusters"
     if key.partition < 0:
@@ -464,7 +459,7 @@ def render_status_table(rows: Sequence[StatusRow]) -> str:
     if not rows:
         return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
     table = format_table(_STATUS_HEADERS, [
-        (partition_topic(r.key), r.subscription, r.source_mark_delete, r.source_ranges,
+        (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
          r.target_mark_delete,
          None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
          r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
@@ -491,7 +486,7 @@ def render_lookup_table(result: LookupResult) -> str:
     """Aligned ``field  value`` lines; absent values are left out."""
     seg = result.segment
     pairs: list[tuple[str, object]] = [
-        ("topic", partition_topic(PartitionKey(result.topic, result.partition))),
+        ("topic", PartitionKey(result.topic, result.partition).concrete_topic()),
         ("source", result.source),
         ("outcome", result.outcome),
         ("target", result.target),
@@ -544,7 +539,6 @@ __all__ = [
     "lookup",
     "lookup_json",
     "partition_key",
-    "partition_topic",
     "render_lookup_table",
     "render_status_table",
     "status_json",

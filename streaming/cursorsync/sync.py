@@ -51,11 +51,6 @@ class SyncConfig:
     rewind_policy: RewindPolicy = "halt"
 
 
-def concrete_topic(key: PartitionKey) -> str:
-    """The topic a client addresses: ``<topic>-partition-<i>`` for a partition."""
-    return key.topic if key.partition < 0 else f"{key.topic}-partition-{key.partition}"
-
-
 @dataclass
 class StepResult:
     records: list[SyncRecord]
@@ -82,7 +77,7 @@ class SyncStep:
         t_translate = 0.0
         for obs in _latest(observed):
             k = (obs.key, obs.subscription)
-            topic = concrete_topic(obs.key)
+            topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, TopicMapping())
             target = self.read_target(topic, obs.subscription)
             if target is None:

@@ -35,6 +35,11 @@ class PartitionKey:
     topic: str
     partition: int = -1
 
+    def concrete_topic(self) -> str:
+        """The topic a client or the admin API addresses: ``<topic>-partition-<i>`` for a
+        partition, the topic itself when not partitioned."""
+        return self.topic if self.partition < 0 else f"{self.topic}-partition-{self.partition}"
+
 
 def row_schema(table: TableName) -> pa.Schema:
     """The columns the row helpers produce: the schema file's minus those the store derives."""
