@@ -1,4 +1,4 @@
-"""The ack emitter: exact plans driven onto pulsar-lite topics, checked by what a consumer gets.
+"""The ack emitter: exact plans driven onto real brokers, checked by what a consumer gets.
 
 Plans come from cursorsync.translate over a TopicMapping whose single segment
 maps a fake source ledger (900) one to one onto the target topic's entries, so
@@ -8,12 +8,10 @@ a source cursor picks exactly which target entries are acked.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import httpx
 import pytest
 
 from cursorsync.emitter import (
@@ -28,14 +26,13 @@ from cursorsync.emitter import (
 from cursorsync.errors import ConfigError, TopicNotFoundError
 from cursorsync.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.positions import Position
-from cursorsync.pulsar.client import connect
 from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.testbed import TestBed
 from cursorsync.translate import AckPlan, CursorState, SafePlan, guard, translate
 
 pulsar = pytest.importorskip("pulsar")
 
 SRC = 900  # the fake source ledger
-PREFIX = "/admin/v2/persistent/public/default"
 
 # Batch sizes of the entries produced (0: not batched), entry i = LAYOUT[i].
 LAYOUT = [0, 3, 0, 0, 2, 4, 0, 0, 3, 0, 0, 2]
@@ -106,18 +103,18 @@ def _drain(client: Any, topic: str, subscription: str, consumer_type: Any) -> se
                          initial_position=pulsar.InitialPosition.Earliest)
     got = []
     try:
+        # A Failover subscription's first consumer becomes active after the broker's
+        # activeConsumerFailoverDelayTimeMillis (1 s): wait longer for the first message.
+        wait = 5000
         while True:
-            m = c.receive(700).message_id()
+            m = c.receive(wait).message_id()
             got.append((m.entry_id(), m.batch_index()))
+            wait = 700
     except pulsar.Timeout:
         pass
     c.close()
     assert len(got) == len(set(got)), f"duplicates in {got}"
     return set(got)
-
-
-def _topic(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 # ------------------------------------------------------------------ pure: no broker
@@ -171,8 +168,7 @@ def test_by_id_acks_whole_entries_with_the_partition_index() -> None:
     em: Emitter = PulsarEmitter("pulsar://unused:6650", client=client, ack_batch_size=2)
     safe, _ = _plan(7, 10, 2, "[(900:4..900:6],(900:8..900:9]]")
     res = em.apply("persistent://public/default/t-partition-3", "s", safe, cumulative=False)
-    assert res == EmitResult(acks_sent=6, cumulative_to=None, individual_entries=6,
-                             skipped_entries=0)
+    assert res == EmitResult(acks_sent=6, cumulative_to=None, individual_entries=6)
     assert client.consumers[0].acks == [(3, 7, e, -1) for e in (0, 1, 2, 5, 6, 9)]
     topic, sub, kwargs = client.subscribed[0]
     assert (topic, sub) == ("persistent://public/default/t-partition-3", "s")
@@ -192,7 +188,7 @@ def test_by_id_cumulative_and_spanning_ranges() -> None:
     em = PulsarEmitter("pulsar://unused:6650", client=client, subscription_type="Failover")
     safe, _ = _plan(7, 10, 4, "[(900:6..900:8]]")
     res = em.apply("t-partition-0", "s", safe, cumulative=True)
-    assert res == EmitResult(3, Position(7, 4), 2, 0)
+    assert res == EmitResult(3, Position(7, 4), 2)
     assert client.consumers[0].cumulative == [(0, 7, 4, -1)]
     assert client.consumers[0].acks == [(0, 7, 7, -1), (0, 7, 8, -1)]
     # A range across ledgers needs the ledger list; with it, only existing entries are acked.
@@ -212,7 +208,7 @@ def test_by_id_cumulative_and_spanning_ranges() -> None:
     single = SafePlan(replace(spanning.plan, to_ack=RangeSet.of(("7:0", "7:2")),
                               mark_delete=Position(9, -1)))
     res = em.apply("t5", "s", single, cumulative=True)
-    assert res == EmitResult(2, None, 2, 0)
+    assert res == EmitResult(2, None, 2)
 
 
 def test_rejects_bare_plans_and_cumulative_on_shared() -> None:
@@ -227,8 +223,6 @@ def test_rejects_bare_plans_and_cumulative_on_shared() -> None:
         with pytest.raises(ValueError, match=f"subscription_type is {kind}"):
             em.apply("t", "s", safe, cumulative=True)
     assert client.subscribed == []  # nothing was even subscribed
-    with pytest.raises(ConfigError, match="Valid values are: by-id, receive-first"):
-        PulsarEmitter("pulsar://unused:6650", client=client, mode="bogus")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="Valid values are: Exclusive"):
         PulsarEmitter("pulsar://x:1", client=client, subscription_type="Sh")  # type: ignore[arg-type]
 
@@ -245,7 +239,7 @@ def test_empty_plan_sends_nothing_and_subscribes_nothing() -> None:
     em = PulsarEmitter("pulsar://unused:6650", client=client)
     _, after = _plan(7, 10, 4)
     again, _ = _plan(7, 10, 4, target=after)
-    assert em.apply("t", "s", again, cumulative=False) == EmitResult(0, None, 0, 0)
+    assert em.apply("t", "s", again, cumulative=False) == EmitResult(0, None, 0)
     assert client.subscribed == []
 
 
@@ -266,7 +260,7 @@ def test_broker_refusals_become_errors_naming_what_to_fix() -> None:
 
 
 def test_unreachable_cluster_is_named() -> None:
-    from cursorsync.sandbox.brokers import free_port
+    from cursorsync.testbed.standalone import free_port
 
     url = f"pulsar://127.0.0.1:{free_port()}"
     em = PulsarEmitter(url, operation_timeout_seconds=1, connection_timeout_ms=300)
@@ -278,170 +272,97 @@ def test_unreachable_cluster_is_named() -> None:
     em.close()
 
 
-# ------------------------------------------------------------- against pulsar-lite
+# ------------------------------------------------------------ against real brokers
+
+
+def _local(testbed: TestBed, name: str) -> str:
+    """A topic on b alone (b's own namespace: nothing replicates it anywhere)."""
+    return f"persistent://public/default/{name}"
+
+
+def _wait_cursor(testbed: TestBed, topic: str, sub: str, md: Position,
+                 individual: RangeSet) -> None:
+    want = {"markDeletePosition": str(md), "individuallyDeletedMessages": str(individual)}
+    deadline = time.monotonic() + 10
+    got: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        got = testbed.internal_stats("b", topic)["cursors"].get(sub, {})
+        if {k: got.get(k) for k in want} == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"cursor of {topic} {sub}: want {want}, got {got}")
 
 
 @pytest.fixture(scope="module")
-def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("pulsar_lite")
-    from cursorsync.sandbox import Sandbox, SandboxConfig
-
-    config = SandboxConfig(work_dir=tmp_path_factory.mktemp("emitter"), start_replicator=False,
-                           target_ledger_offset=2)
-    with Sandbox(config) as sandbox:
-        yield sandbox
-
-
-@pytest.fixture(scope="module")
-def direct(sb: Any) -> Iterator[Any]:
-    """A client straight to B's broker (its acks bypass the sniffing proxy)."""
-    client = connect(sb.broker_url("B"), operation_timeout_seconds=10)
-    yield client
-    client.close()
+def client_b(testbed: TestBed) -> Any:
+    return testbed.client("b")
 
 
 @pytest.mark.integration
-def test_receive_first_shared_acks_exactly_the_plan(sb: Any, direct: Any) -> None:
-    local = _topic("rf-shared")
-    topic = sb.register_topic("B", local)[0]
+def test_individual_acks_are_exactly_the_plan(testbed: TestBed, client_b: Any,
+                                              topic_name: Callable[[str], str]) -> None:
+    topic = _local(testbed, topic_name())
     n = len(LAYOUT)
-    ledger = _produce(direct, topic, LAYOUT)
-    # Through the sniffing proxy, so that every ack it sends is seen.
-    em = PulsarEmitter(sb.service_url("B"), mode="receive-first")
-    safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
-    res = em.apply(topic, "sub", safe, cumulative=False)
-    planned = _acked_entries(after, n)
-    assert planned == {0, 1, 4, 5, 8}
-    assert res == EmitResult(5, None, 5, 0)
-    # The next sync: more acked on the source; entries received before (2, 3) are acked now.
-    safe2, after2 = _plan(ledger, n, 1, "[(900:1..900:5],(900:7..900:8],(900:9..900:10]]",
-                          target=after)
-    res2 = em.apply(topic, "sub", safe2, cumulative=False, ledgers=after.ledgers)
-    assert res2 == EmitResult(3, None, 3, 0)
-    assert _acked_entries(after2, n) == {0, 1, 2, 3, 4, 5, 8, 10}
-    em.close()  # unacked messages go back to the subscription; grouped acks are flushed
-    events = [e for e in sb.state("B").ack_events() if (e.topic, e.subscription) == (topic, "sub")]
-    assert {e.entry for e in events} == _acked_entries(after2, n)
-    assert not any(e.cumulative for e in events)
-    _wait_cursor(sb, local, "sub", after2.mark_delete, after2.individually_deleted)
+    ledger = _produce(client_b, topic, LAYOUT)
+    with PulsarEmitter(testbed.service_url("b")) as em:
+        safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
+        assert em.apply(topic, "sub", safe, cumulative=False) == EmitResult(5, None, 5)
+        assert _acked_entries(after, n) == {0, 1, 4, 5, 8}
+        _wait_cursor(testbed, topic, "sub", after.mark_delete, after.individually_deleted)
+        # The next sync: more acked on the source; only what is new goes out.
+        safe2, after2 = _plan(ledger, n, 1, "[(900:1..900:5],(900:7..900:8],(900:9..900:10]]",
+                              target=after)
+        assert em.apply(topic, "sub", safe2, cumulative=False) == EmitResult(3, None, 3)
+        _wait_cursor(testbed, topic, "sub", after2.mark_delete, after2.individually_deleted)
     rest = set(range(n)) - _acked_entries(after2, n)
-    assert _drain(direct, topic, "sub", pulsar.ConsumerType.Shared) == _messages(LAYOUT, rest)
-
-
-@pytest.mark.integration
-def test_receive_first_counts_entries_not_there_yet_and_retries(sb: Any, direct: Any) -> None:
-    topic = f"persistent://public/default/{_topic('rf-late')}"
-    layout = [0, 2, 0, 0]
-    ledger = _produce(direct, topic, layout)
-    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct,
-                       receive_timeout_ms=100)
-    # The mapping knows 7 entries (the last 3 not readable yet); the source acked 0..5.
-    safe, after = _plan(ledger, 7, 5)
-    res = em.apply(topic, "sub", safe, cumulative=False)
-    assert res == EmitResult(4, None, 4, 2)
-    assert em.waiting(topic, "sub") == RangeSet.of((Position(ledger, 3), Position(ledger, 5)))
-    _produce(direct, topic, [0, 3, 0], first=4)
-    layout += [0, 3, 0]
-    # Same source state; the target shows 0..3 acked: the plan asks for 4 and 5 again.
-    safe2, _ = _plan(ledger, 7, 5, target=CursorState(Position(ledger, 3), RangeSet(),
-                                                     after.ledgers))
-    assert em.apply(topic, "sub", safe2, cumulative=False) == EmitResult(2, None, 2, 0)
-    em.close()
-    assert _drain(direct, topic, "sub", pulsar.ConsumerType.Shared) == _messages(layout, {6})
+    assert _drain(client_b, topic, "sub", pulsar.ConsumerType.Shared) == _messages(LAYOUT, rest)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["Exclusive", "Failover"])
-def test_receive_first_cumulative(sb: Any, direct: Any, kind: SubscriptionType) -> None:
-    topic = f"persistent://public/default/{_topic('rf-cum')}"
+def test_cumulative_where_the_subscription_type_allows(
+        testbed: TestBed, client_b: Any, topic_name: Callable[[str], str],
+        kind: SubscriptionType) -> None:
+    topic = _local(testbed, topic_name())
     n = len(LAYOUT)
-    ledger = _produce(direct, topic, LAYOUT)
-    ctype = getattr(pulsar.ConsumerType, kind)
-    em = PulsarEmitter(sb.broker_url("B"), mode="receive-first", subscription_type=kind,
-                       client=direct)
-    # markDelete on entry 5 (a batch of 4), then 7 and 8 acked individually.
-    safe, after = _plan(ledger, n, 5, "[(900:6..900:8]]")
-    res = em.apply(topic, "sub", safe, cumulative=True)
-    assert res == EmitResult(3, Position(ledger, 5), 2, 0)
-    em.close()
-    rest = set(range(n)) - _acked_entries(after, n)
-    assert rest == {6, 9, 10, 11}
-    assert _drain(direct, topic, "sub", ctype) == _messages(LAYOUT, rest)
-
-
-def _cursor(sb: Any, local: str, sub: str) -> dict[str, Any]:
-    r = httpx.get(f"{sb.admin_url('B')}{PREFIX}/{local}/internalStats", timeout=10)
-    r.raise_for_status()
-    cursor: dict[str, Any] = r.json()["cursors"].get(sub, {})
-    return cursor
-
-
-def _wait_cursor(sb: Any, local: str, sub: str, md: Position, individual: RangeSet) -> None:
-    want = {"markDeletePosition": str(md), "individuallyDeletedMessages": str(individual)}
-    deadline = time.monotonic() + 5
-    got: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        got = _cursor(sb, local, sub)
-        if {k: got.get(k) for k in want} == want:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"cursor of {local} {sub}: want {want}, got {got}")
-
-
-@pytest.mark.integration
-def test_by_id_sends_exactly_the_planned_acks(sb: Any, direct: Any) -> None:
-    local = _topic("byid")
-    topic = sb.register_topic("B", local)[0]
-    n = len(LAYOUT)
-    ledger = _produce(direct, topic, LAYOUT)
-    with PulsarEmitter(sb.service_url("B")) as em:  # through the ack-sniffing proxy
-        safe, after = _plan(ledger, n, 1, "[(900:3..900:5],(900:7..900:8]]")
-        assert em.apply(topic, "sub", safe, cumulative=False) == EmitResult(5, None, 5, 0)
-        _wait_cursor(sb, local, "sub", after.mark_delete, after.individually_deleted)
-    # (The sandbox's own readers of B go through the proxy too: keep to our subscription.)
-    events = [e for e in sb.state("B").ack_events() if (e.topic, e.subscription) == (topic, "sub")]
-    assert sorted(e.entry for e in events) == [0, 1, 4, 5, 8]
-    assert {(e.ledger, e.batch_index, e.cumulative) for e in events} == {(ledger, -1, False)}
-    # Cumulative on an Exclusive subscription: one ack for everything up to the markDelete.
-    with PulsarEmitter(sb.service_url("B"), subscription_type="Exclusive") as em:
+    ledger = _produce(client_b, topic, LAYOUT)
+    with PulsarEmitter(testbed.service_url("b"), subscription_type=kind) as em:
+        # markDelete on entry 6, then 8 and 9 acked individually.
         safe, after = _plan(ledger, n, 6, "[(900:7..900:9]]")
-        res = em.apply(topic, "ex", safe, cumulative=True)
-        assert res == EmitResult(3, Position(ledger, 6), 2, 0)
-        _wait_cursor(sb, local, "ex", after.mark_delete, after.individually_deleted)
-    ex = [(e.entry, e.cumulative) for e in sb.state("B").ack_events()
-          if (e.topic, e.subscription) == (topic, "ex")]
-    assert sorted(ex) == [(6, True), (8, False), (9, False)]
+        assert em.apply(topic, "sub", safe, cumulative=True) == EmitResult(
+            3, Position(ledger, 6), 2)
+        _wait_cursor(testbed, topic, "sub", after.mark_delete, after.individually_deleted)
+    rest = set(range(n)) - _acked_entries(after, n)
+    assert rest == {7, 10, 11}
+    assert _drain(client_b, topic, "sub", getattr(pulsar.ConsumerType, kind)) == _messages(
+        LAYOUT, rest)
 
 
 @pytest.mark.integration
-def test_partitions_are_acked_each_with_its_own_plan(sb: Any, direct: Any) -> None:
-    name = _topic("parts")
-    parts = sb.register_topic("B", name, 2)
+def test_partitions_are_acked_each_with_its_own_plan(
+        testbed: TestBed, client_b: Any, topic_name: Callable[[str], str]) -> None:
+    name = topic_name()
+    parts = testbed.create_topic(name, 2)
     n = 6
     plans = {0: (1, "[(900:2..900:4]]"), 1: (-1, "[(900:0..900:1],(900:4..900:5]]")}
-    with PulsarEmitter(sb.service_url("B")) as em:
+    with PulsarEmitter(testbed.service_url("b")) as em:
         for i, topic in enumerate(parts):
-            ledger = _produce(direct, topic, [0, 2, 0, 0, 3, 0])
+            ledger = _produce(client_b, topic, [0, 2, 0, 0, 3, 0])
             safe, after = _plan(ledger, n, plans[i][0], plans[i][1])
             em.apply(topic, "sub", safe, cumulative=False)
-            _wait_cursor(sb, f"{name}-partition-{i}", "sub", after.mark_delete,
-                         after.individually_deleted)
-    # Receive-first sees the partition index on what it receives and acks per partition too.
-    with PulsarEmitter(sb.broker_url("B"), mode="receive-first", client=direct) as em:
-        safe, _ = _plan(ledger, n, 3)
-        assert em.apply(parts[1], "rf", safe, cumulative=False).individual_entries == 4
-        pending = em._subs[(parts[1], "rf")].pending
-        assert {m.message_id().partition() for msgs in pending.values()
-                for m in msgs.values()} == {1}
+            _wait_cursor(testbed, topic, "sub", after.mark_delete, after.individually_deleted)
+        with pytest.raises(ConfigError, match="partitioned topic"):
+            em.apply(testbed.topic(name), "sub", safe, cumulative=False)
 
 
 @pytest.mark.integration
-def test_exclusive_subscription_held_by_another_consumer(sb: Any, direct: Any) -> None:
-    topic = f"persistent://public/default/{_topic('busy')}"
-    _produce(direct, topic, [0, 0])
-    holder = direct.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
+def test_exclusive_subscription_held_by_another_consumer(
+        testbed: TestBed, client_b: Any, topic_name: Callable[[str], str]) -> None:
+    topic = _local(testbed, topic_name())
+    _produce(client_b, topic, [0, 0])
+    holder = client_b.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
     try:
-        em = PulsarEmitter(sb.broker_url("B"), subscription_type="Exclusive",
+        em = PulsarEmitter(testbed.service_url("b"), subscription_type="Exclusive",
                            operation_timeout_seconds=2)
         safe, _ = _plan(0, 2, 1)
         with pytest.raises(SubscriptionBusyError, match=f"{topic} subscription 'sub'") as err:
@@ -451,3 +372,17 @@ def test_exclusive_subscription_held_by_another_consumer(sb: Any, direct: Any) -
     finally:
         holder.close()
 
+
+@pytest.mark.integration
+def test_a_topic_missing_on_the_target_is_named(testbed: TestBed,
+                                                topic_name: Callable[[str], str]) -> None:
+    """With auto-creation off for the namespace, subscribing to a missing topic fails."""
+    name = topic_name()
+    testbed.admin_call("b", "PUT", "/admin/v2/namespaces/public/no-auto-creation")
+    testbed.admin_call("b", "POST", "/admin/v2/namespaces/public/no-auto-creation/"
+                       "autoTopicCreation", json={"allowAutoTopicCreation": False})
+    with PulsarEmitter(testbed.service_url("b")) as em:
+        topic = f"persistent://public/no-auto-creation/{name}"
+        safe, _ = _plan(0, 2, 1)
+        with pytest.raises(EmitTopicNotFoundError, match=name):
+            em.apply(topic, "sub", safe, cumulative=False)

@@ -8,23 +8,16 @@ is accepted, so no ack reaches a target without passing the guard.
 One consumer per (topic partition, subscription), created lazily and kept
 open across calls. It subscribes at ``Earliest``: creating a missing target
 subscription must not acknowledge anything (a ``Latest`` subscription would
-start with every existing entry acked). Two modes:
+start with every existing entry acked).
 
-* ``by-id`` (real brokers, which apply an individual or cumulative ack of any
-  ``ledger:entry`` from any consumer of the subscription): a zero-queue
-  consumer that never pulls a message acks ``MessageId(partition, ledger,
-  entry, -1)`` (the whole entry, no batch index). The Python client has no
-  list ack and does not expose the ack-grouping settings, so individual acks
-  go out asynchronously, ``ack_batch_size`` at a time, and the C++ client's
-  ack grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
-* ``receive-first`` (pulsar-lite, which ignores acks of entries it never
-  dispatched on the subscription): a consumer with a normal receiver queue
-  receives into a pending map ``(ledger, entry) -> received messages`` and
-  acks every message of each planned entry once all of its messages are in.
-  Planned entries not received yet are counted in ``skipped_entries``; the
-  next plan contains them again. Received messages the plan does not cover
-  stay unacked and are redelivered when the consumer closes, which is what
-  makes a failover lossless.
+The consumer has a zero receiver queue, so the broker dispatches nothing to
+it, and it acks ``MessageId(partition, ledger, entry, -1)``: the whole entry,
+no batch index. A broker applies an individual or cumulative ack of any
+``ledger:entry`` from any consumer of the subscription, received or not
+(pinned in ``tests/test_pulsar_facts.py``). The Python client has no list ack
+and does not expose the ack-grouping settings, so individual acks go out
+asynchronously, ``ack_batch_size`` at a time, and the C++ client's ack
+grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
 
 Acks are fire-and-forget in Pulsar (no receipts): they leave within the ack
 grouping window, ``close()`` flushes them, and an ack lost on the way is
@@ -38,17 +31,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 from urllib.parse import urlsplit
 
-import numpy as np
 import pulsar
 
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.positions import Position
 from cursorsync.pulsar.client import connect
-from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.translate import AckPlan, SafePlan
@@ -56,9 +47,7 @@ from cursorsync.translate import AckPlan, SafePlan
 log = logging.getLogger(__name__)
 
 SubscriptionType = Literal["Exclusive", "Failover", "Shared", "Key_Shared"]
-EmitMode = Literal["by-id", "receive-first"]
 SUBSCRIPTION_TYPES: tuple[SubscriptionType, ...] = get_args(SubscriptionType)
-EMIT_MODES: tuple[EmitMode, ...] = get_args(EmitMode)
 CUMULATIVE_TYPES = frozenset({"Exclusive", "Failover"})
 
 _CONSUMER_TYPES = {
@@ -96,8 +85,6 @@ class EmitResult:
     cumulative_to: Position | None
     #: Entries acked individually.
     individual_entries: int
-    #: Planned entries not acked now (receive-first: not received yet); retried next sync.
-    skipped_entries: int
 
 
 class Emitter(Protocol):
@@ -119,25 +106,14 @@ class Emitter(Protocol):
 # ------------------------------------------------------------------ per consumer
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Subscription:
-    """One open consumer and, in receive-first mode, what it received and did not ack."""
+    """One open consumer of a target subscription."""
 
     topic: str
     subscription: str
     partition: int
     consumer: Any
-    pending: dict[tuple[int, int], dict[int, Any]] = field(default_factory=dict)
-    #: Planned entries not received at the last apply (receive-first), for inspection.
-    waiting: RangeSet = field(default_factory=RangeSet)
-
-
-def _complete(messages: dict[int, Any]) -> bool:
-    """All messages of the entry are in (a non-batched entry has the single key -1)."""
-    if -1 in messages:
-        return True
-    size = batch_size_of(next(iter(messages.values())).message_id())
-    return size is None or all(i in messages for i in range(size))
 
 
 def _entries(ranges: RangeSet, ledgers: Ledgers | None) -> Iterator[Position]:
@@ -209,13 +185,11 @@ class PulsarEmitter:
         service_url: str,
         *,
         subscription_type: SubscriptionType = "Shared",
-        mode: EmitMode = "by-id",
         ack_batch_size: int = 1000,
         auth_token: str | None = None,
         tls_trust_certs_file: str | None = None,
         tls_allow_insecure: bool = False,
         consumer_name: str = "cursorsync-emitter",
-        receive_timeout_ms: int = 200,
         operation_timeout_seconds: int = 30,
         connection_timeout_ms: int = 10_000,
         client: pulsar.Client | None = None,
@@ -225,20 +199,12 @@ class PulsarEmitter:
                 f"{subscription_type!r} is not a valid subscription_type. "
                 f"Valid values are: {', '.join(SUBSCRIPTION_TYPES)}"
             )
-        if mode not in EMIT_MODES:
-            raise ConfigError(
-                f"{mode!r} is not a valid emitter mode. Valid values are: {', '.join(EMIT_MODES)}"
-            )
         if ack_batch_size < 1:
             raise ConfigError(f"ack_batch_size must be >= 1, got {ack_batch_size}")
-        if receive_timeout_ms < 1:
-            raise ConfigError(f"receive_timeout_ms must be >= 1, got {receive_timeout_ms}")
         self.service_url = service_url
         self.subscription_type: SubscriptionType = subscription_type
-        self.mode: EmitMode = mode
         self.ack_batch_size = ack_batch_size
         self.consumer_name = consumer_name
-        self.receive_timeout_ms = receive_timeout_ms
         self.operation_timeout_seconds = operation_timeout_seconds
         self._owns_client = client is None
         if client is None:
@@ -291,16 +257,9 @@ class PulsarEmitter:
             # markDelete L:-1 with no known entry before it: ack everything individually.
             cum, individual = None, plan.to_ack
         if not plan.to_ack and cum is None:
-            return EmitResult(0, None, 0, 0)
+            return EmitResult(0, None, 0)
         sub = self._subscription(topic, subscription)
-        if self.mode == "by-id":
-            return self._apply_by_id(sub, cum_entry, individual, ledgers)
-        return self._apply_receive_first(sub, plan.to_ack, cum_entry, individual, ledgers)
-
-    def waiting(self, topic: str, subscription: str) -> RangeSet:
-        """Planned entries the last receive-first apply had not received (empty in by-id)."""
-        sub = self._subs.get((str(TopicName.parse(topic)), subscription))
-        return RangeSet() if sub is None else sub.waiting
+        return self._ack(sub, cum_entry, individual, ledgers)
 
     def close(self) -> None:
         """Close every consumer (flushing grouped acks), then the client if we created it."""
@@ -348,7 +307,7 @@ class PulsarEmitter:
                 topic,
                 subscription,
                 consumer_type=_CONSUMER_TYPES[self.subscription_type],
-                receiver_queue_size=0 if self.mode == "by-id" else 1000,
+                receiver_queue_size=0,
                 consumer_name=self.consumer_name,
                 initial_position=pulsar.InitialPosition.Earliest,
             )
@@ -382,8 +341,8 @@ class PulsarEmitter:
             "only consumer of the subscription until failover"
         )
 
-    # -- by-id
-    def _apply_by_id(
+    # -- acks
+    def _ack(
         self,
         sub: _Subscription,
         cum: Position | None,
@@ -398,7 +357,7 @@ class PulsarEmitter:
             self._call(sub, "cumulative ack", sub.consumer.acknowledge_cumulative, mid)
         log.debug("%s %s: acked %d entries by id, cumulative to %s",
                   sub.topic, sub.subscription, sent, cum)
-        return EmitResult(sent + (cum is not None), cum, sent, 0)
+        return EmitResult(sent + (cum is not None), cum, sent)
 
     def _ack_individually(self, sub: _Subscription, ids: Iterator[Any]) -> int:
         """Individual acks, ``ack_batch_size`` at a time, each group on a connected consumer.
@@ -434,73 +393,3 @@ class PulsarEmitter:
             raise EmitError(
                 f"{what} on {sub.topic} {sub.subscription!r} ({self.service_url}) failed: {exc}"
             ) from exc
-
-    # -- receive-first
-    def _apply_receive_first(
-        self,
-        sub: _Subscription,
-        to_ack: RangeSet,
-        cum: Position | None,
-        individual: RangeSet,
-        ledgers: Ledgers | None,
-    ) -> EmitResult:
-        wanted = to_ack if cum is None else to_ack | RangeSet.up_to(cum)
-        if wanted:
-            last = Position(int(wanted.bounds[-1, 2]), int(wanted.bounds[-1, 3]))
-            self._drain(sub, last)
-        ready = {k for k, msgs in sub.pending.items() if _complete(msgs)}
-        cumulative_to = None
-        acks = 0
-        if cum is not None and (cum.ledger, cum.entry) in ready:
-            msgs = sub.pending[(cum.ledger, cum.entry)]
-            last_msg = msgs[max(msgs)]
-            self._call(sub, "cumulative ack", sub.consumer.acknowledge_cumulative, last_msg)
-            for key in [k for k in sub.pending if Position(*k) <= cum]:
-                del sub.pending[key]
-            cumulative_to, acks = cum, 1
-        else:
-            individual = to_ack  # the markDelete entry is not here yet: ack what is, one by one
-        acked: list[Position] = []
-        for key in sorted(ready):
-            pos = Position(*key)
-            if key in sub.pending and pos in individual:
-                for msg in sub.pending.pop(key).values():
-                    self._call(sub, "ack", sub.consumer.acknowledge, msg)
-                acked.append(pos)
-        done = RangeSet.up_to(cumulative_to) if cumulative_to is not None else RangeSet()
-        if acked:
-            done = done | RangeSet.entries(
-                np.array([p.ledger for p in acked], dtype=np.int64),
-                np.array([p.entry for p in acked], dtype=np.int64),
-                np.ones(len(acked), dtype=np.int64),
-            )
-        sub.waiting = to_ack - done
-        skipped = sub.waiting.count_entries(ledgers)
-        if skipped:
-            log.info("%s %s: %d planned entries not received yet (%s); acked next sync",
-                     sub.topic, sub.subscription, skipped, sub.waiting)
-        return EmitResult(acks + len(acked), cumulative_to, len(acked), skipped)
-
-    def _drain(self, sub: _Subscription, until: Position) -> None:
-        """Receive into pending until a message past ``until`` arrives or the queue stays empty.
-
-        A single consumer receives in position order, so once something past
-        ``until`` is in, everything up to it that is still unacked is in too.
-        """
-        if sub.pending and Position(*max(sub.pending)) > until:
-            return
-        while True:
-            try:
-                msg = sub.consumer.receive(self.receive_timeout_ms)
-            except pulsar.Timeout:
-                return
-            except pulsar.PulsarException as exc:
-                raise EmitError(
-                    f"receiving on {sub.topic} {sub.subscription!r} ({self.service_url}) "
-                    f"failed: {exc}"
-                ) from exc
-            mid = msg.message_id()
-            key = (mid.ledger_id(), mid.entry_id())
-            sub.pending.setdefault(key, {})[mid.batch_index()] = msg
-            if Position(*key) > until:
-                return

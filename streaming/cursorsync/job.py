@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -331,7 +330,7 @@ def target_admin(config: Config) -> Any:
         timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
 
 
-def target_emitter(config: Config, mode: str) -> Any:
+def target_emitter(config: Config) -> Any:
     """The ack emitter for the target cluster, from the config."""
     from cursorsync.emitter import PulsarEmitter
 
@@ -339,7 +338,6 @@ def target_emitter(config: Config, mode: str) -> Any:
     tls = tgt.auth.tls if tgt.auth else None
     return PulsarEmitter(
         tgt.service_url, subscription_type=config.emission.subscription_type,
-        mode=mode,  # type: ignore[arg-type]
         ack_batch_size=config.emission.ack_batch_size,
         auth_token=tgt.auth.resolve_token() if tgt.auth else None,
         tls_trust_certs_file=tls.ca_file if tls else None,
@@ -384,7 +382,6 @@ class SyncSink:
         self.metrics = metrics
         self.mappings = MappingStore(store, config.source.name, config.target.name)
         self.last_batch = -1
-        self.emit_mode = "by-id"
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -422,8 +419,7 @@ class SyncSink:
         try:
             obs = observations(df.toArrow())
             rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
-                                     cumulative=self.step.config.cumulative,
-                                     emit_mode=self.emit_mode)
+                                     cumulative=self.step.config.cumulative)
         finally:
             df.unpersist()
         return _Synced(obs, rows, 0, 0, None)
@@ -572,9 +568,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     ckpt = Path(config.spark.checkpoint_dir)
     admin = target_admin(config)
     dry = config.emission.dry_run if dry_run is None else dry_run
-    emit_mode = os.environ.get("CURSORSYNC_EMIT_MODE", "by-id")
     if emitter is None and not dry and not config.emission.spread_across_executors:
-        emitter = target_emitter(config, emit_mode)
+        emitter = target_emitter(config)
     cumulative = (config.emission.mode == "cumulative-where-allowed"
                   and config.emission.subscription_type in ("Exclusive", "Failover"))
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
@@ -586,7 +581,6 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         hole_check = AdminHoleCheck(admin, max_workers=config.target.max_concurrency)
     mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check)
     sync_sink = SyncSink(config, store, step, metrics)
-    sync_sink.emit_mode = emit_mode
     trigger = f"{config.spark.trigger_interval_s} seconds"
 
     entries = entries_stream(spark, config, "target")

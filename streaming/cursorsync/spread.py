@@ -61,8 +61,7 @@ def _mappings(store: Any, keys: set[PartitionKey],
     return out
 
 
-def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool,
-                    emit_mode: str) -> Any:
+def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool) -> Any:
     """The function each task runs over its share of the batch (for ``mapInArrow``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -78,7 +77,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         store = open_store(config.tables.backend, config.tables.path,
                            storage_options=config.tables.storage_options or None)
         admin = target_admin(config)
-        emitter = None if dry_run else target_emitter(config, emit_mode)
+        emitter = None if dry_run else target_emitter(config)
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
                             emitter, target_reader(admin))
@@ -96,14 +95,13 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
 
 
 def sync_on_executors(df: Any, config: Config, batch_id: int, *, dry_run: bool,
-                      cumulative: bool, emit_mode: str) -> pa.Table:
+                      cumulative: bool) -> pa.Table:
     """Run the sync step in Spark tasks, one group of topic partitions per task."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = row_schema("sync_progress")
     n = max(1, int(df.sparkSession.sparkContext.defaultParallelism))
-    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative,
-                         emit_mode=emit_mode)
+    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative)
     out = df.repartition(n, "topic", "partition").mapInArrow(fn, from_arrow_schema(schema))
     table = out.toArrow()
     return table.cast(schema) if table.num_rows else schema.empty_table()
