@@ -218,8 +218,8 @@ def test_builtin_replicated_subscriptions_move_only_the_mark_delete_position(
 
 def test_ledgers_roll_at_different_sizes_on_each_cluster(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """Mapping segments break at rollovers: the test bed's two clusters roll at 150 and 110
-    entries, and b's ledger ids run ahead of a's."""
+    """Mapping segments break at rollovers: the test bed's two clusters roll at different
+    entry counts, and b's ledger ids run ahead of a's."""
     (t,) = testbed.create_topic(topic_name())
     p = testbed.client("a").create_producer(t, batching_enabled=False, block_if_queue_full=True)
     for i in range(400):
@@ -228,6 +228,8 @@ def test_ledgers_roll_at_different_sizes_on_each_cluster(
     testbed.wait_replicated([t])
     sizes = {c: [lg["entries"] for lg in testbed.internal_stats(c, t)["ledgers"][:-1]]
              for c in ("a", "b")}
-    assert sizes["a"][:2] == [150, 150] and sizes["b"][:3] == [110, 110, 110], sizes
+    on_a, on_b = testbed.config.entries_per_ledger
+    assert on_a != on_b
+    assert sizes["a"][:2] == [on_a] * 2 and sizes["b"][:3] == [on_b] * 3, sizes
     first = {c: testbed.internal_stats(c, t)["ledgers"][0]["ledgerId"] for c in ("a", "b")}
     assert first["b"] != first["a"], first

@@ -170,7 +170,7 @@ class Standalone:
         with self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, env=env, cwd=self.dir,
-                                          preexec_fn=_die_with_parent)  # noqa: PLW1509
+                                          preexec_fn=_die_with_parent)
         self._started_at = time.monotonic()
         _RUNNING.add(self)
 
