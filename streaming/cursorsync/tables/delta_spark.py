@@ -1,10 +1,15 @@
 """The cluster backend: delta-spark on a SparkSession with the Delta jars.
 
-Needs the Delta JVM jars on the Spark classpath (``spark.jars.packages``
-``io.delta:delta-spark_2.13:<version>`` resolved from Maven, or ``spark.jars``
-pointing at local copies) and the session confs in :data:`DELTA_SPARK_CONF`.
+Needs the Delta JVM jars on the Spark driver's classpath and the session confs
+in :data:`DELTA_SPARK_CONF`. The jars are ``io.delta:delta-spark_<spark
+major.minor>_<scala>:<version>`` (``delta-spark_4.2_2.13`` for pyspark 4.2.0) and
+``io.delta:delta-storage:<version>``, the version matching the ``delta-spark``
+Python package: named in the job's Spark conf as ``spark.jars.packages`` (Spark
+resolves them from Maven Central) or ``spark.jars`` (local copies). pyspark
+puts them on the driver's classpath when it launches the JVM, so they belong
+in the conf of the process's first SparkSession.
 :func:`delta_spark_status` says whether a session has both; :func:`find_delta_jars`
-looks for local jar copies (Maven is unreachable in some environments).
+looks for local jar copies to name in its message.
 Set those confs only when the jars are there: observed with pyspark 4.2.0, a
 session whose ``spark_catalog`` is DeltaCatalog without the jars fails every
 query ("Cannot find catalog plugin class for catalog 'spark_catalog'"), even
@@ -24,7 +29,9 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,6 +62,10 @@ DELTA_SPARK_CONF: dict[str, str] = {
 #: Classes that must load for delta-spark to work: the SQL extension and the Python API's peer.
 _DELTA_CLASSES = (DELTA_EXTENSION, "io.delta.tables.DeltaTable")
 DELTA_JARS_ENV = "CURSORSYNC_DELTA_JARS"
+#: A Maven-layout or Ivy jar name of delta-spark (any Spark and Scala suffix) or delta-storage.
+_DELTA_JAR = re.compile(
+    r"(?:io\.delta_)?(?P<artifact>delta-spark_[0-9._]+|delta-storage)-(?P<version>[0-9][^-]*)\.jar"
+)
 
 
 class DeltaSparkUnavailableError(TableSchemaError):
@@ -90,22 +101,36 @@ def delta_spark_status(spark: SparkSession) -> DeltaSparkStatus:
             return DeltaSparkStatus(
                 False,
                 f"class {name} does not load: the Delta jars are not on the Spark classpath "
-                "(set spark.jars.packages or spark.jars; local jars: "
-                f"{find_delta_jars() or 'none'})",
+                f"(set spark.jars.packages to {delta_package()}, or spark.jars, in the "
+                "conf of the process's first SparkSession; local jars: "
+                f"{', '.join(map(str, find_delta_jars())) or 'none'})",
             )
     return DeltaSparkStatus(True, "delta-spark extension, catalog and classes present")
 
 
-def find_delta_jars() -> tuple[Path, ...]:
-    """Local delta-spark and delta-storage jars, for ``spark.jars``; () when none are found.
+def delta_package() -> str:
+    """The Maven coordinate of the Delta jars matching the installed pyspark and delta-spark
+    packages (the one ``delta.pip_utils`` names), for ``spark.jars.packages``."""
+    import pyspark
 
-    Looks in ``$CURSORSYNC_DELTA_JARS`` (os.pathsep-separated directories),
-    ``$SPARK_HOME/jars``, pyspark's own jars and the Ivy caches Spark uses.
+    spark = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark}_2.13:{metadata.version('delta-spark')}"
+
+
+def find_delta_jars() -> tuple[Path, ...]:
+    """Local delta-spark and delta-storage jars of one version, for ``spark.jars``; ()
+    when there is no such pair.
+
+    Looks in ``$CURSORSYNC_DELTA_JARS`` (os.pathsep-separated directories, e.g. the
+    two directories of a Maven repository holding them), ``$SPARK_HOME/jars``,
+    pyspark's own jars and the Ivy caches ``spark.jars.packages`` fills, in that
+    order. Takes jar names as Maven (``delta-spark_4.2_2.13-4.4.0.jar``,
+    ``delta-storage-4.4.0.jar``) and Ivy (``io.delta_`` before them) spell them.
     """
     dirs: list[str] = []
     env = os.environ.get(DELTA_JARS_ENV)
     if env:
-        dirs.extend(env.split(os.pathsep))
+        dirs.extend(d for d in env.split(os.pathsep) if d)
     if os.environ.get("SPARK_HOME"):
         dirs.append(os.path.join(os.environ["SPARK_HOME"], "jars"))
     try:
@@ -116,16 +141,21 @@ def find_delta_jars() -> tuple[Path, ...]:
         pass
     home = os.path.expanduser("~")
     dirs.extend(os.path.join(home, d, "jars") for d in (".ivy2", ".ivy2.5.2"))
-    found: dict[str, Path] = {}
+    spark_jars: list[tuple[str, Path]] = []
+    storage_jars: dict[str, Path] = {}
     for d in dirs:
-        for pattern in ("delta-spark_*.jar", "io.delta_delta-spark_*.jar",
-                        "delta-storage-*.jar", "io.delta_delta-storage-*.jar"):
-            for p in sorted(glob.glob(os.path.join(d, pattern))):
-                kind = "spark" if "delta-spark" in p else "storage"
-                found.setdefault(kind, Path(p))
-    if set(found) != {"spark", "storage"}:
-        return ()
-    return (found["spark"], found["storage"])
+        for p in sorted(glob.glob(os.path.join(glob.escape(d), "*.jar"))):
+            m = _DELTA_JAR.fullmatch(os.path.basename(p))
+            if m is None:
+                continue
+            if m["artifact"] == "delta-storage":
+                storage_jars.setdefault(m["version"], Path(p))
+            else:
+                spark_jars.append((m["version"], Path(p)))
+    for version, jar in spark_jars:
+        if version in storage_jars:
+            return (jar, storage_jars[version])
+    return ()
 
 
 def _delta_rs_uri(uri: str) -> str:
@@ -154,8 +184,7 @@ class DeltaSparkStore(TableStore):
     def _log(self, table: TableName) -> DeltaTable | None:
         try:
             return DeltaTable(
-                _delta_rs_uri(self.uri(table)), storage_options=self._storage or None,
-                without_files=True,
+                _delta_rs_uri(self.uri(table)), storage_options=self._storage or None
             )
         except TableNotFoundError:
             return None
@@ -231,6 +260,15 @@ class DeltaSparkStore(TableStore):
         log = self._log(table)
         return None if log is None else log.transaction_version(app_id)
 
+    def _relative(self, table: TableName, path: str) -> str:
+        """``path`` below the table's root, as delta-rs and the Delta log name files
+        (VACUUM lists qualified paths: ``file:/...`` for a local root)."""
+        root = self.uri(table).rstrip("/")
+        for prefix in (root, f"file:{root}", f"file://{root}"):
+            if path.startswith(prefix + "/"):
+                return path[len(prefix) + 1:]
+        return path
+
     def compact(self, table: TableName) -> dict[str, Any]:
         row = self._spark.sql(f"OPTIMIZE delta.{self._path(table)}").first()
         return row.asDict(recursive=True) if row is not None else {}
@@ -243,6 +281,7 @@ class DeltaSparkStore(TableStore):
         *,
         enforce_retention_duration: bool = True,
     ) -> list[str]:
+        """A dry run lists the files relative to the table's root, as delta-rs does."""
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         before = self._spark.conf.get(key, "true") or "true"
         retain = f" RETAIN {int(retention_hours)} HOURS" if retention_hours is not None else ""
@@ -252,6 +291,6 @@ class DeltaSparkStore(TableStore):
             df = self._spark.sql(
                 f"VACUUM delta.{self._path(table)}{retain}{' DRY RUN' if dry_run else ''}"
             )
-            return [r[0] for r in df.collect()] if dry_run else []
+            return [self._relative(table, r[0]) for r in df.collect()] if dry_run else []
         finally:
             self._spark.conf.set(key, before)
