@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -33,8 +35,9 @@ from cursorsync.tables import (
 )
 from cursorsync.tables.delta_rs import DeltaRsStore
 from cursorsync.tables.delta_spark import (
+    DELTA_JARS_ENV,
     DELTA_SPARK_CONF,
-    DeltaSparkUnavailableError,
+    delta_package,
     delta_spark_status,
     find_delta_jars,
 )
@@ -49,6 +52,8 @@ from cursorsync.tables.rows import (
     topic_mappings,
 )
 from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
+from cursorsync.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
+from cursorsync.testbed.distribution import SetupError
 from cursorsync.translate import AckPlan, CursorState
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -119,6 +124,7 @@ def _spark_session(extra: dict[str, str]):  # type: ignore[no-untyped-def]
         SparkSession.builder.master("local[1]")
         .appName("cursorsync-test-tables")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
@@ -128,29 +134,71 @@ def _spark_session(extra: dict[str, str]):  # type: ignore[no-untyped-def]
     return builder.getOrCreate()
 
 
+def _shut_down_jvm() -> None:
+    """Stop pyspark's session and its JVM, so that the next session launches a new JVM.
+
+    pyspark fixes the driver's classpath when it launches the JVM (``spark.jars`` of the
+    process's first session); a later session's ``spark.jars`` does not reach the driver.
+    Other test modules may have launched it without the Delta jars.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)  # None: a JVM this process did not launch
+    if gateway is None or proc is None:
+        return
+    gateway.shutdown()
+    proc.stdin.close()  # the JVM exits when its stdin closes
+    proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+#: Small-table settings for one core: Delta replays its log in 50 tasks by default, and
+#: VACUUM lists a table's directories in 10,000 (about a minute on local[1]).
+_DELTA_TEST_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "1",
+}
+
+
+def _delta_jars() -> list[Path]:
+    """The Delta jars from the cache; a failed fetch fails the test with Maven's reason."""
+    try:
+        return ensure_delta_jars()
+    except SetupError as e:
+        failure = str(e)
+    pytest.fail(f"delta-spark: {failure}", pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def delta_spark_session() -> Iterator[object]:
-    """A session with Delta configured, or a skip saying why there cannot be one."""
-    jars = find_delta_jars()
-    if not jars:
-        pytest.skip(
-            "delta-spark: no local Delta jars (delta-spark_2.13-*.jar + delta-storage-*.jar) "
-            "in $CURSORSYNC_DELTA_JARS, $SPARK_HOME/jars, pyspark/jars or the Ivy caches, "
-            "and Maven Central is unreachable for spark.jars.packages"
-        )
-    spark = _spark_session({**DELTA_SPARK_CONF, "spark.jars": ",".join(map(str, jars))})
-    status = delta_spark_status(spark)
-    if not status.available:
+    """A local session with the Delta jars from Maven Central, in a JVM of its own."""
+    jars = _delta_jars()
+    _shut_down_jvm()
+    spark = _spark_session({**DELTA_SPARK_CONF, **_DELTA_TEST_CONF,
+                            "spark.jars": ",".join(map(str, jars))})
+    try:
+        status = delta_spark_status(spark)
+        if not status.available:
+            pytest.fail(f"delta-spark: {status.reason} (spark.jars: {jars})", pytrace=False)
+        yield spark
+    finally:
         spark.stop()
-        pytest.skip(f"delta-spark: {status.reason}")
-    yield spark
-    spark.stop()
+        _shut_down_jvm()
 
 
 StoreFactory = Callable[[], TableStore]
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.spark) if b == "delta-spark" else b
+                        for b in BACKENDS])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """A factory of fresh store objects on one root: calling it again is a process restart."""
     root = str(tmp_path / "tables")
@@ -395,6 +443,74 @@ def test_delta_rs_racing_writers_of_different_apps_both_land(
     assert _rows_of(b, "mappings") == 3 * rows.num_rows
 
 
+# ---------------------------------------------------- delta-spark specifics
+
+
+def test_delta_jars_come_from_the_cache_once_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
+    jars = _delta_jars()
+    assert [j.name for j in jars] == [f"delta-spark_4.2_2.13-{DELTA_VERSION}.jar",
+                                      f"delta-storage-{DELTA_VERSION}.jar"]
+
+    def no_maven(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"Maven ran although the jars are cached: {args}")
+
+    monkeypatch.setattr("cursorsync.testbed.distribution.subprocess.run", no_maven)
+    assert ensure_delta_jars() == jars
+    # What a user does with such a Maven-layout copy: name its directories.
+    monkeypatch.setenv(DELTA_JARS_ENV, os.pathsep.join(str(j.parent) for j in jars))
+    assert find_delta_jars() == tuple(jars)
+    # The jars are the ones the pip package's own helper (delta.pip_utils) would name.
+    assert delta_package() == f"io.delta:delta-spark_4.2_2.13:{DELTA_VERSION}"
+
+
+def test_find_delta_jars_pairs_one_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no Ivy cache
+    maven, ivy = tmp_path / "maven", tmp_path / "ivy"
+    for d, names in ((maven, ["delta-spark_4.2_2.13-4.4.0.jar",
+                              "delta-spark_4.2_2.13-4.4.0-sources.jar",
+                              "delta-storage-4.3.0.jar"]),
+                     (ivy, ["io.delta_delta-storage-4.4.0.jar"])):
+        d.mkdir()
+        for n in names:
+            (d / n).touch()
+    monkeypatch.setenv(DELTA_JARS_ENV, str(maven))
+    assert find_delta_jars() == ()  # delta-storage 4.3.0 does not go with delta-spark 4.4.0
+    monkeypatch.setenv(DELTA_JARS_ENV, os.pathsep.join([str(maven), str(ivy)]))
+    assert find_delta_jars() == (maven / "delta-spark_4.2_2.13-4.4.0.jar",
+                                 ivy / "io.delta_delta-storage-4.4.0.jar")
+
+
+@pytest.mark.spark
+def test_delta_spark_skips_a_replayed_txn_version(
+    delta_spark_session: object, tmp_path: Path
+) -> None:
+    """Pin the delta-spark behaviour the store relies on (see delta_spark.py): unlike
+    delta-rs, Delta skips a write whose ``txnVersion`` is not above the recorded one, and
+    delta-rs reads the version delta-spark recorded."""
+    spark = delta_spark_session
+    uri = str(tmp_path / "raw")
+    df = spark.range(2)  # type: ignore[attr-defined]
+
+    def write(version: int) -> None:
+        (df.write.format("delta").mode("append").option("txnAppId", "app")
+         .option("txnVersion", str(version)).save(uri))
+
+    write(5)
+    write(5)  # a replay: skipped
+    write(3)  # an older version: skipped, the recorded version stays
+    dt = DeltaTable(uri)
+    assert dt.to_pyarrow_table().num_rows == 2
+    assert dt.transaction_version("app") == 5
+    assert dt.version() == 0  # the skipped writes committed nothing
+    write(6)
+    dt = DeltaTable(uri)
+    assert dt.to_pyarrow_table().num_rows == 4
+    assert dt.transaction_version("app") == 6
+
+
 # ------------------------------------------------------------ schema files
 
 
@@ -523,20 +639,55 @@ def test_open_store_names_its_requirements(tmp_path: Path) -> None:
         open_store("delta-spark", str(tmp_path))
 
 
+_WITHOUT_JARS = """
+import json, sys
+from pyspark.sql import SparkSession
+from cursorsync.tables import open_store
+from cursorsync.tables.delta_spark import DELTA_SPARK_CONF, delta_spark_status
+
+builder = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+           .config("spark.driver.host", "127.0.0.1")
+           .config("spark.driver.bindAddress", "127.0.0.1"))
+for k, v in DELTA_SPARK_CONF.items():
+    builder = builder.config(k, v)
+spark = builder.getOrCreate()
+try:
+    status = delta_spark_status(spark)
+    try:
+        spark.range(3).count()
+        query = None
+    except Exception as e:
+        query = str(e)
+    try:
+        open_store("delta-spark", sys.argv[1], spark=spark)
+        refused = None
+    except Exception as e:
+        refused = f"{type(e).__name__}: {e}"
+    print(json.dumps({"available": status.available, "reason": status.reason,
+                      "query": query, "refused": refused}))
+finally:
+    spark.stop()
+"""
+
+
 @pytest.mark.spark
 def test_delta_spark_detects_a_session_without_delta_jars(tmp_path: Path) -> None:
-    """The check the conformance skip relies on: Delta confs set, classes absent."""
-    if find_delta_jars():
-        pytest.skip("Delta jars are present here; the conformance suite runs delta-spark instead")
-    spark = _spark_session(DELTA_SPARK_CONF)
-    try:
-        status = delta_spark_status(spark)
-        assert not status.available
-        assert "io.delta.sql.DeltaSparkSessionExtension does not load" in status.reason
-        with pytest.raises(DeltaSparkUnavailableError, match="Delta jars are not on the Spark"):
-            open_store("delta-spark", str(tmp_path), spark=spark)
-    finally:
-        spark.stop()
+    """Delta confs set, classes absent: the store refuses the session, naming the jars.
+
+    A process of its own: the Delta jars the other tests put on a JVM's classpath stay there.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_JARS, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["available"] is False
+    assert "io.delta.sql.DeltaSparkSessionExtension does not load" in got["reason"]
+    assert got["refused"] is not None
+    assert got["refused"].startswith("DeltaSparkUnavailableError: delta-spark backend unavailable")
+    assert "Delta jars are not on the Spark" in got["refused"]
+    # Why the confs go with the jars only: the missing catalog plugin fails every query.
+    assert got["query"] is not None and "spark_catalog" in got["query"], got["query"]
 
 
 # ----------------------------------------------------------------- rows.py
@@ -622,7 +773,10 @@ def test_topic_mappings_refuses_rows_that_disagree() -> None:
 @pytest.mark.spark
 def test_spark_ddl_and_arrow_rows_agree_with_the_schema_files() -> None:
     """What the delta-spark backend feeds Spark (DDL, Arrow rows, SQL filters) without Delta."""
-    spark = _spark_session({})
+    from pyspark.sql import SparkSession
+
+    shared = SparkSession.getActiveSession()  # the delta-spark fixture's, when it runs first
+    spark = shared or _spark_session({})
     try:
         for table in TABLES:
             schema = load_schema(table)
@@ -635,4 +789,5 @@ def test_spark_ddl_and_arrow_rows_agree_with_the_schema_files() -> None:
         picked = df.where(RowFilter.of(topic=TOPICS[0], subscription="b").sql(schema))
         assert picked.toArrow().column("subscription").to_pylist() == ["b"]
     finally:
-        spark.stop()
+        if shared is None:
+            spark.stop()
