@@ -203,3 +203,31 @@ def test_guard_refuses_a_cumulative_ack_over_an_unacked_entry() -> None:
     assert str(check_safe(forged, src, mapping, tgt)) == "[(7:-1..7:0]]"
     with pytest.raises(UnsafePlanError, match="7:0"):
         guard(forged, src, mapping, tgt)
+
+
+@SETTINGS
+@given(worlds())
+def test_implied_unreplicated_never_holds_a_replicated_entry(w: World) -> None:
+    """Entries the unmapped count leaves out as never replicated really were not (or came
+    over as markers): none has a data counterpart on the target."""
+    from cursorsync.translate import implied_unreplicated
+
+    implied = implied_unreplicated(w.mapping, w.target_ledgers)
+    assert not set(implied.iter_entries(w.source_ledgers)) & set(w.truth)
+
+
+@SETTINGS
+@given(worlds())
+def test_implied_unreplicated_finds_every_gap_full_evidence_explains(w: World) -> None:
+    """With every pair and every marker known and nothing foreign, each unreplicated source
+    entry between two replicated ones is implied: the plan can be exact."""
+    from cursorsync.translate import implied_unreplicated
+
+    if w.mapping.segments.entry_count() != len(w.truth) or w.foreign or not w.truth:
+        return
+    skips = Runs.from_positions(np.array([p.ledger for p in w.skippable], np.int64),
+                                np.array([p.entry for p in w.skippable], np.int64))
+    mapping = TopicMapping(w.mapping.segments, skips)
+    implied = set(implied_unreplicated(mapping, w.target_ledgers).iter_entries(w.source_ledgers))
+    lo, hi = min(w.truth), max(w.truth)
+    assert {p for p in w.unreplicated if lo < p < hi} <= implied

@@ -9,6 +9,7 @@ It needs the full ledger lists of both sides, since it enumerates entries.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cursorsync.mapping import TopicMapping
@@ -88,6 +89,29 @@ def oracle_translate(
     unmapped = 0
     if mapping.segments.rows.size:
         first = Position(int(mapping.segments.rows[0, 0]), int(mapping.segments.rows[0, 1]))
+        implied = implied_unreplicated(fwd, skippable, tgt_universe)
         unmapped = sum(1 for p in src_acked
-                       if p >= first and p not in fwd and p not in unreplicated)
+                       if p >= first and p not in fwd and p not in unreplicated
+                       and not implied(p))
     return OraclePlan(md, frozenset(after), frozenset(after - current), unmapped)
+
+
+def implied_unreplicated(fwd: dict[Position, Position], skippable: set[Position],
+                         tgt_universe: list[Position]) -> Callable[[Position], bool]:
+    """Per entry: whether a source position lies strictly between two consecutive mapped
+    source entries whose target entries both exist and have only skippable entries
+    between them."""
+    index = {p: i for i, p in enumerate(tgt_universe)}
+    mapped = sorted(fwd)
+    quiet: set[Position] = set()  # s1 of each qualifying (s1, s2)
+    for s1, s2 in zip(mapped, mapped[1:], strict=False):
+        t1, t2 = fwd[s1], fwd[s2]
+        if t1 in index and t2 in index and all(
+                p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
+            quiet.add(s1)
+
+    def between(p: Position) -> bool:
+        i = bisect_right(mapped, p)
+        return 0 < i < len(mapped) and mapped[i - 1] in quiet
+
+    return between

@@ -122,6 +122,55 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
 
 
+def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) -> RangeSet:
+    """Source positions that cannot have a data counterpart on the target.
+
+    Replication keeps the order of a topic partition and sends every entry it sends
+    in that order. So when two consecutive segments map source entries s1 < s2 to
+    target entries t1 < t2, and every target entry strictly between t1 and t2 is a
+    known skippable one (a marker), then no source entry strictly between s1 and s2
+    was replicated as data: each was never replicated (a local snapshot marker, an
+    entry that came from another cluster) or arrived as one of those markers. Such
+    entries are not "unmapped yet", and the unmapped count leaves them out.
+
+    Only counting uses this; nothing is acked because of it. A gap is judged only when
+    both its target ends are entries of ``target_ledgers`` (a stale list says nothing
+    about what lies past it); without a ledger list nothing is implied.
+    """
+    rows = mapping.segments.rows
+    if len(rows) < 2 or target_ledgers is None or not len(target_ledgers.ids):
+        return RangeSet()
+    sl, se, tl, te, n = (rows[:, i] for i in range(5))
+    t_end_l, t_end_e = tl[:-1], te[:-1] + n[:-1] - 1
+    t_next_l, t_next_e = tl[1:], te[1:]
+    known = (_exists(target_ledgers, t_end_l, t_end_e)
+             & _exists(target_ledgers, t_next_l, t_next_e))
+    gaps = np.stack([t_end_l, t_end_e, t_next_l, t_next_e - 1], axis=1)
+    rest = RangeSet(gaps[known]) - mapping.skippable.ranges()
+    blocked = np.zeros(len(gaps), bool)
+    if rest:
+        rb = rest.bounds
+        holds = (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
+                 - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
+        if holds.any():
+            ks = _keyspace(gaps, rb)
+            g_lo, _ = _to_keys(ks, gaps)
+            r_lo, _ = _to_keys(ks, rb[holds])
+            # Each leftover range lies inside one gap: the last gap starting at or before it.
+            blocked[np.searchsorted(g_lo, r_lo, side="right") - 1] = True
+    take = known & ~blocked
+    if not take.any():
+        return RangeSet()
+    s_end_e = se[:-1] + n[:-1] - 1
+    src = np.stack([sl[:-1], s_end_e, sl[1:], se[1:] - 1], axis=1)[take]
+    return RangeSet(src)
+
+
+def _exists(ledgers: Ledgers, ledger: np.ndarray, entry: np.ndarray) -> np.ndarray:
+    """Which positions are entries of the ledger list."""
+    return (ledgers.entries_up_to(ledger, entry) - ledgers.entries_up_to(ledger, entry - 1)) == 1
+
+
 def _ack_skippable(acked: RangeSet, mapping: TopicMapping,
                    ledgers: Ledgers | None) -> tuple[RangeSet, int]:
     """Add skippable runs whose predecessor entry is acked, until nothing changes."""
@@ -166,7 +215,8 @@ def translate(
     if len(segs):
         horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
         pending = (source_acked.after(horizon) - mapping.segments.source_ranges()
-                   - mapping.unreplicated.ranges())
+                   - mapping.unreplicated.ranges()
+                   - implied_unreplicated(mapping, target.ledgers))
         unmapped = pending.count_entries(source.ledgers)
     else:
         unmapped = 0
