@@ -294,7 +294,7 @@ def test_bad_namespace_regex() -> None:
                    "topics"),
         ("clusters.colour", "source, target"),
         ("clusters.source.colour",
-         "admin_url, auth, max_concurrency, name, reader_stall_ms, receiver_queue_size, "
+         "admin_url, auth, max_concurrency, name, receiver_queue_size, "
          "request_timeout_s, service_url"),
         ("clusters.target.auth.colour", "tls, token, token_file"),
         ("clusters.target.auth.tls.colour", "allow_insecure, ca_file, cert_file, key_file"),
@@ -338,7 +338,7 @@ def test_every_problem_reported_at_once_with_its_yaml_line(tmp_path: Path) -> No
     colour_line = next(i for i, text in enumerate(lines, 1) if "colour" in text)
     mode_line = next(i for i, text in enumerate(lines, 1) if "mode:" in text)
     assert f"  clusters.source.colour: unknown key. Valid keys are: admin_url, auth, " \
-           f"max_concurrency, name, reader_stall_ms, receiver_queue_size, request_timeout_s, " \
+           f"max_concurrency, name, receiver_queue_size, request_timeout_s, " \
            f"service_url " \
            f"(line {colour_line})" in message
     assert f"emission.mode: 'fast' is not a valid mode. Valid values are: " \

@@ -171,12 +171,8 @@ class ClusterConfig(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=8, ge=1, le=1024)
     #: Messages a mapping reader may hold in its receiver queue (memory: this many
-    #: messages per task); a range gets at most 4 per entry (EntriesPartition.queue_size).
+    #: messages per task).
     receiver_queue_size: int = Field(default=1000, ge=1, le=100_000)
-    #: A mapping reader that delivers nothing for this long while the broker has more is
-    #: opened again past its last entry (the wait doubles per fruitless reopen, so a slow
-    #: broker is not reopened for ever). Real brokers do not stall; pulsar-lite does.
-    reader_stall_ms: int = Field(default=2000, ge=50, le=600_000)
 
     @field_validator("service_url")
     @classmethod

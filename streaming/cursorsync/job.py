@@ -177,7 +177,6 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             # driver as Arrow at once, so rows would only cost the JVM a conversion each way
             "layout": "arrow",
             "receiverQueueSize": str(cluster.receiver_queue_size),
-            "readerStallMs": str(cluster.reader_stall_ms),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"cursorsync-mapping-{side}",
             "startingPosition": "earliest"}

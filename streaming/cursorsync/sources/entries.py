@@ -21,11 +21,16 @@ client compares batch index -1 as "before index 0"), so ``read()`` drops every
 message at or before the start entry itself. The batch size has no accessor
 in the Python client, but a received batched message id serialises with it
 (MessageIdData.batch_size): ``read()`` takes it from there and reads each
-entry to its last message (pulsar-lite's ``has_message_available`` answers
-False in the middle of a batch, so it is never asked there). A Reader that
-stalls is opened again past the last entry it delivered
-(cursorsync.pulsar.reader); what it delivers again is dropped like any
-re-delivery.
+entry to its last message.
+
+The broker's last message id is its last *dispatchable* entry (markers are
+never the end of a range), but a reader cannot deliver every id up to it: a
+chunked message whose first chunks lie before the reader's start is dropped
+by the client, and one whose last chunk lies past the end arrives after it.
+So when a reader has been silent for ``tailCheckMs`` short of the end, the
+ids it has not delivered are looked up on the admin API: if each is a marker
+or a chunk, the range is complete (chunks carry no evidence anyway); anything
+else is waited for, up to ``readTimeoutMs``.
 
 ``rowsPer=entry`` yields one row per entry (its first message, with the
 whole entry's digest and batch size) instead of one per message: what the
@@ -55,8 +60,10 @@ budget (the driver cannot count messages without reading them).
 
 Tasks: small ranges share a Spark task (``entriesPerTask``, default 10,000
 entries, and ``rangesPerTask``, default 32), read one after the other; a range
-is never split, and one of unknown size (spanning ledgers) or of
-``entriesPerTask`` entries or more has a task of its own (``pack_ranges``).
+is never split, and one of ``entriesPerTask`` entries or more has a task of its
+own (``pack_ranges``). A range that spans ledgers is sized from the topic's
+ledger list (admin ``internalStats``), which the driver reads for admission
+control anyway.
 """
 
 from __future__ import annotations
@@ -104,8 +111,8 @@ from cursorsync.positions import Position
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.client import connect
 from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
-from cursorsync.pulsar.reader import ResumingReader
 from cursorsync.pulsar.topics import TopicName
+from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.sources.options import Options
 
 log = logging.getLogger(__name__)
@@ -116,18 +123,12 @@ Row = tuple[Any, ...]
 OFFSET_VERSION = 1
 BEFORE_ALL = Position(-1, -1)
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
-#: How long the empty-topic probe waits for a first message.
-EMPTY_PROBE_MS = 500
-#: Pulsar's default receiver queue (messages), also the least a range gets.
+#: Pulsar's default receiver queue (messages).
 DEFAULT_RECEIVER_QUEUE = 1000
-#: Queue per entry of a range (see EntriesPartition.queue_size): the first grant must
-#: hold the range twice over, and 4 covers entries of up to 2 messages on average.
-RANGE_QUEUE_PER_ENTRY = 4
-#: How long read() waits for its queue before asking the broker if anything is left.
+#: How long read() waits for its queue at a time.
 READ_POLL_MS = 100
-#: Nothing delivered for this long while the broker has more: the reader is reopened
-#: (option readerStallMs).
-READER_STALL_MS = 2000
+#: Silent this long short of the range's end: look up what is left (option tailCheckMs).
+TAIL_CHECK_MS = 1000
 #: How ranges are packed into Spark tasks (options entriesPerTask, rangesPerTask).
 DEFAULT_ENTRIES_PER_TASK = 10_000
 DEFAULT_RANGES_PER_TASK = 32
@@ -239,7 +240,7 @@ class EntriesOptions:
     receiver_queue_size: int
     source_position_property: str
     read_timeout_ms: int
-    reader_stall_ms: int
+    tail_check_ms: int
     discovery_interval_ms: int
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
@@ -254,7 +255,7 @@ class EntriesOptions:
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(f"option serviceUrl: {service_url!r} is not a pulsar:// URL")
         topics, namespace, pattern = o.topic_selection()
-        admin = o.admin(cluster, required=bool(namespace))
+        admin = o.admin(cluster, required=True)
         fields_spec = o.get_str("identityFields")
         return cls(
             cluster=cluster,
@@ -286,8 +287,7 @@ class EntriesOptions:
                                                REPL_SOURCE_POSITION_PROPERTY)
             or REPL_SOURCE_POSITION_PROPERTY,
             read_timeout_ms=o.get_int("readTimeoutMs", 30_000, minimum=1) or 30_000,
-            reader_stall_ms=o.get_int("readerStallMs", READER_STALL_MS, minimum=1)
-            or READER_STALL_MS,
+            tail_check_ms=o.get_int("tailCheckMs", TAIL_CHECK_MS, minimum=1) or TAIL_CHECK_MS,
             discovery_interval_ms=o.get_int("discoveryIntervalMs", 60_000, minimum=0) or 0,
             entries_per_task=o.get_int("entriesPerTask", DEFAULT_ENTRIES_PER_TASK, minimum=1)
             or DEFAULT_ENTRIES_PER_TASK,
@@ -339,45 +339,27 @@ class EntriesPartition(InputPartition):
     source_position_property: str
     read_timeout_ms: int
     columns: tuple[str, ...] = COLUMNS
-    receiver_queue_size: int = 1000
+    receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE
     identity_batched_only: bool = False
     identity_rows_only: bool = False
     #: A chunked message: fail the read (False), or hand it on without evidence (True).
     chunked_unmapped: bool = False
     #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
     packed: bool = False
-    #: Nothing delivered for this long while the broker has more: the reader is reopened.
-    reader_stall_ms: int = READER_STALL_MS
-    #: The range's first entry, when the driver looked it up (a start in an earlier
-    #: ledger, or before every entry): only a size hint for the queue and the packing.
-    first: str | None = None
+    #: The admin API, to look up ids the reader does not deliver (see the module doc).
+    admin: AdminConfig | None = None
+    tail_check_ms: int = TAIL_CHECK_MS
+    #: Entries in (start, end] when the range spans ledgers, as the driver counted them
+    #: from the ledger list (only a size hint for packing ranges into tasks).
+    entries: int | None = None
 
     def entry_count(self) -> int | None:
-        """Entries in (start, end] when they are all in one ledger (ids are dense there);
-        None when the range spans ledgers (the driver does not know how many each holds)."""
+        """Entries in (start, end]: exact within one ledger (ids are dense there), else the
+        driver's count, None when it has none."""
         start, end = Position.parse(self.start), Position.parse(self.end)
         if start.ledger == end.ledger:
             return end.entry - start.entry
-        first = Position.parse(self.first) if self.first is not None else None
-        return end.entry - first.entry + 1 if first and first.ledger == end.ledger else None
-
-    def queue_size(self) -> int:
-        """The reader's receiver queue: as configured, but no larger than the range needs.
-
-        A reader is fed up to its queue size past ``end`` (discarded), so a small range
-        gets a small queue. But the client grants the broker more permits each time half
-        its queue is consumed, and a grant in the middle of a read is what costs
-        pulsar-lite most (it dispatches again, side by side: README, Measured numbers). So
-        the queue is sized to take the whole range in its first grant: twice its
-        messages, counted as RANGE_QUEUE_PER_ENTRY per entry. The price: a pulsar-lite
-        dispatch that stops (see cursorsync.pulsar.reader) is not restarted by a later
-        grant, only by the reader being reopened after ``reader_stall_ms``.
-        """
-        n = self.entry_count()
-        if n is None:
-            return self.receiver_queue_size
-        return min(self.receiver_queue_size,
-                   max(RANGE_QUEUE_PER_ENTRY * n, DEFAULT_RECEIVER_QUEUE))
+        return self.entries
 
 
 @dataclass(frozen=True)
@@ -395,8 +377,8 @@ def pack_ranges(ranges: Sequence[EntriesPartition], entries_per_task: int,
     entries each 100,000 Spark tasks (each a Python worker round trip and a reader opened).
     So ranges are packed in order, a task closed when the next range would take it past
     ``entries_per_task`` entries or it holds ``ranges_per_task`` ranges (each opens a
-    reader, about 15 ms, one after the other). A range of unknown size (spanning
-    ledgers) or of ``entries_per_task`` or more gets a task of its own.
+    reader, one after the other). A range of unknown size or of ``entries_per_task`` or
+    more gets a task of its own.
     """
     tasks: list[EntriesTask] = []
     current: list[EntriesPartition] = []
@@ -586,14 +568,15 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     client = _client(part.client)
     start_id = (pulsar.MessageId.earliest if start.ledger < 0
                 else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-    reader = ResumingReader(client, part.topic, start_id,
-                            receiver_queue_size=part.queue_size(), stall_ms=part.reader_stall_ms)
+    reader = client.create_reader(part.topic, start_id,
+                                  receiver_queue_size=part.receiver_queue_size)
     try:
         before = (start.ledger, start.entry)  # exclusive: not this range's
         done_to = before  # the last entry yielded, or the start
         yielded: set[tuple[int, int]] = set()
         current: _Entry | None = None
         waited = 0
+        checked_at = 0  # ``waited`` at the last tail check
         while True:
             if current is not None and current.complete:
                 yield from _row_values(part, where_, current, wide, digest)
@@ -611,7 +594,18 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 # Never return part of (start, end]: end is at or before the latest entry
                 # the driver saw, so entries are missing, not absent, and a skipped entry
                 # would later look like a marker hole to the mapping builder (and be acked).
+                # Unless the admin API says nothing left is for a reader to deliver.
                 waited += READ_POLL_MS
+                incomplete = current is not None and (current.size is None
+                                                      or not current.complete)
+                if waited - checked_at >= part.tail_check_ms and not (
+                        incomplete and current is not None and current.size is not None):
+                    checked_at = waited
+                    after = current.pos if current is not None else done_to
+                    if _nothing_to_deliver(part, after, end):
+                        if current is not None:
+                            yield from _row_values(part, where_, current, wide, digest)
+                        return
                 if waited >= part.read_timeout_ms:
                     more = "" if mid_batch else (
                         f" (the broker says more available: {reader.has_message_available()})")
@@ -664,6 +658,30 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
             yield from _row_values(part, where_, current, wide, digest)
     finally:
         reader.close()
+
+
+def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
+                        end: tuple[int, int]) -> bool:
+    """Whether every id in (after, end] is one a reader of this range never delivers: a
+    marker, a chunk (of a chunked message begun before the reader's start or ended after
+    the range's end), or an id no longer stored. Looked up on the admin API, stopping at
+    the first other entry; False without an admin API."""
+    if part.admin is None or after >= end:
+        return after >= end
+    with AdminClient(part.admin) as admin:
+        if after[0] == end[0]:
+            ids: Iterator[Position] = (Position(after[0], e)
+                                       for e in range(after[1] + 1, end[1] + 1))
+        else:
+            ledgers = admin.internal_stats(part.topic).ledgers
+            ids = RangeSet.of((Position(*after), Position(*end))).iter_entries(ledgers)
+        for pos in ids:
+            raw = admin.raw_entry(part.topic, pos.ledger, pos.entry)
+            if raw is not None and not raw.is_marker and raw.chunk_id is None:
+                return False
+    log.info("cluster %s topic %s: (%d:%d..%d:%d] holds only markers and chunks; the range "
+             "is complete", part.cluster, part.topic, *after, *end)
+    return True
 
 
 #: Heap freezes left in this worker process (see _freeze_worker_heap).
@@ -750,6 +768,16 @@ def unpack(table: pa.Table, columns: Sequence[str]) -> pa.Table:
 # -- the driver side ----------------------------------------------------------
 
 
+def _first_entry_after(ledgers: Ledgers, position: Position) -> Position | None:
+    """The first entry of the ledger list after ``position``, None if there is none."""
+    for lid, n in zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True):
+        if lid == position.ledger and position.entry + 1 < n:
+            return Position(lid, position.entry + 1)
+        if lid > position.ledger and n > 0:
+            return Position(lid, 0)
+    return None
+
+
 def allocate(available: Mapping[str, int | None], budget: int) -> dict[str, int]:
     """Share ``budget`` entries fairly over topics (None = unknown, unbounded).
 
@@ -787,10 +815,10 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._topics: list[str] | None = None
         self._discovered_at = 0.0
         self._available_now: dict[str, Position] | None = None
-        #: Per topic, the first entry after a start in another ledger, as the last
-        #: latestOffset looked it up: (start, first). A size hint for the ranges from
-        #: that start (a restarted driver has none, and packs them as of unknown size).
-        self._firsts: dict[str, tuple[Position, Position]] = {}
+        #: Per topic, the ledger list the last latestOffset read for a range starting in
+        #: another ledger than it ends: (start, ledgers). It sizes the ranges from that
+        #: start (a restarted driver has none, and packs them as of unknown size).
+        self._ledgers: dict[str, tuple[Position, Ledgers]] = {}
 
     # -- resources (driver only; never pickled with partitions) --
 
@@ -831,54 +859,23 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return list(self._topics)
 
     def latest_position(self, topic: str) -> Position:
-        """Position of the last entry of the topic partition, BEFORE_ALL when it is empty."""
+        """The last dispatchable entry of the topic partition (the broker's last message id
+        skips markers), BEFORE_ALL when it has none."""
         import pulsar
 
         try:
             mid = self._consumer(topic).get_last_message_id()
         except pulsar.PulsarException as e:
-            # pulsar-lite answers "Topic has no messages" with UnknownError (so does its
-            # has_message_available); real brokers answer -1:-1. Ask a reader for one
-            # message. Calling a topic empty wrongly is safe: latestOffset never goes
-            # below the start offset, and "latest" would then start earlier, not later.
-            if self._is_empty(topic):
-                return BEFORE_ALL
             raise EntriesReadError(
-                f"cluster {self.options.cluster} topic {topic}: cannot get the last message id"
-            ) from e
+                f"cluster {self.options.cluster} topic {topic}: cannot get the last message "
+                f"id: {e}") from e
         pos = Position(mid.ledger_id(), mid.entry_id())
         return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
 
-    def _is_empty(self, topic: str) -> bool:
-        import pulsar
-
-        reader = self._pulsar().create_reader(topic, pulsar.MessageId.earliest,
-                                              receiver_queue_size=1)
-        try:
-            reader.read_next(EMPTY_PROBE_MS)
-            return False
-        except pulsar.Timeout:
-            return True
-        finally:
-            reader.close()
-
-    def _first_after(self, topic: str, start: Position) -> Position | None:
-        """The first entry after ``start`` (a one-message peek), None if there is none."""
-        import pulsar
-
-        tn = TopicName.parse(topic)
-        start_id = (pulsar.MessageId.earliest if start.ledger < 0
-                    else pulsar.MessageId(tn.partition, start.ledger, start.entry, -1))
-        reader = self._pulsar().create_reader(topic, start_id, receiver_queue_size=1)
-        try:
-            while reader.has_message_available():
-                mid = reader.read_next(self.options.read_timeout_ms).message_id()
-                pos = Position(mid.ledger_id(), mid.entry_id())
-                if pos > start:
-                    return pos
-            return None
-        finally:
-            reader.close()
+    def _ledger_list(self, topic: str) -> Ledgers:
+        assert self.options.admin is not None  # required by EntriesOptions.parse
+        with AdminClient(self.options.admin) as admin:
+            return admin.internal_stats(topic).ledgers
 
     # -- DataSourceStreamReader --
 
@@ -922,13 +919,14 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 first[t] = Position(lo.ledger, lo.entry + 1)
                 available[t] = hi.entry - lo.entry
             else:
-                nxt = self._first_after(t, lo)
-                if nxt is None:
+                ledgers = self._ledger_list(t)
+                self._ledgers[t] = (lo, ledgers)
+                nxt = _first_entry_after(ledgers, lo)
+                if nxt is None or nxt > hi:
                     available[t] = 0
                     continue
                 first[t] = nxt
-                self._firsts[t] = (lo, nxt)
-                available[t] = hi.entry - nxt.entry + 1 if nxt.ledger == hi.ledger else None
+                available[t] = RangeSet.of((lo, hi)).count_entries(ledgers)
         shares = allocate(available, budget)
         out: dict[str, Position] = {}
         for t, hi in latest.items():
@@ -959,7 +957,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return [
             EntriesPartition(
                 cluster=o.cluster, topic=t, start=str(lo.get(t, BEFORE_ALL)), end=str(p),
-                first=self._first_hint(t, lo.get(t, BEFORE_ALL)),
+                entries=self._size_hint(t, lo.get(t, BEFORE_ALL), p),
+                admin=o.admin, tail_check_ms=o.tail_check_ms,
                 client=o.client, identity_fields=o.identity_fields, identity=o.identity,
                 per_entry=o.per_entry, columns=o.columns,
                 receiver_queue_size=o.receiver_queue_size,
@@ -969,15 +968,16 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 packed=o.packed,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
-                reader_stall_ms=o.reader_stall_ms,
             )
             for t, p in sorted(hi.items())
             if p > lo.get(t, BEFORE_ALL)
         ]
 
-    def _first_hint(self, topic: str, start: Position) -> str | None:
-        seen = self._firsts.get(topic)
-        return str(seen[1]) if seen is not None and seen[0] == start else None
+    def _size_hint(self, topic: str, start: Position, end: Position) -> int | None:
+        seen = self._ledgers.get(topic)
+        if seen is None or seen[0] != start or start.ledger == end.ledger:
+            return None
+        return RangeSet.of((start, end)).count_entries(seen[1])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntriesTask)
