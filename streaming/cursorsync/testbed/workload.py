@@ -30,6 +30,8 @@ import hashlib
 import heapq
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,7 +41,6 @@ from typing import Any
 import pulsar
 
 from cursorsync.positions import Position
-from cursorsync.pulsar.msgid import first_chunk_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.ranges import RangeSet
 from cursorsync.testbed.testbed import TestBed, TestBedError
@@ -354,24 +355,29 @@ class _Publisher:
                                      mid.batch_index(), size))
         self.entries += 1
 
-    def chunked(self, count: int, rng: random.Random) -> None:
+    def chunked(self, service_url: str, count: int) -> None:
         """``count`` chunked messages, each followed by a small one; a chunked message is
-        recorded at its first chunk's position."""
-        local = TopicName.parse(self.topic).local
-        producer = self.client.create_producer(self.topic, producer_name=f"{local}-chunked",
-                                               batching_enabled=False, chunking_enabled=True)
-        try:
-            for _ in range(count):
-                key, _, props, pk = self._next(0, -1)
-                mid = producer.send(rng.randbytes(self.spec.chunk_message_bytes),
-                                    properties=props, partition_key=pk)
-                first = first_chunk_of(mid)
-                pos = Position(*first) if first else Position(mid.ledger_id(), mid.entry_id())
-                self.out.append(Produced(self.topic, key, pos, -1, 0, chunked=True))
-                self.entries += 1
-                self.entry(0, rng)
-        finally:
-            producer.close()
+        recorded at its first chunk's position.
+
+        They are sent from a process of their own: the C++ client keeps one max message
+        size per process (the last broker it connected to set it), and this process also
+        talks to b, whose limit is larger, so its chunks would be too large for a.
+        """
+        fields = []
+        for _ in range(count):
+            key, _, props, pk = self._next(0, -1)
+            fields.append({"key": key, "properties": props, "partition_key": pk})
+            self.entries += 1
+        done = subprocess.run(
+            [sys.executable, "-m", "cursorsync.testbed._chunked", service_url, self.topic,
+             str(self.spec.chunk_message_bytes), str(self.spec.seed)],
+            input=json.dumps(fields), capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise TestBedError(f"{self.topic}: sending chunked messages failed: "
+                               f"{done.stderr.strip()[-800:]}")
+        for line, f in zip(done.stdout.splitlines(), fields, strict=True):
+            first = Position.parse(json.loads(line)["first_chunk"])
+            self.out.append(Produced(self.topic, f["key"], first, -1, 0, chunked=True))
 
     def close(self) -> None:
         for p in (*self.singles, self.batching):
@@ -456,7 +462,10 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
                     result.foreign += _publish_foreign(bed, p, spec)
                 if spec.chunked_topic:
                     (chunk_topic,) = partitions[spec.chunked_topic]
-                    publishers[chunk_topic].chunked(spec.chunked_messages, rng)
+                    publisher = publishers[chunk_topic]
+                    for _ in range(spec.chunked_messages):
+                        publisher.chunked(bed.service_url("a"), 1)
+                        publisher.entry(0, rng)
             time.sleep(max(0.0, t0 + (r + 1) * spec.produce_seconds / rounds - time.monotonic()))
     finally:
         for pub in publishers.values():
