@@ -1,290 +1,311 @@
 """The main job on its embedded default, and the failover check that proves it.
 
-1. Two pulsar-lite brokers as clusters A and B, replication A -> B emulated.
-2. A workload on A: batched and unbatched producers, a partitioned topic and
-   a plain one, consumers acking out of order with holes and partial batches;
-   foreign messages produced on B.
-3. The sync job (the same code as ``cursorsync run``) until every source cursor
-   has been synced after the workload's last ack.
-4. Failover: the job stops, consumers attach to B's subscriptions and count
-   per message what they receive. Duplicates = received on B but acked on A
-   before the last completed sync. Losses = not acked on A, never received on
-   B. Foreign messages must all be received (never acked by us).
-
-The same workload is scored for Pulsar's built-in replicated subscriptions,
-at their best case: a snapshot exactly at the source markDeletePosition (only
-the markDeletePosition moves; individual acks are never carried over), so
-its duplicates are every acked message after the source markDeletePosition.
+1. The test bed: two Apache Pulsar clusters a and b, geo-replicated both ways
+   (:mod:`cursorsync.testbed`), with Pulsar's replicated subscriptions on.
+2. The job (the same code as ``cursorsync run``, ``by-id`` emission) starts,
+   syncing the ``sync-*`` subscriptions from a to b.
+3. A live workload on a (:mod:`cursorsync.testbed.workload`): per subscription
+   type, a ``sync-*`` subscription and its ``builtin-*`` twin, created with
+   replicated subscription state, acked alike (out of order, delayed, holes,
+   partial batches); foreign messages produced on b.
+4. The job runs until its own progress says it has caught up with the last ack
+   on a; the built-in's cursors on b until they stop moving. Both times are
+   reported.
+5. Failover: the job stops, a consumer attaches to each subscription on b and
+   every delivery is counted (:mod:`cursorsync.testbed.failover`), for cursorsync
+   and for Pulsar's built-in side by side, as measured.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from cursorsync.config import EMBEDDED_CONFIG_PATH, Config, load_config
+from cursorsync.config import EMBEDDED_CONFIG_PATH, Config, load_config, parse_config
+from cursorsync.errors import CursorSyncError
 
 log = logging.getLogger(__name__)
 
+#: The rows of the failover table, in order, with their labels.
+TABLE_ROWS = (
+    ("messages", "messages"),
+    ("acked_on_source", "acked on a"),
+    ("deliveries", "deliveries on b after failover"),
+    ("duplicates", "duplicates (acked on a, delivered on b)"),
+    ("partial_batch", "  of partially acked batches"),
+    ("chunked", "  chunked messages (not mapped)"),
+    ("acked_after_sync", "  acked after the last sync"),
+    ("unexplained", "  unexplained"),
+    ("losses", "losses (not acked on a, never delivered)"),
+    ("foreign", "foreign messages on b"),
+    ("foreign_acked", "foreign messages acked on b"),
+)
 
-@dataclass
-class FailoverCounts:
-    messages: int = 0
-    acked_on_source: int = 0
-    received_on_target: int = 0
-    duplicates: int = 0
-    losses: int = 0
-    partial_batch_duplicates: int = 0
-    foreign_messages: int = 0
-    foreign_acked: int = 0
+
+class DemoError(CursorSyncError):
+    """The demo could not complete; the message says which step and why."""
 
 
 @dataclass
 class DemoReport:
+    """Failover counts per subscription type, for cursorsync and for the built-in."""
+
     topics: list[str]
-    subscription: str
     evidence: list[str]
-    cursorsync: FailoverCounts
-    builtin_best_case: FailoverCounts
+    pulsar_version: str
+    cursorsync: dict[str, dict[str, int]]
+    builtin: dict[str, dict[str, int]]
+    #: From the workload's last ack on a until the sync's progress showed it caught up.
+    sync_caught_up_s: float
+    #: From the same moment until the built-in's cursors on b last moved.
+    builtin_settled_s: float
     sync_batches: int
     mapping_batches: int
     seconds: float
-    per_topic: dict[str, dict[str, int]] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
         return asdict(self)
 
+    def total(self, which: str, name: str) -> int:
+        side = self.cursorsync if which == "cursorsync" else self.builtin
+        return sum(counts[name] for counts in side.values())
+
     def table(self) -> str:
-        rows = [("", "cursorsync", "built-in (best case)")]
-        for name in ("messages", "acked_on_source", "received_on_target", "duplicates",
-                     "partial_batch_duplicates", "losses", "foreign_messages", "foreign_acked"):
-            rows.append((name.replace("_", " "), str(getattr(self.cursorsync, name)),
-                         str(getattr(self.builtin_best_case, name))))
-        w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in rows)
-        lines = [f"{a:<{w0}}  {b:>{w1}}  {c:>20}" for a, b, c in rows]
-        head = (f"failover check: {', '.join(self.topics)} / subscription "
-                f"{self.subscription!r}, evidence {', '.join(self.evidence)}\n"
-                f"{self.mapping_batches} mapping and {self.sync_batches} sync batches in "
-                f"{self.seconds:.1f} s\n")
-        return head + "\n".join(lines)
+        kinds = sorted(self.cursorsync)
+        head = [""] + [f"cursorsync {k}" for k in kinds] + [f"built-in {k}" for k in kinds]
+        rows = [head]
+        for name, label in TABLE_ROWS:
+            rows.append([label] + [str(self.cursorsync[k][name]) for k in kinds]
+                        + [str(self.builtin[k][name]) for k in kinds])
+        rows.append(["caught up after the last ack"]
+                    + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds)
+                    + [f"{self.builtin_settled_s:.1f} s"] * len(kinds))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
+                           for i, c in enumerate(r)) for r in rows]
+        intro = (f"failover to b: {', '.join(self.topics)}; Apache Pulsar {self.pulsar_version}; "
+                 f"evidence {', '.join(self.evidence)}\n"
+                 f"{self.mapping_batches} mapping and {self.sync_batches} sync batches, "
+                 f"{self.seconds:.0f} s in all\n")
+        return intro + "\n".join(lines)
 
 
-def demo_config(sandbox: Any, work_dir: Path, *, topics: dict[str, int], subscription: str,
-                strategies: list[str] | None = None, base: Config | None = None,
-                spread: bool = False, identity_scope: str | None = None) -> Config:
-    """The embedded config with the sandbox's URLs, topics and work dir filled in."""
+def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscriptions: Sequence[str],
+                strategies: Sequence[str] | None = None, base: Config | None = None,
+                spread: bool = False, identity_scope: str | None = None,
+                backend: str | None = None, spark_conf: dict[str, str] | None = None) -> Config:
+    """The embedded config with the test bed's URLs, the topics and the work dir filled in."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
-    cfg = cfg.with_cluster("source", service_url=sandbox.service_url("A"),
-                           admin_url=sandbox.admin_url("A"))
-    cfg = cfg.with_cluster("target", service_url=sandbox.service_url("B"),
-                           admin_url=sandbox.admin_url("B"))
+    cfg = cfg.with_cluster("source", service_url=bed.service_url("a"),
+                           admin_url=bed.admin_url("a"))
+    cfg = cfg.with_cluster("target", service_url=bed.service_url("b"),
+                           admin_url=bed.admin_url("b"))
     data = cfg.model_dump(mode="json", by_alias=True)
-    data["topics"] = [{"topic": f"persistent://public/default/{name}", "subscriptions":
-                       [subscription], "partitioned": bool(n)} for name, n in topics.items()]
+    data["topics"] = [{"topic": bed.topic(t), "subscriptions": list(subscriptions)}
+                      for t in topics]
     data["tables"]["path"] = str(work_dir / "tables")
     data["spark"]["checkpoint_dir"] = str(work_dir / "checkpoints")
     if strategies:
-        data["evidence"]["strategies"] = strategies
+        data["evidence"]["strategies"] = list(strategies)
     if identity_scope:
         data["evidence"]["identity_scope"] = identity_scope
+    if backend:
+        data["tables"]["backend"] = backend
+    if spark_conf:
+        data["spark"]["conf"] = {**data["spark"]["conf"], **spark_conf}
     data["emission"]["spread_across_executors"] = spread
-    for c in ("source", "target"):
-        data["clusters"][c]["auth"] = {}
-    from cursorsync.config import parse_config
-
     return parse_config(data)
 
 
-def _ensure_target_subscriptions(sandbox: Any, topics: list[str], subscription: str) -> None:
-    """Create B's subscriptions at the earliest position, as the DR consumers would have."""
-    import pulsar
+def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
+              partitions: dict[str, list[str]], chunked: set[str]) -> float | None:
+    """When the sync caught up with the source as it was at ``after`` (epoch seconds), or
+    None if it has not yet.
 
-    client = sandbox.client("B")
-    for t in topics:
-        c = client.subscribe(t, subscription, consumer_type=pulsar.ConsumerType.Shared,
-                             initial_position=pulsar.InitialPosition.Earliest,
-                             receiver_queue_size=0)
-        c.close()
+    Caught up: for every (topic partition, subscription), a sync batch observed the source
+    after ``after`` and its plan was exact with nothing unmapped, and a later batch sent no
+    acks (the target already showed everything). A chunked topic's acked chunks stay
+    unmapped (README, Limits), so for it two batches after ``after`` sending nothing is
+    the test. Rows from ``since_batch`` on are read. The time returned is the newest
+    emitted_at among those batches that sent acks, or the first batch after ``after``
+    where none did.
+    """
+    from cursorsync.pulsar.topics import TopicName
+    from cursorsync.tables import RowFilter
 
-
-def _receive_all(sandbox: Any, topic: str, subscription: str, timeout_ms: int = 1500) -> list[Any]:
-    import pulsar
-
-    client = sandbox.client("B")
-    c = client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Shared,
-                         initial_position=pulsar.InitialPosition.Earliest)
-    got = []
-    try:
-        while True:
-            try:
-                got.append(c.receive(timeout_millis=timeout_ms))
-            except pulsar.Timeout:
-                break
-    finally:
-        c.close()
-    return got
-
-
-def failover_check(sandbox: Any, workload: Any, subscription: str) -> tuple[
-        FailoverCounts, FailoverCounts, dict[str, dict[str, int]]]:
-    """Switch to B and count, per message, duplicates and losses (and for built-in)."""
-    ours = FailoverCounts()
-    builtin = FailoverCounts()
-    per_topic: dict[str, dict[str, int]] = {}
-    source_state = sandbox.state("A")
-    for topic in workload.topics():
-        msgs = workload.messages_of(topic)
-        acked_keys = {m.key for m in msgs if (topic, m.key) in workload.acked_at}
-        acked_entries = workload.acked_entries(topic)
-        received = _receive_all(sandbox, topic, subscription)
-        got_keys = {r.properties().get("key") for r in received}
-        foreign_keys = {f.key for f in workload.foreign if f.topic == topic}
-        dup = sum(1 for k in got_keys if k in acked_keys)
-        partial = sum(1 for m in msgs if m.key in got_keys and m.key in acked_keys
-                      and m.position not in acked_entries)
-        lost = sum(1 for m in msgs if m.key not in acked_keys and m.key not in got_keys)
-        ours.messages += len(msgs)
-        ours.acked_on_source += len(acked_keys)
-        ours.received_on_target += len(received)
-        ours.duplicates += dup
-        ours.partial_batch_duplicates += partial
-        ours.losses += lost
-        ours.foreign_messages += len(foreign_keys)
-        ours.foreign_acked += len(foreign_keys - got_keys)
-        # Built-in best case: B's markDeletePosition at the counterpart of A's; nothing else.
-        md = _source_mark_delete(source_state, topic, subscription)
-        after_md = [m for m in msgs if md is None or m.position > md]
-        builtin.messages += len(msgs)
-        builtin.acked_on_source += len(acked_keys)
-        builtin.received_on_target += len(after_md) + len(foreign_keys)
-        builtin.duplicates += sum(1 for m in after_md if m.key in acked_keys)
-        builtin.partial_batch_duplicates += sum(
-            1 for m in after_md if m.key in acked_keys and m.position not in acked_entries)
-        builtin.foreign_messages += len(foreign_keys)
-        per_topic[topic] = {"messages": len(msgs), "duplicates": dup, "losses": lost,
-                            "builtin_duplicates": sum(1 for m in after_md if m.key in acked_keys)}
-    return ours, builtin, per_topic
-
-
-def _source_mark_delete(state: Any, topic: str, subscription: str) -> Any:
-    from cursorsync.sandbox.admin_server import internal_stats
-
-    stats = internal_stats(state, topic)
-    cur = stats.get("cursors", {}).get(subscription)
-    if cur is None:
+    if not store.exists("sync_progress"):
         return None
-    from cursorsync.positions import Position
-
-    return Position.parse(cur["markDeletePosition"])
-
-
-def run_demo(*, json_output: bool = False, seconds: float = 60.0, work_dir: str | None = None,
-             keep: bool = False, strategies: list[str] | None = None,
-             stamp_source_position: bool = True, entries_per_partition: int = 60,
-             seed: int = 7) -> str:
-    """Run everything and return the failover table (or JSON)."""
-    report = demo(seconds=seconds, work_dir=work_dir, keep=keep, strategies=strategies,
-                  stamp_source_position=stamp_source_position,
-                  entries_per_partition=entries_per_partition, seed=seed)
-    if json_output:
-        return json.dumps(report.to_dict(), indent=2, sort_keys=True)
-    return report.table()
+    rows = store.read("sync_progress", RowFilter.of(
+        source_cluster=config.source.name, target_cluster=config.target.name,
+        min_batch_id=since_batch)).to_pylist()
+    by_key: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        observed = r["source_observed_at"].replace(tzinfo=UTC).timestamp()
+        if observed > after:
+            by_key.setdefault((r["topic"], r["partition"], r["subscription"]), []).append(r)
+    done_at = after
+    for spec in config.topics:
+        for p in partitions[spec.topic]:
+            tn = TopicName.parse(p)
+            for sub in spec.subscriptions:
+                got = sorted(by_key.get((str(tn.base), tn.partition, sub), []),
+                             key=lambda r: r["batch_id"])
+                quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > 0]
+                if not quiet:
+                    return None
+                settled = got[: quiet[0] + 1]
+                if spec.topic not in chunked and not any(
+                        r["outcome"] == "exact" and not r["unmapped_acked_entries"]
+                        for r in settled):
+                    return None
+                last_sent = [r for r in settled if r["acks_sent"]]
+                moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
+                done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
+    return done_at - after
 
 
 class _InjectedCrash(RuntimeError):
     """Raised inside a sync batch, after its acks went out and before its tables were written."""
 
 
-def demo(*, seconds: float = 60.0, work_dir: str | None = None, keep: bool = False,
-         strategies: list[str] | None = None, stamp_source_position: bool = True,
-         entries_per_partition: int = 60, seed: int = 7, partial_batch_fraction: float = 0.2,
-         crash_sync_batch: int | None = None, spread: bool = False,
-         identity_scope: str | None = None) -> DemoReport:
-    """Sandbox, workload, the job until caught up, then the failover check.
+def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
+         spec: Any = None, strategies: Sequence[str] | None = None,
+         identity_scope: str | None = None, spread: bool = False,
+         backend: str | None = None, spark_conf: dict[str, str] | None = None,
+         crash_sync_batch: int | None = None, timeout_s: float = 240.0) -> DemoReport:
+    """Test bed, job, workload, catch-up, failover check (see the module doc).
 
-    ``crash_sync_batch``: kill the sync query in that batch after emitting and
-    before writing its tables, then start the job again from its checkpoint.
+    ``bed``: a running :class:`~cursorsync.testbed.TestBed` to use (the tests share one);
+    None starts one and stops it at the end. ``crash_sync_batch``: kill the sync query in
+    that batch after emitting and before writing its tables, then start the job again
+    from its checkpoint.
     """
-    from cursorsync.job import QueryFailedError, start_job
-    from cursorsync.sandbox import ReplicatorOptions, Sandbox, SandboxConfig
-    from cursorsync.sandbox.workload import WorkloadSpec, run_workload
+    from cursorsync.testbed import PULSAR_VERSION, TestBed, TestBedConfig
+    from cursorsync.testbed.workload import WorkloadSpec
 
     t0 = time.monotonic()
     root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-demo-"))
     root.mkdir(parents=True, exist_ok=True)
-    spec = WorkloadSpec(entries_per_partition=entries_per_partition, seed=seed,
-                        partial_batch_fraction=partial_batch_fraction)
-    os.environ.setdefault("CURSORSYNC_EMIT_MODE", "receive-first")  # pulsar-lite: see README
-    sb_cfg = SandboxConfig(topics=spec.topics, work_dir=root / "brokers",
-                           replicator=ReplicatorOptions(stamp_source_position=stamp_source_position))
-    restarts = 0
+    spec = spec or WorkloadSpec()
+    own_bed = bed is None
+    if own_bed:
+        bed = TestBed(TestBedConfig(work_dir=root / "pulsar")).start()
     try:
-        with Sandbox(sb_cfg) as sandbox:
-            topics = [t for name in spec.topics for t in sandbox.partitions(name)]
-            _ensure_target_subscriptions(sandbox, topics, spec.subscription)
-            workload = run_workload(sandbox, spec)
-            if sandbox.replicator is None:
-                raise RuntimeError("the sandbox was started without its replicator")
-            sandbox.replicator.wait_caught_up(timeout_s=60)
-            config = demo_config(sandbox, root, topics=spec.topics, subscription=spec.subscription,
-                                 strategies=strategies, spread=spread,
-                                 identity_scope=identity_scope)
-            job = start_job(config)
-            if crash_sync_batch is not None:
-                def crash(batch_id: int) -> None:
-                    if batch_id == crash_sync_batch:
-                        raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
-                job.sync_sink.crash_after_emit = crash
-            sync_batches = mapping_batches = 0
-            try:
-                deadline = time.monotonic() + seconds
-                synced = False
-                while time.monotonic() < deadline and not synced:
-                    try:
-                        job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
-                        synced = _caught_up(job, config)
-                    except QueryFailedError as err:
-                        if "injected crash" not in str(err) or restarts:
-                            raise
-                        log.warning("the sync query died (%s): restarting from its checkpoint",
-                                    err)
-                        sync_batches += job.sync_sink.last_batch + 1
-                        mapping_batches += job.mapping_sink.last_batch + 1
-                        job.stop()
-                        restarts += 1
-                        job = start_job(config)
-                job.wait_batches(1, timeout_s=30)
-            finally:
-                job.stop()
-            ours, builtin, per_topic = failover_check(sandbox, workload, spec.subscription)
-            return DemoReport(topics, spec.subscription, list(config.evidence.strategies),
-                              ours, builtin, job.sync_sink.last_batch + 1,
-                              job.mapping_sink.last_batch + 1, time.monotonic() - t0, per_topic,
-                              restarts)
+        report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
+                      spread=spread, backend=backend, spark_conf=spark_conf,
+                      crash_sync_batch=crash_sync_batch, timeout_s=timeout_s)
+        return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
+        if own_bed:
+            bed.stop()
         if not keep and not work_dir:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _caught_up(job: Any, config: Config) -> bool:
-    """Every observed subscription has an exact plan with nothing left to ack."""
-    from cursorsync.tables import RowFilter, open_store
+def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
+         identity_scope: str | None, spread: bool, backend: str | None,
+         spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
+         timeout_s: float) -> DemoReport:
+    from cursorsync.job import QueryFailedError, start_job
+    from cursorsync.tables import open_store
+    from cursorsync.testbed.failover import CursorWatch, failover
+    from cursorsync.testbed.workload import (
+        builtin_subscription,
+        create_target_subscriptions,
+        create_topics,
+        run_workload,
+        sync_subscription,
+        verify_source_cursors,
+    )
 
-    store = open_store(config.tables.backend, config.tables.path)
-    if not store.exists("sync_progress"):
-        return False
-    rows = store.read("sync_progress", RowFilter.of(min_batch_id=job.sync_sink.last_batch))
-    if rows.num_rows == 0:
-        return False
-    outcomes = rows.column("outcome").to_pylist()
-    unmapped = rows.column("unmapped_acked_entries").to_pylist()
-    return all(o == "exact" for o in outcomes) and not any(unmapped)
+    create_topics(bed, spec)
+    create_target_subscriptions(bed, spec)
+    topics = list(spec.topics())
+    config = demo_config(bed, root, topics=topics,
+                         subscriptions=[sync_subscription(k) for k in spec.subscription_types],
+                         strategies=strategies, spread=spread, identity_scope=identity_scope,
+                         backend=backend, spark_conf=spark_conf)
+    partitions = {bed.topic(t): bed.partitions(t) for t in topics}
+    chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
+    watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
+                           builtin_subscription(k)).start()
+               for k in spec.subscription_types] if spec.builtin else []
+    job = start_job(config)
+    restarts = sync_batches = mapping_batches = 0
+    try:
+        if crash_sync_batch is not None:
+            def crash(batch_id: int) -> None:
+                if batch_id == crash_sync_batch:
+                    raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
+            job.sync_sink.crash_after_emit = crash
+        job.wait_batches(1, timeout_s=120)
+        log.info("demo: the job runs; starting the workload")
+        result = run_workload(bed, spec)
+        since_batch = job.sync_sink.last_batch
+        verify_source_cursors(bed, result)
+        store = open_store(config.tables.backend, config.tables.path, spark=job.spark)
+        deadline = time.monotonic() + timeout_s
+        caught: float | None = None
+        while caught is None:
+            if time.monotonic() > deadline:
+                raise DemoError(f"the sync did not catch up within {timeout_s:.0f} s of the "
+                                "workload's end")
+            try:
+                job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
+            except QueryFailedError as err:
+                if "injected crash" not in str(err) or restarts:
+                    raise
+                log.warning("the sync query died (%s): restarting from its checkpoint", err)
+                sync_batches += job.sync_sink.last_batch + 1
+                mapping_batches += job.mapping_sink.last_batch + 1
+                job.stop()
+                restarts += 1
+                job = start_job(config, spark=job.spark)
+                continue
+            caught = caught_up(store, config, after=result.last_ack_at,
+                               since_batch=since_batch if not restarts else 0,
+                               partitions=partitions, chunked=chunked)
+        sync_batches += job.sync_sink.last_batch + 1
+        mapping_batches += job.mapping_sink.last_batch + 1
+    finally:
+        job.stop()
+    settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
+    checks = [(kind, sync_subscription(kind), result.last_ack_at)
+              for kind in spec.subscription_types]
+    if spec.builtin:
+        checks += [(kind, builtin_subscription(kind), None) for kind in spec.subscription_types]
+    with ThreadPoolExecutor(len(checks)) as pool:
+        counted = list(pool.map(lambda c: failover(bed, result, c[1], c[0], synced_at=c[2]),
+                                checks))
+    ours: dict[str, dict[str, int]] = {}
+    builtin: dict[str, dict[str, int]] = {}
+    for (kind, sub, _), counts in zip(checks, counted, strict=True):
+        (ours if sub == sync_subscription(kind) else builtin)[kind] = counts.to_dict()
+    return DemoReport(topics=[bed.topic(t) for t in topics],
+                      evidence=list(config.evidence.strategies), pulsar_version="",
+                      cursorsync=ours, builtin=builtin, sync_caught_up_s=caught,
+                      builtin_settled_s=settled, sync_batches=sync_batches,
+                      mapping_batches=mapping_batches, seconds=0.0,
+                      workload=result.to_dict(), restarts=restarts)
+
+
+def run_demo(*, json_output: bool = False, work_dir: str | None = None,
+             keep: bool = False, **kwargs: Any) -> str:
+    """Run everything and return the failover table (or JSON)."""
+    report = demo(work_dir=work_dir, keep=keep, **kwargs)
+    if json_output:
+        return json.dumps(report.to_dict(), indent=2, sort_keys=True)
+    return report.table()

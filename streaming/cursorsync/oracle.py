@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from cursorsync.mapping import TopicMapping
 from cursorsync.positions import Position
@@ -104,7 +105,7 @@ def implied_unreplicated(fwd: dict[Position, Position], skippable: set[Position]
     index = {p: i for i, p in enumerate(tgt_universe)}
     mapped = sorted(fwd)
     quiet: set[Position] = set()  # s1 of each qualifying (s1, s2)
-    for s1, s2 in zip(mapped, mapped[1:], strict=False):
+    for s1, s2 in pairwise(mapped):
         t1, t2 = fwd[s1], fwd[s2]
         if t1 in index and t2 in index and all(
                 p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
