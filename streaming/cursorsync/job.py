@@ -320,13 +320,24 @@ def observations(table: pa.Table) -> list[ObservedCursor]:
 
 def target_admin(config: Config) -> Any:
     """An admin client for the target cluster, from the config."""
+    return cluster_admin(config.target)
+
+
+def cluster_admin(cluster: Any) -> Any:
+    """An admin client for one cluster of the config."""
     from cursorsync.pulsar.admin import AdminClient, AdminConfig
 
-    tgt = config.target
     return AdminClient(AdminConfig.from_urls(
-        tgt.admin_url, cluster=tgt.name,
-        token=tgt.auth.resolve_token() if tgt.auth else None,
-        timeout_s=tgt.request_timeout_s, max_workers=tgt.max_concurrency))
+        cluster.admin_url, cluster=cluster.name,
+        token=cluster.auth.resolve_token() if cluster.auth else None,
+        timeout_s=cluster.request_timeout_s, max_workers=cluster.max_concurrency))
+
+
+def source_marker_lookup(admin: Any, config: Config) -> Any:
+    """What the sync step asks which unmapped source entries are markers."""
+    from cursorsync.hole_check import AdminMarkerLookup
+
+    return AdminMarkerLookup(admin, max_workers=config.source.max_concurrency)
 
 
 def target_emitter(config: Config) -> Any:
@@ -460,6 +471,7 @@ class RunningJob:
     admin: Any
     metrics_server: Any = None
     progress: Any = None
+    source_admin: Any = None
     stopped: bool = False
 
     def wait_batches(self, n: int, timeout_s: float) -> bool:
@@ -497,8 +509,9 @@ class RunningJob:
                 log.warning("stopping query %s: %s", getattr(q, "name", "?"), err)
         if self.emitter is not None:
             self.emitter.close()
-        if self.admin is not None:
-            self.admin.close()
+        for admin in (self.admin, self.source_admin):
+            if admin is not None:
+                admin.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
 
@@ -571,8 +584,9 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         emitter = target_emitter(config)
     cumulative = (config.emission.mode == "cumulative-where-allowed"
                   and config.emission.subscription_type in ("Exclusive", "Failover"))
+    source_admin = cluster_admin(config.source)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
-                    target_reader(admin))
+                    target_reader(admin), source_marker_lookup(source_admin, config))
     hole_check = None
     if config.evidence.holes == "verified":
         from cursorsync.hole_check import AdminHoleCheck
@@ -594,7 +608,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
           .start())
     poller = _ProgressPoller([mq, cq], metrics, config.spark.trigger_interval_s)
     poller.start()
-    return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server, poller)
+    return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server, poller,
+                      source_admin=source_admin)
 
 
 class QueryFailedError(CursorSyncError):

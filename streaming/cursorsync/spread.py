@@ -61,11 +61,22 @@ def _mappings(store: Any, keys: set[PartitionKey],
     return out
 
 
+#: Per source admin URL, the sync steps' source-marker caches (see SyncStep) in this worker.
+_MARKERS: dict[str, tuple[dict[Any, Any], dict[Any, Any]]] = {}
+
+
 def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool) -> Any:
     """The function each task runs over its share of the batch (for ``mapInArrow``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from cursorsync.job import observations, target_admin, target_emitter, target_reader
+        from cursorsync.job import (
+            cluster_admin,
+            observations,
+            source_marker_lookup,
+            target_admin,
+            target_emitter,
+            target_reader,
+        )
         from cursorsync.sync import SyncConfig, SyncStep
 
         parts = [pa.Table.from_batches([b]) for b in batches]
@@ -77,11 +88,17 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         store = open_store(config.tables.backend, config.tables.path,
                            storage_options=config.tables.storage_options or None)
         admin = target_admin(config)
+        source_admin = cluster_admin(config.source)
         emitter = None if dry_run else target_emitter(config)
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
-                            emitter, target_reader(admin))
+                            emitter, target_reader(admin),
+                            source_marker_lookup(source_admin, config))
             step.previous = _previous_states(store, obs, batch_id, config)
+            # Source entries found to be markers stay known for the worker's life: a task
+            # does not look the same entries up again every batch.
+            step.source_markers, step.looked_up = _MARKERS.setdefault(
+                config.source.admin_url, ({}, {}))
             result = step.run(obs, _mappings(store, {o.key for o in obs}, config))
             rows = sync_progress_rows(result.records, source_cluster=config.source.name,
                                       target_cluster=config.target.name)
@@ -89,6 +106,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             if emitter is not None:
                 emitter.close()
             admin.close()
+            source_admin.close()
         yield from rows.to_batches()
 
     return run

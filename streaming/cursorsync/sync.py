@@ -5,6 +5,11 @@ logged with its reason and the others going on:
 
 1. translate the source cursor through the partition's mapping, against the
    target cursor as the target's admin API reports it (actual, not assumed);
+   Source entries the plan counts as unmapped are looked up on the source's
+   admin API, once each (a few per sync at most): a marker never has a data
+   counterpart (snapshot markers at a ledger's end or after the last message,
+   where no segment on either side vouches for them), so it is not "waiting
+   for evidence", and the plan can become exact;
 2. a source that moved backwards: ``halt`` emits nothing for it, ``report``
    goes on (acks already sent cannot be taken back either way);
 3. :func:`cursorsync.translate.guard`: the safety rule, or nothing is sent;
@@ -16,19 +21,29 @@ target does not show yet; acks are idempotent on the broker.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
+import numpy as np
+
 from cursorsync.errors import CursorSyncError
-from cursorsync.mapping import TopicMapping
+from cursorsync.mapping import Runs, TopicMapping
 from cursorsync.positions import Position
 from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.tables.rows import ObservedCursor, PartitionKey, SyncRecord
-from cursorsync.translate import CursorState, SafePlan, UnsafePlanError, guard, translate
+from cursorsync.translate import (
+    CursorState,
+    SafePlan,
+    UnsafePlanError,
+    guard,
+    translate,
+    unmapped_source,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +57,10 @@ class EmitterLike(Protocol):
 
 #: Reads the target's cursor for (concrete topic, subscription): None when unknown.
 TargetReader = Callable[[str, str], CursorState | None]
+#: Which of these source entries of a concrete topic are markers (asked of the source).
+MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: Source entries looked up per (topic partition, subscription) and sync, at most.
+MARKER_LOOKUPS_PER_SYNC = 64
 
 
 @dataclass(frozen=True)
@@ -64,11 +83,15 @@ class SyncStep:
     """Holds what the loop must remember between batches: the previous source states."""
 
     def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
-                 read_target: TargetReader) -> None:
+                 read_target: TargetReader, lookup_markers: MarkerLookup | None = None) -> None:
         self.config = config
         self.emitter = emitter
         self.read_target = read_target
+        self.lookup_markers = lookup_markers
         self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
+        #: Source entries found to be markers, and every source entry looked up, per partition.
+        self.source_markers: dict[PartitionKey, RangeSet] = {}
+        self.looked_up: dict[PartitionKey, RangeSet] = {}
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
@@ -85,7 +108,12 @@ class SyncStep:
                          topic, obs.subscription)
                 continue
             t0 = time.perf_counter()
+            mapping = self._with_markers(obs.key, mapping)
             plan = translate(obs.state, mapping, target, previous_source=self.previous.get(k))
+            if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
+                mapping = self._with_markers(obs.key, mapping)
+                plan = translate(obs.state, mapping, target,
+                                 previous_source=self.previous.get(k))
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs.state
             acks = 0
@@ -115,6 +143,51 @@ class SyncStep:
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
                                       obs.observed_at, datetime.now(UTC)))
         return StepResult(records, sent, refused, halted, t_translate)
+
+
+    def _with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
+        found = self.source_markers.get(key)
+        if found is None or not found:
+            return mapping
+        b = found.bounds
+        runs = Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
+        return replace(mapping, unreplicated=mapping.unreplicated.union(runs))
+
+    def _look_up(self, obs: ObservedCursor, topic: str, mapping: TopicMapping,
+                 target: CursorState) -> bool:
+        """Look up the plan's unmapped source entries not looked up before; True when some
+        turned out to be markers."""
+        if self.lookup_markers is None:
+            return False
+        seen = self.looked_up.get(obs.key, RangeSet())
+        pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
+        ledgers = obs.state.ledgers
+        if ledgers is None or not pending:
+            return False
+        positions = list(itertools.islice(pending.iter_entries(ledgers),
+                                          MARKER_LOOKUPS_PER_SYNC))
+        if not positions:
+            return False
+        try:
+            markers = self.lookup_markers(topic, positions)
+        except CursorSyncError as err:
+            log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
+                        topic, err)
+            return False
+        self.looked_up[obs.key] = seen | _entries(positions)
+        if not markers:
+            return False
+        self.source_markers[obs.key] = (self.source_markers.get(obs.key, RangeSet())
+                                        | _entries(markers))
+        log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
+                  len(positions))
+        return True
+
+
+def _entries(positions: list[Position]) -> RangeSet:
+    return RangeSet.entries(np.array([p.ledger for p in positions], np.int64),
+                            np.array([p.entry for p in positions], np.int64),
+                            np.ones(len(positions), np.int64))
 
 
 def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:

@@ -212,14 +212,7 @@ def translate(
     to_ack = after - current
 
     segs = mapping.segments.rows
-    if len(segs):
-        horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
-        pending = (source_acked.after(horizon) - mapping.segments.source_ranges()
-                   - mapping.unreplicated.ranges()
-                   - implied_unreplicated(mapping, target.ledgers))
-        unmapped = pending.count_entries(source.ledgers)
-    else:
-        unmapped = 0
+    unmapped = unmapped_source(source, mapping, target.ledgers).count_entries(source.ledgers)
     rewound = 0
     if previous_source is not None:
         rewound = (previous_source.acked() - source_acked).count_entries(source.ledgers)
@@ -229,6 +222,19 @@ def translate(
     outcome: Outcome = "unknown" if not len(segs) else ("partial" if unmapped else "exact")
     return AckPlan(md, individual, to_ack, target.mark_delete, unmapped, rewound, partial,
                    skipped, outcome)
+
+
+def unmapped_source(source: CursorState, mapping: TopicMapping,
+                    target_ledgers: Ledgers | None) -> RangeSet:
+    """Source entries acked on the source, after the first segment, that no segment maps and
+    nothing explains (known unreplicated runs, :func:`implied_unreplicated`): the sync is
+    waiting for their evidence. Empty while there is no segment at all."""
+    segs = mapping.segments.rows
+    if not len(segs):
+        return RangeSet()
+    horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
+    return (source.acked().after(horizon) - mapping.segments.source_ranges()
+            - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
 
 
 def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,

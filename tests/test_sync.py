@@ -1,0 +1,74 @@
+"""The sync step: unmapped source entries that are markers are looked up, once each."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from cursorsync.errors import AdminError
+from cursorsync.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.positions import Position
+from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.sync import MARKER_LOOKUPS_PER_SYNC, SyncConfig, SyncStep
+from cursorsync.tables.rows import ObservedCursor, PartitionKey
+from cursorsync.translate import CursorState
+
+KEY = PartitionKey("persistent://t/n/orders", 0)
+NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+def _world(tail: int) -> tuple[ObservedCursor, dict[PartitionKey, TopicMapping], CursorState]:
+    """Source 5:0..5:9 mapped to target 7:0..7:9; then ``tail`` source entries (markers,
+    say) that nothing maps, all acked on the source."""
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]))
+    source = CursorState(Position(5, 9 + tail), RangeSet(), Ledgers.of([(5, 10 + tail)]))
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 10)]))
+    return ObservedCursor(KEY, "sub", source, NOW), {KEY: mapping}, target
+
+
+def test_unmapped_markers_are_looked_up_once_and_the_plan_becomes_exact() -> None:
+    obs, mappings, target = _world(3)
+    asked: list[list[Position]] = []
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        assert topic == KEY.concrete_topic()
+        asked.append(positions)
+        return [p for p in positions if p.entry != 11]  # 5:11 is data (a chunk, say)
+
+    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    first = step.run([obs], mappings).records[0].plan
+    assert asked == [[Position(5, 10), Position(5, 11), Position(5, 12)]]
+    assert first.unmapped_acked_entries == 1 and first.outcome == "partial"
+    again = step.run([obs], mappings).records[0].plan
+    assert len(asked) == 1  # nothing is looked up twice
+    assert again.unmapped_acked_entries == 1
+
+
+def test_all_markers_make_it_exact_and_lookups_are_bounded_per_sync() -> None:
+    n = MARKER_LOOKUPS_PER_SYNC + 5
+    obs, mappings, target = _world(n)
+    asked: list[int] = []
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        asked.append(len(positions))
+        return positions
+
+    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 5
+    plan = step.run([obs], mappings).records[0].plan
+    assert asked == [MARKER_LOOKUPS_PER_SYNC, 5]
+    assert plan.outcome == "exact" and plan.unmapped_acked_entries == 0
+
+
+def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> None:
+    obs, mappings, target = _world(2)
+    calls = 0
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        nonlocal calls
+        calls += 1
+        raise AdminError("source admin unreachable")
+
+    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
+    assert calls == 2
