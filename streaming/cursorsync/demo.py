@@ -66,7 +66,8 @@ class DemoReport:
     builtin: dict[str, dict[str, int]]
     #: From the workload's last ack on a until the sync's progress showed it caught up.
     sync_caught_up_s: float
-    #: From the same moment until the built-in's cursors on b last moved.
+    #: From the same moment until the built-in's cursors on b last moved (negative: they
+    #: last moved before it, and nothing after the last ack moved them).
     builtin_settled_s: float
     sync_batches: int
     mapping_batches: int
@@ -90,9 +91,10 @@ class DemoReport:
         for name, label in TABLE_ROWS:
             rows.append([label] + [str(self.cursorsync[k][name]) for k in kinds]
                         + [str(self.builtin[k][name]) for k in kinds])
-        rows.append(["caught up after the last ack"]
-                    + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds)
-                    + [f"{self.builtin_settled_s:.1f} s"] * len(kinds))
+        settled = (f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
+                   else "no move")
+        rows.append(["b's cursor last moved, after the last ack"]
+                    + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds) + [settled] * len(kinds))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
                            for i, c in enumerate(r)) for r in rows]

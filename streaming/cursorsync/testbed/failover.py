@@ -97,7 +97,8 @@ def count(result: WorkloadResult, source_subscription: str, delivered: list[Any]
     by_key = result.by_key()
     foreign = {f.key for f in result.foreign}
     seen = Counter(m.properties().get("key") for m in delivered)
-    c = FailoverCounts(messages=len(by_key), acked_on_source=len(acked), foreign=len(foreign))
+    c = FailoverCounts(messages=len(by_key), acked_on_source=sum(k in acked for k in by_key),
+                       foreign=len(foreign))
     c.foreign_delivered = sum(1 for k in foreign if seen[k])
     for key, m in by_key.items():
         n = seen[key]
