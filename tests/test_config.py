@@ -81,7 +81,7 @@ def test_embedded_work_dir_comes_from_environment(monkeypatch: pytest.MonkeyPatc
     assert load_config(CONF / "embedded.yaml").tables.path == ".cursorsync-work/tables"
 
 
-def test_sandbox_fills_in_embedded_urls() -> None:
+def test_the_test_bed_fills_in_embedded_urls() -> None:
     config = load_config(CONF / "embedded.yaml")
     config = config.with_cluster(
         "source", service_url="pulsar://127.0.0.1:40001", admin_url="http://127.0.0.1:40002/"

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cursorsync.config import MetricsConfig
 from cursorsync.metrics import Metrics
-from cursorsync.sandbox.brokers import free_port
+from cursorsync.testbed.standalone import free_port
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:

@@ -55,6 +55,7 @@ from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_bucket
 from cursorsync.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
 from cursorsync.testbed.distribution import SetupError
 from cursorsync.translate import AckPlan, CursorState
+from spark_jvm import shut_down_jvm
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -134,32 +135,6 @@ def _spark_session(extra: dict[str, str]):  # type: ignore[no-untyped-def]
     return builder.getOrCreate()
 
 
-def _shut_down_jvm() -> None:
-    """Stop pyspark's session and its JVM, so that the next session launches a new JVM.
-
-    pyspark fixes the driver's classpath when it launches the JVM (``spark.jars`` of the
-    process's first session); a later session's ``spark.jars`` does not reach the driver.
-    Other test modules may have launched it without the Delta jars.
-    """
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
-    if SparkContext._active_spark_context is not None:
-        SparkContext._active_spark_context.stop()
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)  # None: a JVM this process did not launch
-    if gateway is None or proc is None:
-        return
-    gateway.shutdown()
-    proc.stdin.close()  # the JVM exits when its stdin closes
-    proc.wait(timeout=60)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-
-
 #: Small-table settings for one core: Delta replays its log in 50 tasks by default, and
 #: VACUUM lists a table's directories in 10,000 (about a minute on local[1]).
 _DELTA_TEST_CONF = {
@@ -181,7 +156,7 @@ def _delta_jars() -> list[Path]:
 def delta_spark_session() -> Iterator[object]:
     """A local session with the Delta jars from Maven Central, in a JVM of its own."""
     jars = _delta_jars()
-    _shut_down_jvm()
+    shut_down_jvm()
     spark = _spark_session({**DELTA_SPARK_CONF, **_DELTA_TEST_CONF,
                             "spark.jars": ",".join(map(str, jars))})
     try:
@@ -191,7 +166,7 @@ def delta_spark_session() -> Iterator[object]:
         yield spark
     finally:
         spark.stop()
-        _shut_down_jvm()
+        shut_down_jvm()
 
 
 StoreFactory = Callable[[], TableStore]

@@ -18,7 +18,7 @@ a malformed position, unreachable tables: any
 :class:`~cursorsync.errors.CursorSyncError`), printed as one ``error: ...``
 message on stderr without a traceback unless ``--log-level debug``;
 ``lookup`` exits 1 when the position is not mapped; ``bench failover`` exits
-1 if cursorsync lost a message. Heavy modules (Spark, the sandbox) are
+1 if cursorsync lost a message. Heavy modules (Spark, the test bed) are
 imported only by the commands that need them, so ``--help``, ``status`` and
 ``lookup`` start fast.
 """
@@ -144,7 +144,7 @@ def _load(module: str, attr: str, command: str) -> Any:
             _fail(f"`{command}` is not available: this installation has no {module} module", exc)
         _fail(
             f"`{command}` needs the Python module {exc.name!r}, which is not installed "
-            "(the embedded sandbox needs: pip install 'cursorsync[embedded]')",
+            "(the demo and benchmarks need: pip install 'cursorsync[embedded]')",
             exc,
         )
     try:

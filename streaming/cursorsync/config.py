@@ -25,13 +25,13 @@ stay out of the file:
 Expansion happens after YAML parsing, on string scalars only, so a variable's
 value can never change the structure of the file.
 
-The embedded sandbox
---------------------
+The embedded test bed
+---------------------
 ``service_url: embedded`` and ``admin_url: embedded`` (:data:`EMBEDDED`) mean
-"filled in at runtime by the sandbox": ``cursorsync demo`` starts two local
-brokers on free loopback ports and calls :meth:`Config.with_cluster` with the
-real URLs. A job started with unresolved ``embedded`` URLs fails in
-:meth:`Config.require_resolved` with the key named.
+"filled in at runtime by the test bed": ``cursorsync demo`` starts two local
+Apache Pulsar clusters on free loopback ports and calls
+:meth:`Config.with_cluster` with the real URLs. A job started with unresolved
+``embedded`` URLs fails in :meth:`Config.require_resolved` with the key named.
 
 Relative paths (``tables.path``, ``spark.checkpoint_dir``, TLS files) are
 relative to the working directory of the process, not to the config file.
@@ -63,7 +63,7 @@ from pydantic_core import PydanticCustomError
 from cursorsync.errors import ConfigError
 from cursorsync.identity import REPL_SOURCE_POSITION_PROPERTY
 
-#: The URL marker meaning "the embedded sandbox fills this in at runtime".
+#: The URL marker meaning "the embedded test bed fills this in at runtime".
 EMBEDDED = "embedded"
 
 #: The config ``cursorsync demo`` uses (a path in the source checkout).
@@ -196,7 +196,7 @@ class ClusterConfig(_Section):
 
     @property
     def is_embedded(self) -> bool:
-        """True while a URL still waits for the sandbox to fill it in."""
+        """True while a URL still waits for the test bed to fill it in."""
         return EMBEDDED in (self.service_url, self.admin_url)
 
 
@@ -500,7 +500,7 @@ class Config(_Section):
     def with_cluster(
         self, role: Literal["source", "target"], *, service_url: str, admin_url: str
     ) -> Config:
-        """A copy with one cluster's URLs filled in (how the sandbox resolves ``embedded``)."""
+        """A copy with one cluster's URLs filled in (how the test bed resolves ``embedded``)."""
         if role not in ("source", "target"):
             raise ConfigError(f"{role!r} is not a cluster role. Valid values are: source, target")
         cluster = getattr(self.clusters, role)
@@ -520,7 +520,7 @@ class Config(_Section):
     def require_resolved(self) -> None:
         """Fail, naming the key, if a cluster URL is still the ``embedded`` marker."""
         problems = [
-            f"clusters.{role}.{key}: {EMBEDDED!r} is filled in only by the embedded sandbox "
+            f"clusters.{role}.{key}: {EMBEDDED!r} is filled in only by the embedded test bed "
             "(cursorsync demo); give a real URL to run against real clusters"
             for role in ("source", "target")
             for key in ("service_url", "admin_url")

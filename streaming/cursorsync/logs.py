@@ -52,7 +52,6 @@ NOISY_LOGGERS: tuple[str, ...] = (
     "py4j.clientserver",
     "pyspark",
     PULSAR_LOGGER,
-    "pulsar_lite",
     "httpx",
     "httpcore",
     "urllib3",

@@ -2,8 +2,8 @@
 
 The Python client exposes ledger, entry, partition and batch index, but not
 the number of messages in a batched entry. A received batched id serialises
-as MessageIdData, whose field 6 is ``batch_size``: the entries source, the
-emitter and the sandbox replicator all need it to know a batch is complete.
+as MessageIdData, whose field 6 is ``batch_size``: the entries source needs
+it to know a batch is complete.
 A chunked message's id (the client delivers it at its last chunk) carries
 its first chunk's id in field 7, ``first_chunk_message_id``.
 """
