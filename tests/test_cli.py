@@ -209,13 +209,18 @@ def test_missing_job_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_demo_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls = fake_module(monkeypatch, "cursorsync.demo", "run_demo", lambda **k: "DEMO TABLE")
-    out = invoke("demo", "--seconds", "5", "--work-dir", str(tmp_path), "--keep", "--json")
+    out = invoke("demo", "--seconds", "5", "--work-dir", str(tmp_path), "--keep", "--json",
+                 "--evidence", "identity")
     assert out.exit_code == 0 and out.stdout == "DEMO TABLE\n"
-    assert calls == [{"args": (), "json_output": True, "seconds": 5.0,
-                      "work_dir": str(tmp_path), "keep": True}]
+    first = calls[0]
+    assert first["spec"].produce_seconds == 5.0 and first["strategies"] == ["identity"]
+    assert {k: first[k] for k in ("json_output", "work_dir", "keep")} == {
+        "json_output": True, "work_dir": str(tmp_path), "keep": True}
     assert invoke("demo").exit_code == 0
-    assert calls[1] == {"args": (), "json_output": False, "seconds": 60.0, "work_dir": None,
-                        "keep": False}
+    assert calls[1]["strategies"] == ["position-property", "identity"]
+    assert calls[1]["work_dir"] is None and calls[1]["keep"] is False
+    bad = invoke("demo", "--evidence", "telepathy")
+    assert bad.exit_code == 2 and "telepathy" in bad.stderr
 
 
 def test_bench_e2e_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@
 Commands::
 
     cursorsync run -c FILE [--dry-run | --no-dry-run] [--once]
-    cursorsync demo [--json] [--seconds N] [--work-dir DIR] [--keep]
+    cursorsync demo [--json] [--seconds N] [--evidence S,S] [--work-dir DIR] [--keep]
     cursorsync status -c FILE [--topic T] [--subscription S] [--json]
     cursorsync lookup -c FILE TOPIC LEDGER:ENTRY [--partition I] [--json]
     cursorsync bench translate [--ranges N] [--oracle-entries M] [--json]
@@ -327,23 +327,42 @@ def run(
 def demo(
     json_output: JsonOption = False,
     seconds: Annotated[
-        float, typer.Option("--seconds", min=1, help="How long the workload runs.")
-    ] = 60.0,
+        float, typer.Option("--seconds", min=1, help="How long the workload produces.")
+    ] = 8.0,
+    evidence: Annotated[
+        str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
+                          "position-property, identity (default both).")
+    ] = "position-property,identity",
     work_dir: Annotated[
         Path | None,
         typer.Option("--work-dir", file_okay=False,
-                     help="Where tables and checkpoints go [default: a temporary directory]."),
+                     help="Where the clusters, tables and checkpoints go "
+                          "[default: a temporary directory]."),
     ] = None,
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the work directory afterwards.")
     ] = False,
 ) -> None:
-    """Two embedded clusters, a workload, cursorsync between them, then a failover check."""
+    """Two local Apache Pulsar clusters, a workload, cursorsync between them, then failover,
+    beside Pulsar's own replicated subscriptions."""
     run_demo = _load("cursorsync.demo", "run_demo", "cursorsync demo")
+    from cursorsync.testbed.workload import WorkloadSpec
+
+    strategies = _strategies(evidence)
     with _progress("demo: running", json_output=json_output):
-        out = run_demo(json_output=json_output, seconds=seconds,
+        out = run_demo(json_output=json_output, spec=WorkloadSpec(produce_seconds=seconds),
+                       strategies=strategies,
                        work_dir=None if work_dir is None else str(work_dir), keep=keep)
     typer.echo(out)
+
+
+def _strategies(evidence: str) -> list[str]:
+    strategies = [x.strip() for x in evidence.split(",") if x.strip()]
+    unknown = sorted(set(strategies) - {"position-property", "identity"})
+    if unknown or not strategies:
+        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use position-property "
+                                 "and/or identity", param_hint="--evidence")
+    return strategies
 
 
 # ------------------------------------------------------------------ queries
