@@ -166,6 +166,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "rangesPerTask": str(config.spark.ranges_per_task),
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
+            "positionEvidence": str("position-property" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,
             "chunkedMessages": "refuse" if config.evidence.refuses_chunked else "unmapped",
             # The source side is read for identity evidence only: rows without a digest

@@ -235,6 +235,7 @@ class EntriesOptions:
     identity: bool
     identity_batched_only: bool
     identity_rows_only: bool
+    position_evidence: bool
     per_entry: bool
     columns: tuple[str, ...]
     receiver_queue_size: int
@@ -279,6 +280,7 @@ class EntriesOptions:
             identity_batched_only=o.choice("identityScope", ("all", "batched"), "all")
             == "batched",
             identity_rows_only=o.get_bool("identityRowsOnly", False),
+            position_evidence=o.get_bool("positionEvidence", True),
             per_entry=o.choice("rowsPer", ("message", "entry"), "message") == "entry",
             columns=parse_columns(o.get_str("columns")),
             receiver_queue_size=o.get_int("receiverQueueSize", DEFAULT_RECEIVER_QUEUE,
@@ -342,6 +344,9 @@ class EntriesPartition(InputPartition):
     receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE
     identity_batched_only: bool = False
     identity_rows_only: bool = False
+    #: The stamp is evidence of its own (strategy position-property): a stamped target
+    #: entry needs no digest. Off, every entry in the identity scope is digested.
+    position_evidence: bool = True
     #: A chunked message: fail the read (False), or hand it on without evidence (True).
     chunked_unmapped: bool = False
     #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
@@ -442,7 +447,8 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
         props = msg.properties()  # a new dict per call
         # On the target, a stamped entry is mapped by its stamp; on the source side
         # (identity_rows_only) a stamp from a third cluster means nothing here.
-        digest_it = identity and (part.identity_rows_only or prop not in props)
+        digest_it = identity and (part.identity_rows_only or not part.position_evidence
+                                  or prop not in props)
         row_wanted = i == 0 or not per_entry
         fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
         d = digest(*fields) if digest_it and fields is not None else None
@@ -964,6 +970,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 receiver_queue_size=o.receiver_queue_size,
                 identity_batched_only=o.identity_batched_only,
                 identity_rows_only=o.identity_rows_only,
+                position_evidence=o.position_evidence,
                 chunked_unmapped=o.chunked_unmapped,
                 packed=o.packed,
                 source_position_property=o.source_position_property,
