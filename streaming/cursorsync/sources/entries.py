@@ -668,20 +668,21 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
 
 def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
                         end: tuple[int, int]) -> bool:
-    """Whether every id in (after, end] is one a reader of this range never delivers: a
-    marker, a chunk (of a chunked message begun before the reader's start or ended after
-    the range's end), or an id no longer stored. Looked up on the admin API, stopping at
-    the first other entry; False without an admin API."""
+    """Whether every entry in (after, end] is one a reader of this range never delivers: a
+    marker, or a chunk (of a chunked message begun before the reader's start or ended after
+    the range's end). The entries are those of the topic's ledger list: an id past a closed
+    ledger's end, or in a ledger no longer listed, is none (the broker answers the first
+    with a 500). An end past the last stored entry is not complete: what is not written
+    yet may be a message. Looked up on the admin API, stopping at the first other entry;
+    False without an admin API."""
     if part.admin is None or after >= end:
         return after >= end
     with AdminClient(part.admin) as admin:
-        if after[0] == end[0]:
-            ids: Iterator[Position] = (Position(after[0], e)
-                                       for e in range(after[1] + 1, end[1] + 1))
-        else:
-            ledgers = admin.internal_stats(part.topic).ledgers
-            ids = RangeSet.of((Position(*after), Position(*end))).iter_entries(ledgers)
-        for pos in ids:
+        ledgers = admin.internal_stats(part.topic).ledgers
+        last = ledgers.last_position()
+        if last is None or Position(*end) > last:
+            return False
+        for pos in RangeSet.of((Position(*after), Position(*end))).iter_entries(ledgers):
             raw = admin.raw_entry(part.topic, pos.ledger, pos.entry)
             if raw is not None and not raw.is_marker and raw.chunk_id is None:
                 return False
