@@ -582,7 +582,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         yielded: set[tuple[int, int]] = set()
         current: _Entry | None = None
         waited = 0
-        checked_at = 0  # ``waited`` at the last tail check
+        checked_at = 0  # ``waited`` at the last tail check of this silence
         while True:
             if current is not None and current.complete:
                 yield from _row_values(part, where_, current, wide, digest)
@@ -621,7 +621,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                         f"return a partial range"
                     ) from e
                 continue
-            waited = 0
+            waited = checked_at = 0
             mid = msg.message_id()
             pos = (mid.ledger_id(), mid.entry_id())
             if pos <= done_to:
