@@ -29,8 +29,9 @@ chunked message whose first chunks lie before the reader's start is dropped
 by the client, and one whose last chunk lies past the end arrives after it.
 So when a reader has been silent for ``tailCheckMs`` short of the end, the
 ids it has not delivered are looked up on the admin API: if each is a marker
-or a chunk, the range is complete (chunks carry no evidence anyway); anything
-else is waited for, up to ``readTimeoutMs``.
+or a chunk, the range is complete (chunks carry no evidence anyway; with
+``chunkedMessages=refuse`` a chunk fails the read instead); anything else is
+waited for, up to ``readTimeoutMs``.
 
 ``rowsPer=entry`` yields one row per entry (its first message, with the
 whole entry's digest and batch size) instead of one per message: what the
@@ -645,14 +646,9 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
             index = mid.batch_index()
             first = first_chunk_of(mid) if index < 0 else None
             if first is not None and not part.chunked_unmapped:
-                raise EntriesReadError(
-                    f"{where}: entry {pos[0]}:{pos[1]} is the last chunk of a chunked message "
-                    f"that starts at {first[0]}:{first[1]}. cursorsync takes the entries a "
-                    f"reader skips for markers and acks them on the target; a chunk acked "
-                    f"there would lose its message after a failover, so it refuses topics "
-                    f"with chunked messages under evidence.holes: markers: set evidence.holes: "
-                    f"verified (the default) or unacked, or remove {part.topic} from the "
-                    f"configuration (README, Limits)")
+                raise _chunked_refused(
+                    part, f"{where}: entry {pos[0]}:{pos[1]} is the last chunk of a chunked "
+                    f"message that starts at {first[0]}:{first[1]}")
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
                              chunked=first is not None)
         if current is not None:
@@ -666,6 +662,16 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         reader.close()
 
 
+def _chunked_refused(part: EntriesPartition, what: str) -> EntriesReadError:
+    """The read's failure on a chunked message with chunkedMessages=refuse."""
+    return EntriesReadError(
+        f"{what}. cursorsync takes the entries a reader skips for markers and acks them on "
+        f"the target; a chunk acked there would lose its message after a failover, so it "
+        f"refuses topics with chunked messages under evidence.holes: markers: set "
+        f"evidence.holes: verified (the default) or unacked, or remove {part.topic} from the "
+        f"configuration (README, Limits)")
+
+
 def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
                         end: tuple[int, int]) -> bool:
     """Whether every entry in (after, end] is one a reader of this range never delivers: a
@@ -674,7 +680,9 @@ def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
     ledger's end, or in a ledger no longer listed, is none (the broker answers the first
     with a 500). An end past the last stored entry is not complete: what is not written
     yet may be a message. Looked up on the admin API, stopping at the first other entry;
-    False without an admin API."""
+    False without an admin API. With chunkedMessages=refuse a chunk fails the read, as the
+    chunked message would had the reader delivered it: passed over, its chunks would be
+    taken for markers."""
     if part.admin is None or after >= end:
         return after >= end
     with AdminClient(part.admin) as admin:
@@ -684,8 +692,16 @@ def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
             return False
         for pos in RangeSet.of((Position(*after), Position(*end))).iter_entries(ledgers):
             raw = admin.raw_entry(part.topic, pos.ledger, pos.entry)
-            if raw is not None and not raw.is_marker and raw.chunk_id is None:
+            if raw is None or raw.is_marker:
+                continue
+            if raw.chunk_id is None:
                 return False
+            if not part.chunked_unmapped:
+                raise _chunked_refused(
+                    part, f"cluster {part.cluster} topic {part.topic} range ({part.start}.."
+                    f"{part.end}]: entry {pos} is chunk {raw.chunk_id} of a chunked message "
+                    f"the range's reader does not deliver (it begins before the range or "
+                    f"ends after it)")
     log.info("cluster %s topic %s: (%d:%d..%d:%d] holds only markers and chunks; the range "
              "is complete", part.cluster, part.topic, *after, *end)
     return True
