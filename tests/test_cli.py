@@ -170,7 +170,7 @@ def test_run_dispatches_to_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(c["once"], c["dry_run_override"]) for c in calls] == [
         (False, None), (True, True), (False, False)]
     config = calls[0]["args"][0]
-    assert isinstance(config, Config) and config.clusters.source.name == "A"
+    assert isinstance(config, Config) and config.clusters.source.name == "a"
     # The config's logging.level (INFO) applies unless --log-level is given.
     assert levels == [logging.INFO, logging.INFO, logging.ERROR]
 
@@ -297,7 +297,7 @@ def tables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("CURSORSYNC_WORK_DIR", str(tmp_path))
     store = open_store("delta-rs", str(tmp_path / "tables"))
     key = PartitionKey(ORDERS, -1)
-    clusters = {"source_cluster": "A", "target_cluster": "B"}
+    clusters = {"source_cluster": "a", "target_cluster": "b"}
     store.append("mappings", mapping_rows(key, TopicMapping(SegmentSet.of(
         [Segment(3, 0, 8, 10, 100, "identity")])), written_at=NOW, **clusters),
         app_id="m", batch_id=0)
