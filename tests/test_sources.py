@@ -1,67 +1,99 @@
-"""The Spark data sources: pulsar-entries against one pulsar-lite broker, pulsar-cursors
-against the stub admin server. Also pins the pulsar-lite / pulsar-client behaviour they rely on.
+"""The Spark data sources: pulsar-entries on the real test bed (two Apache Pulsar clusters),
+pulsar-cursors against the stub admin server. Also pins what the entries source relies on
+in Pulsar's brokers and Python client.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import itertools
+import json
+import re
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-pulsar = pytest.importorskip("pulsar")
-pytest.importorskip("pulsar_lite")
-
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
-
-from cursorsync.errors import ConfigError  # noqa: E402
-from cursorsync.identity import MessageIdentity, entry_digest, message_digest  # noqa: E402
-from cursorsync.positions import Position  # noqa: E402
-from cursorsync.pulsar.client import connect  # noqa: E402
-from cursorsync.sandbox.brokers import start_broker  # noqa: E402
-from cursorsync.sources import register  # noqa: E402
-from cursorsync.sources.cursors import (  # noqa: E402
+import cursorsync.sources.entries as entries
+from admin_stub import Reply, StubAdmin
+from cursorsync.errors import ConfigError
+from cursorsync.identity import MessageIdentity, entry_digest, message_digest
+from cursorsync.positions import Position
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.ranges import Ledgers
+from cursorsync.sources import register
+from cursorsync.sources.cursors import (
     CursorsOptions,
     PulsarCursorsStreamReader,
     ReplayStateError,
 )
-from cursorsync.sources.entries import (  # noqa: E402
+from cursorsync.sources.entries import (
     BEFORE_ALL,
+    EVIDENCE_COLUMNS,
+    PACKED_SCHEMA,
     EntriesOptions,
+    EntriesPartition,
+    EntriesReadError,
+    PulsarEntriesDataSource,
     PulsarEntriesStreamReader,
     allocate,
+    arrow_batches,
     batch_size_of,
+    first_chunk_of,
     make_offset,
+    pack_ranges,
+    packed_batches,
     parse_offset,
+    read_entries,
+    schema_of,
+    unpack,
 )
-from test_admin import BASE, Reply, StubAdmin, stats_doc  # noqa: E402
+from cursorsync.testbed import TestBed
+from test_admin import BASE, stats_doc
 
-NS = "persistent://public/default"
+#: Each cluster's own namespace: a topic there is not replicated.
+LOCAL_NS = "persistent://public/default"
 REPL = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 
-# -- fixtures ------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------
+
+_clients: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One pulsar-lite broker (the sandbox's: default_partitions = 0, metrics off)."""
-    with start_broker("a", tmp_path_factory.mktemp("pulsar-lite")) as b:
-        yield b.service_url
+def client_of(bed: TestBed, cluster: str) -> Any:
+    """One pulsar client per cluster for this module's producers and probes."""
+    url = bed.service_url(cluster)
+    if url not in _clients:
+        _clients[url] = bed.client(cluster)  # closed by the test bed
+    return _clients[url]
 
 
-@pytest.fixture(scope="module")
-def client(broker: str) -> Iterator[Any]:
-    c = connect(broker, operation_timeout_seconds=10)
-    yield c
-    c.close()
+def local_topic(bed: TestBed, cluster: str, name: str, partitions: int = 0) -> list[str]:
+    """A topic on ``cluster`` only (its public/default namespace); its partitions, or itself.
+
+    It has a subscription from its start: a broker deletes the rolled ledgers of a topic
+    nobody subscribes to, as the mapping subscription keeps them in production.
+    """
+    t = TopicName.parse(f"{LOCAL_NS}/{name}")
+    if partitions:
+        bed.admin_call(cluster, "PUT", t.admin_path("partitions"), json=partitions)
+    else:
+        bed.admin_call(cluster, "PUT", t.admin_path())
+    client_of(bed, cluster).subscribe(
+        str(t), "keep", initial_position=pulsar.InitialPosition.Earliest).close()
+    return [str(t.with_partition(i)) for i in range(partitions)] if partitions else [str(t)]
 
 
 def produce(client: Any, topic: str, *, unbatched: int, batches: list[int],
@@ -84,8 +116,47 @@ def produce(client: Any, topic: str, *, unbatched: int, batches: list[int],
     pb.close()
 
 
-def entries_reader(broker: str, topics: list[str], **extra: str) -> PulsarEntriesStreamReader:
-    opts = {"serviceUrl": broker, "cluster": "a", "topics": ",".join(topics), **extra}
+def produce_many(client: Any, topic: str, n: int) -> None:
+    """``n`` single-message entries, sent asynchronously."""
+    p = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    for i in range(n):
+        p.send_async(b"m%d" % i, None)
+    p.flush()
+    p.close()
+
+
+def send_chunked(bed: TestBed, cluster: str, topic: str, size: int,
+                 properties: dict[str, str]) -> Position:
+    """One chunked message of ``size`` bytes; the position of its first chunk.
+
+    Sent from a process of its own (cursorsync.testbed._chunked): the C++ client keeps
+    one max message size per process, set by the last broker it connected to, and this
+    process also talks to b, whose limit is larger than a's.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "cursorsync.testbed._chunked", bed.service_url(cluster), topic,
+         str(size), "7"],
+        input=json.dumps([{"key": "big", "properties": properties, "partition_key": "pk"}]),
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-800:]
+    return Position.parse(json.loads(done.stdout.splitlines()[0])["first_chunk"])
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def entries_reader(bed: TestBed, topics: list[str], cluster: str = "a",
+                   **extra: str) -> PulsarEntriesStreamReader:
+    opts = {"serviceUrl": bed.service_url(cluster), "adminUrl": bed.admin_url(cluster),
+            "cluster": cluster, "topics": ",".join(topics), **extra}
     return PulsarEntriesStreamReader(EntriesOptions.parse(opts))
 
 
@@ -102,6 +173,16 @@ def read_all(r: PulsarEntriesStreamReader, start: dict, end: dict) -> list[tuple
     return rows
 
 
+def read_range_by_range(r: PulsarEntriesStreamReader) -> list[list[dict[str, Any]]]:
+    """The rows of each batch the reader's admission control makes, from the start on."""
+    offset = r.initialOffset()
+    batches = []
+    while (nxt := r.latestOffset(offset, r.getDefaultReadLimit())) != offset:
+        batches.append(as_dicts(read_all(r, offset, nxt)))
+        offset = nxt
+    return batches
+
+
 COLS = ("cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
         "producer_name", "publish_time", "event_time", "properties", "partition_key",
         "ordering_key", "source_position", "identity", "entry_identity", "payload_size")
@@ -111,25 +192,42 @@ def as_dicts(rows: list[tuple]) -> list[dict[str, Any]]:
     return [dict(zip(COLS, r, strict=True)) for r in rows]
 
 
-# -- pins: what pulsar-lite and the Python client do -------------------------------------
+def positions_read(client: Any, topic: str) -> list[Position]:
+    """The entries a plain reader delivers, in order (each entry once)."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out: list[Position] = []
+    try:
+        while reader.has_message_available():
+            mid = reader.read_next(10_000).message_id()
+            pos = Position(mid.ledger_id(), mid.entry_id())
+            if not out or out[-1] != pos:
+                out.append(pos)
+    finally:
+        reader.close()
+    return out
 
 
-@pytest.mark.integration
-def test_pin_last_message_id_reader_start_and_cumulative_ack(client: Any) -> None:
-    topic = f"{NS}/pin-partition-2"
+# -- pins: what the brokers and the Python client do --------------------------------------
+
+
+def test_pin_last_message_id_reader_start_and_cumulative_ack(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """latest_position, read_entries' start and batch sizes, and commit() rest on these."""
+    topic = local_topic(testbed, "a", topic_name("pin"), partitions=3)[2]
+    client = client_of(testbed, "a")
     cons = client.subscribe(topic, "pin", consumer_type=pulsar.ConsumerType.Failover,
                             receiver_queue_size=0,
                             initial_position=pulsar.InitialPosition.Earliest)
-    # pulsar-lite: get_last_message_id on an empty topic is an error, not -1:-1.
-    with pytest.raises(pulsar.PulsarException):
-        cons.get_last_message_id()
+    # An empty topic: -1:-1, whatever ledger it has open; a reader says nothing is there.
+    last = cons.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (-1, -1)
+    assert Position.parse(testbed.internal_stats("a", topic)["lastConfirmedEntry"]).entry == -1
     probe = client.create_reader(topic, pulsar.MessageId.earliest)
-    with pytest.raises(pulsar.PulsarException):  # so does has_message_available
-        probe.has_message_available()
+    assert not probe.has_message_available()
     probe.close()
     produce(client, topic, unbatched=2, batches=[3])
     last = cons.get_last_message_id()
-    assert (last.entry_id(), last.batch_index()) == (2, -1)  # the entry; no batch index
+    assert (last.entry_id(), last.batch_index()) == (2, 2)  # the last message of the batch
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     ids = [reader.read_next(5000).message_id() for _ in range(5)]
     reader.close()
@@ -137,8 +235,6 @@ def test_pin_last_message_id_reader_start_and_cumulative_ack(client: Any) -> Non
         (0, -1, 2), (1, -1, 2), (2, 0, 2), (2, 1, 2), (2, 2, 2)]
     # No batch-size accessor, but a batched id serialises with MessageIdData.batch_size.
     assert [batch_size_of(m) for m in ids] == [1, 1, 3, 3, 3]
-    # pulsar-lite's last message id has no batch index, so has_message_available after the
-    # first message of the last (batched) entry may answer False: read() never asks it there.
     ledger = ids[0].ledger_id()
     # A reader started at L:E:-1 EXCLUSIVE re-delivers the batched entry L:E.
     reader = client.create_reader(topic, pulsar.MessageId(2, ledger, 2, -1))
@@ -148,6 +244,8 @@ def test_pin_last_message_id_reader_start_and_cumulative_ack(client: Any) -> Non
     # A cumulative ack of a never-dispatched entry from the zero-queue consumer applies.
     cons.acknowledge_cumulative(pulsar.MessageId(2, ledger, 1, -1))
     cons.close()
+    wait_for("the cumulative ack", lambda: testbed.internal_stats("a", topic)["cursors"][
+        "pin"]["markDeletePosition"] == f"{ledger}:1")
     again_cons = client.subscribe(topic, "pin", consumer_type=pulsar.ConsumerType.Failover)
     first = again_cons.receive(5000).message_id()
     again_cons.close()
@@ -158,16 +256,17 @@ def test_pin_last_message_id_reader_start_and_cumulative_ack(client: Any) -> Non
 
 
 @pytest.fixture(scope="module")
-def topics(client: Any) -> list[str]:
-    names = [f"{NS}/orders-partition-{i}" for i in range(2)]
+def topics(testbed: TestBed) -> list[str]:
+    """Two partitions on a: 3 unbatched entries and batches of 4 and 1; 2 and a batch of 3."""
+    names = local_topic(testbed, "a", f"orders-{uuid.uuid4().hex[:8]}", partitions=2)
+    client = client_of(testbed, "a")
     produce(client, names[0], unbatched=3, batches=[4, 1], tag="0")
     produce(client, names[1], unbatched=2, batches=[3], tag="1")
     return names
 
 
-@pytest.mark.integration
-def test_entries_rows_batches_and_identity(broker: str, topics: list[str]) -> None:
-    r = entries_reader(broker, topics)
+def test_entries_rows_batches_and_identity(testbed: TestBed, topics: list[str]) -> None:
+    r = entries_reader(testbed, topics)
     try:
         start = r.initialOffset()
         assert start == make_offset({t: BEFORE_ALL for t in topics})
@@ -180,7 +279,7 @@ def test_entries_rows_batches_and_identity(broker: str, topics: list[str]) -> No
     p0 = [x for x in rows if x["partition"] == 0]
     p1 = [x for x in rows if x["partition"] == 1]
     assert len(p0) == 3 + 4 + 1 and len(p1) == 2 + 3
-    assert {x["topic"] for x in rows} == {f"{NS}/orders"}
+    assert {x["topic"] for x in rows} == {str(TopicName.parse(topics[0]).base)}
     assert [(x["entry"], x["batch_index"], x["batch_size"]) for x in p0] == [
         (0, -1, 1), (1, -1, 1), (2, -1, 1), (3, 0, 4), (3, 1, 4), (3, 2, 4), (3, 3, 4),
         (4, 0, 1)]
@@ -204,9 +303,8 @@ def test_entries_rows_batches_and_identity(broker: str, topics: list[str]) -> No
     assert None not in digested and len(set(digested)) == len(digested)
 
 
-@pytest.mark.integration
-def test_entries_replay_is_deterministic(broker: str, topics: list[str]) -> None:
-    r = entries_reader(broker, topics)
+def test_entries_replay_is_deterministic(testbed: TestBed, topics: list[str]) -> None:
+    r = entries_reader(testbed, topics)
     try:
         start = {"version": 1, "positions": {topics[0]: "-1:-1", topics[1]: "-1:-1"}}
         end = r.latestOffset(start, ReadAllAvailable())
@@ -219,21 +317,14 @@ def test_entries_replay_is_deterministic(broker: str, topics: list[str]) -> None
     assert all(rows == first for rows in again)
 
 
-@pytest.mark.integration
 def test_admission_control_splits_on_entries_never_inside_a_batch(
-        broker: str, topics: list[str]) -> None:
-    r = entries_reader(broker, topics, maxRowsPerBatch="3")
+        testbed: TestBed, topics: list[str]) -> None:
+    r = entries_reader(testbed, topics, maxRowsPerBatch="3")
     try:
         assert r.getDefaultReadLimit() == ReadMaxRows(3)
+        batches = read_range_by_range(r)
         offset = r.initialOffset()
-        batches: list[list[dict[str, Any]]] = []
-        for _ in range(10):
-            nxt = r.latestOffset(offset, r.getDefaultReadLimit())
-            if nxt == offset:
-                break
-            batches.append(as_dicts(read_all(r, offset, nxt)))
-            offset = nxt
-        everything = as_dicts(read_all(r, r.initialOffset(), offset))
+        everything = as_dicts(read_all(r, offset, r.latestOffset(offset, ReadAllAvailable())))
     finally:
         r.stop()
     assert len(batches) >= 3
@@ -242,6 +333,7 @@ def test_admission_control_splits_on_entries_never_inside_a_batch(
         for x in b:  # every batch holds whole entries
             assert sum(1 for y in b if (y["partition"], y["entry"]) ==
                        (x["partition"], x["entry"])) == x["batch_size"]
+
     def key(x: dict[str, Any]) -> tuple[int, int, int]:
         return (x["partition"], x["entry"], x["batch_index"])
 
@@ -250,10 +342,11 @@ def test_admission_control_splits_on_entries_never_inside_a_batch(
     assert len(everything) == 13
 
 
-@pytest.mark.integration
 def test_start_inside_topic_and_commit_acks_subscription(
-        broker: str, client: Any, topics: list[str]) -> None:
-    r = entries_reader(broker, [topics[0]], subscription="commit-test")
+        testbed: TestBed, topics: list[str]) -> None:
+    """commit(end) acks end cumulatively on the mapping subscription, so retention keeps
+    only what is not mapped yet."""
+    r = entries_reader(testbed, [topics[0]], subscription="commit-test")
     try:
         start = r.initialOffset()
         led = parse_offset(r.latestOffset(start, ReadAllAvailable()))[topics[0]].ledger
@@ -267,40 +360,33 @@ def test_start_inside_topic_and_commit_acks_subscription(
         r.commit(mid)
     finally:
         r.stop()
-    cons = client.subscribe(topics[0], "commit-test", consumer_type=pulsar.ConsumerType.Failover)
-    first = cons.receive(5000).message_id()
-    cons.close()
-    assert first.entry_id() == 3
+    wait_for("the cumulative ack", lambda: testbed.internal_stats("a", topics[0])["cursors"][
+        "commit-test"]["markDeletePosition"] == f"{led}:2")
 
 
-@pytest.mark.integration
-def test_topics_discovered_through_admin(broker: str, topics: list[str]) -> None:
-    stub = StubAdmin().start()
+def test_topics_discovered_through_admin(testbed: TestBed, topics: list[str]) -> None:
+    base = TopicName.parse(topics[0]).base
+    r = entries_reader(testbed, [str(base)])
     try:
-        stub.set("/admin/v2/persistent/public/default/orders/partitions",
-                 Reply(body={"partitions": 2}))
-        r = entries_reader(broker, [f"{NS}/orders"], adminUrl=stub.url)
         assert r.topics() == topics  # a partitioned name expands to its partitions
-        r.stop()
-        stub.set("/admin/v2/persistent/public/default", Reply(body=[*topics, f"{NS}/other"]))
-        stub.set("/admin/v2/persistent/public/default/partitioned", Reply(body=[]))
-        r = entries_reader(broker, [], namespace="public/default", topicPattern="ord.*",
-                           adminUrl=stub.url)
-        try:
-            assert r.topics() == topics
-            end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-            assert len(read_all(r, r.initialOffset(), end)) == 13
-        finally:
-            r.stop()
     finally:
-        stub.stop()
+        r.stop()
+    r = entries_reader(testbed, [], namespace="public/default",
+                       topicPattern=re.escape(base.local))
+    try:
+        assert r.topics() == topics
+        end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        assert len(read_all(r, r.initialOffset(), end)) == 13
+    finally:
+        r.stop()
 
 
-@pytest.mark.integration
-def test_available_now_stops_at_the_target(broker: str, client: Any) -> None:
-    topic = f"{NS}/avail-partition-0"
+def test_available_now_stops_at_the_target(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    (topic,) = local_topic(testbed, "a", topic_name("avail"))
+    client = client_of(testbed, "a")
     produce(client, topic, unbatched=2, batches=[])
-    r = entries_reader(broker, [topic])
+    r = entries_reader(testbed, [topic])
     try:
         r.prepareForTriggerAvailableNow()
         produce(client, topic, unbatched=1, batches=[], tag="late")
@@ -312,44 +398,62 @@ def test_available_now_stops_at_the_target(broker: str, client: Any) -> None:
         r.stop()
 
 
-@pytest.mark.integration
-def test_latest_on_empty_topic_and_starting_latest(broker: str, client: Any) -> None:
-    topic = f"{NS}/empty-partition-0"
-    r = entries_reader(broker, [topic], startingPosition="latest")
+def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A real broker answers -1:-1 for a topic with no entry (its open ledger has none)."""
+    (topic,) = local_topic(testbed, "a", topic_name("empty"))
+    r = entries_reader(testbed, [topic], startingPosition="latest")
     try:
         assert r.latest_position(topic) == BEFORE_ALL
         start = r.initialOffset()
         assert parse_offset(start) == {topic: BEFORE_ALL}
-        produce(client, topic, unbatched=1, batches=[])
+        assert r.latestOffset(start, ReadAllAvailable()) == start
+        produce(client_of(testbed, "a"), topic, unbatched=1, batches=[])
         end = r.latestOffset(start, ReadAllAvailable())
         assert len(read_all(r, start, end)) == 1
+    finally:
+        r.stop()
+    (later,) = local_topic(testbed, "a", topic_name("later"))
+    produce(client_of(testbed, "a"), later, unbatched=2, batches=[])
+    r = entries_reader(testbed, [later], startingPosition="latest")
+    try:
+        start = r.initialOffset()  # what is there already is not read
+        assert parse_offset(start)[later].entry == 1
+        assert r.latestOffset(start, ReadAllAvailable()) == start
     finally:
         r.stop()
 
 
 def test_options_errors_name_the_option() -> None:
-    base = {"serviceUrl": "pulsar://127.0.0.1:1", "cluster": "a", "topics": "t"}
+    base = {"serviceUrl": "pulsar://127.0.0.1:1", "adminUrl": "http://127.0.0.1:1",
+            "cluster": "a", "topics": "t"}
     with pytest.raises(ConfigError, match="cluster"):
-        EntriesOptions.parse({"serviceUrl": "pulsar://x:1", "topics": "t"})
+        EntriesOptions.parse({k: v for k, v in base.items() if k != "cluster"})
     with pytest.raises(ConfigError, match="serviceUrl"):
         EntriesOptions.parse({**base, "serviceUrl": "http://x"})
+    # The admin API sizes ranges across ledgers and answers the tail check: required.
+    with pytest.raises(ConfigError, match="adminUrl"):
+        EntriesOptions.parse({k: v for k, v in base.items() if k != "adminUrl"})
+    with pytest.raises(ConfigError, match="adminUrl"):
+        EntriesOptions.parse({**base, "adminUrl": "pulsar://x:1"})
     with pytest.raises(ConfigError, match="maxRowsPerBatch"):
         EntriesOptions.parse({**base, "maxRowsPerBatch": "0"})
     with pytest.raises(ConfigError, match="startingPosition"):
         EntriesOptions.parse({**base, "startingPosition": "middle"})
     with pytest.raises(ConfigError, match="identityFields"):
         EntriesOptions.parse({**base, "identityFields": "payload,colour"})
-    with pytest.raises(ConfigError, match="adminUrl"):
-        EntriesOptions.parse({**base, "namespace": "public/default"})
-    with pytest.raises(ConfigError, match="readerStallMs"):
-        EntriesOptions.parse({**base, "readerStallMs": "0"})
+    with pytest.raises(ConfigError, match="tailCheckMs"):
+        EntriesOptions.parse({**base, "tailCheckMs": "0"})
+    with pytest.raises(ConfigError, match="chunkedMessages"):
+        EntriesOptions.parse({**base, "chunkedMessages": "drop"})
     o = EntriesOptions.parse({**base, "MAXROWSPERBATCH": "5", "identityFields": "payload"})
     assert o.max_rows_per_batch == 5 and o.identity_fields == ("payload",)
-    assert o.subscription == "cursorsync-mapping" and o.reader_stall_ms == 2000
-    # The stall threshold reaches every range's reader.
-    r = PulsarEntriesStreamReader(EntriesOptions.parse({**base, "readerStallMs": "500"}))
+    assert o.subscription == "cursorsync-mapping" and o.tail_check_ms == 1000
+    assert o.admin is not None and o.admin.urls == ("http://127.0.0.1:1",)
+    # The tail check's settings reach every range's reader.
+    r = PulsarEntriesStreamReader(EntriesOptions.parse({**base, "tailCheckMs": "500"}))
     lo, hi = {"t": Position(1, 0)}, {"t": Position(1, 9)}
-    assert [p.reader_stall_ms for p in r.ranges(lo, hi)] == [500]
+    assert [(p.tail_check_ms, p.admin) for p in r.ranges(lo, hi)] == [(500, o.admin)]
     with pytest.raises(ConfigError, match="version"):
         parse_offset({"version": 2, "positions": {}})
 
@@ -359,6 +463,589 @@ def test_allocate_is_fair_and_bounded() -> None:
     assert allocate({"a": 2, "b": 2}, 100) == {"a": 2, "b": 2}
     assert allocate({"a": 5, "b": 5, "c": 5}, 2) == {"a": 1, "b": 1, "c": 0}
     assert sum(allocate({"a": None, "b": 0}, 7).values()) == 7
+
+
+def test_entries_without_identity_evidence_spend_no_digest(
+        testbed: TestBed, topics: list[str]) -> None:
+    r = entries_reader(testbed, topics, identity="false")
+    try:
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows = as_dicts(read_all(r, start, end))
+    finally:
+        r.stop()
+    assert rows
+    assert all(x["identity"] is None and x["entry_identity"] is None for x in rows)
+
+
+def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
+        testbed: TestBed, topics: list[str]) -> None:
+    """Entries skipped silently would look like marker holes to the builder, and be acked.
+    Ids not written yet are not "nothing to deliver": the tail check waits for them."""
+    r = entries_reader(testbed, topics)
+    try:
+        start = r.initialOffset()
+        parts = r.partitions(start, r.latestOffset(start, ReadAllAvailable()))
+    finally:
+        r.stop()
+    first = parts[0].ranges[0]
+    last = Position.parse(first.end)
+    beyond = dataclasses.replace(first, end=str(Position(last.ledger, last.entry + 3)),
+                                 read_timeout_ms=1500, tail_check_ms=200)
+    with pytest.raises(EntriesReadError, match="partial range"):
+        list(read_entries(beyond))
+
+
+def test_entries_one_row_per_entry(testbed: TestBed, topics: list[str]) -> None:
+    per_message = entries_reader(testbed, topics)
+    per_entry = entries_reader(testbed, topics, rowsPer="entry")
+    try:
+        start = per_message.initialOffset()
+        end = per_message.latestOffset(start, ReadAllAvailable())
+        msgs = as_dicts(read_all(per_message, start, end))
+        ents = as_dicts(read_all(per_entry, start, end))
+    finally:
+        per_message.stop()
+        per_entry.stop()
+    firsts = {(x["partition"], x["ledger"], x["entry"]): x for x in reversed(msgs)}
+    assert len(ents) == len(firsts) < len(msgs)
+    for x in ents:
+        assert x == firsts[(x["partition"], x["ledger"], x["entry"])]
+
+
+def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
+        testbed: TestBed, topics: list[str]) -> None:
+    packed = entries_reader(testbed, topics)
+    alone = entries_reader(testbed, topics, rangesPerTask="1")
+    try:
+        end = packed.latestOffset(packed.initialOffset(), ReadAllAvailable())
+        # From each topic's first entry: ranges in one ledger, of known size (one from
+        # before every entry without admission control has no size and a task of its own).
+        start = make_offset({t: Position(p.ledger, 0) for t, p in parse_offset(end).items()})
+        assert [len(t.ranges) for t in packed.partitions(start, end)] == [2]
+        assert [len(t.ranges) for t in alone.partitions(start, end)] == [1, 1]
+        assert read_all(packed, start, end) == read_all(alone, start, end)
+    finally:
+        packed.stop()
+        alone.stop()
+
+
+# -- ranges across ledgers, markers and chunks on the real brokers ------------------------
+
+
+def test_ranges_across_ledgers_are_sized_from_the_ledger_list(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """a rolls its ledgers every 60 entries. A batch ends in the ledger of its first entry
+    (past a closed ledger's end, its end bounds the same entries), so the next range, and
+    the first one, from before every entry, start in an earlier ledger than they end. The
+    driver sizes those from the admin ledger list it reads for admission control: the size
+    is what a reader finds there, and such a range shares a task like any small one. A
+    driver without the list (restarted) gives each a task of its own and reads the same."""
+    (big,) = local_topic(testbed, "a", topic_name("big"))
+    (small,) = local_topic(testbed, "a", topic_name("small"))
+    client = client_of(testbed, "a")
+    produce_many(client, big, 130)
+    produce(client, small, unbatched=3, batches=[])
+    ledgers = testbed.internal_stats("a", big)["ledgers"]
+    assert [lg["entries"] for lg in ledgers[:-1]] == [60, 60]  # and the open one, with 10
+    r = entries_reader(testbed, [big, small], maxRowsPerBatch="100")
+    restarted = entries_reader(testbed, [big, small], maxRowsPerBatch="100")
+    try:
+        offset = r.initialOffset()
+        batches = []
+        while (nxt := r.latestOffset(offset, r.getDefaultReadLimit())) != offset:
+            tasks = r.partitions(offset, nxt)
+            batches.append([[(Position.parse(x.start).ledger != Position.parse(x.end).ledger,
+                              x.entry_count(), len({(e[3], e[4]) for e in read_entries(x)}))
+                             for x in t.ranges] for t in tasks])
+            if len(batches) == 1:
+                first = (offset, nxt, read_all(r, offset, nxt))
+            offset = nxt
+        start, end, rows = first
+        assert [len(t.ranges) for t in restarted.partitions(start, end)] == [1, 1]
+        assert read_all(restarted, start, end) == rows and len(rows) == 63
+    finally:
+        r.stop()
+        restarted.stop()
+    assert batches == [[[(True, 60, 60), (True, 3, 3)]], [[(True, 60, 60)]], [[(True, 10, 10)]]]
+
+
+def test_a_range_across_ledgers_has_the_size_the_driver_counted() -> None:
+    r = _range(0, "-1:-1", "7:99")
+    assert r.entry_count() is None  # a restarted driver: how many is unknown
+    assert dataclasses.replace(r, entries=100).entry_count() == 100
+    assert _range(0, "7:9", "7:19").entry_count() == 10  # one ledger: ids are dense
+    ledgers = Ledgers.of([(3, 10), (5, 0), (7, 60)])
+    first_after = entries._first_entry_after
+    assert first_after(ledgers, BEFORE_ALL) == Position(3, 0)
+    assert first_after(ledgers, Position(3, 4)) == Position(3, 5)
+    assert first_after(ledgers, Position(3, 9)) == Position(7, 0)  # past an empty ledger
+    assert first_after(ledgers, Position(3, 99)) == Position(7, 0)  # past a closed ledger's end
+    assert first_after(ledgers, Position(7, 59)) is None
+
+
+def test_markers_on_b_leave_every_range_complete(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """With a replicated subscription on a, snapshot markers are written into b's topic
+    between and after the replicated messages; readers never receive them, and b's last
+    message id is its last message, not a marker. Read one entry id a batch, every range
+    completes (markers only, too) and together they hold every message once; a range of the
+    markers after the last message completes by the tail check instead of timing out."""
+    (t,) = testbed.create_topic(topic_name())
+    a = client_of(testbed, "a")
+    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
+                      consumer_type=pulsar.ConsumerType.Shared)
+    p = a.create_producer(t, batching_enabled=False)
+    for i in range(4):
+        p.send(b"m%d" % i)
+        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
+    for _ in range(4):
+        sub.acknowledge(sub.receive(10_000))
+    sub.close()
+    testbed.wait_replicated([t])
+    messages = positions_read(client_of(testbed, "b"), t)
+    assert len(messages) == 4
+    r = entries_reader(testbed, [t], cluster="b", maxRowsPerBatch="1", tailCheckMs="200",
+                       readTimeoutMs="20000")
+    try:
+        assert r.latest_position(t) == messages[-1]
+        lce = wait_for("markers after the last message on b", lambda: (
+            e := testbed.last_entry("b", t)) > messages[-1] and e)
+        batches = read_range_by_range(r)
+        # The markers after the last message, as a range: nothing to deliver.
+        (tail,) = r.ranges({t: messages[-1]}, {t: lce})
+        assert list(read_entries(tail)) == []  # a timeout would fail the read
+    finally:
+        r.stop()
+    assert [Position(x["ledger"], x["entry"]) for b in batches for x in b] == messages
+    assert sum(1 for b in batches if not b) >= 2  # ranges of markers only
+    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"))) as admin:
+        kinds = [admin.raw_entry(t, lce.ledger, e) for e in range(messages[-1].entry + 1,
+                                                                   lce.entry + 1)]
+    assert kinds and all(k is not None and k.is_marker for k in kinds)
+
+
+@pytest.fixture(scope="module")
+def chunked(testbed: TestBed) -> tuple[str, Position, Position, Position]:
+    """A topic on a: a small stamped message, then a chunked one of three chunks (a's
+    limit is 256 KiB), the last message of the topic: (topic, small, first and last chunk)."""
+    (topic,) = local_topic(testbed, "a", f"chunky-{uuid.uuid4().hex[:8]}")
+    p = client_of(testbed, "a").create_producer(topic, batching_enabled=False)
+    mid = p.send(b"small", properties={REPL: "7:1"})
+    p.close()
+    first = send_chunked(testbed, "a", topic, 600_000, {REPL: "7:2"})
+    last = testbed.last_entry("a", topic)
+    assert last == Position(first.ledger, first.entry + 2)
+    return topic, Position(mid.ledger_id(), mid.entry_id()), first, last
+
+
+def test_pin_a_reader_started_after_a_chunked_messages_first_chunk_never_delivers_it(
+        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
+    """Why read_entries has a tail check: the client drops chunks whose first chunk it did
+    not receive, so a range that starts inside a chunked message and ends at its last chunk
+    hears nothing, while the broker says more is available. From the first chunk itself
+    (exclusive) the message still comes: the broker sends the start entry again."""
+    topic, _, first, last = chunked
+    client = client_of(testbed, "a")
+    reader = client.create_reader(topic, pulsar.MessageId(-1, first.ledger, first.entry, -1))
+    mid = reader.read_next(10_000).message_id()
+    reader.close()
+    assert (mid.ledger_id(), mid.entry_id()) == (last.ledger, last.entry)
+    assert first_chunk_of(mid) == (first.ledger, first.entry)
+    reader = client.create_reader(topic,
+                                  pulsar.MessageId(-1, first.ledger, first.entry + 1, -1))
+    try:
+        with pytest.raises(pulsar.Timeout):
+            reader.read_next(2000)
+        assert reader.has_message_available()
+    finally:
+        reader.close()
+
+
+def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
+        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
+    """Its chunks are entries the reader skips, which the builder takes for markers and the
+    sync acks: a failover would then lose the message. Refused, naming the topic."""
+    topic, _, first, last = chunked
+    r = entries_reader(testbed, [topic])
+    try:
+        (part,) = r.ranges({}, {topic: last})
+    finally:
+        r.stop()
+    with pytest.raises(EntriesReadError, match=(
+            rf"entry {last.ledger}:{last.entry} is the last chunk of a chunked "
+            rf"message that starts at {first.ledger}:{first.entry}\..*"
+            rf"remove {re.escape(topic)}")):
+        list(read_entries(part))
+
+
+def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_evidence(
+        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
+    """evidence.holes unacked: the read goes on; the chunked message has no stamp and no
+    digest, so the builder never pairs it (never acked on the target)."""
+    topic, small, _, last = chunked
+    r = entries_reader(testbed, [topic], chunkedMessages="unmapped")
+    try:
+        (part,) = r.ranges({}, {topic: last})
+    finally:
+        r.stop()
+    rows = [r for b in arrow_batches(read_entries(part), COLS) for r in b.to_pylist()]
+    assert [(r["entry"], r["source_position"]) for r in rows] == [
+        (small.entry, "7:1"), (last.entry, None)]
+    assert rows[1]["entry_identity"] is None and rows[1]["identity"] is None
+    assert rows[1]["payload_size"] == 600_000
+
+
+def test_ranges_ending_inside_or_after_a_chunked_message_complete_one_id_at_a_time(
+        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
+    """One entry id a batch: the ranges that end at the first and middle chunks end when the
+    message arrives past them; the one from the middle chunk to the last hears nothing (its
+    first chunks lie before the start) and completes by the tail check, not a timeout."""
+    topic, small, _, _ = chunked
+    r = entries_reader(testbed, [topic], maxRowsPerBatch="1", chunkedMessages="unmapped",
+                       tailCheckMs="200", readTimeoutMs="20000")
+    try:
+        batches = read_range_by_range(r)  # a range that timed out would fail the read
+    finally:
+        r.stop()
+    assert [[(x["entry"], x["source_position"]) for x in b] for b in batches] == [
+        [(small.entry, "7:1")], [], [], []]
+
+
+def test_a_chunk_the_tail_check_finds_is_refused_like_a_chunked_message(
+        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
+    """chunkedMessages=refuse (evidence.holes: markers) must never let a chunk pass for a
+    marker: a range whose reader never sees the message (its first chunk lies before the
+    start) fails when the tail check finds the chunks, naming the entry and the topic."""
+    topic, _, first, last = chunked
+    r = entries_reader(testbed, [topic], tailCheckMs="200", readTimeoutMs="20000")
+    try:
+        (part,) = r.ranges({topic: Position(first.ledger, first.entry + 1)}, {topic: last})
+    finally:
+        r.stop()
+    with pytest.raises(EntriesReadError, match=(
+            rf"entry {last.ledger}:{last.entry} is chunk 2 of a chunked message.*"
+            rf"remove {re.escape(topic)}")):
+        list(read_entries(part))
+
+
+def test_the_tail_check_reads_no_id_past_a_closed_ledgers_end(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A batch's end may lie past a closed ledger's end (it bounds the same entries). When
+    the reader is slow to deliver the next ledger's first entry, the tail check must not
+    ask for ids the ledger never had (the broker answers those with a 500): nothing there
+    is for a reader to deliver, so the range is complete."""
+    (topic,) = local_topic(testbed, "a", topic_name())
+    produce_many(client_of(testbed, "a"), topic, 65)
+    (first, n), (second, _) = [(lg["ledgerId"], lg["entries"])
+                               for lg in testbed.internal_stats("a", topic)["ledgers"]]
+    assert n == 60
+    delivered = [_Msg(_Id(first, e)) for e in range(60)]  # then silent, as if slow
+    part = EntriesPartition(
+        cluster="a", topic=topic, start="-1:-1", end=f"{first}:99",
+        client=_ScriptedClient(delivered),  # type: ignore[arg-type]
+        identity_fields=("payload",), identity=True, per_entry=True,
+        source_position_property=REPL, read_timeout_ms=20_000, tail_check_ms=200,
+        admin=AdminConfig.from_urls(testbed.admin_url("a"), attempts=1))
+    assert [(r[3], r[4]) for r in read_entries(part)] == [(first, e) for e in range(60)]
+    # A range whose undelivered ids hold a message is not complete, however long it waits.
+    waiting = dataclasses.replace(part, end=f"{second}:0", read_timeout_ms=800,
+                                  client=_ScriptedClient(list(delivered)))
+    with pytest.raises(EntriesReadError, match="partial range"):
+        list(read_entries(waiting))
+
+
+# -- read_entries against a scripted reader: re-deliveries, columns, the tail check ------
+
+
+class _Id:
+    """A received message id; a batched one serialises with its batch size (field 6)."""
+
+    def __init__(self, ledger: int, entry: int, index: int = -1, size: int = 0) -> None:
+        self.l, self.e, self.i, self.n = ledger, entry, index, size
+
+    def ledger_id(self) -> int:
+        return self.l
+
+    def entry_id(self) -> int:
+        return self.e
+
+    def batch_index(self) -> int:
+        return self.i
+
+    def serialize(self) -> bytes:
+        return bytes([0x08, *_varint(self.l), 0x10, *_varint(self.e), 0x30, *_varint(self.n)])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+class _Msg:
+    def __init__(self, mid: _Id, props: dict[str, str] | None = None) -> None:
+        self.mid, self.props = mid, props or {}
+
+    def message_id(self) -> _Id:
+        return self.mid
+
+    def properties(self) -> dict[str, str]:
+        return self.props
+
+    def partition_key(self) -> str:
+        return ""
+
+    def ordering_key(self) -> str:
+        return ""
+
+    def data(self) -> bytes:
+        return f"{self.mid.e}/{self.mid.i}".encode()
+
+    def event_timestamp(self) -> int:
+        return 0
+
+    def producer_name(self) -> str:
+        return "p"
+
+    def publish_timestamp(self) -> int:
+        return 1
+
+
+class _ScriptedClient:
+    """connect() -> itself; its reader returns ``script`` (None: a poll that times out)
+    then times out; ``timeouts`` counts the polls that timed out."""
+
+    def __init__(self, script: list[_Msg | None]) -> None:
+        self.script = list(script)
+        self.timeouts = 0
+
+    def connect(self) -> _ScriptedClient:
+        return self
+
+    def create_reader(self, *_a: Any, **_k: Any) -> _ScriptedClient:
+        return self
+
+    def read_next(self, _timeout: int) -> _Msg:
+        msg = self.script.pop(0) if self.script else None
+        if msg is None:
+            self.timeouts += 1
+            raise pulsar.Timeout()
+        return msg
+
+    def has_message_available(self) -> bool:
+        return any(self.script)
+
+    def close(self) -> None:
+        pass
+
+
+def _scripted(script: list[_Msg | None], end: str, **kw: Any) -> Any:
+    kw.setdefault("read_timeout_ms", 100)
+    return EntriesPartition(cluster="a", topic=f"{LOCAL_NS}/t", start="-1:-1", end=end,
+                            client=_ScriptedClient(script),  # type: ignore[arg-type]
+                            identity_fields=("payload",), identity=True, per_entry=False,
+                            source_position_property=REPL, **kw)
+
+
+def test_read_entries_yields_each_entry_once_whatever_the_broker_redelivers() -> None:
+    b = [_Msg(_Id(1, 2, i, 3)) for i in range(3)]
+    script = [
+        _Msg(_Id(1, 0)), _Msg(_Id(1, 0)),            # an unbatched entry twice in a row
+        _Msg(_Id(1, 1)),
+        _Msg(_Id(1, 0)),                             # an earlier entry again, later
+        b[0], b[1], b[0], b[2],                      # a batch index again inside its entry
+        b[0], b[1], b[2],                            # the whole batch again
+        _Msg(_Id(1, 3)), _Msg(_Id(1, 4)),            # past the end: not read
+    ]
+    rows = list(read_entries(_scripted(script, "1:3")))
+    assert [(r[3], r[4], r[5], r[6]) for r in rows] == [
+        (1, 0, -1, 1), (1, 1, -1, 1), (1, 2, 0, 3), (1, 2, 1, 3), (1, 2, 2, 3), (1, 3, -1, 1)]
+    digests = [message_digest(MessageIdentity(producer_name="p", publish_time=1,
+                                              payload=f"2/{i}".encode()), ("payload",))
+               for i in range(3)]
+    assert {r[15] for r in rows if r[4] == 2} == {entry_digest(digests)}
+
+
+def test_read_entries_fails_on_an_entry_first_seen_out_of_order() -> None:
+    """Dropping it like a re-delivery would leave a hole, which the builder acks as a marker."""
+    script = [_Msg(_Id(1, 0)), _Msg(_Id(1, 2)), _Msg(_Id(1, 1)), _Msg(_Id(1, 3))]
+    with pytest.raises(EntriesReadError, match="entry 1:1 arrived after 1:2, out of order"):
+        list(read_entries(_scripted(script, "1:3")))
+
+
+def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
+    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
+    part = _scripted(script, "1:4", columns=EVIDENCE_COLUMNS)
+    batches = list(arrow_batches(read_entries(part), part.columns, size=2))
+    assert [b.num_rows for b in batches] == [2, 2, 1]
+    assert batches[0].schema.names == list(EVIDENCE_COLUMNS)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [r["source_position"] for r in rows] == [None, "9:1", None, "9:3", None]
+    # Stamped entries carry no digest: identity evidence is for the others only.
+    assert [r["entry_identity"] is None for r in rows] == [False, True, False, True, False]
+    ds = PulsarEntriesDataSource({"columns": "evidence"})
+    assert ds.schema() == schema_of(EVIDENCE_COLUMNS)
+    assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
+    with pytest.raises(ConfigError, match="columns: nope is not a column"):
+        PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()
+
+
+def test_layout_arrow_packs_record_batches_into_rows_and_unpacks_to_the_same_rows() -> None:
+    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
+    plain = pa.Table.from_batches(list(arrow_batches(
+        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
+        EVIDENCE_COLUMNS, size=2)))
+    packed = pa.Table.from_batches(list(packed_batches(arrow_batches(
+        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
+        EVIDENCE_COLUMNS, size=2), "a")))
+    # One Spark row per record batch: what crosses the JVM is three rows, not five.
+    assert packed.num_rows == 3
+    assert packed.column("rows").to_pylist() == [2, 2, 1]
+    assert set(packed.column("cluster").to_pylist()) == {"a"}
+    assert unpack(packed, EVIDENCE_COLUMNS).equals(plain)
+    assert unpack(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
+    assert PulsarEntriesDataSource({"layout": "arrow"}).schema() == PACKED_SCHEMA
+    with pytest.raises(ConfigError, match="option layout: 'packed' is not valid"):
+        PulsarEntriesDataSource({"layout": "packed"}).schema()
+    # A driver expecting other columns (another cursorsync version) says so.
+    with pytest.raises(EntriesReadError, match="executors on another cursorsync version"):
+        unpack(packed, ("cluster", "ledger"))
+
+
+def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(
+) -> None:
+    def script() -> list[_Msg]:
+        return [_Msg(_Id(1, 0), {REPL: "9:0"}), _Msg(_Id(1, 1)),
+                _Msg(_Id(1, 2, 0, 2)), _Msg(_Id(1, 2, 1, 2)), _Msg(_Id(1, 3), {REPL: "9:3"})]
+
+    target = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True)))
+    # Target side: every entry has a row (holes and foreign runs need them all); only the
+    # batch has a digest, and the unstamped unbatched 1:1 none (it is foreign then).
+    assert [(r[4], r[15] is not None) for r in target] == [
+        (0, False), (1, False), (2, True), (2, True), (3, False)]
+    source = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True,
+                                         identity_rows_only=True)))
+    # Source side: rows only where identity evidence can use them, stamped or not.
+    assert [(r[4], r[5]) for r in source] == [(2, 0), (2, 1)]
+    assert {r[15] for r in source} == {target[2][15]}
+    every = list(read_entries(_scripted(script(), "1:3", identity_rows_only=True)))
+    assert [r[4] for r in every] == [0, 1, 2, 2, 3] and all(r[15] for r in every)
+
+
+def test_worker_keeps_a_bounded_number_of_clients_least_recently_used_out() -> None:
+    class Settings:
+        def __init__(self, n: int) -> None:
+            self.n, self.closed = n, False
+
+        def connect(self) -> Settings:
+            return self
+
+        def close(self) -> None:
+            self.closed = True
+
+    saved = dict(entries._CLIENTS)
+    entries._CLIENTS.clear()
+    try:
+        made = [Settings(i) for i in range(entries.CLIENTS_KEPT + 2)]
+        for s in made[:entries.CLIENTS_KEPT]:
+            assert entries._client(s) is s  # type: ignore[arg-type]
+        entries._client(made[0])  # type: ignore[arg-type] - used again: now the newest
+        entries._client(made[-2])  # type: ignore[arg-type]
+        entries._client(made[-1])  # type: ignore[arg-type]
+        assert [s.closed for s in made[:3]] == [False, True, True]
+        assert len(entries._CLIENTS) == entries.CLIENTS_KEPT
+    finally:
+        entries._CLIENTS.clear()
+        entries._CLIENTS.update(saved)
+
+
+def test_the_tail_check_comes_after_each_silence_of_tail_check_ms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader silent short of its end asks the admin API what is left, tailCheckMs into
+    each silence: a slow start, with checks of its own, does not delay the check at the
+    end. Polls are counted, not timed: a scripted poll that times out returns at once."""
+    checks: list[tuple[int, int]] = []
+
+    def nothing_to_deliver(_part: Any, after: tuple[int, int], _end: Any) -> bool:
+        checks.append(after)
+        return after == (1, 1)  # what is left after 1:1 is markers only
+
+    monkeypatch.setattr(entries, "_nothing_to_deliver", nothing_to_deliver)
+    part = _scripted([None] * 5 + [_Msg(_Id(1, 0)), _Msg(_Id(1, 1))], "1:3",
+                     read_timeout_ms=10_000, tail_check_ms=200)
+    client = part.client
+    assert [(r[3], r[4]) for r in read_entries(part)] == [(1, 0), (1, 1)]
+    assert checks == [(-1, -1), (-1, -1), (1, 1)]
+    assert client.timeouts == 5 + 2  # the last check two polls (200 ms) after 1:1
+
+
+def test_the_tail_check_waits_while_a_batch_is_incomplete(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a batch of known size the rest of it is due: no lookup, the read times out."""
+    monkeypatch.setattr(entries, "_nothing_to_deliver", lambda *_: pytest.fail("looked up"))
+    part = _scripted([_Msg(_Id(1, 0, 0, 3)), _Msg(_Id(1, 0, 1, 3))], "1:1",
+                     read_timeout_ms=500, tail_check_ms=100)
+    with pytest.raises(EntriesReadError, match="partial range"):
+        list(read_entries(part))
+
+
+def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
+    """The first task loads modules of its own (pyspark imports pandas while it serializes
+    the first batch), so the heap is frozen again at the second; never after, or each
+    task's garbage cycles would be kept for ever. In a fresh process: the freeze is global."""
+    code = (
+        "import gc\n"
+        "from cursorsync.sources.entries import _freeze_worker_heap\n"
+        "counts, kept = [], []\n"
+        "for i in range(4):\n"
+        "    kept.append([[j] for j in range(1000)])  # what a task loads and keeps\n"
+        "    _freeze_worker_heap()\n"
+        "    counts.append(gc.get_freeze_count())\n"
+        "print(counts[0] > 0, counts[1] > counts[0] + 900, counts[2] == counts[1] == counts[3])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"]
+
+
+# -- ranges packed into tasks ---------------------------------------------------------
+
+
+def _range(topic: int, start: str, end: str) -> Any:
+    return EntriesPartition(cluster="a", topic=f"{LOCAL_NS}/t-partition-{topic}", start=start,
+                            end=end, client=None,  # type: ignore[arg-type]
+                            identity_fields=("payload",), identity=True, per_entry=True,
+                            source_position_property=REPL, read_timeout_ms=100)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.one_of(st.none(), st.integers(1, 300)), max_size=40),
+       per_task=st.integers(1, 400), ranges_per_task=st.integers(1, 8))
+def test_ranges_are_packed_in_order_whole_and_within_the_bounds(
+        sizes: list[int | None], per_task: int, ranges_per_task: int) -> None:
+    # None: a range across ledgers the driver has no count for (restarted); odd ones span
+    # ledgers with the driver's count.
+    ranges = [_range(i, "1:9", "2:3") if n is None
+              else dataclasses.replace(_range(i, "1:9", "2:3"), entries=n) if i % 2
+              else _range(i, "1:9", f"1:{9 + n}") for i, n in enumerate(sizes)]
+    tasks = pack_ranges(ranges, per_task, ranges_per_task)
+    assert [r for t in tasks for r in t.ranges] == ranges  # every range once, in order
+    for t in tasks:
+        assert t.ranges
+        if len(t.ranges) > 1:
+            counts = [r.entry_count() for r in t.ranges]
+            assert None not in counts and len(counts) <= ranges_per_task
+            assert sum(counts) <= per_task  # type: ignore[arg-type]
+    # Greedy: two neighbouring tasks could not have been one.
+    for a, b in itertools.pairwise(tasks):
+        counts = [r.entry_count() for r in a.ranges + b.ranges]
+        assert (None in counts or sum(counts) > per_task  # type: ignore[arg-type]
+                or len(counts) > ranges_per_task
+                or any(c >= per_task for c in counts))  # type: ignore[operator]
 
 
 # -- pulsar-cursors ---------------------------------------------------------------------
@@ -459,14 +1146,17 @@ def spark() -> Iterator[Any]:
     s.stop()
 
 
+def entries_stream(spark: Any, bed: TestBed, topics: list[str], subscription: str) -> Any:
+    return (spark.readStream.format("pulsar-entries")
+            .option("serviceUrl", bed.service_url("a")).option("adminUrl", bed.admin_url("a"))
+            .option("cluster", "a").option("topics", ",".join(topics))
+            .option("maxRowsPerBatch", "4").option("subscription", subscription))
+
+
 @pytest.mark.spark
-@pytest.mark.integration
-def test_spark_entries_stream(spark: Any, broker: str, topics: list[str],
+def test_spark_entries_stream(spark: Any, testbed: TestBed, topics: list[str],
                               tmp_path: Path) -> None:
-    q = (spark.readStream.format("pulsar-entries")
-         .option("serviceUrl", broker).option("cluster", "a")
-         .option("topics", ",".join(topics)).option("maxRowsPerBatch", "4")
-         .option("subscription", "spark-test")
+    q = (entries_stream(spark, testbed, topics, "spark-test")
          .load().writeStream.format("memory").queryName("entries_out")
          .option("checkpointLocation", str(tmp_path / "ck")).start())
     try:
@@ -484,17 +1174,11 @@ def test_spark_entries_stream(spark: Any, broker: str, topics: list[str],
 
 
 @pytest.mark.spark
-@pytest.mark.integration
 def test_spark_entries_stream_in_arrow_layout_holds_the_same_rows(
-        spark: Any, broker: str, topics: list[str], tmp_path: Path) -> None:
-    from cursorsync.sources.entries import EVIDENCE_COLUMNS, unpack
-
+        spark: Any, testbed: TestBed, topics: list[str], tmp_path: Path) -> None:
     def run(name: str, layout: str) -> pa.Table:
-        q = (spark.readStream.format("pulsar-entries")
-             .option("serviceUrl", broker).option("cluster", "a")
-             .option("topics", ",".join(topics)).option("maxRowsPerBatch", "4")
-             .option("subscription", f"spark-{name}").option("rowsPer", "entry")
-             .option("columns", "evidence").option("layout", layout)
+        q = (entries_stream(spark, testbed, topics, f"spark-{name}")
+             .option("rowsPer", "entry").option("columns", "evidence").option("layout", layout)
              .load().writeStream.format("memory").queryName(name)
              .option("checkpointLocation", str(tmp_path / name)).start())
         try:
@@ -527,593 +1211,3 @@ def test_spark_cursors_stream(spark: Any, admin: StubAdmin, tmp_path: Path) -> N
     assert [(x.ledger_id, x.entries) for x in rows[0].ledgers] == [(1, 5), (3, 10)]
     assert rows[0].observed_at is not None and rows[0].messages_consumed_counter == 40
     assert any((tmp_path / "polls").iterdir())
-
-
-@pytest.mark.integration
-def test_entries_without_identity_evidence_spend_no_digest(broker: str, topics: list[str]) -> None:
-    r = entries_reader(broker, topics, identity="false")
-    try:
-        start = r.initialOffset()
-        end = r.latestOffset(start, ReadAllAvailable())
-        rows = as_dicts(read_all(r, start, end))
-    finally:
-        r.stop()
-    assert rows
-    assert all(x["identity"] is None and x["entry_identity"] is None for x in rows)
-
-
-@pytest.mark.integration
-def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
-        broker: str, topics: list[str]) -> None:
-    """Entries skipped silently would look like marker holes to the builder, and be acked."""
-    import dataclasses
-
-    from cursorsync.sources.entries import EntriesReadError, read_entries
-
-    r = entries_reader(broker, topics)
-    try:
-        start = r.initialOffset()
-        parts = r.partitions(start, r.latestOffset(start, ReadAllAvailable()))
-    finally:
-        r.stop()
-    first = parts[0].ranges[0]
-    last = Position.parse(first.end)
-    beyond = dataclasses.replace(first, end=str(Position(last.ledger, last.entry + 3)),
-                                 read_timeout_ms=300)
-    with pytest.raises(EntriesReadError, match="partial range"):
-        list(read_entries(beyond))
-
-
-@pytest.mark.integration
-def test_entries_one_row_per_entry(broker: str, topics: list[str]) -> None:
-    per_message = entries_reader(broker, topics)
-    per_entry = entries_reader(broker, topics, rowsPer="entry")
-    try:
-        start = per_message.initialOffset()
-        end = per_message.latestOffset(start, ReadAllAvailable())
-        msgs = as_dicts(read_all(per_message, start, end))
-        ents = as_dicts(read_all(per_entry, start, end))
-    finally:
-        per_message.stop()
-        per_entry.stop()
-    firsts = {(x["partition"], x["ledger"], x["entry"]): x for x in reversed(msgs)}
-    assert len(ents) == len(firsts) < len(msgs)
-    for x in ents:
-        assert x == firsts[(x["partition"], x["ledger"], x["entry"])]
-
-
-# -- read_entries against a scripted reader: re-deliveries, columns ------------------------
-
-
-class _Id:
-    """A received message id; a batched one serialises with its batch size (field 6)."""
-
-    def __init__(self, ledger: int, entry: int, index: int = -1, size: int = 0) -> None:
-        self.l, self.e, self.i, self.n = ledger, entry, index, size
-
-    def ledger_id(self) -> int:
-        return self.l
-
-    def entry_id(self) -> int:
-        return self.e
-
-    def batch_index(self) -> int:
-        return self.i
-
-    def serialize(self) -> bytes:
-        return bytes([0x08, self.l, 0x10, self.e, 0x30, self.n])
-
-
-class _Msg:
-    def __init__(self, mid: _Id, props: dict[str, str] | None = None) -> None:
-        self.mid, self.props = mid, props or {}
-
-    def message_id(self) -> _Id:
-        return self.mid
-
-    def properties(self) -> dict[str, str]:
-        return self.props
-
-    def partition_key(self) -> str:
-        return ""
-
-    def ordering_key(self) -> str:
-        return ""
-
-    def data(self) -> bytes:
-        return f"{self.mid.e}/{self.mid.i}".encode()
-
-    def event_timestamp(self) -> int:
-        return 0
-
-    def producer_name(self) -> str:
-        return "p"
-
-    def publish_timestamp(self) -> int:
-        return 1
-
-
-class _ScriptedClient:
-    """connect() -> itself; its reader returns ``script`` then times out."""
-
-    def __init__(self, script: list[_Msg]) -> None:
-        self.script = list(script)
-
-    def connect(self) -> _ScriptedClient:
-        return self
-
-    def create_reader(self, *_a: Any, **_k: Any) -> _ScriptedClient:
-        return self
-
-    def read_next(self, _timeout: int) -> _Msg:
-        if not self.script:
-            raise pulsar.Timeout()
-        return self.script.pop(0)
-
-    def has_message_available(self) -> bool:
-        return bool(self.script)
-
-    def close(self) -> None:
-        pass
-
-
-def _scripted(script: list[_Msg], end: str, **kw: Any) -> Any:
-    from cursorsync.sources.entries import EntriesPartition
-
-    return EntriesPartition(cluster="a", topic=f"{NS}/t", start="-1:-1", end=end,
-                            client=_ScriptedClient(script),  # type: ignore[arg-type]
-                            identity_fields=("payload",), identity=True, per_entry=False,
-                            source_position_property=REPL, read_timeout_ms=100, **kw)
-
-
-def test_read_entries_yields_each_entry_once_whatever_the_broker_redelivers() -> None:
-    from cursorsync.sources.entries import read_entries
-
-    b = [_Msg(_Id(1, 2, i, 3)) for i in range(3)]
-    script = [
-        _Msg(_Id(1, 0)), _Msg(_Id(1, 0)),            # an unbatched entry twice in a row
-        _Msg(_Id(1, 1)),
-        _Msg(_Id(1, 0)),                             # an earlier entry again, later
-        b[0], b[1], b[0], b[2],                      # a batch index again inside its entry
-        b[0], b[1], b[2],                            # the whole batch again
-        _Msg(_Id(1, 3)), _Msg(_Id(1, 4)),            # past the end: not read
-    ]
-    rows = list(read_entries(_scripted(script, "1:3")))
-    assert [(r[3], r[4], r[5], r[6]) for r in rows] == [
-        (1, 0, -1, 1), (1, 1, -1, 1), (1, 2, 0, 3), (1, 2, 1, 3), (1, 2, 2, 3), (1, 3, -1, 1)]
-    digests = [message_digest(MessageIdentity(producer_name="p", publish_time=1,
-                                              payload=f"2/{i}".encode()), ("payload",))
-               for i in range(3)]
-    assert {r[15] for r in rows if r[4] == 2} == {entry_digest(digests)}
-
-
-def test_read_entries_fails_on_an_entry_first_seen_out_of_order() -> None:
-    """Dropping it like a re-delivery would leave a hole, which the builder acks as a marker."""
-    from cursorsync.sources.entries import EntriesReadError, read_entries
-
-    script = [_Msg(_Id(1, 0)), _Msg(_Id(1, 2)), _Msg(_Id(1, 1)), _Msg(_Id(1, 3))]
-    with pytest.raises(EntriesReadError, match="entry 1:1 arrived after 1:2, out of order"):
-        list(read_entries(_scripted(script, "1:3")))
-
-
-def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
-    from cursorsync.sources.entries import (
-        EVIDENCE_COLUMNS,
-        PulsarEntriesDataSource,
-        arrow_batches,
-        read_entries,
-        schema_of,
-    )
-
-    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
-    part = _scripted(script, "1:4", columns=EVIDENCE_COLUMNS)
-    batches = list(arrow_batches(read_entries(part), part.columns, size=2))
-    assert [b.num_rows for b in batches] == [2, 2, 1]
-    assert batches[0].schema.names == list(EVIDENCE_COLUMNS)
-    rows = [r for b in batches for r in b.to_pylist()]
-    assert [r["source_position"] for r in rows] == [None, "9:1", None, "9:3", None]
-    # Stamped entries carry no digest: identity evidence is for the others only.
-    assert [r["entry_identity"] is None for r in rows] == [False, True, False, True, False]
-    ds = PulsarEntriesDataSource({"columns": "evidence"})
-    assert ds.schema() == schema_of(EVIDENCE_COLUMNS)
-    assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
-    with pytest.raises(ConfigError, match="columns: nope is not a column"):
-        PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()
-
-
-def test_layout_arrow_packs_record_batches_into_rows_and_unpacks_to_the_same_rows() -> None:
-    from cursorsync.sources.entries import (
-        EVIDENCE_COLUMNS,
-        PACKED_SCHEMA,
-        EntriesReadError,
-        PulsarEntriesDataSource,
-        arrow_batches,
-        packed_batches,
-        read_entries,
-        unpack,
-    )
-
-    script = [_Msg(_Id(1, e), {REPL: f"9:{e}"} if e % 2 else {}) for e in range(5)]
-    plain = pa.Table.from_batches(list(arrow_batches(
-        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
-        EVIDENCE_COLUMNS, size=2)))
-    packed = pa.Table.from_batches(list(packed_batches(arrow_batches(
-        read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
-        EVIDENCE_COLUMNS, size=2), "a")))
-    # One Spark row per record batch: what crosses the JVM is three rows, not five.
-    assert packed.num_rows == 3
-    assert packed.column("rows").to_pylist() == [2, 2, 1]
-    assert set(packed.column("cluster").to_pylist()) == {"a"}
-    assert unpack(packed, EVIDENCE_COLUMNS).equals(plain)
-    assert unpack(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
-    assert PulsarEntriesDataSource({"layout": "arrow"}).schema() == PACKED_SCHEMA
-    with pytest.raises(ConfigError, match="option layout: 'packed' is not valid"):
-        PulsarEntriesDataSource({"layout": "packed"}).schema()
-    # A driver expecting other columns (another cursorsync version) says so.
-    with pytest.raises(EntriesReadError, match="executors on another cursorsync version"):
-        unpack(packed, ("cluster", "ledger"))
-
-
-def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(
-) -> None:
-    from cursorsync.sources.entries import read_entries
-
-    def script() -> list[_Msg]:
-        return [_Msg(_Id(1, 0), {REPL: "9:0"}), _Msg(_Id(1, 1)),
-                _Msg(_Id(1, 2, 0, 2)), _Msg(_Id(1, 2, 1, 2)), _Msg(_Id(1, 3), {REPL: "9:3"})]
-
-    target = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True)))
-    # Target side: every entry has a row (holes and foreign runs need them all); only the
-    # batch has a digest, and the unstamped unbatched 1:1 none (it is foreign then).
-    assert [(r[4], r[15] is not None) for r in target] == [
-        (0, False), (1, False), (2, True), (2, True), (3, False)]
-    source = list(read_entries(_scripted(script(), "1:3", identity_batched_only=True,
-                                         identity_rows_only=True)))
-    # Source side: rows only where identity evidence can use them, stamped or not.
-    assert [(r[4], r[5]) for r in source] == [(2, 0), (2, 1)]
-    assert {r[15] for r in source} == {target[2][15]}
-    every = list(read_entries(_scripted(script(), "1:3", identity_rows_only=True)))
-    assert [r[4] for r in every] == [0, 1, 2, 2, 3] and all(r[15] for r in every)
-
-
-def test_worker_keeps_a_bounded_number_of_clients_least_recently_used_out() -> None:
-    from cursorsync.sources import entries
-
-    class Settings:
-        def __init__(self, n: int) -> None:
-            self.n, self.closed = n, False
-
-        def connect(self) -> Settings:
-            return self
-
-        def close(self) -> None:
-            self.closed = True
-
-    saved = dict(entries._CLIENTS)
-    entries._CLIENTS.clear()
-    try:
-        made = [Settings(i) for i in range(entries.CLIENTS_KEPT + 2)]
-        for s in made[:entries.CLIENTS_KEPT]:
-            assert entries._client(s) is s  # type: ignore[arg-type]
-        entries._client(made[0])  # type: ignore[arg-type] - used again: now the newest
-        entries._client(made[-2])  # type: ignore[arg-type]
-        entries._client(made[-1])  # type: ignore[arg-type]
-        assert [s.closed for s in made[:3]] == [False, True, True]
-        assert len(entries._CLIENTS) == entries.CLIENTS_KEPT
-    finally:
-        entries._CLIENTS.clear()
-        entries._CLIENTS.update(saved)
-
-
-class _StallingClient:
-    """Each reader delivers its part of ``parts`` then stalls: it times out for ever while
-    saying more is available (pulsar-lite, seen about once in ten reads). Records the start
-    id of every reader opened."""
-
-    def __init__(self, parts: list[list[_Msg]]) -> None:
-        self.parts = [list(p) for p in parts]
-        self.starts: list[tuple[int, int, int, int]] = []
-
-    def connect(self) -> _StallingClient:
-        return self
-
-    def create_reader(self, _topic: str, start: Any, **_k: Any) -> _ScriptedClient:
-        self.starts.append((start.partition(), start.ledger_id(), start.entry_id(),
-                            start.batch_index()))
-        reader = _ScriptedClient(self.parts.pop(0))
-        reader.has_message_available = lambda: True  # type: ignore[method-assign]
-        return reader
-
-
-def test_read_entries_reopens_a_stalled_reader_past_the_last_entry_delivered() -> None:
-    import cursorsync.sources.entries as entries
-
-    b = [_Msg(_Id(1, 2, i, 3)) for i in range(3)]
-    client = _StallingClient([
-        [_Msg(_Id(1, 0)), _Msg(_Id(1, 1)), b[0]],    # stalls in the middle of batch 1:2
-        [b[0], b[1]],                                # from 1:2 again; stalls again
-        [b[0], b[1], b[2], _Msg(_Id(1, 3)), _Msg(_Id(1, 4))],
-    ])
-    part = entries.EntriesPartition(
-        cluster="a", topic=f"{NS}/t-partition-3", start="-1:-1", end="1:3",
-        client=client,  # type: ignore[arg-type]
-        identity_fields=("payload",), identity=True, per_entry=False,
-        source_position_property=REPL, read_timeout_ms=2000, reader_stall_ms=50)
-    rows = list(entries.read_entries(part))
-    assert [(r[4], r[5]) for r in rows] == [(0, -1), (1, -1), (2, 0), (2, 1), (2, 2), (3, -1)]
-    # Reopened at the last entry delivered (exclusive, whole entry), on the right partition.
-    assert [s[1:] for s in client.starts[1:]] == [(1, 2, -1), (1, 2, -1)]
-    assert {s[0] for s in client.starts[1:]} == {3}
-
-
-def test_a_stalled_reader_is_reopened_only_while_the_broker_has_more() -> None:
-    from cursorsync.pulsar.reader import ResumingReader
-
-    client = _StallingClient([[_Msg(_Id(1, 0))]] + [[] for _ in range(50)])
-    reader = ResumingReader(client, f"{NS}/t", pulsar.MessageId.earliest, stall_ms=20)
-    assert reader.read_next(100).message_id().entry_id() == 0
-    reader._reader.has_message_available = lambda: False  # idle, nothing more: no reopen
-    with pytest.raises(pulsar.Timeout):
-        reader.read_next(60)
-    assert reader.reopened == 0 and len(client.starts) == 1
-    reader._reader.has_message_available = lambda: True   # more, nothing delivered: reopen
-    with pytest.raises(pulsar.Timeout):
-        reader.read_next(60)
-    assert reader.reopened >= 1 and len(client.starts) == 1 + reader.reopened
-    assert {s[1:] for s in client.starts[1:]} == {(1, 0, -1)}  # past the last entry delivered
-
-
-def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
-    """The first task loads modules of its own (pyspark imports pandas while it serializes
-    the first batch), so the heap is frozen again at the second; never after, or each
-    task's garbage cycles would be kept for ever. In a fresh process: the freeze is global."""
-    import subprocess
-    import sys
-
-    code = (
-        "import gc\n"
-        "from cursorsync.sources.entries import _freeze_worker_heap\n"
-        "counts, kept = [], []\n"
-        "for i in range(4):\n"
-        "    kept.append([[j] for j in range(1000)])  # what a task loads and keeps\n"
-        "    _freeze_worker_heap()\n"
-        "    counts.append(gc.get_freeze_count())\n"
-        "print(counts[0] > 0, counts[1] > counts[0] + 900, counts[2] == counts[1] == counts[3])\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
-    assert out.stdout.split() == ["True", "True", "True"]
-
-
-# -- ranges packed into tasks ---------------------------------------------------------
-
-
-def _range(topic: int, start: str, end: str) -> Any:
-    from cursorsync.sources.entries import EntriesPartition
-
-    return EntriesPartition(cluster="a", topic=f"{NS}/t-partition-{topic}", start=start, end=end,
-                            client=None,  # type: ignore[arg-type]
-                            identity_fields=("payload",), identity=True, per_entry=True,
-                            source_position_property=REPL, read_timeout_ms=100)
-
-
-@settings(max_examples=300, deadline=None)
-@given(sizes=st.lists(st.one_of(st.none(), st.integers(1, 300)), max_size=40),
-       per_task=st.integers(1, 400), ranges_per_task=st.integers(1, 8))
-def test_ranges_are_packed_in_order_whole_and_within_the_bounds(
-        sizes: list[int | None], per_task: int, ranges_per_task: int) -> None:
-    from cursorsync.sources.entries import pack_ranges
-
-    # None: a range that spans ledgers, of unknown size.
-    ranges = [_range(i, "1:9", f"1:{9 + n}") if n is not None else _range(i, "1:9", "2:3")
-              for i, n in enumerate(sizes)]
-    tasks = pack_ranges(ranges, per_task, ranges_per_task)
-    assert [r for t in tasks for r in t.ranges] == ranges  # every range once, in order
-    for t in tasks:
-        assert t.ranges
-        if len(t.ranges) > 1:
-            counts = [r.entry_count() for r in t.ranges]
-            assert None not in counts and len(counts) <= ranges_per_task
-            assert sum(counts) <= per_task  # type: ignore[arg-type]
-    # Greedy: two neighbouring tasks could not have been one.
-    for a, b in itertools.pairwise(tasks):
-        counts = [r.entry_count() for r in a.ranges + b.ranges]
-        assert (None in counts or sum(counts) > per_task  # type: ignore[arg-type]
-                or len(counts) > ranges_per_task
-                or any(c >= per_task for c in counts))  # type: ignore[operator]
-
-
-@pytest.mark.integration
-def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
-        broker: str, topics: list[str]) -> None:
-    packed = entries_reader(broker, topics)
-    alone = entries_reader(broker, topics, rangesPerTask="1")
-    try:
-        end = packed.latestOffset(packed.initialOffset(), ReadAllAvailable())
-        # From each topic's first entry: ranges in one ledger, of known size (one from
-        # before every entry spans ledgers and gets a task of its own).
-        start = make_offset({t: Position(p.ledger, 0) for t, p in parse_offset(end).items()})
-        assert [len(t.ranges) for t in packed.partitions(start, end)] == [2]
-        assert [len(t.ranges) for t in alone.partitions(start, end)] == [1, 1]
-        assert read_all(packed, start, end) == read_all(alone, start, end)
-    finally:
-        packed.stop()
-        alone.stop()
-
-
-def test_a_range_across_ledgers_is_sized_by_the_first_entry_the_driver_found() -> None:
-    import dataclasses
-
-    r = _range(0, "-1:-1", "7:99")
-    assert r.entry_count() is None  # before every entry: how many is unknown
-    assert dataclasses.replace(r, first="7:0").entry_count() == 100
-    assert dataclasses.replace(r, start="3:9", first="7:40").entry_count() == 60
-    assert dataclasses.replace(r, first="6:0").entry_count() is None  # still two ledgers
-
-
-@pytest.mark.parametrize(("entries", "configured", "queue"), [
-    (12_500, 50_000, 50_000),  # the whole range in the first grant: 4 per entry
-    (12_500, 20_000, 20_000),  # no larger than configured
-    (100, 50_000, 1_000),  # never below Pulsar's default
-    (None, 50_000, 50_000),  # unknown size: as configured
-])
-def test_a_range_queue_takes_the_range_in_one_grant_within_the_configured_size(
-        entries: int | None, configured: int, queue: int) -> None:
-    import dataclasses
-
-    end = "2:3" if entries is None else f"1:{9 + entries}"
-    r = dataclasses.replace(_range(0, "1:9", end), receiver_queue_size=configured)
-    assert r.queue_size() == queue
-
-
-def test_embedded_config_reads_a_clusters_batch_with_one_reader_per_broker() -> None:
-    """pulsar-lite stalls two large-queue readers on one broker (README, Limits), so the
-    embedded config packs a cluster's whole batch into one task, and each range of it
-    gets its whole read in the first grant, not cut short by the configured queue."""
-    import dataclasses
-
-    from cursorsync.config import EMBEDDED_CONFIG_PATH, load_config
-    from cursorsync.sources.entries import RANGE_QUEUE_PER_ENTRY, pack_ranges
-
-    config = load_config(EMBEDDED_CONFIG_PATH)
-    share = config.spark.max_entries_per_batch // 4  # the bench: four partitions' backlog
-    sizes = [share - 1] * 4 + [1, 1]  # and a live topic's two partitions
-    for cluster in (config.source, config.target):
-        ranges = [dataclasses.replace(_range(i, "1:9", f"1:{9 + n}"),
-                                      receiver_queue_size=cluster.receiver_queue_size)
-                  for i, n in enumerate(sizes)]
-        spark = config.spark
-        assert len(pack_ranges(ranges, spark.entries_per_task, spark.ranges_per_task)) == 1
-        assert [r.queue_size() for r in ranges[:4]] == [RANGE_QUEUE_PER_ENTRY * (share - 1)] * 4
-
-
-@pytest.mark.integration
-def test_first_ranges_are_sized_by_the_driver_and_share_a_task(
-        broker: str, topics: list[str]) -> None:
-    r = entries_reader(broker, topics, maxRowsPerBatch="100")
-    restarted = entries_reader(broker, topics, maxRowsPerBatch="100")
-    try:
-        start = r.initialOffset()  # before every entry: each range spans ledgers
-        end = r.latestOffset(start, r.getDefaultReadLimit())
-        tasks = r.partitions(start, end)
-        rows = as_dicts(read_all(r, start, end))
-        # A driver that did not look up the first entries (restarted between the two
-        # calls) packs the ranges as of unknown size, and reads the same rows.
-        assert [len(t.ranges) for t in restarted.partitions(start, end)] == [1, 1]
-        assert as_dicts(read_all(restarted, start, end)) == rows
-    finally:
-        r.stop()
-        restarted.stop()
-    assert [len(t.ranges) for t in tasks] == [2]
-    for part in tasks[0].ranges:
-        entries = {(x["ledger"], x["entry"]) for x in rows
-                   if x["partition"] == int(part.topic.rsplit("-", 1)[1])}
-        assert part.first is not None and part.entry_count() == len(entries) > 0
-
-
-class _SlowClient:
-    """Every reader delivers its first message only ``delay_ms`` after it was opened, as a
-    broker reading from tiered storage might: slow, not stuck (more is available)."""
-
-    def __init__(self, delay_ms: int) -> None:
-        self.delay_s = delay_ms / 1000
-        self.opened = 0
-
-    def create_reader(self, _topic: str, _start: Any, **_k: Any) -> Any:
-        self.opened += 1
-        client, born = self, time.monotonic()
-
-        class Reader:
-            def read_next(self, timeout_ms: int) -> _Msg:
-                left = client.delay_s - (time.monotonic() - born)
-                if left <= 0:
-                    return _Msg(_Id(1, 0))
-                time.sleep(min(left, timeout_ms / 1000))
-                if time.monotonic() - born < client.delay_s:
-                    raise pulsar.Timeout()
-                return _Msg(_Id(1, 0))
-
-            def has_message_available(self) -> bool:
-                return True
-
-            def close(self) -> None:
-                pass
-
-        return Reader()
-
-
-def test_a_slow_broker_is_given_longer_after_each_reopen_not_reopened_for_ever() -> None:
-    from cursorsync.pulsar.reader import ResumingReader
-
-    client = _SlowClient(delay_ms=300)
-    reader = ResumingReader(client, f"{NS}/t", pulsar.MessageId.earliest, stall_ms=50)
-    t0 = time.monotonic()
-    msg = None
-    while msg is None and time.monotonic() - t0 < 5:
-        with contextlib.suppress(pulsar.Timeout):
-            msg = reader.read_next(100)
-    # Waits of 50, 100, 200 ms were each too short for a fresh reader; 400 was not. A
-    # fixed 50 ms would reopen every 50 ms and never see a message.
-    assert msg is not None and reader.reopened == 3 and client.opened == 4
-    assert reader._patience == 50  # a message: back to the first wait
-
-
-def test_first_chunk_is_read_from_a_chunked_message_id_and_only_from_one() -> None:
-    from cursorsync.pulsar.msgid import first_chunk_of
-
-    class Serialised:
-        def __init__(self, hexed: str) -> None:
-            self.data = bytes.fromhex(hexed)
-
-        def serialize(self) -> bytes:
-            return self.data
-
-    # What pulsar-lite's chunked message 0:3 (chunks from 0:1) serialises to.
-    assert first_chunk_of(Serialised("080010033a0408001001")) == (0, 1)
-    # Entry 58 is the byte 0x3a, field 7's key, inside an ordinary id: still none.
-    assert first_chunk_of(pulsar.MessageId(0, 5, 58, -1)) is None
-    assert first_chunk_of(pulsar.MessageId(-1, 58, 3, -1)) is None
-
-
-def _chunked(client: Any, broker: str, topic: str, **part: Any) -> tuple[Any, Any, Any]:
-    """A small message, then one of 6 MB (over pulsar-lite's 5 MB: sent in chunks), both
-    stamped; returns their ids and a partition reading both."""
-    from cursorsync.sources.entries import ClientSettings, EntriesPartition
-
-    p = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
-    small = p.send(b"small", properties={REPL: "7:1"})
-    big = p.send(b"x" * (6 * 1024 * 1024), properties={REPL: "7:2"})
-    p.close()
-    return small, big, EntriesPartition(
-        cluster="a", topic=topic, start="-1:-1", end=f"{big.ledger_id()}:{big.entry_id()}",
-        client=ClientSettings(broker), identity_fields=("payload",), identity=True,
-        per_entry=True, source_position_property=REPL, read_timeout_ms=10_000, **part)
-
-
-@pytest.mark.integration
-def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
-        broker: str, client: Any) -> None:
-    """Its chunks are entries the reader skips, which the builder takes for markers and the
-    sync acks: a failover would then lose the message. Refused, naming the topic."""
-    from cursorsync.sources.entries import EntriesReadError, read_entries
-
-    topic = f"{NS}/chunky"
-    _, big, part = _chunked(client, broker, topic)
-    with pytest.raises(EntriesReadError, match=(
-            rf"entry {big.ledger_id()}:{big.entry_id()} is the last chunk of a chunked "
-            rf"message that starts at {big.ledger_id()}:1\..*remove {topic}")):
-        list(read_entries(part))
-
-
-@pytest.mark.integration
-def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_evidence(
-        broker: str, client: Any) -> None:
-    """evidence.holes unacked: the read goes on; the chunked message has no stamp and no
-    digest, so the builder never pairs it (never acked on the target)."""
-    from cursorsync.sources.entries import arrow_batches, read_entries
-
-    small, big, part = _chunked(client, broker, f"{NS}/chunky-unmapped", chunked_unmapped=True)
-    rows = [r for b in arrow_batches(read_entries(part), COLS) for r in b.to_pylist()]
-    assert [(r["entry"], r["source_position"]) for r in rows] == [
-        (small.entry_id(), "7:1"), (big.entry_id(), None)]
-    assert rows[1]["entry_identity"] is None and rows[1]["identity"] is None
