@@ -210,6 +210,7 @@ def positions_read(client: Any, topic: str) -> list[Position]:
 # -- pins: what the brokers and the Python client do --------------------------------------
 
 
+@pytest.mark.integration
 def test_pin_last_message_id_reader_start_and_cumulative_ack(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """latest_position, read_entries' start and batch sizes, and commit() rest on these."""
@@ -265,6 +266,7 @@ def topics(testbed: TestBed) -> list[str]:
     return names
 
 
+@pytest.mark.integration
 def test_entries_rows_batches_and_identity(testbed: TestBed, topics: list[str]) -> None:
     r = entries_reader(testbed, topics)
     try:
@@ -303,6 +305,7 @@ def test_entries_rows_batches_and_identity(testbed: TestBed, topics: list[str]) 
     assert None not in digested and len(set(digested)) == len(digested)
 
 
+@pytest.mark.integration
 def test_entries_replay_is_deterministic(testbed: TestBed, topics: list[str]) -> None:
     r = entries_reader(testbed, topics)
     try:
@@ -317,6 +320,7 @@ def test_entries_replay_is_deterministic(testbed: TestBed, topics: list[str]) ->
     assert all(rows == first for rows in again)
 
 
+@pytest.mark.integration
 def test_admission_control_splits_on_entries_never_inside_a_batch(
         testbed: TestBed, topics: list[str]) -> None:
     r = entries_reader(testbed, topics, maxRowsPerBatch="3")
@@ -342,6 +346,7 @@ def test_admission_control_splits_on_entries_never_inside_a_batch(
     assert len(everything) == 13
 
 
+@pytest.mark.integration
 def test_start_inside_topic_and_commit_acks_subscription(
         testbed: TestBed, topics: list[str]) -> None:
     """commit(end) acks end cumulatively on the mapping subscription, so retention keeps
@@ -364,6 +369,7 @@ def test_start_inside_topic_and_commit_acks_subscription(
         "commit-test"]["markDeletePosition"] == f"{led}:2")
 
 
+@pytest.mark.integration
 def test_topics_discovered_through_admin(testbed: TestBed, topics: list[str]) -> None:
     base = TopicName.parse(topics[0]).base
     r = entries_reader(testbed, [str(base)])
@@ -381,6 +387,7 @@ def test_topics_discovered_through_admin(testbed: TestBed, topics: list[str]) ->
         r.stop()
 
 
+@pytest.mark.integration
 def test_available_now_stops_at_the_target(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     (topic,) = local_topic(testbed, "a", topic_name("avail"))
@@ -398,6 +405,7 @@ def test_available_now_stops_at_the_target(
         r.stop()
 
 
+@pytest.mark.integration
 def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """A real broker answers -1:-1 for a topic with no entry (its open ledger has none)."""
@@ -465,6 +473,7 @@ def test_allocate_is_fair_and_bounded() -> None:
     assert sum(allocate({"a": None, "b": 0}, 7).values()) == 7
 
 
+@pytest.mark.integration
 def test_entries_without_identity_evidence_spend_no_digest(
         testbed: TestBed, topics: list[str]) -> None:
     r = entries_reader(testbed, topics, identity="false")
@@ -478,6 +487,7 @@ def test_entries_without_identity_evidence_spend_no_digest(
     assert all(x["identity"] is None and x["entry_identity"] is None for x in rows)
 
 
+@pytest.mark.integration
 def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
         testbed: TestBed, topics: list[str]) -> None:
     """Entries skipped silently would look like marker holes to the builder, and be acked.
@@ -496,6 +506,7 @@ def test_a_range_the_broker_cannot_complete_fails_instead_of_returning_part(
         list(read_entries(beyond))
 
 
+@pytest.mark.integration
 def test_entries_one_row_per_entry(testbed: TestBed, topics: list[str]) -> None:
     per_message = entries_reader(testbed, topics)
     per_entry = entries_reader(testbed, topics, rowsPer="entry")
@@ -513,6 +524,7 @@ def test_entries_one_row_per_entry(testbed: TestBed, topics: list[str]) -> None:
         assert x == firsts[(x["partition"], x["ledger"], x["entry"])]
 
 
+@pytest.mark.integration
 def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
         testbed: TestBed, topics: list[str]) -> None:
     packed = entries_reader(testbed, topics)
@@ -533,6 +545,7 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
 # -- ranges across ledgers, markers and chunks on the real brokers ------------------------
 
 
+@pytest.mark.integration
 def test_ranges_across_ledgers_are_sized_from_the_ledger_list(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """a rolls its ledgers every 60 entries. A batch ends in the ledger of its first entry
@@ -584,6 +597,7 @@ def test_a_range_across_ledgers_has_the_size_the_driver_counted() -> None:
     assert first_after(ledgers, Position(7, 59)) is None
 
 
+@pytest.mark.integration
 def test_markers_on_b_leave_every_range_complete(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """With a replicated subscription on a, snapshot markers are written into b's topic
@@ -639,6 +653,7 @@ def chunked(testbed: TestBed) -> tuple[str, Position, Position, Position]:
     return topic, Position(mid.ledger_id(), mid.entry_id()), first, last
 
 
+@pytest.mark.integration
 def test_pin_a_reader_started_after_a_chunked_messages_first_chunk_never_delivers_it(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
     """Why read_entries has a tail check: the client drops chunks whose first chunk it did
@@ -662,6 +677,7 @@ def test_pin_a_reader_started_after_a_chunked_messages_first_chunk_never_deliver
         reader.close()
 
 
+@pytest.mark.integration
 def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
     """Its chunks are entries the reader skips, which the builder takes for markers and the
@@ -679,6 +695,7 @@ def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_mark
         list(read_entries(part))
 
 
+@pytest.mark.integration
 def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_evidence(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
     """evidence.holes unacked: the read goes on; the chunked message has no stamp and no
@@ -696,6 +713,7 @@ def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_eviden
     assert rows[1]["payload_size"] == 600_000
 
 
+@pytest.mark.integration
 def test_ranges_ending_inside_or_after_a_chunked_message_complete_one_id_at_a_time(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
     """One entry id a batch: the ranges that end at the first and middle chunks end when the
@@ -712,6 +730,7 @@ def test_ranges_ending_inside_or_after_a_chunked_message_complete_one_id_at_a_ti
         [(small.entry, "7:1")], [], [], []]
 
 
+@pytest.mark.integration
 def test_a_chunk_the_tail_check_finds_is_refused_like_a_chunked_message(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
     """chunkedMessages=refuse (evidence.holes: markers) must never let a chunk pass for a
@@ -729,6 +748,7 @@ def test_a_chunk_the_tail_check_finds_is_refused_like_a_chunked_message(
         list(read_entries(part))
 
 
+@pytest.mark.integration
 def test_the_tail_check_reads_no_id_past_a_closed_ledgers_end(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """A batch's end may lie past a closed ledger's end (it bounds the same entries). When
@@ -1154,6 +1174,7 @@ def entries_stream(spark: Any, bed: TestBed, topics: list[str], subscription: st
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_spark_entries_stream(spark: Any, testbed: TestBed, topics: list[str],
                               tmp_path: Path) -> None:
     q = (entries_stream(spark, testbed, topics, "spark-test")
@@ -1174,6 +1195,7 @@ def test_spark_entries_stream(spark: Any, testbed: TestBed, topics: list[str],
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_spark_entries_stream_in_arrow_layout_holds_the_same_rows(
         spark: Any, testbed: TestBed, topics: list[str], tmp_path: Path) -> None:
     def run(name: str, layout: str) -> pa.Table:
