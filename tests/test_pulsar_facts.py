@@ -20,6 +20,7 @@ from cursorsync._proto import pulsar_markers_pb2 as markers
 from cursorsync.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.testbed import TestBed, TestBedConfig
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +35,6 @@ def raw_entry(bed: TestBed, cluster: str, topic: str, pos: Position) -> httpx.Re
 def cursor(bed: TestBed, cluster: str, topic: str, sub: str) -> dict[str, Any] | None:
     found: dict[str, Any] | None = bed.internal_stats(cluster, topic)["cursors"].get(sub)
     return found
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def all_entries(bed: TestBed, cluster: str, topic: str) -> list[Position]:

@@ -61,6 +61,7 @@ from cursorsync.sources.entries import (
 )
 from cursorsync.testbed import TestBed
 from test_admin import BASE, stats_doc
+from waiting import wait_for
 
 #: Each cluster's own namespace: a topic there is not replicated.
 LOCAL_NS = "persistent://public/default"
@@ -140,17 +141,6 @@ def send_chunked(bed: TestBed, cluster: str, topic: str, size: int,
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-800:]
     return Position.parse(json.loads(done.stdout.splitlines()[0])["first_chunk"])
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def entries_reader(bed: TestBed, topics: list[str], cluster: str = "a",

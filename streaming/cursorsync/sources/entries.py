@@ -551,9 +551,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
 
     Deterministic: the same (start, end] always yields the same rows while the
     entries are retained (the driver's subscription holds them until commit).
-    Inside a batch we never ask ``has_message_available``: with a last message
-    id that carries no batch index (pulsar-lite) it answers False in the
-    middle of a batch. The batch size from the message id says when it ends.
+    The batch size from a batched message's id says when its entry ends.
     Messages delivered again (a reader's stream is in order, so anything at or
     before an entry already yielded, or a batch index already seen) are dropped:
     every entry is yielded once. An entry first seen behind one already yielded
