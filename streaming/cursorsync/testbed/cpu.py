@@ -1,0 +1,84 @@
+"""CPU-seconds per process group, from /proc: where a benchmark's CPU goes.
+
+Everything runs on the same few cores here (both brokers, Spark, the driver),
+so a rate alone does not say whose time it measures. Groups:
+
+* ``broker a``, ``broker b``: each standalone JVM and its descendants;
+* ``spark jvm``: the JVM pyspark launched for this process;
+* ``python workers``: that JVM's descendants (Spark's Python workers, the
+  Python data sources' planner processes);
+* ``driver``: this process and its other descendants (the workload's threads,
+  the measurements, the baseline's reader processes).
+
+A process's figure includes its reaped children (``cutime``/``cstime``), so a
+child that exits moves its time to its parent: within a group nothing is lost.
+Empty where /proc is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def spark_jvm_pid() -> int | None:
+    """The pid of the JVM pyspark launched in this process, if it did launch one."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return None if proc is None else int(proc.pid)
+
+
+class CpuSampler:
+    """Samples cumulative CPU-seconds per group; :meth:`diff` of two samples is a phase's."""
+
+    def __init__(self, brokers: Mapping[str, int | None]) -> None:
+        self.roots = {pid: f"broker {name}" for name, pid in brokers.items() if pid}
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _processes(self) -> dict[int, tuple[int, float]]:
+        """pid -> (parent pid, CPU-seconds with reaped children)."""
+        out: dict[int, tuple[int, float]] = {}
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                raw = (d / "stat").read_text()
+            except OSError:
+                continue  # ended between listing and reading
+            f = raw[raw.rindex(")") + 2:].split()
+            # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
+            out[int(d.name)] = (int(f[1]), sum(int(x) for x in f[11:15]) / self.tick)
+        return out
+
+    def sample(self) -> dict[str, float]:
+        procs = self._processes()
+        roots = dict(self.roots)
+        jvm = spark_jvm_pid()
+        if jvm is not None:
+            roots[jvm] = "spark jvm"
+        roots[os.getpid()] = "driver"
+        groups: dict[str, float] = {}
+        for pid, (_, cpu) in procs.items():
+            group = _group(pid, procs, roots, jvm)
+            if group is not None:
+                groups[group] = groups.get(group, 0.0) + cpu
+        return groups
+
+    @staticmethod
+    def diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+        return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 2)
+                for k in sorted(set(before) | set(after))}
+
+
+def _group(pid: int, procs: Mapping[int, tuple[int, float]], roots: Mapping[int, str],
+           jvm: int | None) -> str | None:
+    """The group of the nearest root among ``pid`` and its ancestors (None: not ours)."""
+    at = pid
+    for _ in range(64):
+        if at in roots:
+            return "python workers" if at == jvm and pid != jvm else roots[at]
+        parent = procs.get(at, (0, 0.0))[0]
+        if parent <= 1:
+            return None
+        at = parent
+    return None
