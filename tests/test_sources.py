@@ -538,12 +538,11 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
 @pytest.mark.integration
 def test_ranges_across_ledgers_are_sized_from_the_ledger_list(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """a rolls its ledgers every 60 entries. A batch ends in the ledger of its first entry
-    (past a closed ledger's end, its end bounds the same entries), so the next range, and
-    the first one, from before every entry, start in an earlier ledger than they end. The
-    driver sizes those from the admin ledger list it reads for admission control: the size
-    is what a reader finds there, and such a range shares a task like any small one. A
-    driver without the list (restarted) gives each a task of its own and reads the same."""
+    """a rolls its ledgers every 60 entries. Admission control counts a batch's entries
+    across ledgers from the admin ledger list, so its ranges start in an earlier ledger
+    than they end; the driver sizes them from that list: the size is what a reader finds
+    there, and such a range shares a task like any small one. A driver without the list
+    (restarted) gives each a task of its own and reads the same."""
     (big,) = local_topic(testbed, "a", topic_name("big"))
     (small,) = local_topic(testbed, "a", topic_name("small"))
     client = client_of(testbed, "a")
@@ -566,11 +565,11 @@ def test_ranges_across_ledgers_are_sized_from_the_ledger_list(
             offset = nxt
         start, end, rows = first
         assert [len(t.ranges) for t in restarted.partitions(start, end)] == [1, 1]
-        assert read_all(restarted, start, end) == rows and len(rows) == 63
+        assert read_all(restarted, start, end) == rows and len(rows) == 100
     finally:
         r.stop()
         restarted.stop()
-    assert batches == [[[(True, 60, 60), (True, 3, 3)]], [[(True, 60, 60)]], [[(True, 10, 10)]]]
+    assert batches == [[[(True, 97, 97), (True, 3, 3)]], [[(True, 33, 33)]]]
 
 
 def test_a_range_across_ledgers_has_the_size_the_driver_counted() -> None:
@@ -585,6 +584,12 @@ def test_a_range_across_ledgers_has_the_size_the_driver_counted() -> None:
     assert first_after(ledgers, Position(3, 9)) == Position(7, 0)  # past an empty ledger
     assert first_after(ledgers, Position(3, 99)) == Position(7, 0)  # past a closed ledger's end
     assert first_after(ledgers, Position(7, 59)) is None
+    nth = entries._nth_entry_after
+    assert nth(ledgers, BEFORE_ALL, 1) == Position(3, 0)
+    assert nth(ledgers, Position(3, 4), 5) == Position(3, 9)
+    assert nth(ledgers, Position(3, 4), 6) == Position(7, 0)  # across an empty ledger
+    assert nth(ledgers, Position(3, 4), 65) == Position(7, 59)
+    assert nth(ledgers, Position(3, 4), 66) is None
 
 
 @pytest.mark.integration

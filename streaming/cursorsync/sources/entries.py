@@ -799,6 +799,19 @@ def _first_entry_after(ledgers: Ledgers, position: Position) -> Position | None:
     return None
 
 
+def _nth_entry_after(ledgers: Ledgers, position: Position, k: int) -> Position | None:
+    """The ``k``-th entry (k >= 1) of the ledger list after ``position``, None past its end."""
+    for lid, n in zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True):
+        if lid < position.ledger:
+            continue
+        first = position.entry + 1 if lid == position.ledger else 0
+        here = max(0, n - first)
+        if k <= here:
+            return Position(lid, first + k - 1)
+        k -= here
+    return None
+
+
 def allocate(available: Mapping[str, int | None], budget: int) -> dict[str, int]:
     """Share ``budget`` entries fairly over topics (None = unknown, unbounded).
 
@@ -956,10 +969,15 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             if k <= 0:
                 out[t] = lo
                 continue
-            f = first[t]
-            # Within f's ledger; past a closed ledger's end the position still bounds the
-            # same entries, so it is a valid, deterministic end.
-            out[t] = min(hi, Position(f.ledger, f.entry + k - 1))
+            seen = self._ledgers.get(t)
+            if seen is not None and seen[0] == lo:
+                # Across ledgers: the k-th entry after lo in the ledger list. A batch that
+                # stopped at every ledger's end would be a ledger's worth at most.
+                end = _nth_entry_after(seen[1], lo, k)
+                out[t] = hi if end is None else min(hi, end)
+            else:
+                f = first[t]
+                out[t] = min(hi, Position(f.ledger, f.entry + k - 1))
         return out
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
