@@ -4,7 +4,11 @@ on a cluster, and how fast Readers alone get through entries (a benchmark's base
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import queue
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,24 +68,49 @@ def reader_rate(reads: Sequence[tuple[str, str, int]], *, processes: int,
 
     The processes are started and warm (pulsar imported) before the clock starts, and a
     reader only counts messages: this is what the client and the brokers can deliver.
+    Workers are ``python -m cursorsync.testbed.readers``, not multiprocessing, which would
+    run the caller's main script again in each of them.
     """
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(processes) as pool:
-        pool.map(_warm, range(processes), chunksize=1)
+    workers = [subprocess.Popen([sys.executable, "-m", "cursorsync.testbed.readers"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+               for _ in range(max(1, processes))]
+    todo: queue.SimpleQueue[tuple[int, tuple[str, str, int]]] = queue.SimpleQueue()
+    for i, read in enumerate(reads):
+        todo.put((i, read))
+    counts = [0] * len(reads)
+
+    def serve(worker: subprocess.Popen[str]) -> None:
+        assert worker.stdin is not None and worker.stdout is not None
+        while True:
+            try:
+                i, (url, topic, n) = todo.get_nowait()
+            except queue.Empty:
+                return
+            worker.stdin.write(json.dumps([url, topic, n, receiver_queue_size]) + "\n")
+            worker.stdin.flush()
+            counts[i] = int(worker.stdout.readline() or -1)
+
+    try:
+        for w in workers:
+            assert w.stdout is not None
+            if w.stdout.readline().strip() != "ready":
+                raise TestBedError("a reader process did not start (see its error above)")
         t0 = time.monotonic()
-        counts = pool.starmap(_read_count, [(url, topic, n, receiver_queue_size)
-                                            for url, topic, n in reads], chunksize=1)
+        threads = [threading.Thread(target=serve, args=(w,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         seconds = time.monotonic() - t0
+    finally:
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.close()
+            w.wait(30)
     for (_, topic, expected), got in zip(reads, counts, strict=True):
         if got != expected:
             raise TestBedError(f"reader over {topic} got {got} of {expected} messages")
-    return ReaderRate(seconds, len(reads), processes, sum(counts))
-
-
-def _warm(_: int) -> None:
-    import pulsar  # noqa: F401  (the import is the warm-up)
-
-    time.sleep(0.2)  # so that each worker takes one of these
+    return ReaderRate(seconds, len(reads), len(workers), sum(counts))
 
 
 def _read_count(service_url: str, topic: str, expected: int, receiver_queue_size: int) -> int:
@@ -106,3 +135,16 @@ def _read_count(service_url: str, topic: str, expected: int, receiver_queue_size
         return got
     finally:
         client.close()
+
+
+def _worker() -> None:
+    """One reader process: a JSON read per stdin line, its message count per stdout line."""
+    import pulsar  # noqa: F401  (imported before the clock starts)
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(_read_count(*json.loads(line)), flush=True)
+
+
+if __name__ == "__main__":
+    _worker()
