@@ -10,9 +10,11 @@ so a rate alone does not say whose time it measures. Groups:
 * ``driver``: this process and its other descendants (the workload's threads,
   the measurements, the baseline's reader processes).
 
-A process's figure includes its reaped children (``cutime``/``cstime``), so a
-child that exits moves its time to its parent: within a group nothing is lost.
-Empty where /proc is missing.
+A process that exits is reaped by its parent, whose ``cutime``/``cstime`` then
+hold its time; that time counts in the group of the process's children, so
+nothing moves between groups when processes come and go: the Spark JVM's
+reaped children count as Python workers, everyone else's in their parent's
+group. Empty where /proc is missing.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ class CpuSampler:
         self.roots = {pid: f"broker {name}" for name, pid in brokers.items() if pid}
         self.tick = os.sysconf("SC_CLK_TCK")
 
-    def _processes(self) -> dict[int, tuple[int, float]]:
-        """pid -> (parent pid, CPU-seconds with reaped children)."""
-        out: dict[int, tuple[int, float]] = {}
+    def _processes(self) -> dict[int, tuple[int, float, float]]:
+        """pid -> (parent pid, its own CPU-seconds, its reaped children's)."""
+        out: dict[int, tuple[int, float, float]] = {}
         for d in Path("/proc").glob("[0-9]*"):
             try:
                 raw = (d / "stat").read_text()
@@ -47,7 +49,8 @@ class CpuSampler:
                 continue  # ended between listing and reading
             f = raw[raw.rindex(")") + 2:].split()
             # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
-            out[int(d.name)] = (int(f[1]), sum(int(x) for x in f[11:15]) / self.tick)
+            out[int(d.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / self.tick,
+                                (int(f[13]) + int(f[14])) / self.tick)
         return out
 
     def sample(self) -> dict[str, float]:
@@ -58,10 +61,13 @@ class CpuSampler:
             roots[jvm] = "spark jvm"
         roots[os.getpid()] = "driver"
         groups: dict[str, float] = {}
-        for pid, (_, cpu) in procs.items():
+        for pid, (_, own, reaped) in procs.items():
             group = _group(pid, procs, roots, jvm)
-            if group is not None:
-                groups[group] = groups.get(group, 0.0) + cpu
+            if group is None:
+                continue
+            children = "python workers" if pid == jvm else group
+            groups[group] = groups.get(group, 0.0) + own
+            groups[children] = groups.get(children, 0.0) + reaped
         return groups
 
     @staticmethod
@@ -70,14 +76,14 @@ class CpuSampler:
                 for k in sorted(set(before) | set(after))}
 
 
-def _group(pid: int, procs: Mapping[int, tuple[int, float]], roots: Mapping[int, str],
+def _group(pid: int, procs: Mapping[int, tuple[int, float, float]], roots: Mapping[int, str],
            jvm: int | None) -> str | None:
     """The group of the nearest root among ``pid`` and its ancestors (None: not ours)."""
     at = pid
     for _ in range(64):
         if at in roots:
             return "python workers" if at == jvm and pid != jvm else roots[at]
-        parent = procs.get(at, (0, 0.0))[0]
+        parent = procs.get(at, (0, 0.0, 0.0))[0]
         if parent <= 1:
             return None
         at = parent
