@@ -159,7 +159,7 @@ class _Phases:
     def __init__(self, cpu: CpuSampler, say: Callable[[str], None]) -> None:
         self.cpu = cpu
         self.say = say
-        self.done: dict[str, dict[str, Any]] = {}
+        self.done: list[dict[str, Any]] = []
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -171,8 +171,8 @@ class _Phases:
             raise BenchError(f"phase {name}: {err}") from err
         except Exception as err:
             raise BenchError(f"phase {name} could not complete: {err}") from err
-        self.done[name] = {"seconds": round(time.monotonic() - t0, 2),
-                           "cpu_s": CpuSampler.diff(before, self.cpu.sample())}
+        self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
+                          "cpu_s": CpuSampler.diff(before, self.cpu.sample())})
 
 
 # ------------------------------------------------------------------------ the run
@@ -245,7 +245,7 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
     had_session = SparkSession.getActiveSession() is not None
     with phase("spark start-up"):
         spark = build_session(config)
-    report["spark_startup_s"] = phase.done["spark start-up"]["seconds"]
+    report["spark_startup_s"] = phase.done[-1]["seconds"]
     try:
         mapping, failover, lag = _with_job(bed, config, spec, spark, cpu, phase, report)
     finally:
@@ -322,9 +322,15 @@ def _wait_ingested(job: Any, recorder: MappingRecorder, want: Mapping[str, int],
 
 def _mapping_figures(job: Any, batches: Sequence[MappingBatch], t0: float,
                      cpu0: Mapping[str, float], entries: int, target: str) -> dict[str, Any]:
-    """Rates from job start and warm (after the first batch), and each batch's figures."""
+    """Rates from job start and warm (after the first batch), and each batch's figures
+    (Spark's progress report of the last batch follows its sink by a moment)."""
+    query = job.queries[0]
+    deadline = time.monotonic() + 5.0
+    while (query.lastProgress is None or query.lastProgress["batchId"] < len(batches) - 1
+           ) and time.monotonic() < deadline:
+        time.sleep(0.05)
     trigger = {p["batchId"]: p["durationMs"].get("triggerExecution")
-               for p in (json.loads(p.json) for p in job.queries[0].recentProgress)}
+               for p in (json.loads(p.json) for p in query.recentProgress)}
     per_batch = []
     before = cpu0
     for i, b in enumerate(batches):
@@ -502,9 +508,9 @@ def table(report: Mapping[str, Any]) -> str:
             f"{s['trigger_interval_s']:g} s; spark start-up {report['spark_startup_s']:.1f} s; "
             f"{report['total_s']:.0f} s in all")
     backlog = (f"backlog: {b['entries']:,} entries ({b['batched_entries']:,} batches of "
-               f"{s['batch_size']}), {b['messages']:,} messages on {b['partitions']} "
-               f"partitions; produced in {b['produce_s']:.1f} s, replicated in "
-               f"{b['replicate_s']:.1f} s")
+               f"{s['batch_size']}), {b['messages']:,} messages on "
+               f"{_plural(b['partitions'], 'partition')}; produced in {b['produce_s']:.1f} s, "
+               f"replicated in {b['replicate_s']:.1f} s")
     rates = format_table(("MAPPING INGESTION", "CURSORSYNC", "BASELINE", "RATIO"), [
         ("entries/s warm", _n(m["entries_per_s_warm"]), _n(base["entries_per_s"]),
          m["ratio_warm"]),
@@ -531,9 +537,9 @@ def table(report: Mapping[str, Any]) -> str:
          ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
     live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
             f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
-            f"{lag['seconds']:.0f} s on {lag['partitions']} partitions; b polled every "
-            f"{lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 <= 2 s "
-            f"and below the built-in's")
+            f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
+            f"every {lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 "
+            f"<= 2 s and below the built-in's")
     fo = report["failover"]
     failover = format_table(("FAILOVER TO b", "CURSORSYNC", "BUILT-IN"), [
         (label, fo["cursorsync"][k], fo["builtin"][k]) for label, k in (
@@ -541,10 +547,14 @@ def table(report: Mapping[str, Any]) -> str:
             ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
             ("losses", "losses"))], right=(1, 2))
     phases = format_table(("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS)), [
-        (name, p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
-        for name, p in report["phases"].items()], right=range(1, 2 + len(GROUPS)))
+        (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
+        for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
                         lags + "\n" + live, failover, phases))
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _n(v: float | None) -> str | None:
