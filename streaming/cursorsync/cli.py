@@ -525,7 +525,8 @@ def _failover_table(report: Any) -> str:
 @_user_errors
 def bench_e2e(
     seconds: Annotated[
-        float, typer.Option("--seconds", min=1, help="How long the workload runs.")
+        float, typer.Option("--seconds", min=1, help="How long the live workload runs "
+                            "(the sync-lag phase).")
     ] = 60.0,
     json_output: JsonOption = False,
     backlog: Annotated[
@@ -541,7 +542,8 @@ def bench_e2e(
                           "(brokers that stamp the source position).")
     ] = "all",
 ) -> None:
-    """End to end on the embedded sandbox: the real job between two brokers, then failover."""
+    """End to end on the real test bed: mapping ingestion beside plain Readers, sync lag
+    beside Pulsar's replicated subscriptions, failover counts and CPU per process group."""
     run_e2e = _load("cursorsync.bench_e2e", "run_e2e", "cursorsync bench e2e")
     strategies = tuple(x.strip() for x in evidence.split(",") if x.strip())
     unknown = sorted(set(strategies) - {"position-property", "identity"})
