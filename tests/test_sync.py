@@ -1,14 +1,22 @@
-"""The sync step: unmapped source entries that are markers are looked up, once each."""
+"""The sync step: unmapped source entries that are markers are looked up, once each, and
+those past the last mapped entry only once the mapping has stopped moving."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cursorsync.errors import AdminError
 from cursorsync.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.positions import Position
 from cursorsync.ranges import Ledgers, RangeSet
-from cursorsync.sync import MARKER_LOOKUPS_PER_SYNC, SyncConfig, SyncStep
+from cursorsync.sync import (
+    MARKER_LOOKUP_SETTLE_S,
+    MARKER_LOOKUPS_PER_SYNC,
+    MarkerLookup,
+    SyncConfig,
+    SyncStep,
+)
 from cursorsync.tables.rows import ObservedCursor, PartitionKey
 from cursorsync.translate import CursorState
 
@@ -25,6 +33,18 @@ def _world(tail: int) -> tuple[ObservedCursor, dict[PartitionKey, TopicMapping],
     return ObservedCursor(KEY, "sub", source, NOW), {KEY: mapping}, target
 
 
+def _step(target: CursorState, lookup: MarkerLookup) -> tuple[SyncStep, Callable[[float], None]]:
+    """A step whose clock the test moves."""
+    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    now = [0.0]
+    step.clock = lambda: now[0]
+
+    def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    return step, advance
+
+
 def test_unmapped_markers_are_looked_up_once_and_the_plan_becomes_exact() -> None:
     obs, mappings, target = _world(3)
     asked: list[list[Position]] = []
@@ -34,13 +54,33 @@ def test_unmapped_markers_are_looked_up_once_and_the_plan_becomes_exact() -> Non
         asked.append(positions)
         return [p for p in positions if p.entry != 11]  # 5:11 is data (a chunk, say)
 
-    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    step, advance = _step(target, lookup)
+    # Past the last mapped entry, while the mapping may still be moving: not looked up.
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 3
+    advance(MARKER_LOOKUP_SETTLE_S - 0.1)
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 3
+    assert asked == []
+    advance(0.1)
     first = step.run([obs], mappings).records[0].plan
     assert asked == [[Position(5, 10), Position(5, 11), Position(5, 12)]]
     assert first.unmapped_acked_entries == 1 and first.outcome == "partial"
     again = step.run([obs], mappings).records[0].plan
     assert len(asked) == 1  # nothing is looked up twice
     assert again.unmapped_acked_entries == 1
+
+
+def test_a_mapping_that_moves_delays_the_lookups_past_it() -> None:
+    obs, mappings, target = _world(3)
+    asked: list[list[Position]] = []
+    step, advance = _step(target, lambda t, p: asked.append(p) or p)
+    step.run([obs], mappings)
+    advance(MARKER_LOOKUP_SETTLE_S)
+    moved = {KEY: TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 11)]))}
+    step.run([obs], moved)  # the last mapped entry moved: the wait starts again
+    assert asked == []
+    advance(MARKER_LOOKUP_SETTLE_S)
+    assert step.run([obs], moved).records[0].plan.outcome == "exact"
+    assert asked == [[Position(5, 11), Position(5, 12)]]
 
 
 def test_all_markers_make_it_exact_and_lookups_are_bounded_per_sync() -> None:
@@ -52,7 +92,9 @@ def test_all_markers_make_it_exact_and_lookups_are_bounded_per_sync() -> None:
         asked.append(len(positions))
         return positions
 
-    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    step, advance = _step(target, lookup)
+    step.run([obs], mappings)
+    advance(MARKER_LOOKUP_SETTLE_S)
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 5
     plan = step.run([obs], mappings).records[0].plan
     assert asked == [MARKER_LOOKUPS_PER_SYNC, 5]
@@ -68,7 +110,9 @@ def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> Non
         calls += 1
         raise AdminError("source admin unreachable")
 
-    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    step, advance = _step(target, lookup)
+    step.run([obs], mappings)
+    advance(MARKER_LOOKUP_SETTLE_S)
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
     assert calls == 2

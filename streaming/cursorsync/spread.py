@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from cursorsync.config import Config
 from cursorsync.mapping import TopicMapping
+from cursorsync.sync import MarkerCache
 from cursorsync.tables import RowFilter, open_store
 from cursorsync.tables.rows import (
     ObservedCursor,
@@ -62,7 +63,7 @@ def _mappings(store: Any, keys: set[PartitionKey],
 
 
 #: Per source admin URL, the sync steps' source-marker caches (see SyncStep) in this worker.
-_MARKERS: dict[str, tuple[dict[Any, Any], dict[Any, Any]]] = {}
+_MARKERS: dict[str, MarkerCache] = {}
 
 
 def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool) -> Any:
@@ -97,8 +98,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             step.previous = _previous_states(store, obs, batch_id, config)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.
-            step.source_markers, step.looked_up = _MARKERS.setdefault(
-                config.source.admin_url, ({}, {}))
+            step.markers = _MARKERS.setdefault(config.source.admin_url, MarkerCache())
             result = step.run(obs, _mappings(store, {o.key for o in obs}, config))
             rows = sync_progress_rows(result.records, source_cluster=config.source.name,
                                       target_cluster=config.target.name)

@@ -9,7 +9,9 @@ logged with its reason and the others going on:
    admin API, once each (a few per sync at most): a marker never has a data
    counterpart (snapshot markers at a ledger's end or after the last message,
    where no segment on either side vouches for them), so it is not "waiting
-   for evidence", and the plan can become exact;
+   for evidence", and the plan can become exact. Entries past the last mapped
+   one are only looked up once the mapping has not moved for a while: under
+   traffic they are simply not mapped yet;
 2. a source that moved backwards: ``halt`` emits nothing for it, ``report``
    goes on (acks already sent cannot be taken back either way);
 3. :func:`cursorsync.translate.guard`: the safety rule, or nothing is sent;
@@ -25,7 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -61,6 +63,19 @@ TargetReader = Callable[[str, str], CursorState | None]
 MarkerLookup = Callable[[str, list[Position]], list[Position]]
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
+#: Unmapped entries past the last mapped one are looked up once the mapping of their
+#: partition has not moved for this long.
+MARKER_LOOKUP_SETTLE_S = 5.0
+
+
+@dataclass
+class MarkerCache:
+    """What the source's admin API said, per topic partition: entries that are markers,
+    every entry looked up, and the last mapped source entry with when it was first seen."""
+
+    markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,9 +104,8 @@ class SyncStep:
         self.read_target = read_target
         self.lookup_markers = lookup_markers
         self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
-        #: Source entries found to be markers, and every source entry looked up, per partition.
-        self.source_markers: dict[PartitionKey, RangeSet] = {}
-        self.looked_up: dict[PartitionKey, RangeSet] = {}
+        self.markers = MarkerCache()
+        self.clock = time.monotonic
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
@@ -146,7 +160,7 @@ class SyncStep:
 
 
     def _with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
-        found = self.source_markers.get(key)
+        found = self.markers.markers.get(key)
         if found is None or not found:
             return mapping
         b = found.bounds
@@ -157,10 +171,19 @@ class SyncStep:
                  target: CursorState) -> bool:
         """Look up the plan's unmapped source entries not looked up before; True when some
         turned out to be markers."""
-        if self.lookup_markers is None:
+        if self.lookup_markers is None or not len(mapping.segments):
             return False
-        seen = self.looked_up.get(obs.key, RangeSet())
+        cache = self.markers
+        seen = cache.looked_up.get(obs.key, RangeSet())
         pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
+        last = mapping.segments.rows[-1]
+        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
+        now = self.clock()
+        known = cache.frontiers.get(obs.key)
+        if known is None or known[0] != frontier:
+            cache.frontiers[obs.key] = known = (frontier, now)
+        if now - known[1] < MARKER_LOOKUP_SETTLE_S:
+            pending = pending - pending.after(frontier)
         ledgers = obs.state.ledgers
         if ledgers is None or not pending:
             return False
@@ -174,11 +197,10 @@ class SyncStep:
             log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
                         topic, err)
             return False
-        self.looked_up[obs.key] = seen | _entries(positions)
+        cache.looked_up[obs.key] = seen | _entries(positions)
         if not markers:
             return False
-        self.source_markers[obs.key] = (self.source_markers.get(obs.key, RangeSet())
-                                        | _entries(markers))
+        cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
                   len(positions))
         return True
