@@ -155,10 +155,16 @@ def bench_e2e(spec: E2ESpec | None = None, *, bed: Any = None, work_dir: str | N
             report = _run(bed, root, spec, say)
         else:
             say("starting the test bed")
-            config = TestBedConfig(work_dir=root / "pulsar",
-                                   entries_per_ledger=spec.entries_per_ledger)
-            with TestBed(config) as own:
+            own = TestBed(TestBedConfig(work_dir=root / "pulsar",
+                                        entries_per_ledger=spec.entries_per_ledger))
+            try:
+                own.start()  # stops what it started if it fails
+            except CursorSyncError as err:
+                raise BenchError(f"the test bed did not start: {err}") from err
+            try:
                 report = _run(own, root, spec, say)
+            finally:
+                own.stop()
     finally:
         if not work_dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -198,7 +204,8 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
     messages = Counter(m.topic for m in backlog)
     # Where each message is on b, read before the job acks the backlog on its retention
     # subscription (the broker may then delete the ledgers).
-    on_b = _on_target(bed, messages)
+    with phase("positions on b"):
+        on_b = _on_target(bed, messages)
     with phase("baseline"):
         baseline = _baseline(bed, config, spec, messages, len(entries))
     had_session = SparkSession.getActiveSession() is not None
