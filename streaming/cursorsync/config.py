@@ -420,6 +420,9 @@ class SparkConfig(_Section):
     master: str = "local[2]"
     app_name: str = Field(default="cursorsync", min_length=1)
     trigger_interval_s: float = Field(default=10.0, gt=0)
+    #: The mapping query's trigger (default: trigger_interval_s). A source ack can be
+    #: synced only once its entry is mapped, so a shorter one cuts the sync lag.
+    mapping_trigger_interval_s: float | None = Field(default=None, gt=0)
     checkpoint_dir: str = Field(min_length=1)
     conf: dict[str, str] = Field(default_factory=dict)
     max_entries_per_batch: int = Field(default=100_000, ge=1)

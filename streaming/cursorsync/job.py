@@ -596,12 +596,15 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check)
     sync_sink = SyncSink(config, store, step, metrics)
     trigger = f"{config.spark.trigger_interval_s} seconds"
+    mapping_trigger = (f"{config.spark.mapping_trigger_interval_s} seconds"
+                       if config.spark.mapping_trigger_interval_s else trigger)
 
     entries = entries_stream(spark, config, "target")
     if "identity" in config.evidence.strategies:
         entries = entries.unionByName(entries_stream(spark, config, "source"))
     mq = (entries.writeStream.queryName("cursorsync-mapping").foreachBatch(mapping_sink)
-          .option("checkpointLocation", str(ckpt / "mapping")).trigger(processingTime=trigger)
+          .option("checkpointLocation", str(ckpt / "mapping"))
+          .trigger(processingTime=mapping_trigger)
           .start())
     cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
           .queryName("cursorsync-sync").foreachBatch(sync_sink)
