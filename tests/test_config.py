@@ -306,8 +306,9 @@ def test_bad_namespace_regex() -> None:
         ("emission.colour", "ack_batch_size, dry_run, mode, rewind_policy, "
                             "spread_across_executors, subscription_type"),
         ("tables.colour", "backend, path, storage_options"),
-        ("spark.colour", "app_name, checkpoint_dir, conf, entries_per_task, master, "
-                         "max_entries_per_batch, ranges_per_task, trigger_interval_s"),
+        ("spark.colour", "app_name, checkpoint_dir, conf, entries_per_task, "
+                         "mapping_trigger_interval_s, master, max_entries_per_batch, "
+                         "ranges_per_task, trigger_interval_s"),
         ("metrics.colour", "host, port"),
         ("logging.colour", "json, level"),
     ],
