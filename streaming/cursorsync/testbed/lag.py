@@ -4,7 +4,7 @@ replicated subscriptions side by side.
 
 The live workload (:func:`run_live`) produces on a at a paced rate; per
 subscription a consumer on a receives everything and acks it (the workload's
-``_Acker``), most entries promptly, some late (out of order), none never: a
+``Acker``), most entries promptly, some late (out of order), none never: a
 hole for good would pin the built-in's markDeletePosition, and its lag would be
 undefined. Each ack's time is taken as it leaves the consumer (the client may
 hold it up to its ack grouping time, 100 ms, the same for every subscription).
@@ -38,10 +38,10 @@ from cursorsync.testbed.produce import Plan, entries_of, produce
 from cursorsync.testbed.testbed import TestBed, TestBedError
 from cursorsync.testbed.workload import (
     AckChoice,
+    Acker,
     Decisions,
     WorkloadResult,
     WorkloadSpec,
-    _Acker,
 )
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def run_live(bed: TestBed, spec: LiveSpec, subscriptions: Mapping[str, bool]) ->
     partitions = bed.partitions(spec.topic)
     plan = spec.plan(partitions)
     decisions = spec.decisions(plan)
-    ackers = [_Acker(bed, bed.topic(spec.topic), sub, "Shared", replicated, decisions)
+    ackers = [Acker(bed, bed.topic(spec.topic), sub, "Shared", replicated, decisions)
               for sub, replicated in subscriptions.items()]
     result = WorkloadResult(WorkloadSpec(partitioned_topic=spec.topic,
                                          partitions=spec.partitions, chunked_topic=None,

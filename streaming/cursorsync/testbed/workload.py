@@ -207,7 +207,7 @@ def _plan(rng: random.Random, spec: WorkloadSpec) -> list[int]:
 Decisions = dict[str, tuple[AckChoice, int]]
 
 
-class _Acker:
+class Acker:
     """One subscription's consumer on a: receives everything, acks per plan, on time."""
 
     def __init__(self, bed: TestBed, topic: str, subscription: str, kind: str,
@@ -436,14 +436,14 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
                for p in parts]
     plans = {p: _plan(rng, spec) for p in regular}
     decisions: Decisions = {}
-    ackers: list[tuple[str, _Acker]] = []
+    ackers: list[tuple[str, Acker]] = []
     for name in spec.topics():
         for kind in spec.subscription_types:
             subs = [(sync_subscription(kind), False)]
             if spec.builtin:
                 subs.append((builtin_subscription(kind), True))
             for sub, replicated in subs:
-                ackers.append((name, _Acker(bed, bed.topic(name), sub, kind, replicated,
+                ackers.append((name, Acker(bed, bed.topic(name), sub, kind, replicated,
                                             decisions)))
     publishers = {p: _Publisher(bed, p, spec, decisions)
                   for parts in partitions.values() for p in parts}
