@@ -94,3 +94,19 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not stat.exists() or stat.read_text().split()[2] != "Z"
+
+
+@pytest.mark.integration
+def test_a_work_dir_used_before_starts_a_bed_that_replicates(tmp_path: Path) -> None:
+    """A bed stopped and started again on the same directory gets new ports; what the
+    first start stored (b's registration on a, the bookies) must not outlive it."""
+    from cursorsync.testbed import TestBed, TestBedConfig
+
+    config = TestBedConfig(work_dir=tmp_path, target_ledger_offset=0)
+    with TestBed(config):
+        pass
+    with TestBed(config) as bed:
+        bed.create_topic("again")
+        producer = bed.client("a").create_producer(bed.topic("again"))
+        producer.send(b"x")
+        assert bed.wait_replicated(["again"], timeout_s=60) >= 0

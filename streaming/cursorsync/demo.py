@@ -133,9 +133,9 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
 
 
 def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
-              partitions: dict[str, list[str]], chunked: set[str]) -> float | None:
+              partitions: dict[str, list[str]], chunked: set[str]) -> float | str:
     """When the sync caught up with the source as it was at ``after`` (epoch seconds), or
-    None if it has not yet.
+    what it still waits on (a sentence naming the cursor) if it has not yet.
 
     Caught up: for every (topic partition, subscription), a sync batch observed the source
     after ``after`` and its plan was exact with nothing unmapped, and a later batch sent no
@@ -149,7 +149,7 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
     from cursorsync.tables import RowFilter
 
     if not store.exists("sync_progress"):
-        return None
+        return "the sync_progress table, which no sync batch has written yet"
     rows = store.read("sync_progress", RowFilter.of(
         source_cluster=config.source.name, target_cluster=config.target.name,
         min_batch_id=since_batch)).to_pylist()
@@ -166,13 +166,18 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
                 got = sorted(by_key.get((str(tn.base), tn.partition, sub), []),
                              key=lambda r: r["batch_id"])
                 quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > 0]
+                where = f"{p} {sub}"
                 if not quiet:
-                    return None
+                    return (f"{where}: {len(got)} batches since the workload's end, "
+                            "none of them a second one sending no acks")
                 settled = got[: quiet[0] + 1]
                 if spec.topic not in chunked and not any(
                         r["outcome"] == "exact" and not r["unmapped_acked_entries"]
                         for r in settled):
-                    return None
+                    last = settled[-1]
+                    return (f"{where}: no exact plan with nothing unmapped (last: outcome "
+                            f"{last['outcome']}, {last['unmapped_acked_entries']} acked "
+                            "entries unmapped)")
                 last_sent = [r for r in settled if r["acks_sent"]]
                 moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
                 done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
@@ -260,11 +265,11 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         verify_source_cursors(bed, result)
         store = open_store(config.tables.backend, config.tables.path, spark=job.spark)
         deadline = time.monotonic() + timeout_s
-        caught: float | None = None
-        while caught is None:
+        caught: float | str = "the first sync batch after the workload"
+        while isinstance(caught, str):
             if time.monotonic() > deadline:
                 raise DemoError(f"the sync did not catch up within {timeout_s:.0f} s of the "
-                                "workload's end")
+                                f"workload's end; it waits on {caught}")
             try:
                 job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
             except QueryFailedError as err:

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -146,6 +147,10 @@ class Standalone:
             raise StandaloneError(f"cluster {self.cluster}: already started")
         home = ensure_pulsar(*([self.spec.pulsar_version] if self.spec.pulsar_version else []))
         java = require_java()
+        # A cluster's stored state names the ports of its last start (its bookie, the
+        # other cluster's registration), so each start begins with none.
+        for state in ("metadata", "bookkeeper", "data"):
+            shutil.rmtree(self.dir / state, ignore_errors=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         self.broker_port, self.web_port = free_port(), free_port()
