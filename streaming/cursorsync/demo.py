@@ -142,8 +142,8 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
     acks (the target already showed everything). A chunked topic's acked chunks stay
     unmapped (README, Limits), so for it two batches after ``after`` sending nothing is
     the test. Rows from ``since_batch`` on are read. The time returned is the newest
-    emitted_at among those batches that sent acks, or the first batch after ``after``
-    where none did.
+    emitted_at among the batches up to that quiet one that sent acks, or the first batch
+    after ``after`` when none did.
     """
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.tables import RowFilter
@@ -165,23 +165,37 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
             for sub in spec.subscriptions:
                 got = sorted(by_key.get((str(tn.base), tn.partition, sub), []),
                              key=lambda r: r["batch_id"])
-                quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > 0]
-                where = f"{p} {sub}"
-                if not quiet:
-                    return (f"{where}: {len(got)} batches since the workload's end, "
-                            "none of them a second one sending no acks")
-                settled = got[: quiet[0] + 1]
-                if spec.topic not in chunked and not any(
-                        r["outcome"] == "exact" and not r["unmapped_acked_entries"]
-                        for r in settled):
-                    last = settled[-1]
-                    return (f"{where}: no exact plan with nothing unmapped (last: outcome "
-                            f"{last['outcome']}, {last['unmapped_acked_entries']} acked "
-                            "entries unmapped)")
+                settled = _settled(got, exact_needed=spec.topic not in chunked)
+                if isinstance(settled, str):
+                    return f"{p} {sub}: {settled}"
                 last_sent = [r for r in settled if r["acks_sent"]]
                 moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
                 done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
     return done_at - after
+
+
+def _settled(got: list[dict[str, Any]], *, exact_needed: bool) -> list[dict[str, Any]] | str:
+    """One cursor's sync_progress rows (by batch) up to the quiet batch that shows it caught
+    up, or why there is none yet. The exact plan may come after quiet batches: unmapped
+    entries past the last mapped one (markers the source wrote last) are looked up only
+    once the mapping has stopped moving."""
+    first = 0
+    if exact_needed:
+        exact = [i for i, r in enumerate(got)
+                 if r["outcome"] == "exact" and not r["unmapped_acked_entries"]]
+        if not exact:
+            last = got[-1] if got else None
+            return ("no exact plan with nothing unmapped yet" + (
+                f" (last: outcome {last['outcome']}, {last['unmapped_acked_entries']} acked "
+                "entries unmapped)" if last else ""))
+        first = exact[0]
+    if not got:
+        return "no sync batch since the workload's end"
+    quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > first]
+    if not quiet:
+        return (f"{len(got)} batches since the workload's end, none after batch "
+                f"{got[first]['batch_id']} sending no acks")
+    return got[: quiet[0] + 1]
 
 
 class _InjectedCrash(RuntimeError):
@@ -238,6 +252,10 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         verify_source_cursors,
     )
 
+    # The job's tables and checkpoints describe one test bed's topics; a work dir used
+    # by an earlier demo holds another bed's ledger ids under the same topic names.
+    for state in ("tables", "checkpoints"):
+        shutil.rmtree(root / state, ignore_errors=True)
     create_topics(bed, spec)
     create_target_subscriptions(bed, spec)
     topics = list(spec.topics())

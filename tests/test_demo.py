@@ -1,0 +1,48 @@
+"""The demo's catch-up rule, on sync_progress rows alone (no brokers)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cursorsync.demo import _settled
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def rows(*batches: tuple[str, int, int]) -> list[dict[str, Any]]:
+    """(outcome, unmapped acked entries, acks sent) per batch, one second apart."""
+    return [{"batch_id": i, "outcome": o, "unmapped_acked_entries": u, "acks_sent": a,
+             "emitted_at": T0 + timedelta(seconds=i)} for i, (o, u, a) in enumerate(batches)]
+
+
+def test_the_exact_plan_may_come_after_quiet_batches() -> None:
+    """Markers the source wrote last stay unmapped until the mapping has settled, so
+    batches that send nothing can come before the plan turns exact."""
+    got = rows(("partial", 5, 3), ("partial", 5, 0), ("partial", 5, 0), ("exact", 0, 0),
+               ("exact", 0, 0))
+    settled = _settled(got, exact_needed=True)
+    assert isinstance(settled, list) and [r["batch_id"] for r in settled] == [0, 1, 2, 3, 4]
+
+
+def test_a_quiet_batch_must_follow_the_exact_one() -> None:
+    got = rows(("partial", 2, 4), ("exact", 0, 1))
+    reason = _settled(got, exact_needed=True)
+    assert reason == "2 batches since the workload's end, none after batch 1 sending no acks"
+    got = rows(("partial", 2, 4), ("exact", 0, 1), ("exact", 0, 0), ("exact", 0, 0))
+    settled = _settled(got, exact_needed=True)
+    assert isinstance(settled, list) and len(settled) == 3
+
+
+def test_never_exact_says_what_is_unmapped() -> None:
+    reason = _settled(rows(("partial", 5, 0), ("partial", 5, 0)), exact_needed=True)
+    assert reason == ("no exact plan with nothing unmapped yet (last: outcome partial, 5 acked "
+                      "entries unmapped)")
+    assert _settled([], exact_needed=True) == "no exact plan with nothing unmapped yet"
+    assert _settled([], exact_needed=False) == "no sync batch since the workload's end"
+
+
+def test_a_chunked_topic_needs_two_batches_the_second_sending_nothing() -> None:
+    settled = _settled(rows(("partial", 3, 2), ("partial", 3, 0)), exact_needed=False)
+    assert isinstance(settled, list) and len(settled) == 2
+    assert isinstance(_settled(rows(("partial", 3, 0)), exact_needed=False), str)
