@@ -287,7 +287,8 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
              .foreachBatch(lambda df, _: seen.append(df.count()))
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
-        q.awaitTermination(120)
+        finished = q.awaitTermination(120)
+        assert finished, f"the query did not finish within 120 s: {q.status}"
 
     key = "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart"
     try:

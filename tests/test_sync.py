@@ -4,6 +4,7 @@ those past the last mapped entry only once the mapping has stopped moving."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from cursorsync.errors import AdminError
@@ -116,3 +117,33 @@ def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> Non
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2
     assert calls == 2
+
+
+def test_a_step_that_just_started_trusts_the_age_of_the_mapping_s_newest_row() -> None:
+    """An executor's step may be new in every batch, so what it saw says nothing about
+    whether the mapping still moves; the table's written_at does."""
+    obs, mappings, target = _world(2)
+    asked: list[list[Position]] = []
+    written = 1_000_000.0
+    fresh = {KEY: replace(mappings[KEY], written_at=written)}
+    step, _ = _step(target, lambda t, p: asked.append(p) or p)
+    step.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S - 0.1
+    assert step.run([obs], fresh).records[0].plan.unmapped_acked_entries == 2
+    assert asked == []
+    step, _ = _step(target, lambda t, p: asked.append(p) or p)
+    step.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S
+    assert step.run([obs], fresh).records[0].plan.outcome == "exact"
+    assert asked == [[Position(5, 10), Position(5, 11)]]
+
+
+def test_a_mapping_read_from_its_rows_knows_when_its_newest_row_was_written() -> None:
+    import pyarrow as pa
+
+    from cursorsync.tables.rows import mapping_rows, topic_mappings
+
+    _, mappings, _ = _world(0)
+    older, newer = datetime(2026, 11, 23, 10, tzinfo=UTC), datetime(2026, 11, 23, 11, tzinfo=UTC)
+    rows = pa.concat_tables([
+        mapping_rows(KEY, mappings[KEY], source_cluster="a", target_cluster="b",
+                     written_at=at) for at in (newer, older)])
+    assert topic_mappings(rows)[KEY].written_at == newer.timestamp()

@@ -298,7 +298,9 @@ class MappingStore:
             old = self.mappings.get(key, TopicMapping())
             self.mappings[key] = TopicMapping(
                 old.segments | delta.segments, old.skippable.union(delta.skippable),
-                old.foreign.union(delta.foreign), old.unreplicated.union(delta.unreplicated))
+                old.foreign.union(delta.foreign), old.unreplicated.union(delta.unreplicated),
+                written_at=max((t for t in (old.written_at, delta.written_at) if t is not None),
+                               default=None))
         self.loaded_upto = top
         return self.mappings
 

@@ -321,12 +321,15 @@ class TopicMapping:
     ``foreign``: target entries that did not come from the source; never acked by us.
     ``unreplicated``: source entries that are never replicated (markers, skipped by
     replicate_to, expired); they are not "unmapped yet", they are never mapped.
+    ``written_at``: when its newest row was written (epoch seconds; None: not from the
+    table), which tells a process that just started whether the mapping still moves.
     """
 
     segments: SegmentSet = field(default_factory=SegmentSet)
     skippable: Runs = field(default_factory=Runs)
     foreign: Runs = field(default_factory=Runs)
     unreplicated: Runs = field(default_factory=Runs)
+    written_at: float | None = None
 
     def lookup(self, position: Position) -> Position | None:
         return self.segments.lookup(position)

@@ -64,7 +64,8 @@ MarkerLookup = Callable[[str, list[Position]], list[Position]]
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
 #: Unmapped entries past the last mapped one are looked up once the mapping of their
-#: partition has not moved for this long.
+#: partition has not moved for this long: as this step saw it, or by the newest row of
+#: the mapping (a step that just started, as an executor's may be, has seen nothing).
 MARKER_LOOKUP_SETTLE_S = 5.0
 
 
@@ -106,6 +107,7 @@ class SyncStep:
         self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
         self.markers = MarkerCache()
         self.clock = time.monotonic
+        self.wall_clock = time.time
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
@@ -182,7 +184,10 @@ class SyncStep:
         known = cache.frontiers.get(obs.key)
         if known is None or known[0] != frontier:
             cache.frontiers[obs.key] = known = (frontier, now)
-        if now - known[1] < MARKER_LOOKUP_SETTLE_S:
+        settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
+            mapping.written_at is not None
+            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
+        if not settled:
             pending = pending - pending.after(frontier)
         ledgers = obs.state.ledgers
         if ledgers is None or not pending:

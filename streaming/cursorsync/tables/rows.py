@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -146,7 +146,16 @@ def _one_mapping(part: pa.Table) -> TopicMapping:
         r = part.filter(pc.equal(kinds, kind))
         arr = _int_columns(r, (f"{side}_ledger", f"{side}_entry", "count")).reshape(-1, 3)
         runs[kind] = Runs().union(Runs(arr)) if len(arr) else Runs()  # canonical runs
-    return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"])
+    newest = pc.max(part.column("written_at")).as_py()
+    return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
+                        written_at=_epoch(newest))
+
+
+def _epoch(at: datetime | None) -> float | None:
+    """A table timestamp (UTC, naive or not) as epoch seconds."""
+    if at is None:
+        return None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 # ----------------------------------------------------------- cursor states
