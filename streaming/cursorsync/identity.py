@@ -81,11 +81,6 @@ def parse_identity_fields(spec: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in IDENTITY_FIELDS if f in chosen)
 
 
-def is_broker_property(key: str, extra_excluded: Iterable[str] = ()) -> bool:
-    """True for properties the brokers add (``__`` prefix) or that the caller excludes."""
-    return key.startswith("__") or key in set(extra_excluded)
-
-
 _U64 = struct.Struct(">Q").pack
 _I64 = struct.Struct(">q").pack
 

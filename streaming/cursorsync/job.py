@@ -585,8 +585,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     dry = config.emission.dry_run if dry_run is None else dry_run
     if emitter is None and not dry and not config.emission.spread_across_executors:
         emitter = target_emitter(config)
-    cumulative = (config.emission.mode == "cumulative-where-allowed"
-                  and config.emission.subscription_type in ("Exclusive", "Failover"))
+    cumulative = config.emission.cumulative
     source_admin = cluster_admin(config.source)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
                     target_reader(admin), source_marker_lookup(source_admin, config))

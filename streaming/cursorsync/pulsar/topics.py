@@ -60,10 +60,6 @@ class TopicName:
     def with_partition(self, index: int) -> TopicName:
         return TopicName(self.tenant, self.namespace, f"{self.local}{PARTITION_SUFFIX}{index}")
 
-    @property
-    def namespace_path(self) -> str:
-        return f"{self.tenant}/{self.namespace}"
-
     def admin_path(self, suffix: str = "") -> str:
         """``/admin/v2/persistent/{tenant}/{namespace}/{topic}[/suffix]``, each part URL-encoded."""
         segs = [quote(p, safe="") for p in (self.tenant, self.namespace, self.local)]
