@@ -24,6 +24,7 @@ import contextlib
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,7 +97,9 @@ class TestBed:
             self.clusters[name] = Standalone(StandaloneSpec(
                 name, self.work_dir, settings, ready_timeout_s=self.config.ready_timeout_s))
         self._http: dict[str, httpx.Client] = {}
-        self._clients: list[Any] = []
+        # Weak: a client its user has dropped is freed at once (a session-long bed would
+        # otherwise keep every test's clients, three descriptors each, until it stops).
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self.start_seconds: dict[str, float] = {}
 
     # -- lifecycle
@@ -117,7 +120,7 @@ class TestBed:
 
     def stop(self) -> None:
         """Close clients, stop both clusters (in parallel), remove a temporary work dir."""
-        for client in self._clients:
+        for client in list(self._clients):
             with contextlib.suppress(Exception):  # the broker may be gone already
                 client.close()
         self._clients.clear()
@@ -185,10 +188,10 @@ class TestBed:
         return self._cluster(cluster).admin_url
 
     def client(self, cluster: str, **kwargs: Any) -> Any:
-        """A new ``pulsar.Client`` for the cluster, closed by ``stop()``."""
+        """A new ``pulsar.Client`` for the cluster, closed by ``stop()`` if still open."""
         kwargs.setdefault("operation_timeout_seconds", 30)
         client = connect(self.service_url(cluster), **kwargs)
-        self._clients.append(client)
+        self._clients.add(client)
         return client
 
     def admin_call(self, cluster: str, method: str, path: str, *, json: Any = None,
