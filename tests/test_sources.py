@@ -442,8 +442,6 @@ def test_options_errors_name_the_option() -> None:
         EntriesOptions.parse({**base, "identityFields": "payload,colour"})
     with pytest.raises(ConfigError, match="tailCheckMs"):
         EntriesOptions.parse({**base, "tailCheckMs": "0"})
-    with pytest.raises(ConfigError, match="chunkedMessages"):
-        EntriesOptions.parse({**base, "chunkedMessages": "drop"})
     o = EntriesOptions.parse({**base, "MAXROWSPERBATCH": "5", "identityFields": "payload"})
     assert o.max_rows_per_batch == 5 and o.identity_fields == ("payload",)
     assert o.subscription == "cursorsync-mapping" and o.tail_check_ms == 1000
@@ -673,30 +671,12 @@ def test_pin_a_reader_started_after_a_chunked_messages_first_chunk_never_deliver
 
 
 @pytest.mark.integration
-def test_a_chunked_message_fails_the_read_instead_of_its_chunks_passing_for_markers(
+def test_a_chunked_message_is_read_without_evidence(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
-    """Its chunks are entries the reader skips, which the builder takes for markers and the
-    sync acks: a failover would then lose the message. Refused, naming the topic."""
-    topic, _, first, last = chunked
-    r = entries_reader(testbed, [topic])
-    try:
-        (part,) = r.ranges({}, {topic: last})
-    finally:
-        r.stop()
-    with pytest.raises(EntriesReadError, match=(
-            rf"entry {last.ledger}:{last.entry} is the last chunk of a chunked "
-            rf"message that starts at {first.ledger}:{first.entry}\..*"
-            rf"remove {re.escape(topic)}")):
-        list(read_entries(part))
-
-
-@pytest.mark.integration
-def test_with_chunked_messages_unmapped_a_chunked_message_is_read_without_evidence(
-        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
-    """evidence.holes unacked: the read goes on; the chunked message has no stamp and no
-    digest, so the builder never pairs it (never acked on the target)."""
+    """The read goes on; the chunked message has no stamp and no digest, so the builder
+    never pairs it (never acked on the target)."""
     topic, small, _, last = chunked
-    r = entries_reader(testbed, [topic], chunkedMessages="unmapped")
+    r = entries_reader(testbed, [topic])
     try:
         (part,) = r.ranges({}, {topic: last})
     finally:
@@ -715,32 +695,14 @@ def test_ranges_ending_inside_or_after_a_chunked_message_complete_one_id_at_a_ti
     message arrives past them; the one from the middle chunk to the last hears nothing (its
     first chunks lie before the start) and completes by the tail check, not a timeout."""
     topic, small, _, _ = chunked
-    r = entries_reader(testbed, [topic], maxRowsPerBatch="1", chunkedMessages="unmapped",
-                       tailCheckMs="200", readTimeoutMs="20000")
+    r = entries_reader(testbed, [topic], maxRowsPerBatch="1", tailCheckMs="200",
+                       readTimeoutMs="20000")
     try:
         batches = read_range_by_range(r)  # a range that timed out would fail the read
     finally:
         r.stop()
     assert [[(x["entry"], x["source_position"]) for x in b] for b in batches] == [
         [(small.entry, "7:1")], [], [], []]
-
-
-@pytest.mark.integration
-def test_a_chunk_the_tail_check_finds_is_refused_like_a_chunked_message(
-        testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
-    """chunkedMessages=refuse (evidence.holes: markers) must never let a chunk pass for a
-    marker: a range whose reader never sees the message (its first chunk lies before the
-    start) fails when the tail check finds the chunks, naming the entry and the topic."""
-    topic, _, first, last = chunked
-    r = entries_reader(testbed, [topic], tailCheckMs="200", readTimeoutMs="20000")
-    try:
-        (part,) = r.ranges({topic: Position(first.ledger, first.entry + 1)}, {topic: last})
-    finally:
-        r.stop()
-    with pytest.raises(EntriesReadError, match=(
-            rf"entry {last.ledger}:{last.entry} is chunk 2 of a chunked message.*"
-            rf"remove {re.escape(topic)}")):
-        list(read_entries(part))
 
 
 @pytest.mark.integration

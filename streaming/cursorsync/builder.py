@@ -18,8 +18,9 @@ returned, never after the last one, since a reader cannot see the end of a
 ledger. Chunked messages also leave holes (their chunks before the last), so a
 hole is only a candidate: a :data:`HoleCheck` (config ``evidence.holes:
 verified``, :mod:`cursorsync.hole_check`) keeps the ones the target says are
-markers; without one (``markers``) every candidate is claimed; with
-``claim_holes`` off (``unacked``) none is. See the README's limits.
+markers; with ``claim_holes`` off (``unacked``) none is. Without a check every
+candidate is claimed: the job never builds that (a chunk claimed so would lose its
+message); the simulator does, where holes are markers by construction.
 
 The builder's state (last position seen, pending identity entries) is a
 plain JSON document saved per Spark batch, so a replayed batch starts from

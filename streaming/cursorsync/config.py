@@ -74,7 +74,7 @@ DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
 IdentityScope = Literal["all", "batched"]
-Holes = Literal["verified", "markers", "unacked"]
+Holes = Literal["verified", "unacked"]
 IdentityField = Literal[
     "producer_name",
     "publish_time",
@@ -329,20 +329,15 @@ class EvidenceConfig(_Section):
     #: chunks of a chunked message before its last one. ``verified``: ask the target's
     #: admin API (one raw-entry request per skipped id, stopping at a run's first
     #: non-marker) and ack only markers, after the entry before them; chunked messages
-    #: are never mapped. ``markers``: take every skipped id for a marker, without
-    #: requests; a chunked message then fails the mapping query, possibly after its
-    #: first chunks were acked. ``unacked``: ack none, map no chunked message.
+    #: are never mapped. ``unacked``: ack none (the target's markDeletePosition then
+    #: stops at the first marker). Nothing takes a skipped id for a marker unchecked: a
+    #: chunk acked that way would lose its message after a failover.
     holes: Holes = "verified"
 
     @property
     def claims_holes(self) -> bool:
         """Skipped target ids may be acked as markers (checked or not)."""
         return self.holes != "unacked"
-
-    @property
-    def refuses_chunked(self) -> bool:
-        """A chunked message fails the read: with ``markers``, its chunks may be claimed."""
-        return self.holes == "markers"
 
     @model_validator(mode="after")
     def _scope_needs_both(self) -> Self:

@@ -168,7 +168,6 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "identity": str("identity" in config.evidence.strategies).lower(),
             "positionEvidence": str("position-property" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,
-            "chunkedMessages": "refuse" if config.evidence.refuses_chunked else "unmapped",
             # The source side is read for identity evidence only: rows without a digest
             # would be dropped by the builder anyway.
             "identityRowsOnly": str(side == "source").lower(),

@@ -29,9 +29,8 @@ chunked message whose first chunks lie before the reader's start is dropped
 by the client, and one whose last chunk lies past the end arrives after it.
 So when a reader has been silent for ``tailCheckMs`` short of the end, the
 ids it has not delivered are looked up on the admin API: if each is a marker
-or a chunk, the range is complete (chunks carry no evidence anyway; with
-``chunkedMessages=refuse`` a chunk fails the read instead); anything else is
-waited for, up to ``readTimeoutMs``.
+or a chunk, the range is complete (chunks carry no evidence, so a chunked
+message is never mapped); anything else is waited for, up to ``readTimeoutMs``.
 
 ``rowsPer=entry`` yields one row per entry (its first message, with the
 whole entry's digest and batch size) instead of one per message: what the
@@ -246,7 +245,6 @@ class EntriesOptions:
     discovery_interval_ms: int
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
-    chunked_unmapped: bool = False
     packed: bool = False
 
     @classmethod
@@ -296,8 +294,6 @@ class EntriesOptions:
             or DEFAULT_ENTRIES_PER_TASK,
             ranges_per_task=o.get_int("rangesPerTask", DEFAULT_RANGES_PER_TASK, minimum=1)
             or DEFAULT_RANGES_PER_TASK,
-            chunked_unmapped=o.choice("chunkedMessages", ("refuse", "unmapped"), "refuse")
-            == "unmapped",
             packed=parse_layout(o),
         )
 
@@ -348,8 +344,6 @@ class EntriesPartition(InputPartition):
     #: The stamp is evidence of its own (strategy position-property): a stamped target
     #: entry needs no digest. Off, every entry in the identity scope is digested.
     position_evidence: bool = True
-    #: A chunked message: fail the read (False), or hand it on without evidence (True).
-    chunked_unmapped: bool = False
     #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
     packed: bool = False
     #: The admin API, to look up ids the reader does not deliver (see the module doc).
@@ -435,7 +429,7 @@ def _row_values(part: EntriesPartition, where: tuple[str, int], entry: _Entry,
     other fields are only extracted where a selected column or the digest needs them.
     """
     prop = part.source_position_property
-    # A chunked message carries no evidence (chunkedMessages=unmapped): it is never mapped,
+    # A chunked message carries no evidence: it is never mapped,
     # so never acked on the target, and comes again whole after a failover.
     identity = (part.identity and not entry.chunked
                 and (entry.batched or not part.identity_batched_only))
@@ -643,10 +637,6 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                 yielded.add(done_to)
             index = mid.batch_index()
             first = first_chunk_of(mid) if index < 0 else None
-            if first is not None and not part.chunked_unmapped:
-                raise _chunked_refused(
-                    part, f"{where}: entry {pos[0]}:{pos[1]} is the last chunk of a chunked "
-                    f"message that starts at {first[0]}:{first[1]}")
             current = _Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
                              chunked=first is not None)
         if current is not None:
@@ -660,16 +650,6 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         reader.close()
 
 
-def _chunked_refused(part: EntriesPartition, what: str) -> EntriesReadError:
-    """The read's failure on a chunked message with chunkedMessages=refuse."""
-    return EntriesReadError(
-        f"{what}. cursorsync takes the entries a reader skips for markers and acks them on "
-        f"the target; a chunk acked there would lose its message after a failover, so it "
-        f"refuses topics with chunked messages under evidence.holes: markers: set "
-        f"evidence.holes: verified (the default) or unacked, or remove {part.topic} from the "
-        f"configuration (README, Limits)")
-
-
 def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
                         end: tuple[int, int]) -> bool:
     """Whether every entry in (after, end] is one a reader of this range never delivers: a
@@ -678,9 +658,7 @@ def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
     ledger's end, or in a ledger no longer listed, is none (the broker answers the first
     with a 500). An end past the last stored entry is not complete: what is not written
     yet may be a message. Looked up on the admin API, stopping at the first other entry;
-    False without an admin API. With chunkedMessages=refuse a chunk fails the read, as the
-    chunked message would had the reader delivered it: passed over, its chunks would be
-    taken for markers."""
+    False without an admin API."""
     if part.admin is None or after >= end:
         return after >= end
     with AdminClient(part.admin) as admin:
@@ -694,12 +672,6 @@ def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
                 continue
             if raw.chunk_id is None:
                 return False
-            if not part.chunked_unmapped:
-                raise _chunked_refused(
-                    part, f"cluster {part.cluster} topic {part.topic} range ({part.start}.."
-                    f"{part.end}]: entry {pos} is chunk {raw.chunk_id} of a chunked message "
-                    f"the range's reader does not deliver (it begins before the range or "
-                    f"ends after it)")
     log.info("cluster %s topic %s: (%d:%d..%d:%d] holds only markers and chunks; the range "
              "is complete", part.cluster, part.topic, *after, *end)
     return True
@@ -1004,7 +976,6 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 identity_batched_only=o.identity_batched_only,
                 identity_rows_only=o.identity_rows_only,
                 position_evidence=o.position_evidence,
-                chunked_unmapped=o.chunked_unmapped,
                 packed=o.packed,
                 source_position_property=o.source_position_property,
                 read_timeout_ms=o.read_timeout_ms,
