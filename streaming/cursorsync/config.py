@@ -219,11 +219,21 @@ class ClustersConfig(_Section):
 # --------------------------------------------------------------------------- topics
 
 
+#: The mapping query reads each cluster on durable subscriptions named
+#: ``cursorsync-mapping-<side>``; synced, they would ack what the mapping has not read.
+MAPPING_SUBSCRIPTION_PREFIX = "cursorsync-mapping"
+
+
 def _check_subscriptions(names: list[str]) -> list[str]:
     seen: set[str] = set()
     for name in names:
         if not name.strip():
             raise _invalid("subscription names must not be empty")
+        if name.startswith(MAPPING_SUBSCRIPTION_PREFIX):
+            raise _invalid(
+                f"{name!r} is cursorsync's own mapping subscription, not one to sync "
+                f"(names starting with {MAPPING_SUBSCRIPTION_PREFIX!r} are reserved)"
+            )
         if name.startswith(_REPLICATOR_PREFIX):
             raise _invalid(
                 f"{name!r} is a replicator cursor, not a subscription "

@@ -35,7 +35,7 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 
 from cursorsync.builder import BuilderConfig, HoleCheck, MappingBuilder
-from cursorsync.config import Config
+from cursorsync.config import MAPPING_SUBSCRIPTION_PREFIX, Config
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping import TopicMapping
 from cursorsync.metrics import Metrics
@@ -178,7 +178,7 @@ def entries_stream(spark: Any, config: Config, side: str) -> Any:
             "layout": "arrow",
             "receiverQueueSize": str(cluster.receiver_queue_size),
             "sourcePositionProperty": config.evidence.source_position_property,
-            "subscription": f"cursorsync-mapping-{side}",
+            "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
             "startingPosition": "earliest"}
     return spark.readStream.format("pulsar-entries").options(**opts).load()
 
