@@ -147,3 +147,11 @@ def test_a_mapping_read_from_its_rows_knows_when_its_newest_row_was_written() ->
         mapping_rows(KEY, mappings[KEY], source_cluster="a", target_cluster="b",
                      written_at=at) for at in (newer, older)])
     assert topic_mappings(rows)[KEY].written_at == newer.timestamp()
+
+
+def test_a_union_of_mappings_was_written_when_the_newer_was() -> None:
+    _, mappings, _ = _world(0)
+    m = mappings[KEY]
+    assert m.union(m).written_at is None
+    assert replace(m, written_at=5.0).union(m).written_at == 5.0
+    assert m.union(replace(m, written_at=7.0)).union(replace(m, written_at=6.0)).written_at == 7.0

@@ -346,7 +346,8 @@ class EvidenceConfig(_Section):
 
     @property
     def claims_holes(self) -> bool:
-        """Skipped target ids may be acked as markers (checked or not)."""
+        """Skipped target ids may be acked, once the target's admin API says they are
+        markers."""
         return self.holes != "unacked"
 
     @model_validator(mode="after")

@@ -294,12 +294,7 @@ class MappingStore:
             return self.mappings
         top = int(pa.compute.max(rows.column("batch_id")).as_py())
         for key, delta in topic_mappings(rows).items():
-            old = self.mappings.get(key, TopicMapping())
-            self.mappings[key] = TopicMapping(
-                old.segments | delta.segments, old.skippable.union(delta.skippable),
-                old.foreign.union(delta.foreign), old.unreplicated.union(delta.unreplicated),
-                written_at=max((t for t in (old.written_at, delta.written_at) if t is not None),
-                               default=None))
+            self.mappings[key] = self.mappings.get(key, TopicMapping()).union(delta)
         self.loaded_upto = top
         return self.mappings
 

@@ -334,6 +334,15 @@ class TopicMapping:
     def lookup(self, position: Position) -> Position | None:
         return self.segments.lookup(position)
 
+    def union(self, other: TopicMapping) -> TopicMapping:
+        """Everything either knows (segments that disagree raise MappingConflictError),
+        written when the newer of the two was."""
+        times = [t for t in (self.written_at, other.written_at) if t is not None]
+        return TopicMapping(self.segments | other.segments, self.skippable.union(other.skippable),
+                            self.foreign.union(other.foreign),
+                            self.unreplicated.union(other.unreplicated),
+                            written_at=max(times) if times else None)
+
 
 # -------------------------------------------------------------------- evidence
 
