@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cursorsync.testbed import TestBed, TestBedConfig
+from cursorsync_devtools.testbed import TestBed, TestBedConfig
 
 _names = itertools.count()
 

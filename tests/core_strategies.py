@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from cursorsync.mapping import Runs, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet, fold
-from cursorsync.translate import CursorState
+from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet, fold
+from cursorsync.core.translate import CursorState
 
 
 @dataclass

@@ -8,12 +8,20 @@ from collections.abc import Callable
 
 import pytest
 
-from cursorsync.bench_e2e import GROUPS, BenchError, E2ESpec, _Phases, run_e2e, spark_cores, table
-from cursorsync.positions import Position
-from cursorsync.testbed import TestBed
-from cursorsync.testbed.cpu import CpuSampler
-from cursorsync.testbed.lag import LiveSpec, first_covered
-from cursorsync.testbed.produce import Plan
+from cursorsync.core.positions import Position
+from cursorsync_devtools.bench_e2e import (
+    GROUPS,
+    BenchError,
+    E2ESpec,
+    _Phases,
+    run_e2e,
+    spark_cores,
+    table,
+)
+from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.cpu import CpuSampler
+from cursorsync_devtools.testbed.lag import LiveSpec, first_covered
+from cursorsync_devtools.testbed.produce import Plan
 
 TOP_KEYS = {"benchmark", "spec", "machine", "backlog", "spark_startup_s", "mapping", "lag",
             "failover", "phases", "total_s"}

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.spark]
 def test_tiny_layout_run_checks_the_rows_and_reports_both_layouts() -> None:
     from pyspark.sql import SparkSession
 
-    from cursorsync.bench_layout import evidence_batch, run_layout
+    from cursorsync_devtools.bench_layout import evidence_batch, run_layout
 
     spark: Any = (SparkSession.builder.master("local[1]").appName("cursorsync-test-layout")
                   .config("spark.ui.enabled", "false").getOrCreate())
@@ -34,7 +34,7 @@ def test_rows_that_differ_between_layouts_are_an_error(monkeypatch: pytest.Monke
     """The check is real: a packed path that loses a row is reported, not timed."""
     from pyspark.sql import SparkSession
 
-    import cursorsync.bench_layout as bl
+    import cursorsync_devtools.bench_layout as bl
 
     real = bl.unpack
     monkeypatch.setattr(bl, "unpack", lambda t, c: real(t, c).slice(1))

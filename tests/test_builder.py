@@ -9,9 +9,9 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pytest
 
-from cursorsync.builder import BuilderConfig, MappingBuilder
-from cursorsync.mapping import Runs
-from cursorsync.positions import Position
+from cursorsync.core.mapping import Runs
+from cursorsync.core.positions import Position
+from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync.tables.rows import PartitionKey
 
 P = Position.parse

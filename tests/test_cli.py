@@ -17,20 +17,20 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-import cursorsync.cli as cli
-from cursorsync.config import EMBEDDED_CONFIG_PATH, Config
-from cursorsync.errors import RewindError
-from cursorsync.logs import (
+import cursorsync.app.cli as cli
+from cursorsync.app.logs import (
     NOISY_LOGGERS,
     JsonFormatter,
     KeyValueFormatter,
     configure_logging,
     parse_level,
 )
-from cursorsync.mapping import Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import RangeSet
-from cursorsync.sim import Workload, run_failover
+from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import AckPlan, CursorState
+from cursorsync.errors import RewindError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import (
     ObservedCursor,
@@ -40,7 +40,7 @@ from cursorsync.tables.rows import (
     mapping_rows,
     sync_progress_rows,
 )
-from cursorsync.translate import AckPlan, CursorState
+from cursorsync_devtools.sim import Workload, run_failover
 
 CONFIG = str(EMBEDDED_CONFIG_PATH)
 ORDERS = "persistent://public/default/orders"
@@ -162,7 +162,7 @@ def test_config_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
 def test_run_dispatches_to_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     levels: list[int] = []
-    calls = fake_module(monkeypatch, "cursorsync.job", "run_job",
+    calls = fake_module(monkeypatch, "cursorsync.app.job", "run_job",
                         lambda *a, **k: levels.append(logging.getLogger().level))
     assert invoke("run", "-c", CONFIG).exit_code == 0
     assert invoke("run", "-c", CONFIG, "--once", "--dry-run").exit_code == 0
@@ -176,12 +176,12 @@ def test_run_dispatches_to_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_run_logs_as_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_module(monkeypatch, "cursorsync.job", "run_job", lambda *a, **k: None)
+    fake_module(monkeypatch, "cursorsync.app.job", "run_job", lambda *a, **k: None)
     out = invoke("--log-json", "--log-level", "info", "run", "-c", CONFIG, "--once")
     assert out.exit_code == 0
     lines = [json.loads(line) for line in out.stderr.splitlines()]
     start = next(x for x in lines if x["msg"] == "starting cursorsync job")
-    assert start["level"] == "info" and start["logger"] == "cursorsync.cli"
+    assert start["level"] == "info" and start["logger"] == "cursorsync.app.cli"
     assert start["once"] is True and start["config"] == CONFIG
     assert start["ts"].endswith("Z")
 
@@ -190,7 +190,7 @@ def test_job_errors_are_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch) -
     def rewind(*args: Any, **kwargs: Any) -> None:
         raise RewindError("subscription billing on orders moved back from 5:10 to 5:2")
 
-    fake_module(monkeypatch, "cursorsync.job", "run_job", rewind)
+    fake_module(monkeypatch, "cursorsync.app.job", "run_job", rewind)
     out = invoke("--log-level", "warning", "run", "-c", CONFIG)  # the config says INFO
     assert out.exit_code == 2
     assert out.stderr == "error: subscription billing on orders moved back from 5:10 to 5:2\n"
@@ -201,14 +201,15 @@ def test_job_errors_are_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_missing_job_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "cursorsync.job", None)
+    monkeypatch.setitem(sys.modules, "cursorsync.app.job", None)
     out = invoke("run", "-c", CONFIG)
     assert out.exit_code == 2
-    assert "`cursorsync run` is not available" in out.stderr and "cursorsync.job" in out.stderr
+    assert "`cursorsync run` is not available" in out.stderr and "cursorsync.app.job" in out.stderr
 
 
 def test_demo_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    calls = fake_module(monkeypatch, "cursorsync.demo", "run_demo", lambda **k: "DEMO TABLE")
+    calls = fake_module(monkeypatch, "cursorsync_devtools.demo", "run_demo",
+                        lambda **k: "DEMO TABLE")
     out = invoke("demo", "--seconds", "5", "--work-dir", str(tmp_path), "--keep", "--json",
                  "--evidence", "identity")
     assert out.exit_code == 0 and out.stdout == "DEMO TABLE\n"
@@ -224,7 +225,7 @@ def test_demo_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_bench_e2e_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = fake_module(monkeypatch, "cursorsync.bench_e2e", "run_e2e",
+    calls = fake_module(monkeypatch, "cursorsync_devtools.bench_e2e", "run_e2e",
                         lambda **k: json.dumps({"losses": 0}))
     out = invoke("bench", "e2e", "--json", "--seconds", "7")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"losses": 0}
@@ -278,7 +279,7 @@ def test_bench_failover_table() -> None:
 def test_bench_failover_exits_1_on_losses(monkeypatch: pytest.MonkeyPatch) -> None:
     real = run_failover(Workload(messages=500))
     lossy = replace(real, cursorsync=replace(real.cursorsync, losses=3))
-    monkeypatch.setattr("cursorsync.sim.run_failover", lambda w: lossy)
+    monkeypatch.setattr("cursorsync_devtools.sim.run_failover", lambda w: lossy)
     out = invoke("bench", "failover", "--messages", "500")
     assert out.exit_code == 1 and "cursorsync lost 3 messages" in out.stderr
 
@@ -354,7 +355,7 @@ def test_lookup_exit_status_follows_the_outcome(tables: Path) -> None:
 
 
 def _record(**extra: Any) -> logging.LogRecord:
-    record = logging.LogRecord("cursorsync.sync", logging.WARNING, __file__, 1,
+    record = logging.LogRecord("cursorsync.sync.step", logging.WARNING, __file__, 1,
                                "sync stalled for %s", ("billing",), None)
     record.__dict__.update(extra)
     return record
@@ -371,7 +372,7 @@ def test_json_formatter_fields() -> None:
 
 def test_key_value_formatter() -> None:
     line = KeyValueFormatter().format(_record(lag_ms=1200, note="two words"))
-    assert " WARNING cursorsync.sync: sync stalled for billing " in line
+    assert " WARNING cursorsync.sync.step: sync stalled for billing " in line
     assert line.endswith('lag_ms=1200 note="two words"')
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cursorsync.config import (
+from cursorsync.app.settings import (
     DEFAULT_SOURCE_POSITION_PROPERTY,
     EMBEDDED,
     EMBEDDED_CONFIG_PATH,
@@ -452,8 +452,8 @@ def test_config_identity_fields_are_the_digest_fields() -> None:
     # derived from a tuple for the type checker); they must not drift apart.
     from typing import get_args
 
-    from cursorsync.config import IdentityField
-    from cursorsync.identity import DEFAULT_IDENTITY_FIELDS
+    from cursorsync.app.settings import IdentityField
+    from cursorsync.core.identity import DEFAULT_IDENTITY_FIELDS
 
     assert get_args(IdentityField) == DEFAULT_IDENTITY_FIELDS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cursorsync.demo import _settled
+from cursorsync_devtools.demo import _settled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from cursorsync.demo import DemoReport, demo
-from cursorsync.positions import Position
-from cursorsync.testbed import TestBed
-from cursorsync.testbed.workload import WorkloadSpec, sync_subscription
+from cursorsync.core.positions import Position
+from cursorsync_devtools.demo import DemoReport, demo
+from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.workload import WorkloadSpec, sync_subscription
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -142,7 +142,7 @@ def test_identity_scope_batched_on_stamping_brokers(
 def delta_spark_jars() -> Iterator[str]:
     """The Delta jars, in a JVM of this test's own (pyspark fixes the driver's classpath
     when it launches the JVM)."""
-    from cursorsync.testbed.delta_jars import ensure_delta_jars
+    from cursorsync_devtools.testbed.delta_jars import ensure_delta_jars
     from spark_jvm import shut_down_jvm
 
     jars = ",".join(str(p) for p in ensure_delta_jars())

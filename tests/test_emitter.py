@@ -1,6 +1,6 @@
 """The ack emitter: exact plans driven onto real brokers, checked by what a consumer gets.
 
-Plans come from cursorsync.translate over a TopicMapping whose single segment
+Plans come from cursorsync.core.translate over a TopicMapping whose single segment
 maps a fake source ledger (900) one to one onto the target topic's entries, so
 a source cursor picks exactly which target entries are acked.
 """
@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from cursorsync.emitter import (
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import AckPlan, CursorState, SafePlan, guard, translate
+from cursorsync.errors import ConfigError, TopicNotFoundError
+from cursorsync.pulsar.emitter import (
     EmitResult,
     Emitter,
     EmitTopicNotFoundError,
@@ -23,12 +28,7 @@ from cursorsync.emitter import (
     SubscriptionType,
     TargetUnreachableError,
 )
-from cursorsync.errors import ConfigError, TopicNotFoundError
-from cursorsync.mapping import Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet
-from cursorsync.testbed import TestBed
-from cursorsync.translate import AckPlan, CursorState, SafePlan, guard, translate
+from cursorsync_devtools.testbed import TestBed
 
 pulsar = pytest.importorskip("pulsar")
 
@@ -260,7 +260,7 @@ def test_broker_refusals_become_errors_naming_what_to_fix() -> None:
 
 
 def test_unreachable_cluster_is_named() -> None:
-    from cursorsync.testbed.standalone import free_port
+    from cursorsync_devtools.testbed.standalone import free_port
 
     url = f"pulsar://127.0.0.1:{free_port()}"
     em = PulsarEmitter(url, operation_timeout_seconds=1, connection_timeout_ms=300)

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admin_stub import Reply, StubAdmin
-from cursorsync.builder import BuilderConfig, MappingBuilder
-from cursorsync.hole_check import AdminHoleCheck, leading_markers
-from cursorsync.mapping import Runs
+from cursorsync.core.mapping import Runs
+from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables.rows import PartitionKey

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cursorsync.errors import ConfigError
-from cursorsync.identity import (
+from cursorsync.core.identity import (
     DEFAULT_IDENTITY_FIELDS,
     DIGEST_SIZE,
     IDENTITY_FIELDS,
@@ -20,6 +19,7 @@ from cursorsync.identity import (
     message_digest,
     parse_identity_fields,
 )
+from cursorsync.errors import ConfigError
 
 BASE = MessageIdentity(
     producer_name="prod-a",
@@ -128,7 +128,7 @@ def test_properties_permutation_invariance(props: dict[str, str], rnd: object) -
 
 
 def test_identity_imports_no_pulsar_or_spark() -> None:
-    import cursorsync.identity as ident
+    import cursorsync.core.identity as ident
 
     src = Path(ident.__file__).read_text()
     assert "import pulsar" not in src and "pyspark" not in src

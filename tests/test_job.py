@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cursorsync.job import MappingStore, _empty, observations
-from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
+from cursorsync.app.job import MappingStore, _empty, observations
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import PartitionKey, mapping_rows
 
@@ -63,11 +63,11 @@ def test_an_empty_batch_is_recorded_once(tmp_path: Path) -> None:
 
 def test_sync_metrics_come_from_the_progress_rows() -> None:
     """One recorder for both emission paths: acks, unmapped, lag and last sync per subscription."""
-    from cursorsync.job import SyncSink, _Synced
-    from cursorsync.metrics import Metrics
-    from cursorsync.sync import SyncConfig, SyncStep
+    from cursorsync.app.job import SyncSink, _Synced
+    from cursorsync.app.metrics import Metrics
+    from cursorsync.core.translate import CursorState, translate
+    from cursorsync.sync.step import SyncConfig, SyncStep
     from cursorsync.tables.rows import SyncRecord, sync_progress_rows
-    from cursorsync.translate import CursorState, translate
 
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]))
     plan = translate(CursorState.parse("1:9"), mapping, CursorState.parse("9:-1"))
@@ -87,8 +87,8 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
 def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> None:
     from pathlib import Path as _P
 
-    from cursorsync.config import load_config
-    from cursorsync.job import driver_java_options
+    from cursorsync.app.job import driver_java_options
+    from cursorsync.app.settings import load_config
 
     conf = _P(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
     opts = driver_java_options(load_config(conf))
@@ -113,8 +113,8 @@ class _FakeQuery:
 
 
 def test_progress_poller_records_each_new_batch_once_and_a_failed_query() -> None:
-    from cursorsync.job import _ProgressPoller
-    from cursorsync.metrics import Metrics
+    from cursorsync.app.job import _ProgressPoller
+    from cursorsync.app.metrics import Metrics
 
     class Recording(Metrics):
         def __init__(self) -> None:
@@ -157,8 +157,8 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
 
     conf = Path(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
     code = (
-        "from cursorsync.config import load_config\n"
-        "from cursorsync.job import build_session\n"
+        "from cursorsync.app.settings import load_config\n"
+        "from cursorsync.app.job import build_session\n"
         f"spark = build_session(load_config({str(conf)!r}))\n"
         "spark.range(3).count()\n"
         "spark.stop()\n"
@@ -171,8 +171,8 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
 
 
 def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
+    from cursorsync.app.job import query_failure
     from cursorsync.errors import CursorSyncError
-    from cursorsync.job import query_failure
 
     # What StreamingQueryException says when read() raised one of ours (captured from
     # pyspark 4.2, trimmed): the worker's traceback, then Spark's own lines.
@@ -181,7 +181,7 @@ def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
         "recent call last):\n"
         '  File "/x/cursorsync/sources/entries.py", line 582, in read_entries\n'
         "    raise EntriesReadError(\n"
-        "cursorsync.sources.entries.EntriesReadError: cluster B topic t range (0:1..0:3]: "
+        "cursorsync.mapping.entries.EntriesReadError: cluster B topic t range (0:1..0:3]: "
         "entry 0:3 is the last chunk of a chunked message\n"
         "\n"
         "=== Streaming Query ===\n"
@@ -211,10 +211,10 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
         tmp_path: Path) -> None:
     """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
     the batch and again when the sink restarts from the checkpoint's builder state."""
-    from cursorsync.config import parse_config
-    from cursorsync.job import MappingSink
-    from cursorsync.metrics import Metrics
-    from cursorsync.sources.entries import packed_batches
+    from cursorsync.app.job import MappingSink
+    from cursorsync.app.metrics import Metrics
+    from cursorsync.app.settings import parse_config
+    from cursorsync.mapping.entries import packed_batches
 
     asked: list[list[list[int]]] = []
 
@@ -271,7 +271,7 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
 
-    from cursorsync.job import RESTARTABLE_CONF
+    from cursorsync.app.job import RESTARTABLE_CONF
 
     spark = (SparkSession.builder.master("local[1]").appName("cursorsync-test-restart")
              .config("spark.ui.enabled", "false").getOrCreate())

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, align_identities, holes
+from cursorsync.core.positions import Position
 from cursorsync.errors import MappingConflictError
-from cursorsync.mapping import Runs, Segment, SegmentSet, align_identities, holes
-from cursorsync.positions import Position
 
 P = Position.parse
 A = np.array

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cursorsync.config import MetricsConfig
-from cursorsync.metrics import Metrics
-from cursorsync.testbed.standalone import free_port
+from cursorsync.app.metrics import Metrics
+from cursorsync.app.settings import MetricsConfig
+from cursorsync_devtools.testbed.standalone import free_port
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cursorsync.core.positions import MessageId, Position, format_range_bounds, parse_range_bounds
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import PositionFormatError
-from cursorsync.positions import MessageId, Position, format_range_bounds, parse_range_bounds
-from cursorsync.ranges import RangeSet
 
 ids = st.integers(-(2**63), 2**63 - 1)
 

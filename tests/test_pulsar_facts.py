@@ -17,9 +17,9 @@ import pulsar
 import pytest
 
 from cursorsync._proto import pulsar_markers_pb2 as markers
-from cursorsync.positions import Position
+from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.testbed import TestBed, TestBedConfig
+from cursorsync_devtools.testbed import TestBed, TestBedConfig
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet, fold
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet, fold
 
 P = Position.parse
 LEDGERS = [0, 3, 7]

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cursorsync.mapping import holes
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet, fold
-from cursorsync.sim import (
+from cursorsync.core.mapping import holes
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet, fold
+from cursorsync.core.translate import CursorState
+from cursorsync_devtools.sim import (
     KIND_DATA,
     KIND_FOREIGN,
     KIND_MARKER,
@@ -28,8 +29,7 @@ from cursorsync.sim import (
     run_failover,
     simulate,
 )
-from cursorsync.sim._failover import count_failover
-from cursorsync.translate import CursorState
+from cursorsync_devtools.sim._failover import count_failover
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ def test_same_seed_same_report_and_different_seed_differs() -> None:
 
 def test_default_workload_is_fast_and_shows_the_point() -> None:
     # In a fresh interpreter so the timing includes imports and nothing cached.
-    code = ("import time; t=time.perf_counter(); from cursorsync.sim import *; "
+    code = ("import time; t=time.perf_counter(); from cursorsync_devtools.sim import *; "
             "r=run_failover(Workload()); print(time.perf_counter()-t); "
             "import json; print(json.dumps(r.to_dict()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -383,7 +383,7 @@ def test_random_configurations_keep_every_invariant() -> None:
 
 
 def test_simulator_imports_no_spark_pulsar_delta_or_prometheus() -> None:
-    code = ("import sys, cursorsync.sim; "
+    code = ("import sys, cursorsync_devtools.sim; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyspark', 'pulsar', 'deltalake', 'delta', 'prometheus_client')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

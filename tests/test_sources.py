@@ -24,21 +24,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-import cursorsync.sources.entries as entries
+import cursorsync.mapping.entries as entries
 from admin_stub import Reply, StubAdmin
+from cursorsync.app.sources import register
+from cursorsync.core.identity import MessageIdentity, entry_digest, message_digest
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers
 from cursorsync.errors import ConfigError
-from cursorsync.identity import MessageIdentity, entry_digest, message_digest
-from cursorsync.positions import Position
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
-from cursorsync.pulsar.topics import TopicName
-from cursorsync.ranges import Ledgers
-from cursorsync.sources import register
-from cursorsync.sources.cursors import (
-    CursorsOptions,
-    PulsarCursorsStreamReader,
-    ReplayStateError,
-)
-from cursorsync.sources.entries import (
+from cursorsync.mapping.entries import (
     BEFORE_ALL,
     EVIDENCE_COLUMNS,
     PACKED_SCHEMA,
@@ -59,7 +52,14 @@ from cursorsync.sources.entries import (
     schema_of,
     unpack,
 )
-from cursorsync.testbed import TestBed
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.sync.cursors import (
+    CursorsOptions,
+    PulsarCursorsStreamReader,
+    ReplayStateError,
+)
+from cursorsync_devtools.testbed import TestBed
 from test_admin import BASE, stats_doc
 from waiting import wait_for
 
@@ -130,13 +130,13 @@ def send_chunked(bed: TestBed, cluster: str, topic: str, size: int,
                  properties: dict[str, str]) -> Position:
     """One chunked message of ``size`` bytes; the position of its first chunk.
 
-    Sent from a process of its own (cursorsync.testbed._chunked): the C++ client keeps
+    Sent from a process of its own (cursorsync_devtools.testbed._chunked): the C++ client keeps
     one max message size per process, set by the last broker it connected to, and this
     process also talks to b, whose limit is larger than a's.
     """
     done = subprocess.run(
-        [sys.executable, "-m", "cursorsync.testbed._chunked", bed.service_url(cluster), topic,
-         str(size), "7"],
+        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", bed.service_url(cluster),
+         topic, str(size), "7"],
         input=json.dumps([{"key": "big", "properties": properties, "partition_key": "pk"}]),
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-800:]
@@ -976,7 +976,7 @@ def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
     task's garbage cycles would be kept for ever. In a fresh process: the freeze is global."""
     code = (
         "import gc\n"
-        "from cursorsync.sources.entries import _freeze_worker_heap\n"
+        "from cursorsync.mapping.entries import _freeze_worker_heap\n"
         "counts, kept = [], []\n"
         "for i in range(4):\n"
         "    kept.append([[j] for j in range(1000)])  # what a task loads and keeps\n"

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import AdminError
-from cursorsync.positions import Position
 from cursorsync.pulsar.stats import (
     parse_internal_stats,
     parse_json,
@@ -17,7 +18,6 @@ from cursorsync.pulsar.stats import (
     parse_partitions,
     parse_topic_list,
 )
-from cursorsync.ranges import RangeSet
 
 TOPIC = "persistent://acme/orders/events-partition-0"
 

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cursorsync.errors import ConfigError
-from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import RangeSet
-from cursorsync.status import (
+from cursorsync.app.status import (
     TablesNotFoundError,
     format_table,
     lookup,
@@ -24,6 +20,11 @@ from cursorsync.status import (
     subscription_status,
     subscription_summaries,
 )
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import AckPlan, CursorState
+from cursorsync.errors import ConfigError
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import (
     ObservedCursor,
@@ -33,7 +34,6 @@ from cursorsync.tables.rows import (
     mapping_rows,
     sync_progress_rows,
 )
-from cursorsync.translate import AckPlan, CursorState
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 ORDERS = "persistent://public/default/orders"

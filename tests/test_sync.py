@@ -7,11 +7,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import CursorState
 from cursorsync.errors import AdminError
-from cursorsync.mapping import Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet
-from cursorsync.sync import (
+from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,
     MARKER_LOOKUPS_PER_SYNC,
     MarkerLookup,
@@ -19,7 +20,6 @@ from cursorsync.sync import (
     SyncStep,
 )
 from cursorsync.tables.rows import ObservedCursor, PartitionKey
-from cursorsync.translate import CursorState
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 NOW = datetime(2026, 11, 23, tzinfo=UTC)

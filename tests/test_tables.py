@@ -16,10 +16,11 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import AckPlan, CursorState
 from cursorsync.errors import ConfigError, MappingConflictError
-from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet
 from cursorsync.tables import (
     BACKENDS,
     SCHEMAS_ENV,
@@ -52,9 +53,8 @@ from cursorsync.tables.rows import (
     topic_mappings,
 )
 from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
-from cursorsync.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
-from cursorsync.testbed.distribution import SetupError
-from cursorsync.translate import AckPlan, CursorState
+from cursorsync_devtools.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
+from cursorsync_devtools.testbed.distribution import SetupError
 from spark_jvm import shut_down_jvm
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -429,7 +429,7 @@ def test_delta_jars_come_from_the_cache_once_fetched(monkeypatch: pytest.MonkeyP
     def no_maven(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"Maven ran although the jars are cached: {args}")
 
-    monkeypatch.setattr("cursorsync.testbed.distribution.subprocess.run", no_maven)
+    monkeypatch.setattr("cursorsync_devtools.testbed.distribution.subprocess.run", no_maven)
     assert ensure_delta_jars() == jars
     # What a user does with such a Maven-layout copy: name its directories.
     monkeypatch.setenv(DELTA_JARS_ENV, os.pathsep.join(str(j.parent) for j in jars))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cursorsync.testbed.distribution import (
+from cursorsync_devtools.testbed.distribution import (
     Artifact,
     SetupError,
     maven_fetch,
@@ -57,7 +57,7 @@ def test_a_failed_download_names_the_artifact_and_maven_s_reason(
 _OWNER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from cursorsync.testbed.standalone import Standalone, StandaloneSpec
+    from cursorsync_devtools.testbed.standalone import Standalone, StandaloneSpec
     s = Standalone(StandaloneSpec("solo", Path(sys.argv[1])))
     s.launch()
     s.wait_ready()
@@ -100,7 +100,7 @@ def _alive(pid: int) -> bool:
 def test_a_work_dir_used_before_starts_a_bed_that_replicates(tmp_path: Path) -> None:
     """A bed stopped and started again on the same directory gets new ports; what the
     first start stored (b's registration on a, the bookies) must not outlive it."""
-    from cursorsync.testbed import TestBed, TestBedConfig
+    from cursorsync_devtools.testbed import TestBed, TestBedConfig
 
     config = TestBedConfig(work_dir=tmp_path, target_ledger_offset=0)
     with TestBed(config):

@@ -9,17 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from core_strategies import World, worlds
-from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.oracle import oracle_translate
-from cursorsync.positions import Position
-from cursorsync.ranges import RangeSet
-from cursorsync.translate import (
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import (
     CursorState,
     check_safe,
     is_monotone,
     safe_target_acks,
     translate,
 )
+from cursorsync_devtools.oracle import oracle_translate
 
 P = Position.parse
 SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")), deadline=None,
@@ -191,7 +191,7 @@ def test_fresh_target_cursor_acks_leading_markers(md: str) -> None:
 def test_guard_refuses_a_cumulative_ack_over_an_unacked_entry() -> None:
     from dataclasses import replace
 
-    from cursorsync.translate import UnsafePlanError, guard
+    from cursorsync.core.translate import UnsafePlanError, guard
 
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 3)]))
     src = CursorState.parse("1:-1", "[(1:0..1:2]]")  # 1:0 is not acked
@@ -210,7 +210,7 @@ def test_guard_refuses_a_cumulative_ack_over_an_unacked_entry() -> None:
 def test_implied_unreplicated_never_holds_a_replicated_entry(w: World) -> None:
     """Entries the unmapped count leaves out as never replicated really were not (or came
     over as markers): none has a data counterpart on the target."""
-    from cursorsync.translate import implied_unreplicated
+    from cursorsync.core.translate import implied_unreplicated
 
     implied = implied_unreplicated(w.mapping, w.target_ledgers)
     assert not set(implied.iter_entries(w.source_ledgers)) & set(w.truth)
@@ -221,7 +221,7 @@ def test_implied_unreplicated_never_holds_a_replicated_entry(w: World) -> None:
 def test_implied_unreplicated_finds_every_gap_full_evidence_explains(w: World) -> None:
     """With every pair and every marker known and nothing foreign, each unreplicated source
     entry between two replicated ones is implied: the plan can be exact."""
-    from cursorsync.translate import implied_unreplicated
+    from cursorsync.core.translate import implied_unreplicated
 
     if w.mapping.segments.entry_count() != len(w.truth) or w.foreign or not w.truth:
         return

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from cursorsync.testbed import TestBed
-from cursorsync.testbed.workload import (
+from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.workload import (
     WorkloadSpec,
     ack_choice,
     create_target_subscriptions,

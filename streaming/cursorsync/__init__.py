@@ -4,6 +4,10 @@ The public surface of the pure core; the Spark job, tables and I/O live in
 their own modules and are imported where used (they pull in heavy deps).
 """
 
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping, align_identities, holes
+from cursorsync.core.positions import MIN_POSITION, MessageId, Position
+from cursorsync.core.ranges import Ledgers, RangeSet, fold
+from cursorsync.core.translate import AckPlan, CursorState, check_safe, safe_target_acks, translate
 from cursorsync.errors import (
     AdminError,
     ConfigError,
@@ -13,10 +17,6 @@ from cursorsync.errors import (
     RewindError,
     TopicNotFoundError,
 )
-from cursorsync.mapping import Runs, Segment, SegmentSet, TopicMapping, align_identities, holes
-from cursorsync.positions import MIN_POSITION, MessageId, Position
-from cursorsync.ranges import Ledgers, RangeSet, fold
-from cursorsync.translate import AckPlan, CursorState, check_safe, safe_target_acks, translate
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,7 @@ calls a logger that then drops the line. Measured on an emulated broker: reading
 with the level filtered in C++, 0.45 CPU-s. So every client here is opened
 with a C++ logger that writes WARN and above to stderr: the client's
 warnings stay visible, as the C++ client's own plain-text lines rather than in
-cursorsync's log format (see cursorsync.logs).
+cursorsync's log format (see cursorsync.app.logs).
 """
 
 from __future__ import annotations

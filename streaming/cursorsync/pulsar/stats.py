@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import CursorState
 from cursorsync.errors import AdminError, PositionFormatError
-from cursorsync.positions import Position
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.ranges import Ledgers, RangeSet
-from cursorsync.translate import CursorState
 
 REPLICATOR_CURSOR_PREFIX = "pulsar.repl."
 

@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
-from cursorsync.positions import Position
-from cursorsync.ranges import Ledgers, RangeSet
+from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import AckPlan, CursorState
 from cursorsync.tables.schema import TableName, load_schema
-from cursorsync.translate import AckPlan, CursorState
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")
 #: Which side each run kind lives on (TopicMapping's docstring).

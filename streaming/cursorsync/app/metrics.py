@@ -1,0 +1,296 @@
+"""cursorsync's Prometheus metrics: one registry per :class:`Metrics`, nothing global.
+
+Every metric is named ``cursorsync_*``. What each one answers:
+
+- ``cursorsync_mapping_entries_ingested_total{cluster}``: entries read by the mapping query.
+- ``cursorsync_segments_written_total{evidence}``: segments appended to ``mappings``.
+- ``cursorsync_sync_lag_seconds{subscription}`` (histogram): from observing a source
+  cursor state to having acked it on the target.
+- ``cursorsync_acks_sent_total{subscription,kind}``: acks sent, kind cumulative|individual.
+- ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
+- ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
+- ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
+- ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
+- ``cursorsync_last_successful_sync_timestamp_seconds{subscription}``: alert when it stalls.
+- ``cursorsync_errors_total{stage}``: failures, by pipeline stage.
+- ``cursorsync_query_*{query}``: Spark progress reports, see :meth:`Metrics.observe_progress`.
+
+Label cardinality is kept low on purpose: no metric has a ``topic`` label.
+A namespace regex can match thousands of topics, times their partitions, and a
+histogram costs one series per bucket per label value, so a topic label would
+multiply the scrape by the topic count. Subscriptions are few and chosen by
+the operator in the config, so they are the finest label; per-topic detail
+lives in the ``sync_progress`` Delta table. Gauges that are naturally per
+topic (unmapped entries) take the topic as an argument and are exposed as the
+sum over topics.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import start_http_server as _start_http_server
+
+from cursorsync.app.settings import MetricsConfig
+
+AckKind = Literal["cumulative", "individual"]
+ACK_KINDS: tuple[AckKind, ...] = ("cumulative", "individual")
+
+#: The stages errors are usually counted under (any lower_snake_case name is accepted).
+STAGES: tuple[str, ...] = (
+    "config", "admin", "ingest", "mapping", "translate", "emit", "tables", "spark",
+)
+
+_STAGE_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+LAG_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+TRANSLATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass(frozen=True)
+class MetricsServer:
+    """A running /metrics HTTP endpoint; ``stop()`` it (or use it as a context manager)."""
+
+    host: str
+    port: int
+    _httpd: WSGIServer = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop serving and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Metrics:
+    """All of cursorsync's metrics, in a registry of their own (safe to create many, e.g. in tests).
+
+    Methods are thread-safe; counts must be non-negative.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._entries_ingested = Counter(
+            "cursorsync_mapping_entries_ingested", "Entries read by the mapping query.",
+            ["cluster"], registry=r)
+        self._segments_written = Counter(
+            "cursorsync_segments_written", "Segments appended to the mappings table.",
+            ["evidence"], registry=r)
+        self._skipped_ids = Counter(
+            "cursorsync_skipped_target_ids",
+            "Entry ids the target reader skipped: claimed (markers, acked after the entry "
+            "before them) or unclaimed (chunks and the like, never acked).",
+            ["outcome"], registry=r)
+        self._sync_lag = Histogram(
+            "cursorsync_sync_lag_seconds",
+            "From observing a source cursor state to having acked it on the target.",
+            ["subscription"], buckets=LAG_BUCKETS, registry=r)
+        self._acks_sent = Counter(
+            "cursorsync_acks_sent", "Acknowledgements sent to target subscriptions.",
+            ["subscription", "kind"], registry=r)
+        self._unmapped = Gauge(
+            "cursorsync_unmapped_acked_entries",
+            "Entries acked on the source that no segment maps yet (summed over topics).",
+            ["subscription"], registry=r)
+        self._rewound = Counter(
+            "cursorsync_rewound_entries",
+            "Entries seen acked on the source that later became unacked (a rewind).",
+            ["subscription"], registry=r)
+        self._translation = Histogram(
+            "cursorsync_translation_seconds", "Time of one translation of one cursor.",
+            buckets=TRANSLATION_BUCKETS, registry=r)
+        self._batch_duration = Histogram(
+            "cursorsync_batch_duration_seconds", "Time of one micro-batch, by query.",
+            ["query"], buckets=BATCH_BUCKETS, registry=r)
+        self._last_sync = Gauge(
+            "cursorsync_last_successful_sync_timestamp_seconds",
+            "Unix time of the last batch that synced the subscription without error.",
+            ["subscription"], registry=r)
+        self._errors = Counter(
+            "cursorsync_errors", "Errors, by pipeline stage.", ["stage"], registry=r)
+        self._query_input_rows = Gauge(
+            "cursorsync_query_input_rows", "numInputRows of the last progress report.",
+            ["query"], registry=r)
+        self._query_input_rate = Gauge(
+            "cursorsync_query_input_rows_per_second",
+            "inputRowsPerSecond of the last progress report.", ["query"], registry=r)
+        self._query_processed_rate = Gauge(
+            "cursorsync_query_processed_rows_per_second",
+            "processedRowsPerSecond of the last progress report.", ["query"], registry=r)
+        self._query_duration = Gauge(
+            "cursorsync_query_duration_seconds",
+            "durationMs of the last progress report, per operation, in seconds.",
+            ["query", "operation"], registry=r)
+        self._query_batch_id = Gauge(
+            "cursorsync_query_batch_id", "batchId of the last progress report.",
+            ["query"], registry=r)
+        self._lock = threading.Lock()
+        self._unmapped_by_topic: dict[str, dict[str, int]] = {}
+
+    # ------------------------------------------------------------------ mapping
+
+    def record_entries_ingested(self, cluster: str, count: int) -> None:
+        """``count`` entries of ``cluster`` were read into the mapping query."""
+        self._entries_ingested.labels(cluster=cluster).inc(_count(count, "count"))
+
+    def record_segments_written(self, count: int, *, evidence: str = "position-property") -> None:
+        """``count`` segments of one evidence kind were appended to the mappings table."""
+        self._segments_written.labels(evidence=evidence).inc(_count(count, "count"))
+
+    def record_skipped_ids(self, claimed: int, unclaimed: int) -> None:
+        """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
+        self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
+        self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
+
+    # ------------------------------------------------------------------ sync
+
+    def observe_sync_lag(self, subscription: str, seconds: float) -> None:
+        """How long a source ack took to reach the target (negative clock skew counts as 0)."""
+        self._sync_lag.labels(subscription=subscription).observe(max(0.0, seconds))
+
+    def record_acks(self, subscription: str, kind: AckKind, count: int = 1) -> None:
+        """``count`` acks of one kind were sent on the target subscription."""
+        if kind not in ACK_KINDS:
+            raise ValueError(
+                f"{kind!r} is not a valid ack kind. Valid values are: {', '.join(ACK_KINDS)}"
+            )
+        self._acks_sent.labels(subscription=subscription, kind=kind).inc(_count(count, "count"))
+
+    def set_unmapped_acked(self, subscription: str, topic: str, entries: int) -> None:
+        """The current unmapped-acked count of one topic; the gauge shows the sum over topics."""
+        entries = _count(entries, "entries")
+        with self._lock:
+            per_topic = self._unmapped_by_topic.setdefault(subscription, {})
+            if entries:
+                per_topic[topic] = entries
+            else:
+                per_topic.pop(topic, None)
+            self._unmapped.labels(subscription=subscription).set(sum(per_topic.values()))
+
+    def record_rewound(self, subscription: str, entries: int) -> None:
+        """A source rewind un-acked ``entries`` entries (acks on the target stay)."""
+        self._rewound.labels(subscription=subscription).inc(_count(entries, "entries"))
+
+    def observe_translation(self, seconds: float) -> None:
+        self._translation.observe(max(0.0, seconds))
+
+    @contextmanager
+    def time_translation(self) -> Iterator[None]:
+        """``with metrics.time_translation(): plan = translate(...)``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe_translation(time.perf_counter() - start)
+
+    def observe_batch(self, query: str, seconds: float) -> None:
+        self._batch_duration.labels(query=query).observe(max(0.0, seconds))
+
+    @contextmanager
+    def time_batch(self, query: str) -> Iterator[None]:
+        """Time one micro-batch of ``query`` (also when it fails)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe_batch(query, time.perf_counter() - start)
+
+    def mark_synced(self, subscription: str, at: float | None = None) -> None:
+        """The subscription was synced without error at Unix time ``at`` (default: now)."""
+        self._last_sync.labels(subscription=subscription).set(time.time() if at is None else at)
+
+    def record_error(self, stage: str) -> None:
+        """One failure in ``stage`` (see :data:`STAGES`); never pass a message as the stage."""
+        if not _STAGE_RE.fullmatch(stage):
+            raise ValueError(
+                f"{stage!r} is not a valid stage: use a short lower_snake_case name such as "
+                f"{', '.join(STAGES)}"
+            )
+        self._errors.labels(stage=stage).inc()
+
+    # ------------------------------------------------------------------ Spark progress
+
+    def observe_progress(self, progress: Mapping[str, Any], query: str | None = None) -> None:
+        """Record a StreamingQueryProgress (as a dict, e.g. ``json.loads(progress.json)``).
+
+        Sets numInputRows, inputRowsPerSecond, processedRowsPerSecond, batchId
+        and every durationMs operation (converted to seconds), labelled by
+        ``query`` or else the progress's ``name`` (or ``id``). Missing or
+        non-numeric values are left as they were.
+        """
+        name = query or progress.get("name") or progress.get("id") or "unnamed"
+        name = str(name)
+        for key, gauge in (
+            ("numInputRows", self._query_input_rows),
+            ("inputRowsPerSecond", self._query_input_rate),
+            ("processedRowsPerSecond", self._query_processed_rate),
+            ("batchId", self._query_batch_id),
+        ):
+            value = _number(progress.get(key))
+            if value is not None:
+                gauge.labels(query=name).set(value)
+        durations = progress.get("durationMs")
+        if isinstance(durations, Mapping):
+            for operation, millis in durations.items():
+                value = _number(millis)
+                if value is not None:
+                    self._query_duration.labels(query=name, operation=str(operation)).set(
+                        value / 1000.0)
+
+    # ------------------------------------------------------------------ exposition
+
+    def exposition(self) -> str:
+        """The registry in Prometheus text format (what /metrics serves)."""
+        return generate_latest(self.registry).decode("utf-8")
+
+    def start_http_server(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve /metrics on host:port (port 0 = any free port; see ``MetricsServer.port``)."""
+        try:
+            httpd, thread = _start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"cannot serve metrics on {host}:{port}: {exc.strerror}"
+            ) from exc
+        return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
+
+    def serve(self, config: MetricsConfig) -> MetricsServer | None:
+        """Start the endpoint the config asks for, or nothing when ``metrics.port`` is 0."""
+        if not config.enabled:
+            return None
+        return self.start_http_server(config.port, config.host)
+
+
+def _count(value: int, what: str) -> int:
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return None if math.isinf(number) else number

@@ -1,0 +1,547 @@
+"""Read-only queries over the Delta tables: where each subscription stands, and position lookup.
+
+Nothing here needs Spark or a broker: open the tables with the delta-rs store
+(``open_store("delta-rs", path)``; it reads tables delta-spark wrote, too)
+and ask.
+
+* :func:`subscription_status`: per (topic, partition, subscription) the
+  latest ``sync_progress`` row (what was emitted on the target) beside the
+  latest ``cursor_states`` row (what the source cursor looked like) and the
+  partition's mapping coverage; :func:`subscription_summaries` aggregates them
+  per subscription.
+* :func:`lookup`: one source position -> its target position through the
+  ``mappings`` table, with distinct outcomes (``exact``, ``unmapped``,
+  ``unknown-topic``) and, when unmapped, the nearest mapped source positions
+  on either side. Like the translator, it never extrapolates.
+
+Each result renders as an aligned plain-text table or as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cursorsync.core.mapping import Segment, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.errors import ConfigError, CursorSyncError
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.tables import TABLES, RowFilter, TableStore
+from cursorsync.tables.rows import PartitionKey, topic_mappings
+
+LookupOutcome = Literal["exact", "unmapped", "unknown-topic"]
+LOOKUP_OUTCOMES: tuple[LookupOutcome, ...] = get_args(LookupOutcome)
+
+
+class TablesNotFoundError(CursorSyncError):
+    """None of the tables a query needs exists under the store's root."""
+
+
+# ------------------------------------------------------------------ topics
+
+
+def partition_key(topic: str, partition: int | None = None) -> PartitionKey:
+    """A topic name as the tables key it: base topic without ``-partition-i``, and the index.
+
+    Accepts ``persistent://t/ns/x``, ``t/ns/x``, a short ``x`` (public/default)
+    and ``...x-partition-3``. ``partition`` may name the index instead of the
+    suffix; giving both with different indexes is an error.
+    """
+    name = TopicName.parse(topic)
+    suffix = name.partition
+    if partition is not None and suffix >= 0 and partition != suffix:
+        raise ConfigError(
+            f"topic {topic!r} names partition {suffix} but partition {partition} was given"
+        )
+    if partition is not None and partition < -1:
+        raise ConfigError(f"partition {partition} is not valid: use -1 (not partitioned) or >= 0")
+    index = suffix if suffix >= 0 else (-1 if partition is None else partition)
+    return PartitionKey(str(name.base), index)
+
+
+# ------------------------------------------------------------------ status
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """Where one subscription on one topic partition stands; None where nothing is recorded."""
+
+    topic: str
+    partition: int
+    subscription: str
+    source_cluster: str
+    target_cluster: str
+    # latest cursor_states row: the source cursor
+    source_mark_delete: Position | None = None
+    source_ranges: int | None = None
+    observed_at: datetime | None = None
+    # latest sync_progress row: what was emitted on the target
+    target_mark_delete: Position | None = None
+    outcome: str | None = None
+    unmapped_acked_entries: int | None = None
+    rewound_entries: int | None = None
+    lag_ms: int | None = None
+    emitted_at: datetime | None = None
+    dry_run: bool | None = None
+    # mappings: coverage of the topic partition
+    segments: int = 0
+    mapped_entries: int = 0
+    last_mapped_source: Position | None = None
+
+    @property
+    def key(self) -> PartitionKey:
+        return PartitionKey(self.topic, self.partition)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: positions as ``L:E``, times as ISO 8601 UTC."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "partition_topic": self.key.concrete_topic(),
+            "subscription": self.subscription,
+            "source_cluster": self.source_cluster,
+            "target_cluster": self.target_cluster,
+            "source_mark_delete": _pos(self.source_mark_delete),
+            "source_individually_deleted_ranges": self.source_ranges,
+            "observed_at": _iso(self.observed_at),
+            "target_mark_delete": _pos(self.target_mark_delete),
+            "outcome": self.outcome,
+            "unmapped_acked_entries": self.unmapped_acked_entries,
+            "rewound_entries": self.rewound_entries,
+            "lag_ms": self.lag_ms,
+            "emitted_at": _iso(self.emitted_at),
+            "dry_run": self.dry_run,
+            "segments": self.segments,
+            "mapped_entries": self.mapped_entries,
+            "last_mapped_source": _pos(self.last_mapped_source),
+        }
+
+
+@dataclass(frozen=True)
+class SubscriptionSummary:
+    """One subscription over all its topic partitions."""
+
+    subscription: str
+    partitions: int
+    #: Partitions with a cursor state but no sync recorded yet.
+    never_synced: int
+    unmapped_acked_entries: int
+    rewound_entries: int
+    max_lag_ms: int | None
+    #: The oldest "latest sync" over the partitions: how stale the worst one is.
+    oldest_sync: datetime | None
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subscription": self.subscription,
+            "partitions": self.partitions,
+            "never_synced": self.never_synced,
+            "unmapped_acked_entries": self.unmapped_acked_entries,
+            "rewound_entries": self.rewound_entries,
+            "max_lag_ms": self.max_lag_ms,
+            "oldest_sync": _iso(self.oldest_sync),
+            "dry_run": self.dry_run,
+        }
+
+
+_KEY = ("topic", "partition", "subscription")
+
+
+def subscription_status(
+    store: TableStore,
+    *,
+    topic: str | None = None,
+    subscription: str | None = None,
+    source_cluster: str | None = None,
+    target_cluster: str | None = None,
+) -> list[StatusRow]:
+    """The latest state of every recorded (topic, partition, subscription), sorted by that key.
+
+    ``topic`` may be a partitioned topic (all its partitions) or one
+    ``-partition-i``; the cluster names restrict to one replication pair
+    (tables shared by several pairs keep them apart). Raises
+    :class:`TablesNotFoundError` when neither ``sync_progress`` nor
+    ``cursor_states`` exists under the store's root.
+    """
+    if not (store.exists("sync_progress") or store.exists("cursor_states")):
+        raise TablesNotFoundError(
+            f"no cursorsync tables under {store.root} (expected "
+            f"{', '.join(TABLES)}); check tables.path, or let `cursorsync run` write a batch first"
+        )
+    flt = _filter(topic, subscription, source_cluster, target_cluster)
+    progress = _latest(store.read("sync_progress", flt, columns=[
+        *_KEY, "source_cluster", "target_cluster", "target_mark_delete_ledger",
+        "target_mark_delete_entry", "outcome", "unmapped_acked_entries", "rewound_entries",
+        "lag_ms", "emitted_at", "dry_run", "batch_id"]), "emitted_at")
+    cursors_t = store.read("cursor_states", flt, columns=[
+        *_KEY, "source_cluster", "target_cluster", "mark_delete_ledger", "mark_delete_entry",
+        "individually_deleted_ranges", "observed_at", "batch_id"])
+    cursors_t = cursors_t.append_column(
+        "ranges", pc.list_value_length(cursors_t.column("individually_deleted_ranges"))
+    ).drop_columns(["individually_deleted_ranges"])
+    cursors = _latest(cursors_t, "observed_at")
+
+    keys = sorted(set(progress) | set(cursors))
+    mapping_filter = _filter(topic, None, source_cluster, target_cluster)
+    coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
+    out = []
+    for k in keys:
+        p, c = progress.get(k), cursors.get(k)
+        clusters = p if p is not None else c
+        assert clusters is not None
+        segs, mapped, last = coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))
+        out.append(StatusRow(
+            topic=k[0], partition=k[1], subscription=k[2],
+            source_cluster=clusters["source_cluster"], target_cluster=clusters["target_cluster"],
+            source_mark_delete=None if c is None else Position(
+                c["mark_delete_ledger"], c["mark_delete_entry"]),
+            source_ranges=None if c is None else c["ranges"],
+            observed_at=None if c is None else c["observed_at"],
+            target_mark_delete=None if p is None else Position(
+                p["target_mark_delete_ledger"], p["target_mark_delete_entry"]),
+            outcome=None if p is None else p["outcome"],
+            unmapped_acked_entries=None if p is None else p["unmapped_acked_entries"],
+            rewound_entries=None if p is None else p["rewound_entries"],
+            lag_ms=None if p is None else p["lag_ms"],
+            emitted_at=None if p is None else p["emitted_at"],
+            dry_run=None if p is None else p["dry_run"],
+            segments=segs, mapped_entries=mapped, last_mapped_source=last,
+        ))
+    return out
+
+
+def subscription_summaries(rows: Iterable[StatusRow]) -> list[SubscriptionSummary]:
+    """Aggregate per subscription: sum of unmapped, max lag, oldest last sync."""
+    groups: dict[str, list[StatusRow]] = {}
+    for r in rows:
+        groups.setdefault(r.subscription, []).append(r)
+    out = []
+    for sub in sorted(groups):
+        g = groups[sub]
+        lags = [r.lag_ms for r in g if r.lag_ms is not None]
+        syncs = [r.emitted_at for r in g if r.emitted_at is not None]
+        out.append(SubscriptionSummary(
+            subscription=sub,
+            partitions=len(g),
+            never_synced=sum(1 for r in g if r.emitted_at is None),
+            unmapped_acked_entries=sum(r.unmapped_acked_entries or 0 for r in g),
+            rewound_entries=sum(r.rewound_entries or 0 for r in g),
+            max_lag_ms=max(lags) if lags else None,
+            oldest_sync=min(syncs) if syncs else None,
+            dry_run=any(r.dry_run for r in g),
+        ))
+    return out
+
+
+def _filter(
+    topic: str | None, subscription: str | None, source: str | None, target: str | None
+) -> RowFilter:
+    key = partition_key(topic) if topic is not None else None
+    partition = None
+    if key is not None and key.partition >= 0:
+        partition = key.partition
+    return RowFilter.of(
+        topic=None if key is None else key.topic, partition=partition,
+        subscription=subscription, source_cluster=source, target_cluster=target,
+    )
+
+
+def _latest(table: pa.Table, time_column: str) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The last row per (topic, partition, subscription) by (time, batch_id)."""
+    if table.num_rows == 0:
+        return {}
+    order = [(c, "ascending") for c in (*_KEY, time_column, "batch_id")]
+    t = table.sort_by(order)
+    t = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+    last = t.group_by(list(_KEY), use_threads=False).aggregate([("__row", "max")])
+    picked = t.take(last.column("__row_max")).drop_columns(["__row"])
+    return {(r["topic"], r["partition"], r["subscription"]): r for r in picked.to_pylist()}
+
+
+def _coverage(
+    store: TableStore, flt: RowFilter, keys: set[PartitionKey]
+) -> dict[PartitionKey, tuple[int, int, Position | None]]:
+    """(segments, mapped entries, last mapped source position) per wanted partition."""
+    if not keys or not store.exists("mappings"):
+        return {}
+    topics = sorted({k.topic for k in keys})
+    narrowed = RowFilter(
+        topics=flt.topics or tuple(topics), partitions=flt.partitions,
+        source_cluster=flt.source_cluster, target_cluster=flt.target_cluster,
+    )
+    mappings = topic_mappings(store.read("mappings", narrowed))
+    return {k: _coverage_of(m) for k, m in mappings.items() if k in keys}
+
+
+def _coverage_of(mapping: TopicMapping) -> tuple[int, int, Position | None]:
+    segs = mapping.segments
+    if len(segs) == 0:
+        return 0, 0, None
+    last = segs.rows[-1]
+    return len(segs), segs.entry_count(), Position(int(last[0]), int(last[1] + last[4] - 1))
+
+
+# ------------------------------------------------------------------ lookup
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What the mappings table says about one source position.
+
+    ``exact``: ``target``, ``evidence`` and the covering ``segment`` are set.
+    ``unmapped``: ``mapped_before`` / ``mapped_after`` are the nearest mapped
+    source positions on either side (None when there is none), ``reason`` says
+    whether it may still be mapped. ``unknown-topic``: no mapping rows for the
+    partition at all; ``known_partitions`` lists the topic's partitions that
+    have rows.
+    """
+
+    topic: str
+    partition: int
+    source: Position
+    outcome: LookupOutcome
+    target: Position | None = None
+    evidence: str | None = None
+    segment: Segment | None = None
+    mapped_before: Position | None = None
+    mapped_after: Position | None = None
+    reason: str = ""
+    known_partitions: tuple[int, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "partition_topic": PartitionKey(self.topic, self.partition).concrete_topic(),
+            "source": str(self.source),
+            "outcome": self.outcome,
+            "target": _pos(self.target),
+            "evidence": self.evidence,
+            "segment": None if self.segment is None else {
+                "source": f"{self.segment.source_ledger}:{self.segment.source_entry}",
+                "target": f"{self.segment.target_ledger}:{self.segment.target_entry}",
+                "count": self.segment.count,
+                "evidence": self.segment.evidence,
+            },
+            "mapped_before": _pos(self.mapped_before),
+            "mapped_after": _pos(self.mapped_after),
+            "reason": self.reason,
+            "known_partitions": list(self.known_partitions),
+        }
+
+
+def lookup(
+    store: TableStore,
+    topic: str,
+    position: Position,
+    *,
+    partition: int | None = None,
+    source_cluster: str | None = None,
+    target_cluster: str | None = None,
+) -> LookupResult:
+    """Source ``position`` on ``topic`` -> target position, from the ``mappings`` table.
+
+    ``topic`` may carry a ``-partition-i`` suffix or the index may come as
+    ``partition``. Raises :class:`TablesNotFoundError` when there is no
+    ``mappings`` table under the store's root.
+    """
+    key = partition_key(topic, partition)
+    if not store.exists("mappings"):
+        raise TablesNotFoundError(
+            f"no mappings table under {store.root}; check tables.path, or let "
+            "`cursorsync run` write a batch first"
+        )
+    rows = store.read("mappings", RowFilter.of(
+        topic=key.topic, source_cluster=source_cluster, target_cluster=target_cluster))
+    present = sorted(set(rows.column("partition").to_pylist()))
+    if key.partition not in present:
+        return LookupResult(
+            key.topic, key.partition, position, "unknown-topic",
+            reason=_unknown_reason(key, present), known_partitions=tuple(present),
+        )
+    part = rows.filter(pc.equal(rows.column("partition"), key.partition))
+    mapping = topic_mappings(part)[key]
+    return _lookup_in(key, mapping, position, tuple(present))
+
+
+def _unknown_reason(key: PartitionKey, present: Sequence[int]) -> str:
+    where = f"no mappings recorded for {key.concrete_topic()}"
+    if not present:
+        return f"{where} (no partition of it has any); check the topic name and the clusters"
+    if key.partition < 0:
+        listed = ", ".join(str(p) for p in present)
+        return (f"{where}: it is partitioned; mappings exist for partitions {listed}. "
+                f"Name one as {key.topic}-partition-N")
+    if present == [-1]:
+        return f"{where}: the topic is not partitioned; give it without -partition-N"
+    return f"{where}; mappings exist for partitions {', '.join(str(p) for p in present)}"
+
+
+def _lookup_in(
+    key: PartitionKey, mapping: TopicMapping, position: Position, present: tuple[int, ...]
+) -> LookupResult:
+    segs = mapping.segments
+    rows = segs.rows
+    sl, se, counts = rows[:, 0], rows[:, 1], rows[:, 4]
+    # Segments are sorted by source start and never overlap on the source: the last one
+    # starting at or before the position is the only one that can cover it, and every
+    # segment starting before an uncovered position ends before it.
+    at_or_before = int(((sl < position.ledger)
+                        | ((sl == position.ledger) & (se <= position.entry))).sum())
+    if at_or_before:
+        seg = segs[at_or_before - 1]
+        target = seg.lookup(position)
+        if target is not None:
+            return LookupResult(key.topic, key.partition, position, "exact", target=target,
+                                evidence=seg.evidence, segment=seg, known_partitions=present)
+    n_before = at_or_before
+    mapped_before = (Position(int(sl[n_before - 1]),
+                              int(se[n_before - 1] + counts[n_before - 1] - 1))
+                     if n_before else None)
+    mapped_after = Position(int(sl[n_before]), int(se[n_before])) if n_before < len(rows) else None
+    if position in mapping.unreplicated.ranges():
+        reason = ("the source entry is recorded as never replicated (marker, or not sent to "
+                  "this cluster): it is never mapped, and never acked on the target")
+    elif len(rows) == 0:
+        reason = "no segments recorded for this partition yet"
+    elif mapped_after is None:
+        reason = (f"after the last mapped source position {mapped_before}: not mapped yet "
+                  "(not replicated yet, or the mapping query is behind)")
+    elif mapped_before is None:
+        reason = f"before the first mapped source position {mapped_after}: no evidence for it"
+    else:
+        reason = (f"between mapped source positions {mapped_before} and {mapped_after}: "
+                  "no evidence for it (yet)")
+    return LookupResult(key.topic, key.partition, position, "unmapped",
+                        mapped_before=mapped_before, mapped_after=mapped_after, reason=reason,
+                        known_partitions=present)
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Iterable[int] = ()
+) -> str:
+    """Plain-text columns, padded to the widest cell; ``right`` columns are right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    align_right = set(right)
+
+    def line(values: Sequence[str]) -> str:
+        padded = [v.rjust(w) if i in align_right else v.ljust(w)
+                  for i, (v, w) in enumerate(zip(values, widths, strict=True))]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+_STATUS_HEADERS = (
+    "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "OUTCOME", "UNMAPPED",
+    "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED",
+)
+_SUMMARY_HEADERS = (
+    "SUBSCRIPTION", "PARTITIONS", "NEVER_SYNCED", "UNMAPPED", "REWOUND", "MAX_LAG_MS",
+    "OLDEST_SYNC",
+)
+
+
+def render_status_table(rows: Sequence[StatusRow]) -> str:
+    """The per-partition table, then the per-subscription summary."""
+    if not rows:
+        return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
+    table = format_table(_STATUS_HEADERS, [
+        (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
+         r.target_mark_delete,
+         None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
+         r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
+         r.mapped_entries, r.last_mapped_source)
+        for r in rows
+    ], right=(3, 6, 7, 8, 10, 11))
+    summary = format_table(_SUMMARY_HEADERS, [
+        (s.subscription + (" (dry-run)" if s.dry_run else ""), s.partitions, s.never_synced,
+         s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync)
+        for s in subscription_summaries(rows)
+    ], right=(1, 2, 3, 4, 5))
+    return f"{table}\n\n{summary}"
+
+
+def status_json(rows: Sequence[StatusRow]) -> str:
+    """``{"subscriptions": [summary...], "partitions": [row...]}``, indented."""
+    return json.dumps({
+        "subscriptions": [s.to_dict() for s in subscription_summaries(rows)],
+        "partitions": [r.to_dict() for r in rows],
+    }, indent=2)
+
+
+def render_lookup_table(result: LookupResult) -> str:
+    """Aligned ``field  value`` lines; absent values are left out."""
+    seg = result.segment
+    pairs: list[tuple[str, object]] = [
+        ("topic", PartitionKey(result.topic, result.partition).concrete_topic()),
+        ("source", result.source),
+        ("outcome", result.outcome),
+        ("target", result.target),
+        ("evidence", result.evidence),
+        ("segment", None if seg is None else
+         f"{seg.source_ledger}:{seg.source_entry}+{seg.count} -> "
+         f"{seg.target_ledger}:{seg.target_entry}"),
+        ("mapped before", result.mapped_before),
+        ("mapped after", result.mapped_after),
+        ("reason", result.reason or None),
+    ]
+    shown = [(k, _cell(v)) for k, v in pairs if v is not None]
+    width = max(len(k) for k, _ in shown)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in shown)
+
+
+def lookup_json(result: LookupResult) -> str:
+    return json.dumps(result.to_dict(), indent=2)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return _iso(value, seconds=True) or "-"
+    return str(value)
+
+
+def _pos(p: Position | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _iso(t: datetime | None, *, seconds: bool = False) -> str | None:
+    if t is None:
+        return None
+    text = t.isoformat(timespec="seconds" if seconds else "auto")
+    return text.replace("+00:00", "Z")
+
+
+__all__ = [
+    "LOOKUP_OUTCOMES",
+    "LookupOutcome",
+    "LookupResult",
+    "StatusRow",
+    "SubscriptionSummary",
+    "TablesNotFoundError",
+    "format_table",
+    "lookup",
+    "lookup_json",
+    "partition_key",
+    "render_lookup_table",
+    "render_status_table",
+    "status_json",
+    "subscription_status",
+    "subscription_summaries",
+]

@@ -1,0 +1,415 @@
+"""Cross-cluster mappings: segments of source entries matched to target entries.
+
+A segment says: ``count`` consecutive entries from ``source_ledger:source_entry``
+are the entries from ``target_ledger:target_entry`` on the target, in order.
+Evidence (pairs of source -> target positions) collapses into segments, so a
+steady stream costs a handful of segments per ledger, not one per message.
+
+The store (:class:`TopicMapping`) only stores and looks up; translation lives
+in :mod:`cursorsync.core.translate`, emission elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import I64, RangeSet
+from cursorsync.errors import MappingConflictError
+
+Evidence = Literal["position-property", "identity", "snapshot"]
+EVIDENCE: tuple[Evidence, ...] = get_args(Evidence)
+RunKind = Literal["skippable", "foreign", "unreplicated"]
+
+
+def evidence_code(evidence: Evidence) -> int:
+    try:
+        return EVIDENCE.index(evidence)
+    except ValueError:
+        raise ValueError(
+            f"{evidence!r} is not a valid evidence. Valid values are: {', '.join(EVIDENCE)}"
+        ) from None
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Segment:
+    """``count`` entries from source ``ledger:entry`` map one to one onto target ones."""
+
+    source_ledger: int
+    source_entry: int
+    target_ledger: int
+    target_entry: int
+    count: int
+    evidence: Evidence = "position-property"
+
+    def __post_init__(self) -> None:
+        if self.count <= 0:
+            raise ValueError(f"segment {self} has no entries")
+        if self.source_entry < 0 or self.target_entry < 0:
+            raise ValueError(f"segment {self} starts before entry 0")
+
+    def lookup(self, position: Position) -> Position | None:
+        if position.ledger != self.source_ledger:
+            return None
+        k = position.entry - self.source_entry
+        if 0 <= k < self.count:
+            return Position(self.target_ledger, self.target_entry + k)
+        return None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.source_ledger}:{self.source_entry}+{self.count}"
+            f"->{self.target_ledger}:{self.target_entry} ({self.evidence})"
+        )
+
+
+class SegmentSet:
+    """Segments of one topic partition, sorted by source position.
+
+    Invariant (:meth:`conflicts` is empty): monotone and non-overlapping on
+    both sides, i.e. source order and target order agree and no entry is
+    claimed twice on either side. Arrays, not objects, so that translation
+    never loops over segments in Python.
+    """
+
+    __slots__ = ("_a", "_ev")
+
+    def __init__(self, rows: I64 | None = None, evidence: npt.NDArray[np.int8] | None = None,
+                 *, validate: bool = True) -> None:
+        a = np.empty((0, 5), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        a = a.reshape(-1, 5)
+        ev = np.zeros(len(a), np.int8) if evidence is None else np.asarray(evidence, np.int8)
+        order = np.lexsort((a[:, 1], a[:, 0]))
+        a, ev = a[order], ev[order]
+        a.setflags(write=False)
+        ev.setflags(write=False)
+        self._a: I64 = a
+        self._ev = ev
+        if validate:
+            bad = self.conflicts()
+            if bad:
+                shown = "; ".join(f"{self[i]} vs {self[j]}: {why}" for i, j, why in bad[:10])
+                more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+                raise MappingConflictError(f"conflicting segments: {shown}{more}")
+
+    @classmethod
+    def of(cls, segments: Iterable[Segment], *, validate: bool = True) -> SegmentSet:
+        segs = list(segments)
+        rows = np.array(
+            [(s.source_ledger, s.source_entry, s.target_ledger, s.target_entry, s.count)
+             for s in segs], dtype=np.int64).reshape(-1, 5)
+        ev = np.array([evidence_code(s.evidence) for s in segs], dtype=np.int8)
+        return cls(rows, ev, validate=validate)
+
+    @classmethod
+    def from_pairs(
+        cls,
+        source_ledger: I64,
+        source_entry: I64,
+        target_ledger: I64,
+        target_entry: I64,
+        evidence: Evidence | npt.NDArray[np.int8] = "position-property",
+        *,
+        validate: bool = True,
+    ) -> SegmentSet:
+        """Collapse (source -> target) entry pairs into runs: one segment per unbroken run.
+
+        A run breaks where either side changes ledger or skips an entry, or the
+        evidence changes. Duplicate identical pairs are dropped; differing
+        claims on one entry are left for validation to name.
+        """
+        sl = np.asarray(source_ledger, np.int64)
+        se = np.asarray(source_entry, np.int64)
+        tl = np.asarray(target_ledger, np.int64)
+        te = np.asarray(target_entry, np.int64)
+        if isinstance(evidence, str):
+            ev = np.full(len(sl), evidence_code(evidence), np.int8)
+        else:
+            ev = np.asarray(evidence, np.int8)
+        if len(sl) == 0:
+            return cls(validate=validate)
+        order = np.lexsort((te, tl, se, sl))
+        sl, se, tl, te, ev = sl[order], se[order], tl[order], te[order], ev[order]
+        dup = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1])
+                              & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1])))
+        keep = ~dup
+        sl, se, tl, te, ev = sl[keep], se[keep], tl[keep], te[keep], ev[keep]
+        cont = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1] + 1)
+                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1] + 1)
+                               & (ev[1:] == ev[:-1])))
+        starts = np.flatnonzero(~cont)
+        counts = np.diff(np.concatenate((starts, [len(sl)])))
+        rows = np.stack([sl[starts], se[starts], tl[starts], te[starts], counts], axis=1)
+        return cls(rows, ev[starts], validate=validate)
+
+    # -- access
+    @property
+    def rows(self) -> I64:
+        """(n, 5): source ledger, source entry, target ledger, target entry, count."""
+        return self._a
+
+    @property
+    def evidence_codes(self) -> npt.NDArray[np.int8]:
+        return self._ev
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def __getitem__(self, i: int) -> Segment:
+        r = self._a[i].tolist()
+        return Segment(r[0], r[1], r[2], r[3], r[4], EVIDENCE[int(self._ev[i])])
+
+    def __iter__(self) -> Iterator[Segment]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, SegmentSet) and np.array_equal(self._a, other._a)
+                and np.array_equal(self._ev, other._ev))
+
+    def __repr__(self) -> str:
+        return f"SegmentSet({len(self)} segments, {self.entry_count()} entries)"
+
+    def entry_count(self) -> int:
+        return int(self._a[:, 4].sum())
+
+    def source_ranges(self) -> RangeSet:
+        return RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
+
+    def target_ranges(self) -> RangeSet:
+        return RangeSet.entries(self._a[:, 2], self._a[:, 3], self._a[:, 4])
+
+    # -- invariant
+    def conflicts(self) -> list[tuple[int, int, str]]:
+        """Pairs of segment indexes that overlap or disagree on order, with the side at fault.
+
+        Checked between neighbours in source order (overlap on the source) and
+        between neighbours in target order (overlap on the target, and order
+        disagreement, which shows up as target order differing from source order).
+        """
+        a = self._a
+        n = len(a)
+        out: list[tuple[int, int, str]] = []
+        if n < 2:
+            return out
+        # Source side: next segment must start after this one ends (same ledger) or later ledger.
+        same = a[1:, 0] == a[:-1, 0]
+        overlap = same & (a[1:, 1] < a[:-1, 1] + a[:-1, 4])
+        out += [(int(i), int(i) + 1, "overlap on the source") for i in np.flatnonzero(overlap)]
+        # Target side, in source order: each target start must come after the previous end.
+        tl, te, cnt = a[:, 2], a[:, 3], a[:, 4]
+        later_ledger = tl[1:] > tl[:-1]
+        same_t = tl[1:] == tl[:-1]
+        ok = later_ledger | (same_t & (te[1:] >= te[:-1] + cnt[:-1]))
+        for k in np.flatnonzero(~ok).tolist():
+            i = int(k)
+            why = ("overlap on the target" if same_t[i] and te[i + 1] > te[i] - cnt[i + 1]
+                   and te[i + 1] < te[i] + cnt[i] else "target order disagrees with source order")
+            out.append((i, i + 1, why))
+        return out
+
+    # -- lookup and combination
+    def lookup(self, position: Position) -> Position | None:
+        """Source position -> target position, or None when not mapped (never extrapolated)."""
+        i = self._find(position)
+        if i < 0:
+            return None
+        return self[i].lookup(position)
+
+    def _find(self, position: Position) -> int:
+        a = self._a
+        if len(a) == 0:
+            return -1
+        lo = int(np.searchsorted(a[:, 0], position.ledger, side="left"))
+        hi = int(np.searchsorted(a[:, 0], position.ledger, side="right"))
+        if lo == hi:
+            return -1
+        j = lo + int(np.searchsorted(a[lo:hi, 1], position.entry, side="right")) - 1
+        return j if j >= lo else -1
+
+    def union(self, other: SegmentSet) -> SegmentSet:
+        """Both sets of evidence; identical segments merge, contradictions raise."""
+        if len(other) == 0:
+            return self
+        if len(self) == 0:
+            return other
+        return _from_segment_rows(np.concatenate((self._a, other._a)),
+                                  np.concatenate((self._ev, other._ev)))
+
+    __or__ = union
+
+
+def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
+    """Re-collapse segment rows (expanding only to run boundaries, never to entries)."""
+    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0]))
+    rows, ev = rows[order], ev[order]
+    key = np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1) | (ev[1:] != ev[:-1])))
+    rows, ev = rows[key], ev[key]
+    # Join segments that continue each other exactly.
+    cont = np.concatenate(([False], (rows[1:, 0] == rows[:-1, 0])
+                           & (rows[1:, 1] == rows[:-1, 1] + rows[:-1, 4])
+                           & (rows[1:, 2] == rows[:-1, 2])
+                           & (rows[1:, 3] == rows[:-1, 3] + rows[:-1, 4])
+                           & (ev[1:] == ev[:-1])))
+    starts = np.flatnonzero(~cont)
+    group = np.cumsum(~cont) - 1
+    counts = np.bincount(group, weights=rows[:, 4]).astype(np.int64)
+    out = rows[starts].copy()
+    out[:, 4] = counts
+    return SegmentSet(out, ev[starts])
+
+
+@dataclass(frozen=True, eq=False)
+class Runs:
+    """Runs of entries of one kind on one side: (ledger, first entry, count) rows."""
+
+    rows: I64 = field(default_factory=lambda: np.empty((0, 3), dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Runs) and np.array_equal(self.rows, other.rows)
+
+    def __hash__(self) -> int:
+        return hash(self.rows.tobytes())
+
+    @classmethod
+    def from_positions(cls, ledgers: I64, entries: I64) -> Runs:
+        """Collapse single positions into maximal runs."""
+        ledgers = np.asarray(ledgers, np.int64)
+        entries = np.asarray(entries, np.int64)
+        if len(ledgers) == 0:
+            return cls()
+        order = np.lexsort((entries, ledgers))
+        ledgers, entries = ledgers[order], entries[order]
+        keep = np.concatenate(
+            ([True], (ledgers[1:] != ledgers[:-1]) | (entries[1:] != entries[:-1])))
+        ledgers, entries = ledgers[keep], entries[keep]
+        cont = np.concatenate(([False], (ledgers[1:] == ledgers[:-1])
+                               & (entries[1:] == entries[:-1] + 1)))
+        starts = np.flatnonzero(~cont)
+        counts = np.diff(np.concatenate((starts, [len(ledgers)])))
+        return cls(np.stack([ledgers[starts], entries[starts], counts], axis=1))
+
+    @classmethod
+    def of(cls, *runs: tuple[int, int, int]) -> Runs:
+        return cls(np.array(runs, dtype=np.int64).reshape(-1, 3))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def ranges(self) -> RangeSet:
+        return RangeSet.entries(self.rows[:, 0], self.rows[:, 1], self.rows[:, 2])
+
+    def entry_count(self) -> int:
+        return int(self.rows[:, 2].sum())
+
+    def union(self, other: Runs) -> Runs:
+        r = self.ranges() | other.ranges()
+        b = r.bounds
+        return Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
+
+
+@dataclass(frozen=True)
+class TopicMapping:
+    """Everything known about one topic partition's correspondence, source to target.
+
+    ``skippable``: target entries no consumer ever receives (markers), safe to ack.
+    ``foreign``: target entries that did not come from the source; never acked by us.
+    ``unreplicated``: source entries that are never replicated (markers, skipped by
+    replicate_to, expired); they are not "unmapped yet", they are never mapped.
+    ``written_at``: when its newest row was written (epoch seconds; None: not from the
+    table), which tells a process that just started whether the mapping still moves.
+    """
+
+    segments: SegmentSet = field(default_factory=SegmentSet)
+    skippable: Runs = field(default_factory=Runs)
+    foreign: Runs = field(default_factory=Runs)
+    unreplicated: Runs = field(default_factory=Runs)
+    written_at: float | None = None
+
+    def lookup(self, position: Position) -> Position | None:
+        return self.segments.lookup(position)
+
+    def union(self, other: TopicMapping) -> TopicMapping:
+        """Everything either knows (segments that disagree raise MappingConflictError),
+        written when the newer of the two was."""
+        times = [t for t in (self.written_at, other.written_at) if t is not None]
+        return TopicMapping(self.segments | other.segments, self.skippable.union(other.skippable),
+                            self.foreign.union(other.foreign),
+                            self.unreplicated.union(other.unreplicated),
+                            written_at=max(times) if times else None)
+
+
+# -------------------------------------------------------------------- evidence
+
+
+def holes(
+    ledgers: I64, entries: I64, *, previous: Position | None = None
+) -> Runs:
+    """Entry ids a reader skipped over, as runs: where markers sit on a reader's stream.
+
+    ``ledgers``/``entries`` are the positions a reader returned, in order, and
+    ``previous`` the last one it returned before them (None at the very start
+    of the stream, where nothing before the first entry is claimed). Within a
+    ledger every skipped id is a hole; when the ledger changes, the ids before
+    the first one seen in the new ledger are holes. The end of a ledger after
+    its last delivered entry cannot be seen by a reader and is not claimed.
+    """
+    ledgers = np.asarray(ledgers, np.int64)
+    entries = np.asarray(entries, np.int64)
+    if previous is not None:
+        ledgers = np.concatenate(([previous.ledger], ledgers))
+        entries = np.concatenate(([previous.entry], entries))
+    if len(ledgers) < 2:
+        return Runs()
+    same = ledgers[1:] == ledgers[:-1]
+    first = np.where(same, entries[:-1] + 1, 0)
+    count = entries[1:] - first
+    keep = count > 0
+    return Runs(np.stack([ledgers[1:][keep], first[keep], count[keep]], axis=1))
+
+
+def align_identities(
+    source_digests: npt.NDArray[np.bytes_] | list[bytes],
+    target_digests: npt.NDArray[np.bytes_] | list[bytes],
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Pair entries of two ordered streams by identity digest; never guess.
+
+    Returns index arrays (into source, into target) of the pairs. Only digests
+    that occur exactly once on each side of the window (the inputs) are
+    paired; pairs that would cross another pair (order not preserved) are all
+    dropped, since replication preserves order and a crossing means at least
+    one of them is wrong.
+    """
+    src = np.asarray(source_digests, dtype=object)
+    tgt = np.asarray(target_digests, dtype=object)
+    if len(src) == 0 or len(tgt) == 0:
+        return np.empty(0, np.intp), np.empty(0, np.intp)
+    _, s_inv, s_cnt = np.unique(src, return_inverse=True, return_counts=True)
+    _, t_inv, t_cnt = np.unique(tgt, return_inverse=True, return_counts=True)
+    s_once = s_cnt[s_inv] == 1
+    t_once = t_cnt[t_inv] == 1
+    s_idx = np.flatnonzero(s_once)
+    t_idx = np.flatnonzero(t_once)
+    # Match unique digests: sort both sides by digest and intersect.
+    s_keys = src[s_idx]
+    t_keys = tgt[t_idx]
+    common, si, ti = np.intersect1d(s_keys, t_keys, assume_unique=True, return_indices=True)
+    del common
+    ps = s_idx[si]
+    pt = t_idx[ti]
+    order = np.argsort(ps, kind="stable")
+    ps, pt = ps[order], pt[order]
+    if len(ps) == 0:
+        return ps, pt
+    # Drop every pair involved in a crossing: earlier max above me, or later min below me.
+    run_max = np.maximum.accumulate(pt)
+    run_min_rev = np.minimum.accumulate(pt[::-1])[::-1]
+    before_ok = np.concatenate(([True], run_max[:-1] < pt[1:]))
+    after_ok = np.concatenate((run_min_rev[1:] > pt[:-1], [True]))
+    ok = before_ok & after_ok
+    return ps[ok], pt[ok]

@@ -1,0 +1,531 @@
+"""Sets of open-closed position ranges, the shape of a Pulsar cursor's acks.
+
+A RangeSet is immutable and canonical: ranges sorted, non-empty, and neither
+overlapping nor touching in position space, so equal sets are equal values.
+Every operation is vectorised with numpy over the ranges (never over entries):
+positions are packed into one comparable integer key per bound, relative to
+the ledgers in play, and the interval algebra runs on the keys.
+
+Position space is not entry space: ``(1:9..2:-1]`` holds no entry, and
+``(1:5..1:9]`` and ``(2:-1..2:3]`` are contiguous entries when ledger 1 ends at
+entry 9. Where the entry count of each ledger is known (internalStats
+``ledgers``), :class:`Ledgers` maps bounds to existing entries so that such
+ranges fold the way the broker folds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cursorsync.core.positions import (
+    MIN_POSITION,
+    Position,
+    format_range_bounds,
+    parse_range_bounds,
+)
+
+I64 = npt.NDArray[np.int64]
+Keys = npt.NDArray[Any]  # int64, or object (Python ints) when ids are too wide to pack
+
+_EMPTY = np.empty((0, 4), dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+class _KeySpace:
+    """Order-preserving packing of (ledger, entry) into one integer.
+
+    key = rank(ledger) << shift | (entry + 1), with ranks over the ledgers in
+    play. When that does not fit in int64 (absurd entry ids), keys fall back to
+    exact Python ints in object arrays: slower, never wrong.
+    """
+
+    def __init__(self, ledger_arrays: Iterable[I64], entry_arrays: Iterable[I64]) -> None:
+        heads = []
+        for a in ledger_arrays:
+            if a.size:
+                # Run heads: cheap on the sorted arrays we mostly get, correct on any.
+                heads.append(a[np.concatenate(([True], a[1:] != a[:-1]))])
+        self.ledgers: I64 = (
+            np.unique(np.concatenate(heads)) if heads else np.empty(0, dtype=np.int64)
+        )
+        max_entry = -1
+        for e in entry_arrays:
+            if e.size:
+                lo = int(e.min())
+                if lo < -1:
+                    raise ValueError(f"entry id {lo} is below -1: not a Pulsar position")
+                max_entry = max(max_entry, int(e.max()))
+        self.shift = max(1, (max_entry + 1).bit_length())
+        rank_bits = max(1, (len(self.ledgers)).bit_length())
+        self.wide = self.shift + rank_bits > 62
+
+    def pack(self, ledgers: I64, entries: I64) -> Keys:
+        ranks = np.searchsorted(self.ledgers, ledgers)
+        if self.wide:
+            r = ranks.astype(object)
+            e = entries.astype(object)
+            return (r << self.shift) | (e + 1)  # type: ignore[no-any-return]
+        return (ranks.astype(np.int64) << self.shift) | (entries + 1)
+
+    def unpack(self, keys: Keys) -> tuple[I64, I64]:
+        if self.wide:
+            ranks = np.array([int(k) >> self.shift for k in keys], dtype=np.int64)
+            mask = (1 << self.shift) - 1
+            entries = np.array([(int(k) & mask) - 1 for k in keys], dtype=np.int64)
+        else:
+            k = keys.astype(np.int64)
+            ranks = k >> self.shift
+            entries = (k & ((1 << self.shift) - 1)) - 1
+        return self.ledgers[ranks], entries
+
+
+def _keyspace(*bounds: I64) -> _KeySpace:
+    return _KeySpace(
+        [b[:, c] for b in bounds for c in (0, 2)], [b[:, c] for b in bounds for c in (1, 3)]
+    )
+
+
+def _to_keys(ks: _KeySpace, b: I64) -> tuple[Keys, Keys]:
+    return ks.pack(b[:, 0], b[:, 1]), ks.pack(b[:, 2], b[:, 3])
+
+
+def _from_keys(ks: _KeySpace, lo: Keys, hi: Keys) -> I64:
+    if len(lo) == 0:
+        return _EMPTY
+    ll, le = ks.unpack(lo)
+    hl, he = ks.unpack(hi)
+    return np.stack([ll, le, hl, he], axis=1)
+
+
+def _merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
+    """Canonicalise (lo, hi] key intervals: drop empties, sort, merge overlaps and touches."""
+    keep = lo < hi
+    lo, hi = lo[keep], hi[keep]
+    if len(lo) == 0:
+        return lo, hi
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    # A new interval starts where it begins strictly after everything before it ends.
+    starts = np.concatenate(([True], lo[1:] > reach[:-1]))
+    idx = np.flatnonzero(starts)
+    ends = np.concatenate((idx[1:] - 1, [len(lo) - 1]))
+    return lo[idx], reach[ends]
+
+
+def _combine(
+    alo: Keys, ahi: Keys, blo: Keys, bhi: Keys, op: str
+) -> tuple[Keys, Keys]:
+    """Boolean combination of two canonical key interval sets, by an event sweep.
+
+    Each set's bounds interleave into one sorted run, so a stable sort of the
+    two runs is a linear merge; running coverage counts then say, for the gap
+    after each distinct key, whether it is in A and in B.
+    """
+    na = len(alo)
+    keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
+                           np.stack([blo, bhi], axis=1).ravel()))
+    if len(keys) == 0:
+        return alo[:0], ahi[:0]
+    da = np.zeros(len(keys), dtype=np.int8)
+    db = np.zeros(len(keys), dtype=np.int8)
+    da[0:2 * na:2], da[1:2 * na:2] = 1, -1
+    db[2 * na::2], db[2 * na + 1::2] = 1, -1
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    ca = np.cumsum(da[order], dtype=np.int32)
+    cb = np.cumsum(db[order], dtype=np.int32)
+    # Coverage after the last event at each distinct key holds until the next key.
+    last = np.concatenate((keys[1:] != keys[:-1], [True]))
+    keys, ca, cb = keys[last], ca[last], cb[last]
+    ina, inb = ca > 0, cb > 0
+    if op == "and":
+        sel = ina & inb
+    elif op == "or":
+        sel = ina | inb
+    else:  # "sub"
+        sel = ina & ~inb
+    sel = sel[:-1]  # nothing is covered after the last key
+    idx = np.flatnonzero(sel)
+    if len(idx) == 0:
+        return keys[:0], keys[:0]
+    run_start = np.concatenate(([True], idx[1:] != idx[:-1] + 1))
+    starts = idx[run_start]
+    ends = idx[np.concatenate((run_start[1:], [True]))]
+    return keys[starts], keys[ends + 1]
+
+
+def _covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
+    """For each point key p: is there an interval with lo < p <= hi (lo, hi canonical)."""
+    if len(lo) == 0:
+        return np.zeros(len(points), dtype=bool)
+    j = np.searchsorted(hi, points, side="left")
+    inside = j < len(hi)
+    jj = np.minimum(j, len(hi) - 1)
+    return inside & (lo[jj] < points)
+
+
+def _search(ledgers: I64, entries: I64, pos: tuple[int, int], side: str) -> int:
+    """searchsorted for one position in position-sorted (ledger, entry) columns."""
+    lo = int(np.searchsorted(ledgers, pos[0], side="left"))
+    hi = int(np.searchsorted(ledgers, pos[0], side="right"))
+    return lo + int(np.searchsorted(entries[lo:hi], pos[1], side=side))  # type: ignore[call-overload]
+
+
+# ------------------------------------------------------------------------ ledgers
+
+
+@dataclass(frozen=True)
+class Ledgers:
+    """The ledgers of a topic partition with their entry counts, oldest first.
+
+    From internalStats ``ledgers`` (the open ledger's count from
+    ``lastConfirmedEntry``). Ledgers absent between two listed ones do not
+    exist; positions past the last listed ledger are unknown and left alone.
+    """
+
+    ids: I64
+    entries: I64
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> Ledgers:
+        rows = sorted(pairs)
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        entries = np.array([r[1] for r in rows], dtype=np.int64)
+        if (entries < 0).any():
+            raise ValueError("a ledger cannot have a negative entry count")
+        return cls(ids, entries)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.entries):
+            raise ValueError("ledger ids and entry counts differ in length")
+        if len(self.ids) > 1 and (np.diff(self.ids) <= 0).any():
+            raise ValueError("ledger ids must be strictly increasing")
+
+    def canonical(self, ledgers: I64, entries: I64) -> tuple[I64, I64]:
+        """Map each position to the last existing entry at or before it.
+
+        Entries e satisfy a < e <= b exactly when c(a) < e <= c(b), so ranges
+        keep their entry sets while touching ranges across ledger ends meet.
+        Positions before every entry map to (first non-empty ledger, -1).
+        """
+        nonempty = self.entries > 0
+        ids = self.ids[nonempty]
+        last = self.entries[nonempty] - 1
+        if len(ids) == 0:
+            return ledgers, entries
+        out_l = ledgers.copy()
+        out_e = entries.copy()
+        known = ledgers <= self.ids[-1]
+        i = np.searchsorted(ids, ledgers, side="right") - 1
+        ic = np.maximum(i, 0)
+        in_ledger = known & (i >= 0) & (ids[ic] == ledgers)
+        # Inside a non-empty ledger: clamp past its end; -1 means "end of the previous one".
+        clamp = in_ledger & (entries >= last[ic])
+        out_e[clamp] = last[ic][clamp]
+        before = in_ledger & (entries < 0)
+        prev = i - 1
+        has_prev = before & (prev >= 0)
+        out_l[has_prev] = ids[prev[has_prev]]
+        out_e[has_prev] = last[prev[has_prev]]
+        # In a ledger that has no entries (or does not exist): end of the previous non-empty one.
+        gap = known & ~in_ledger
+        gap_prev = gap & (i >= 0)
+        out_l[gap_prev] = ids[ic[gap_prev]]
+        out_e[gap_prev] = last[ic[gap_prev]]
+        # Before every entry.
+        first = (known & (i < 0)) | (before & (prev < 0))
+        out_l[first] = ids[0]
+        out_e[first] = -1
+        return out_l, out_e
+
+    def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
+        """How many existing entries lie at or before each position (past the last ledger: all)."""
+        cum = np.concatenate(([0], np.cumsum(self.entries)))
+        i = np.searchsorted(self.ids, ledgers, side="right") - 1
+        ic = np.maximum(i, 0)
+        exact = (i >= 0) & (self.ids[ic] == ledgers)
+        within = np.clip(entries + 1, 0, self.entries[ic])
+        n = np.where(exact, cum[ic] + within, cum[i + 1])
+        return n.astype(np.int64)
+
+    def last_position(self) -> Position | None:
+        nonempty = np.flatnonzero(self.entries > 0)
+        if len(nonempty) == 0:
+            return None
+        k = int(nonempty[-1])
+        return Position(int(self.ids[k]), int(self.entries[k]) - 1)
+
+
+# ----------------------------------------------------------------------- rangeset
+
+
+class RangeSet:
+    """An immutable, canonical set of open-closed position ranges ``(lo..hi]``.
+
+    Invariant (checked by :meth:`is_canonical`): rows sorted by lo, lo < hi,
+    and hi[i] < lo[i+1] (no overlap, no touch). Operators have named twins:
+    ``|`` union, ``&`` intersection, ``-`` difference, ``in`` contains.
+    """
+
+    __slots__ = ("_b",)
+
+    def __init__(self, bounds: I64 | None = None, *, _canonical: bool = False) -> None:
+        b = _EMPTY if bounds is None else np.asarray(bounds, dtype=np.int64).reshape(-1, 4)
+        if not _canonical and len(b):
+            ks = _keyspace(b)
+            lo, hi = _merge(*_to_keys(ks, b))
+            b = _from_keys(ks, lo, hi)
+        b.setflags(write=False)
+        self._b: I64 = b
+
+    # -- construction
+    @classmethod
+    def of(cls, *ranges: tuple[Position | str, Position | str]) -> RangeSet:
+        rows = []
+        for lo, hi in ranges:
+            a = lo if isinstance(lo, Position) else Position.parse(lo)
+            b = hi if isinstance(hi, Position) else Position.parse(hi)
+            rows.append((a.ledger, a.entry, b.ledger, b.entry))
+        return cls(np.array(rows, dtype=np.int64).reshape(-1, 4))
+
+    @classmethod
+    def parse(cls, text: str) -> RangeSet:
+        """From an admin-stats string such as ``[(1:5..1:6],(1:8..1:9]]``."""
+        return cls(parse_range_bounds(text))
+
+    @classmethod
+    def up_to(cls, position: Position) -> RangeSet:
+        """Everything at or before ``position``: what a markDeletePosition acks."""
+        if position <= MIN_POSITION:
+            return cls()
+        return cls(
+            np.array([[MIN_POSITION.ledger, MIN_POSITION.entry, position.ledger, position.entry]])
+        )
+
+    @classmethod
+    def entries(cls, ledger: I64, first: I64, count: I64) -> RangeSet:
+        """Runs of ``count`` entries from ``ledger:first``, as ranges."""
+        ledger = np.asarray(ledger, dtype=np.int64)
+        first = np.asarray(first, dtype=np.int64)
+        count = np.asarray(count, dtype=np.int64)
+        return cls(np.stack([ledger, first - 1, ledger, first + count - 1], axis=1))
+
+    # -- access
+    @property
+    def bounds(self) -> I64:
+        """(n, 4) read-only array: lo ledger, lo entry, hi ledger, hi entry."""
+        return self._b
+
+    def __len__(self) -> int:
+        return len(self._b)
+
+    def __bool__(self) -> bool:
+        return len(self._b) > 0
+
+    def __iter__(self) -> Iterator[tuple[Position, Position]]:
+        for a, b, c, d in self._b.tolist():
+            yield Position(a, b), Position(c, d)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RangeSet) and np.array_equal(self._b, other._b)
+
+    def __hash__(self) -> int:
+        return hash(self._b.tobytes())
+
+    def __repr__(self) -> str:
+        text = str(self)
+        return f"RangeSet({text if len(text) < 200 else text[:200] + '...'})"
+
+    def __str__(self) -> str:
+        return format_range_bounds(self._b)
+
+    def is_canonical(self) -> bool:
+        if len(self._b) == 0:
+            return True
+        ks = _keyspace(self._b)
+        lo, hi = _to_keys(ks, self._b)
+        return bool((lo < hi).all() and (hi[:-1] < lo[1:]).all())
+
+    # -- algebra
+    def _binary(self, other: RangeSet, op: str) -> RangeSet:
+        if len(other) == 1 and len(self) > 64:
+            return self._with_one(other._b[0], op)
+        ks = _keyspace(self._b, other._b)
+        alo, ahi = _to_keys(ks, self._b)
+        blo, bhi = _to_keys(ks, other._b)
+        lo, hi = _combine(alo, ahi, blo, bhi, op)
+        return RangeSet(_from_keys(ks, lo, hi), _canonical=True)
+
+    def _with_one(self, r: I64, op: str) -> RangeSet:
+        """self op (a..b] in O(log n) searches plus one copy: cursor-sized sets meet single
+        ranges (a markDeletePosition, a horizon) on every sync."""
+        b = self._b
+        a_pos = (int(r[0]), int(r[1]))
+        z_pos = (int(r[2]), int(r[3]))
+        if op == "or":
+            i0 = _search(b[:, 2], b[:, 3], a_pos, "left")    # first hi >= a (touch merges)
+            i1 = _search(b[:, 0], b[:, 1], z_pos, "right")   # first lo > b
+        else:
+            i0 = _search(b[:, 2], b[:, 3], a_pos, "right")   # first hi > a (overlap)
+            i1 = _search(b[:, 0], b[:, 1], z_pos, "left")    # first lo >= b
+        mid = b[i0:i1]
+        if op == "or":
+            lo = min(a_pos, (int(mid[0, 0]), int(mid[0, 1]))) if len(mid) else a_pos
+            hi = max(z_pos, (int(mid[-1, 2]), int(mid[-1, 3]))) if len(mid) else z_pos
+            piece = np.array([[lo[0], lo[1], hi[0], hi[1]]], dtype=np.int64)
+            out = np.concatenate((b[:i0], piece, b[i1:]))
+        elif op == "and":
+            out = mid.copy()
+            if len(out):
+                if (int(out[0, 0]), int(out[0, 1])) < a_pos:
+                    out[0, 0:2] = a_pos
+                if (int(out[-1, 2]), int(out[-1, 3])) > z_pos:
+                    out[-1, 2:4] = z_pos
+        else:  # difference
+            keep = []
+            if len(mid):
+                if (int(mid[0, 0]), int(mid[0, 1])) < a_pos:
+                    keep.append([mid[0, 0], mid[0, 1], a_pos[0], a_pos[1]])
+                if (int(mid[-1, 2]), int(mid[-1, 3])) > z_pos:
+                    keep.append([z_pos[0], z_pos[1], mid[-1, 2], mid[-1, 3]])
+            piece = np.array(keep, dtype=np.int64).reshape(-1, 4)
+            out = np.concatenate((b[:i0], piece, b[i1:]))
+        return RangeSet(out, _canonical=True)
+
+    def union(self, other: RangeSet) -> RangeSet:
+        if not other:
+            return self
+        if not self:
+            return other
+        if len(self) == 1 and len(other) > 1:
+            return other._binary(self, "or")
+        return self._binary(other, "or")
+
+    def intersection(self, other: RangeSet) -> RangeSet:
+        if not self or not other:
+            return RangeSet()
+        if len(self) == 1 and len(other) > 1:
+            return other._binary(self, "and")
+        return self._binary(other, "and")
+
+    def difference(self, other: RangeSet) -> RangeSet:
+        if not self or not other:
+            return self
+        return self._binary(other, "sub")
+
+    __or__ = union
+    __and__ = intersection
+    __sub__ = difference
+
+    def contains(self, position: Position) -> bool:
+        """Is ``position`` inside some range (lo < position <= hi)?"""
+        return bool(self.contains_many([position])[0])
+
+    def __contains__(self, position: object) -> bool:
+        return isinstance(position, Position) and self.contains(position)
+
+    def contains_many(self, positions: Iterable[Position]) -> npt.NDArray[np.bool_]:
+        pts = list(positions)
+        pl = np.array([p.ledger for p in pts], dtype=np.int64)
+        pe = np.array([p.entry for p in pts], dtype=np.int64)
+        return self.contains_arrays(pl, pe)
+
+    def contains_arrays(self, ledgers: I64, entries: I64) -> npt.NDArray[np.bool_]:
+        if len(self._b) == 0 or len(ledgers) == 0:
+            return np.zeros(len(ledgers), dtype=bool)
+        ks = _KeySpace(
+            [self._b[:, 0], self._b[:, 2], ledgers], [self._b[:, 1], self._b[:, 3], entries]
+        )
+        lo, hi = _to_keys(ks, self._b)
+        return _covers(lo, hi, ks.pack(ledgers, entries))
+
+    # -- ledger-aware views
+    def canonical(self, ledgers: Ledgers | None) -> RangeSet:
+        """The same entries with bounds moved onto existing entries, so ledger ends fold."""
+        if ledgers is None or not self:
+            return self
+        ll, le = ledgers.canonical(self._b[:, 0], self._b[:, 1])
+        hl, he = ledgers.canonical(self._b[:, 2], self._b[:, 3])
+        return RangeSet(np.stack([ll, le, hl, he], axis=1))
+
+    def count_entries(self, ledgers: Ledgers | None = None) -> int:
+        """Entries inside the ranges.
+
+        Exact with ``ledgers`` (entries past the last known ledger are not
+        counted); without, ranges that span ledgers count only the entries of
+        their last ledger, so the result is a lower bound.
+        """
+        b = self._b
+        if len(b) == 0:
+            return 0
+        if ledgers is not None and len(ledgers.ids):
+            n = ledgers.entries_up_to(b[:, 2], b[:, 3]) - ledgers.entries_up_to(b[:, 0], b[:, 1])
+            return int(np.maximum(n, 0).sum())
+        same = b[:, 0] == b[:, 2]
+        n = np.where(same, b[:, 3] - b[:, 1], b[:, 3] + 1)
+        return int(np.maximum(n, 0).sum())
+
+    def iter_entries(self, ledgers: Ledgers | None = None) -> Iterator[Position]:
+        """Every entry inside the ranges, in order. Per-entry: for emission and tests only.
+
+        With ``ledgers``, only entries that exist in them (as :meth:`count_entries`
+        counts); without, ranges must stay within one ledger.
+        """
+        if ledgers is None:
+            for a, b, c, d in self._b.tolist():
+                if a != c:
+                    raise ValueError(
+                        f"range ({a}:{b}..{c}:{d}] spans ledgers; its entries need the ledger list"
+                    )
+                for e in range(max(b + 1, 0), d + 1):
+                    yield Position(a, e)
+            return
+        known = list(zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True))
+        for a, b, c, d in self._b.tolist():
+            for lid, n in known:
+                if lid < a or lid > c:
+                    continue
+                lo = b + 1 if lid == a else 0
+                hi = d if lid == c else n - 1
+                for e in range(max(lo, 0), min(hi, n - 1) + 1):
+                    yield Position(lid, e)
+
+    def after(self, position: Position) -> RangeSet:
+        """The part strictly after ``position``."""
+        return self - RangeSet.up_to(position)
+
+
+# --------------------------------------------------------------------- cursor fold
+
+
+def fold(
+    mark_delete: Position, acked: RangeSet, ledgers: Ledgers | None = None
+) -> tuple[Position, RangeSet]:
+    """Fold acks into (markDeletePosition, individually deleted ranges) as the broker does.
+
+    The markDeletePosition moves to the upper end of the range that reaches it
+    with no unacked entry in between; what is left stays individual. "Reaches"
+    is judged on canonical positions, so a range starting right after the last
+    entry of the previous ledger reaches a markDeletePosition on that entry.
+    """
+    everything = (RangeSet.up_to(mark_delete) | acked).canonical(ledgers)
+    floor = mark_delete
+    if ledgers is not None and len(ledgers.ids):
+        fl, fe = ledgers.canonical(np.array([mark_delete.ledger]), np.array([mark_delete.entry]))
+        floor = Position(int(fl[0]), int(fe[0]))
+    b = everything.bounds
+    new_md = mark_delete
+    if len(b):
+        lo0 = Position(int(b[0, 0]), int(b[0, 1]))
+        hi0 = Position(int(b[0, 2]), int(b[0, 3]))
+        if lo0 <= floor <= hi0:
+            new_md = max(hi0, mark_delete)
+    return new_md, everything.after(new_md)

@@ -1,0 +1,389 @@
+"""The mapping builder: entries read from both clusters -> segments and runs.
+
+Pure (numpy + pyarrow tables in, core values out), so the Spark job only
+feeds it batches. Per topic partition it applies the evidence strategies in
+the configured order:
+
+* ``position-property``: a target entry carrying the source-position property
+  maps to that source entry, exactly.
+* ``identity``: target entries without the property, and source entries not
+  mapped yet, wait in a bounded window per side; they are paired by entry
+  identity digest with :func:`cursorsync.core.mapping.align_identities` (ambiguous
+  = unpaired). Entries that fall out of the window unpaired are given up on:
+  target ones become ``foreign`` (never acked), source ones stay unmapped.
+
+Skippable target entries are the holes in the target reader's stream (ids it
+never returned: markers). Holes are only claimed between entries the reader
+returned, never after the last one, since a reader cannot see the end of a
+ledger. Chunked messages also leave holes (their chunks before the last), so a
+hole is only a candidate: a :data:`HoleCheck` (config ``evidence.holes:
+verified``, :mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are
+markers; with ``claim_holes`` off (``unacked``) none is. Without a check every
+candidate is claimed: the job never builds that (a chunk claimed so would lose its
+message); the simulator does, where holes are markers by construction.
+
+The builder's state (last position seen, pending identity entries) is a
+plain JSON document saved per Spark batch, so a replayed batch starts from
+exactly the state its first run started from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cursorsync.core.mapping import (
+    EVIDENCE,
+    Evidence,
+    Runs,
+    SegmentSet,
+    TopicMapping,
+    align_identities,
+    evidence_code,
+    holes,
+)
+from cursorsync.core.positions import Position
+from cursorsync.errors import ConfigError, MappingConflictError
+from cursorsync.tables.rows import PartitionKey
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+#: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
+HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
+
+
+@dataclass
+class _Pending:
+    """Entries waiting for an identity match, oldest first."""
+
+    ledger: list[int] = field(default_factory=list)
+    entry: list[int] = field(default_factory=list)
+    digest: list[bytes] = field(default_factory=list)
+
+    def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes]) -> None:
+        self.ledger += ledger.tolist()
+        self.entry += entry.tolist()
+        self.digest += digest
+
+    def keep(self, mask: np.ndarray) -> None:
+        idx = np.flatnonzero(mask).tolist()
+        self.ledger = [self.ledger[i] for i in idx]
+        self.entry = [self.entry[i] for i in idx]
+        self.digest = [self.digest[i] for i in idx]
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ledger": self.ledger, "entry": self.entry,
+                "digest": [d.hex() for d in self.digest]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> _Pending:
+        return cls(d["ledger"], d["entry"], [bytes.fromhex(x) for x in d["digest"]])
+
+
+@dataclass
+class _PartitionState:
+    last_target: Position | None = None
+    target: _Pending = field(default_factory=_Pending)
+    source: _Pending = field(default_factory=_Pending)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "last_target": None if self.last_target is None else str(self.last_target),
+            "target": self.target.to_json(), "source": self.source.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> _PartitionState:
+        lt = d.get("last_target")
+        return cls(None if lt is None else Position.parse(lt),
+                   _Pending.from_json(d["target"]), _Pending.from_json(d["source"]))
+
+
+@dataclass(frozen=True)
+class BuilderConfig:
+    source_cluster: str
+    target_cluster: str
+    strategies: tuple[Evidence, ...] = ("position-property", "identity")
+    alignment_window: int = 10_000
+    #: Take the ids a target reader skips for markers (skippable). Off (config
+    #: ``evidence.holes: unacked``): they are never acked, for topics with chunks.
+    claim_holes: bool = True
+
+    def __post_init__(self) -> None:
+        for s in self.strategies:
+            evidence_code(s)
+        if "snapshot" in self.strategies:
+            raise ConfigError("evidence.strategies: snapshot-marker evidence is not available in "
+                              "this version; use position-property and/or identity")
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one batch added, per topic partition, and what it gave up on."""
+
+    mappings: dict[PartitionKey, TopicMapping]
+    entries_in: int
+    pairs: int
+    conflicts: int
+    given_up_target: int
+    given_up_source: int
+    #: Entry ids the target reader skipped (hole candidates), and those claimed skippable.
+    skipped_ids: int = 0
+    skipped_claimed: int = 0
+
+
+class MappingBuilder:
+    """Turns batches of entry rows into mapping deltas; keeps the mapping it has built."""
+
+    def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
+                 hole_check: HoleCheck | None = None) -> None:
+        self.config = config
+        self.hole_check = hole_check
+        self._parts: dict[PartitionKey, _PartitionState] = {}
+        self.known: dict[PartitionKey, TopicMapping] = {}
+        if state is not None:
+            self.load_state(state)
+
+    # -- state
+    def state(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "partitions": [
+            {"topic": k.topic, "partition": k.partition, **s.to_json()}
+            for k, s in sorted(self._parts.items())]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"builder state version {state.get('version')!r} is not "
+                             f"{STATE_VERSION}; delete the checkpoint's builder-state to rebuild")
+        self._parts = {PartitionKey(p["topic"], p["partition"]): _PartitionState.from_json(p)
+                       for p in state["partitions"]}
+
+    def seed_known(self, known: dict[PartitionKey, TopicMapping]) -> None:
+        """The mapping already in the table (at start-up), to validate new evidence against."""
+        self.known = dict(known)
+
+    # -- processing
+    def process(self, rows: pa.Table) -> BatchOutcome:
+        """One batch of ``pulsar-entries`` rows from either cluster."""
+        out: dict[PartitionKey, TopicMapping] = {}
+        totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0}
+        if rows.num_rows == 0:
+            return BatchOutcome(out, 0, 0, 0, 0, 0)
+        entries = _first_row_per_entry(rows)
+        keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+        candidates: dict[PartitionKey, Runs] = {}
+        for topic, part in zip(keys.column("topic").to_pylist(),
+                               keys.column("partition").to_pylist(), strict=True):
+            key = PartitionKey(topic, int(part))
+            mask = pc.and_(pc.equal(entries.column("topic"), topic),
+                           pc.equal(entries.column("partition"), part))
+            delta = self._partition(key, entries.filter(mask), totals, candidates)
+            if delta is not None:
+                out[key] = delta
+        claimed = self._claim(candidates, out)
+        return BatchOutcome(out, entries.num_rows, totals["pairs"], totals["conflicts"],
+                            totals["gt"], totals["gs"],
+                            sum(r.entry_count() for r in candidates.values()), claimed)
+
+    def _claim(self, candidates: dict[PartitionKey, Runs],
+               out: dict[PartitionKey, TopicMapping]) -> int:
+        """Claim the candidate holes the check keeps (all of them without a check);
+        returns how many entry ids were claimed."""
+        if not candidates:
+            return 0
+        claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
+        total = 0
+        for key, runs in claimed.items():
+            if not len(runs):
+                continue
+            if key not in candidates or len(runs.ranges() - candidates[key].ranges()):
+                raise ValueError(f"hole check answered for {key} with ids that were not "
+                                 f"candidates: {runs.rows.tolist()}")
+            known = self.known[key]
+            self.known[key] = replace(known, skippable=known.skippable.union(runs))
+            delta = out.get(key, TopicMapping())
+            out[key] = replace(delta, skippable=delta.skippable.union(runs))
+            total += runs.entry_count()
+        return total
+
+    def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
+                   candidates: dict[PartitionKey, Runs]) -> TopicMapping | None:
+        cfg = self.config
+        st = self._parts.setdefault(key, _PartitionState())
+        known = self.known.get(key, TopicMapping())
+        clusters = entries.column("cluster")
+        tgt = _sorted(entries.filter(pc.equal(clusters, cfg.target_cluster)))
+        src = _sorted(entries.filter(pc.equal(clusters, cfg.source_cluster)))
+        tl = tgt.column("ledger").to_numpy()
+        te = tgt.column("entry").to_numpy()
+
+        if cfg.claim_holes:
+            found = holes(tl, te, previous=st.last_target)
+            if len(found):
+                candidates[key] = found
+        if len(tl):
+            st.last_target = Position(int(tl[-1]), int(te[-1]))
+
+        pairs: list[tuple[np.ndarray, ...]] = []
+        prop = tgt.column("source_position")
+        has_prop = _valid(prop)
+        if "position-property" in cfg.strategies and has_prop.any():
+            pl, pe = _stamp_positions(prop.drop_null())
+            pairs.append((pl, pe, tl[has_prop], te[has_prop],
+                          np.full(int(has_prop.sum()), evidence_code("position-property"),
+                                  np.int8)))
+
+        foreign = Runs()
+        rest = ~has_prop if "position-property" in cfg.strategies else np.ones(len(tl), bool)
+        if "identity" in cfg.strategies:
+            digests = tgt.column("entry_identity").to_pylist()
+            # No digest: outside the identity scope (an unbatched entry without the stamp,
+            # with identity_scope batched), so nothing on the source can match it.
+            undigested = rest & ~_valid(tgt.column("entry_identity"))
+            rest &= ~undigested
+            st.target.extend(tl[rest], te[rest],
+                             [d for d, r in zip(digests, rest, strict=True) if r])
+            sl = src.column("ledger").to_numpy()
+            se = src.column("entry").to_numpy()
+            mapped = known.segments.source_ranges()
+            if pairs:
+                batch = SegmentSet.from_pairs(*pairs[0][:4], validate=False)
+                mapped = mapped | batch.source_ranges()
+            fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
+            sd = src.column("entry_identity").to_pylist()
+            fresh &= _valid(src.column("entry_identity"))
+            st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
+            pairs_id, gt, gs = self._align(st)
+            if pairs_id is not None:
+                pairs.append(pairs_id)
+            foreign = gt.union(Runs.from_positions(tl[undigested], te[undigested]))
+            totals["gt"] += gt.entry_count() + int(undigested.sum())
+            totals["gs"] += gs
+        elif rest.any():
+            # Only the property is trusted: an entry without it did not come from the source.
+            foreign = Runs.from_positions(tl[rest], te[rest])
+
+        segments = SegmentSet()
+        if pairs:
+            cat = [np.concatenate([p[i] for p in pairs]) for i in range(5)]
+            try:
+                segments = SegmentSet.from_pairs(cat[0], cat[1], cat[2], cat[3], cat[4])
+                merged = known.segments | segments
+            except MappingConflictError as err:
+                totals["conflicts"] += 1
+                log.error("mapping evidence for %s conflicts and is dropped (never guessed): %s",
+                          key, err)
+                segments = SegmentSet()
+                merged = known.segments
+            totals["pairs"] += segments.entry_count()
+        else:
+            merged = known.segments
+        if len(st.source) and len(merged):
+            # Source entries mapped by the property meanwhile no longer wait for a match.
+            done = merged.source_ranges().contains_arrays(np.array(st.source.ledger, np.int64),
+                                                          np.array(st.source.entry, np.int64))
+            st.source.keep(~done)
+        self.known[key] = TopicMapping(merged, known.skippable, known.foreign.union(foreign),
+                                       known.unreplicated)
+        if not (len(segments) or len(foreign)):
+            return None
+        return TopicMapping(segments, Runs(), foreign)
+
+    def _align(self, st: _PartitionState) -> tuple[tuple[np.ndarray, ...] | None, Runs, int]:
+        """Pair pending entries by identity; age out what the window no longer holds."""
+        result = None
+        if len(st.source) and len(st.target):
+            s_idx, t_idx = align_identities(st.source.digest, st.target.digest)
+            if len(s_idx):
+                result = (np.array(st.source.ledger, np.int64)[s_idx],
+                          np.array(st.source.entry, np.int64)[s_idx],
+                          np.array(st.target.ledger, np.int64)[t_idx],
+                          np.array(st.target.entry, np.int64)[t_idx],
+                          np.full(len(s_idx), evidence_code("identity"), np.int8))
+                # Entries before the last pair on either side can no longer pair (order is kept).
+                s_keep = np.ones(len(st.source), bool)
+                t_keep = np.ones(len(st.target), bool)
+                s_keep[s_idx] = False
+                t_keep[t_idx] = False
+                t_old = np.arange(len(st.target)) < int(t_idx.max())
+                s_old = np.arange(len(st.source)) < int(s_idx.max())
+                gone_t = t_keep & t_old
+                gone_s = s_keep & s_old
+                given_t = Runs.from_positions(np.array(st.target.ledger, np.int64)[gone_t],
+                                              np.array(st.target.entry, np.int64)[gone_t])
+                given_s = int(gone_s.sum())
+                st.target.keep(t_keep & ~t_old)
+                st.source.keep(s_keep & ~s_old)
+                w = self._window(st)
+                return result, given_t.union(w[0]), given_s + w[1]
+        w = self._window(st)
+        return result, w[0], w[1]
+
+    def _window(self, st: _PartitionState) -> tuple[Runs, int]:
+        win = self.config.alignment_window
+        gone_t = Runs()
+        gone_s = 0
+        if len(st.target) > win:
+            n = len(st.target) - win
+            gone_t = Runs.from_positions(np.array(st.target.ledger[:n], np.int64),
+                                         np.array(st.target.entry[:n], np.int64))
+            st.target.keep(np.arange(len(st.target)) >= n)
+        if len(st.source) > win:
+            gone_s = len(st.source) - win
+            st.source.keep(np.arange(len(st.source)) >= gone_s)
+        return gone_t, gone_s
+
+
+def _first_row_per_entry(rows: pa.Table) -> pa.Table:
+    """One row per (cluster, topic, partition, ledger, entry): its lowest batch index."""
+    cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
+            "source_position", "entry_identity"]
+    t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
+    if t.num_rows == 0:
+        return t
+    keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
+    first = np.ones(t.num_rows, bool)
+    same = np.ones(t.num_rows - 1, bool)
+    for k in keys:
+        same &= k[1:] == k[:-1]
+    first[1:] = ~same
+    return t.filter(pa.array(first))
+
+
+#: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.
+_STAMP = r"^(?P<ledger>-?\d{1,18}):(?P<entry>-?\d{1,18})$"
+
+
+def _stamp_positions(stamps: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Source-position stamps (no nulls) -> ledger and entry arrays, in one pass over the
+    column (the target's stamped entries, most of a batch). Any other spelling goes
+    through :meth:`Position.parse`, which accepts what it accepts and names what not."""
+    parts = pc.extract_regex(stamps, _STAMP)
+    out = [np.array(pc.fill_null(pc.cast(pc.struct_field(parts, f), pa.int64()), 0)
+                    .to_numpy(), dtype=np.int64, copy=True) for f in ("ledger", "entry")]
+    for i in np.flatnonzero(~_valid(parts)).tolist():
+        p = Position.parse(stamps[i].as_py())
+        out[0][i], out[1][i] = p.ledger, p.entry
+    return out[0], out[1]
+
+
+def _valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Which values are not null, as a numpy mask."""
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _sorted(t: pa.Table) -> pa.Table:
+    return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
+
+
+__all__ = ["EVIDENCE", "BatchOutcome", "BuilderConfig", "MappingBuilder"]

@@ -1,0 +1,122 @@
+"""Which entry ids a target reader skipped are broker markers: asked of the target's admin API.
+
+A reader skips two kinds of stored entries. Broker markers are never dispatched,
+so acking them is safe, and it lets the target's markDeletePosition pass them.
+The chunks of a chunked message before its last one are assembled by the client;
+acking one on the target loses the message after a failover. What a reader
+returns cannot tell them apart in time: a chunked message's first-chunk id
+arrives with its last chunk, possibly batches after its first chunks were
+skipped. The raw-entry endpoint can: a marker carries ``X-Pulsar-marker-type``.
+
+Only the leading markers of each run are kept. The sync acks a skippable run
+only once the entry before it is acked, and it never acks a skipped entry that
+is not a marker, so whatever follows one in its run could not be acked anyway.
+Checking therefore stops at a run's first non-marker: a run that starts with a
+chunk costs one request, a run of k markers k requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from cursorsync.core.mapping import Runs
+from cursorsync.core.positions import Position
+from cursorsync.mapping.builder import HoleCheck
+from cursorsync.pulsar.admin import AdminClient, RawEntry
+from cursorsync.tables.rows import PartitionKey
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AdminHoleCheck", "AdminMarkerLookup", "HoleCheck", "HoleCheckStats",
+           "leading_markers"]
+
+
+def leading_markers(kind: Callable[[int], RawEntry | None],
+                    count: int) -> tuple[int, RawEntry | None]:
+    """How many entries from a run's start are markers, and what the first other one is
+    (None: absent, or none); ``kind(i)`` looks up entry i."""
+    for i in range(count):
+        raw = kind(i)
+        if raw is None or not raw.is_marker:
+            return i, raw
+    return count, None
+
+
+@dataclass
+class HoleCheckStats:
+    """Totals since start, for logs and metrics."""
+
+    markers: int = 0
+    not_markers: int = 0  # runs cut short: a chunk, an aborted-transaction entry, a trimmed id
+
+    @property
+    def requests(self) -> int:
+        """One per marker, one per run cut short."""
+        return self.markers + self.not_markers
+
+
+class AdminHoleCheck:
+    """A :data:`HoleCheck` that asks the target cluster's admin API, runs in parallel."""
+
+    def __init__(self, admin: AdminClient, max_workers: int = 8) -> None:
+        self.admin = admin
+        self.max_workers = max(1, max_workers)
+        self.stats = HoleCheckStats()
+        self._lock = threading.Lock()
+
+    def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        jobs = [(key, int(lg), int(e), int(n))
+                for key, runs in candidates.items() for lg, e, n in runs.rows.tolist()]
+        if not jobs:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)),
+                                thread_name_prefix="hole-check") as pool:
+            kept = list(pool.map(self._check_run, jobs))
+        out: dict[PartitionKey, list[tuple[int, int, int]]] = {}
+        for (key, lg, e, _), k in zip(jobs, kept, strict=True):
+            if k:
+                out.setdefault(key, []).append((lg, e, k))
+        return {key: Runs(np.array(rows, dtype=np.int64)) for key, rows in out.items()}
+
+    def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> int:
+        key, ledger, entry, count = job
+        topic = key.concrete_topic()
+        k, raw = leading_markers(lambda i: self.admin.raw_entry(topic, ledger, entry + i), count)
+        with self._lock:
+            self.stats.markers += k
+            self.stats.not_markers += k < count
+        if k < count:
+            what = ("absent (trimmed?)" if raw is None else
+                    f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None
+                    else "not a marker")
+            log.info("%s: skipped id %d:%d is %s, so it and the %d skipped ids after it are "
+                     "not acked on the target", topic, ledger, entry + k, what, count - k - 1)
+        return k
+
+
+class AdminMarkerLookup:
+    """Which of some entries of a topic partition are markers, asked of a cluster's admin
+    API in parallel (the sync step's :data:`~cursorsync.sync.step.MarkerLookup`, on the source).
+    An entry the API does not have is not a marker."""
+
+    def __init__(self, admin: AdminClient, max_workers: int = 8) -> None:
+        self.admin = admin
+        self.max_workers = max(1, max_workers)
+        self.requests = 0
+
+    def __call__(self, topic: str, positions: list[Position]) -> list[Position]:
+        if not positions:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(positions)),
+                                thread_name_prefix="marker-lookup") as pool:
+            found = list(pool.map(
+                lambda p: self.admin.raw_entry(topic, p.ledger, p.entry), positions))
+        self.requests += len(positions)
+        return [p for p, raw in zip(positions, found, strict=True)
+                if raw is not None and raw.is_marker]

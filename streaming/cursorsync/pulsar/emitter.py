@@ -1,0 +1,395 @@
+"""The ack emitter: sends a guarded plan's acks to a target subscription.
+
+The sync step translates a source cursor into an :class:`~cursorsync.core.translate.AckPlan`,
+passes it through :func:`~cursorsync.core.translate.guard` (the safety rule) and
+hands the resulting :class:`~cursorsync.core.translate.SafePlan` here. Nothing else
+is accepted, so no ack reaches a target without passing the guard.
+
+One consumer per (topic partition, subscription), created lazily and kept
+open across calls. It subscribes at ``Earliest``: creating a missing target
+subscription must not acknowledge anything (a ``Latest`` subscription would
+start with every existing entry acked).
+
+The consumer has a zero receiver queue, so the broker dispatches nothing to
+it, and it acks ``MessageId(partition, ledger, entry, -1)``: the whole entry,
+no batch index. A broker applies an individual or cumulative ack of any
+``ledger:entry`` from any consumer of the subscription, received or not
+(pinned in ``tests/test_pulsar_facts.py``). The Python client has no list ack
+and does not expose the ack-grouping settings, so individual acks go out
+asynchronously, ``ack_batch_size`` at a time, and the C++ client's ack
+grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
+
+Acks are fire-and-forget in Pulsar (no receipts): they leave within the ack
+grouping window, ``close()`` flushes them, and an ack lost on the way is
+planned again at the next sync because the target cursor will not show it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, get_args
+from urllib.parse import urlsplit
+
+import pulsar
+
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import AckPlan, SafePlan
+from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
+from cursorsync.pulsar.client import connect
+from cursorsync.pulsar.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+SubscriptionType = Literal["Exclusive", "Failover", "Shared", "Key_Shared"]
+SUBSCRIPTION_TYPES: tuple[SubscriptionType, ...] = get_args(SubscriptionType)
+CUMULATIVE_TYPES = frozenset({"Exclusive", "Failover"})
+
+_CONSUMER_TYPES = {
+    "Exclusive": pulsar.ConsumerType.Exclusive,
+    "Failover": pulsar.ConsumerType.Failover,
+    "Shared": pulsar.ConsumerType.Shared,
+    "Key_Shared": pulsar.ConsumerType.KeyShared,
+}
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
+
+
+class EmitError(CursorSyncError):
+    """Acks could not be sent to a target subscription; the message names what to fix."""
+
+
+class TargetUnreachableError(EmitError):
+    """The target cluster's service URL does not accept connections."""
+
+
+class SubscriptionBusyError(EmitError):
+    """Another consumer holds the target subscription in a way that excludes the emitter."""
+
+
+class EmitTopicNotFoundError(EmitError, TopicNotFoundError):
+    """The target topic does not exist on the target cluster."""
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What one apply() did for one (topic partition, subscription)."""
+
+    #: Ack commands issued: a cumulative ack counts 1, individual acks one per entry.
+    acks_sent: int
+    #: Where the cumulative ack went (None: no cumulative ack).
+    cumulative_to: Position | None
+    #: Entries acked individually.
+    individual_entries: int
+
+
+class Emitter(Protocol):
+    """Sends the acks of guarded plans to target subscriptions."""
+
+    def apply(
+        self,
+        topic: str,
+        subscription: str,
+        safe: SafePlan,
+        *,
+        cumulative: bool,
+        ledgers: Ledgers | None = None,
+    ) -> EmitResult: ...
+
+    def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------ per consumer
+
+
+@dataclass(frozen=True)
+class _Subscription:
+    """One open consumer of a target subscription."""
+
+    topic: str
+    subscription: str
+    partition: int
+    consumer: Any
+
+
+def _entries(ranges: RangeSet, ledgers: Ledgers | None) -> Iterator[Position]:
+    """The entries of ``ranges``: exact per ledger list when known, else ranges must not span.
+
+    A range inside one ledger the list does not know (a stale list) is taken
+    as it is: its entries come from segments, so they exist. A range spanning
+    ledgers yields only the entries of listed ledgers; anything it misses is
+    not acked now and is planned again at the next sync (never the unsafe way).
+    """
+    known = set() if ledgers is None else set(ledgers.ids.tolist())
+    for a, b, c, d in ranges.bounds.tolist():
+        one = RangeSet.of((Position(a, b), Position(c, d)))
+        if a == c and a not in known:
+            yield from one.iter_entries(None)
+        elif ledgers is None:
+            raise ValueError(
+                f"range ({a}:{b}..{c}:{d}] spans ledgers: pass ledgers= (the target topic's "
+                "ledger list) so that its entries can be enumerated"
+            )
+        else:
+            yield from one.iter_entries(ledgers)
+
+
+def _last_entry(position: Position, ledgers: Ledgers | None) -> Position | None:
+    """An existing entry to ack cumulatively for a markDeletePosition (``L:-1`` has none)."""
+    if position.entry >= 0:
+        return position
+    if ledgers is None or not len(ledgers.ids):
+        return None
+    canon = RangeSet.up_to(position).canonical(ledgers)
+    if not canon:
+        return None
+    last = Position(int(canon.bounds[-1, 2]), int(canon.bounds[-1, 3]))
+    return last if last.entry >= 0 else None
+
+
+def _hosts(service_url: str) -> list[tuple[str, int]]:
+    """(host, port) of each broker in a service URL such as ``pulsar://h1:6650,h2:6650``."""
+    parts = urlsplit(service_url)
+    default = _DEFAULT_PORTS.get(parts.scheme, 6650)
+    out = []
+    for hostport in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            host, port = hostport, str(default)
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _reachable(service_url: str, timeout_s: float = 1.0) -> bool:
+    for host, port in _hosts(service_url):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+# ---------------------------------------------------------------------- emitter
+
+
+class PulsarEmitter:
+    """Acks guarded plans on the target cluster with pulsar-client consumers (see module doc)."""
+
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        subscription_type: SubscriptionType = "Shared",
+        ack_batch_size: int = 1000,
+        auth_token: str | None = None,
+        tls_trust_certs_file: str | None = None,
+        tls_allow_insecure: bool = False,
+        consumer_name: str = "cursorsync-emitter",
+        operation_timeout_seconds: int = 30,
+        connection_timeout_ms: int = 10_000,
+        client: pulsar.Client | None = None,
+    ) -> None:
+        if subscription_type not in SUBSCRIPTION_TYPES:
+            raise ConfigError(
+                f"{subscription_type!r} is not a valid subscription_type. "
+                f"Valid values are: {', '.join(SUBSCRIPTION_TYPES)}"
+            )
+        if ack_batch_size < 1:
+            raise ConfigError(f"ack_batch_size must be >= 1, got {ack_batch_size}")
+        self.service_url = service_url
+        self.subscription_type: SubscriptionType = subscription_type
+        self.ack_batch_size = ack_batch_size
+        self.consumer_name = consumer_name
+        self.operation_timeout_seconds = operation_timeout_seconds
+        self._owns_client = client is None
+        if client is None:
+            kwargs: dict[str, Any] = {
+                "operation_timeout_seconds": operation_timeout_seconds,
+                "connection_timeout_ms": connection_timeout_ms,
+                "tls_allow_insecure_connection": tls_allow_insecure,
+            }
+            if auth_token is not None:
+                kwargs["authentication"] = pulsar.AuthenticationToken(auth_token)
+            if tls_trust_certs_file is not None:
+                kwargs["tls_trust_certs_file_path"] = tls_trust_certs_file
+            client = connect(service_url, **kwargs)
+        self._client = client
+        self._subs: dict[tuple[str, str], _Subscription] = {}
+        self._lock = threading.Lock()
+
+    # -- public
+    def apply(
+        self,
+        topic: str,
+        subscription: str,
+        safe: SafePlan,
+        *,
+        cumulative: bool,
+        ledgers: Ledgers | None = None,
+    ) -> EmitResult:
+        """Send the acks of ``safe`` to ``subscription`` on the topic partition ``topic``.
+
+        ``cumulative`` asks for one cumulative ack up to the plan's
+        markDeletePosition (Exclusive/Failover only). ``ledgers`` is the target
+        topic's ledger list: needed when a planned range spans ledgers.
+        """
+        if not isinstance(safe, SafePlan):
+            kind = "a bare AckPlan" if isinstance(safe, AckPlan) else type(safe).__name__
+            raise TypeError(
+                f"apply() takes a SafePlan from cursorsync.core.translate.guard(), got {kind}: "
+                "every ack must pass the safety guard"
+            )
+        if cumulative and self.subscription_type not in CUMULATIVE_TYPES:
+            raise ConfigError(
+                f"cumulative acks need an Exclusive or Failover subscription, but the emitter's "
+                f"subscription_type is {self.subscription_type} (Pulsar refuses cumulative acks "
+                "on Shared/Key_Shared); apply with cumulative=False"
+            )
+        plan = safe.plan
+        cum, individual = plan.split(cumulative=cumulative)
+        cum_entry = None if cum is None else _last_entry(cum, ledgers)
+        if cum is not None and cum_entry is None:
+            # markDelete L:-1 with no known entry before it: ack everything individually.
+            cum, individual = None, plan.to_ack
+        if not plan.to_ack and cum is None:
+            return EmitResult(0, None, 0)
+        sub = self._subscription(topic, subscription)
+        return self._ack(sub, cum_entry, individual, ledgers)
+
+    def close(self) -> None:
+        """Close every consumer (flushing grouped acks), then the client if we created it."""
+        with self._lock:
+            subs, self._subs = list(self._subs.values()), {}
+        errors = []
+        for sub in subs:
+            try:
+                sub.consumer.close()
+            except pulsar.PulsarException as exc:  # already closed or disconnected
+                errors.append(f"{sub.topic} {sub.subscription}: {exc}")
+        if self._owns_client:
+            self._client.close()
+        if errors:
+            log.warning("closing emitter consumers failed: %s", "; ".join(errors))
+
+    def __enter__(self) -> PulsarEmitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- consumers
+    def _subscription(self, topic: str, subscription: str) -> _Subscription:
+        name = TopicName.parse(topic)
+        key = (str(name), subscription)
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is None:
+                consumer = self._subscribe(str(name), subscription)
+                sub = _Subscription(str(name), subscription, name.partition, consumer)
+                self._subs[key] = sub
+            return sub
+
+    def _subscribe(self, topic: str, subscription: str) -> Any:
+        where = f"topic {topic} subscription {subscription!r} on {self.service_url}"
+        try:
+            partitions = self._client.get_topic_partitions(topic)
+            if partitions != [topic]:
+                raise ConfigError(
+                    f"{topic} is a partitioned topic ({len(partitions)} partitions): the emitter "
+                    f"acks per partition, address {partitions[0]} ... instead"
+                )
+            return self._client.subscribe(
+                topic,
+                subscription,
+                consumer_type=_CONSUMER_TYPES[self.subscription_type],
+                receiver_queue_size=0,
+                consumer_name=self.consumer_name,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+        except pulsar.ConsumerBusy as exc:
+            raise SubscriptionBusyError(self._busy_message(where, str(exc))) from exc
+        except pulsar.TopicNotFound as exc:
+            raise EmitTopicNotFoundError(
+                f"topic {topic} does not exist on the target cluster {self.service_url}; "
+                "is it replicated there (and topic auto-creation off)?"
+            ) from exc
+        except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+            raise EmitError(
+                f"{where}: refused ({exc}); check auth_token and the role's consume permission"
+            ) from exc
+        except (pulsar.Timeout, pulsar.ConnectError) as exc:
+            if not _reachable(self.service_url):
+                raise TargetUnreachableError(
+                    f"target cluster {self.service_url} is unreachable (subscribing {where} "
+                    f"failed: {exc}); check the service URL and that the brokers are up"
+                ) from exc
+            raise SubscriptionBusyError(
+                self._busy_message(where, f"timed out after {self.operation_timeout_seconds}s "
+                                   "although the broker accepts connections")
+            ) from exc
+
+    def _busy_message(self, where: str, detail: str) -> str:
+        return (
+            f"cannot subscribe as {self.subscription_type} to {where}: {detail}. Most likely "
+            "another consumer holds the subscription (an Exclusive one, or one of another "
+            "type): the consumers on the target must be stopped, or the emitter must be the "
+            "only consumer of the subscription until failover"
+        )
+
+    # -- acks
+    def _ack(
+        self,
+        sub: _Subscription,
+        cum: Position | None,
+        individual: RangeSet,
+        ledgers: Ledgers | None,
+    ) -> EmitResult:
+        ids = (pulsar.MessageId(sub.partition, p.ledger, p.entry, -1)
+               for p in _entries(individual, ledgers))
+        sent = self._ack_individually(sub, ids)
+        if cum is not None:
+            mid = pulsar.MessageId(sub.partition, cum.ledger, cum.entry, -1)
+            self._call(sub, "cumulative ack", sub.consumer.acknowledge_cumulative, mid)
+        log.debug("%s %s: acked %d entries by id, cumulative to %s",
+                  sub.topic, sub.subscription, sent, cum)
+        return EmitResult(sent + (cum is not None), cum, sent)
+
+    def _ack_individually(self, sub: _Subscription, ids: Iterator[Any]) -> int:
+        """Individual acks, ``ack_batch_size`` at a time, each group on a connected consumer.
+
+        ``acknowledge()`` only queues the id in the client's grouping tracker, which
+        sends every 100 ms or per 1000 ids; a group is started only while the
+        consumer is connected, so acks are not queued into a dead connection.
+        """
+        sent = 0
+        for mid in ids:
+            if sent % self.ack_batch_size == 0:
+                self._wait_connected(sub)
+            self._call(sub, "ack", sub.consumer.acknowledge, mid)
+            sent += 1
+        return sent
+
+    def _wait_connected(self, sub: _Subscription) -> None:
+        deadline = time.monotonic() + self.operation_timeout_seconds
+        while not sub.consumer.is_connected():
+            if time.monotonic() > deadline:
+                raise TargetUnreachableError(
+                    f"the consumer of {sub.topic} {sub.subscription!r} lost its connection to "
+                    f"{self.service_url} and did not reconnect within "
+                    f"{self.operation_timeout_seconds}s; nothing more was acked"
+                )
+            time.sleep(0.05)
+
+    def _call(self, sub: _Subscription, what: str, fn: Callable[[Any], object], arg: Any) -> None:
+        """``fn(arg)``, turning a client failure into an EmitError naming topic and subscription."""
+        try:
+            fn(arg)
+        except pulsar.PulsarException as exc:
+            raise EmitError(
+                f"{what} on {sub.topic} {sub.subscription!r} ({self.service_url}) failed: {exc}"
+            ) from exc

@@ -1,0 +1,264 @@
+"""``pulsar-cursors``: a Spark streaming source of subscription cursor states (admin polling).
+
+Each micro-batch polls ``internalStats`` (``partitioned-internalStats`` for
+partitioned topics) of the configured topics on the driver and yields one row
+per (topic partition, subscription). Replicator cursors (``pulsar.repl.*``)
+are not subscriptions and never appear.
+
+A poll cannot be repeated, so replays would not be deterministic. Each
+poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
+checkpoint) under their offset before Spark sees them, and
+``readBetweenOffsets`` (Spark's replay path) returns the stored rows.
+Offsets are ``{"version": 1, "seq": n}``; seq n is the n-th stored poll.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+
+from cursorsync.errors import ConfigError, CursorSyncError
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.options import Options
+from cursorsync.pulsar.stats import TopicInternalStats
+from cursorsync.pulsar.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+#: A row as read() yields it, in SCHEMA order.
+Row = tuple[Any, ...]
+
+OFFSET_VERSION = 1
+STATE_VERSION = 1
+
+SCHEMA = (
+    "cluster string, topic string, partition int, subscription string, "
+    "mark_delete string, individually_deleted string, "
+    "ledgers array<struct<ledger_id: long, entries: long>>, observed_at timestamp, "
+    "messages_consumed_counter long"
+)
+
+_STATE_FILE = re.compile(r"^poll-(\d{20})\.json$")
+
+
+class ReplayStateError(CursorSyncError):
+    """A replayed batch's stored poll is missing or unreadable; names the file."""
+
+
+@dataclass(frozen=True)
+class CursorsOptions:
+    """Every option of ``pulsar-cursors``, validated once on the driver."""
+
+    cluster: str
+    admin: AdminConfig
+    topics: tuple[str, ...]
+    namespace: str | None
+    topic_pattern: str | None
+    subscriptions: tuple[str, ...]
+    state_dir: str
+    poll_interval_ms: int
+    state_retention: int
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> CursorsOptions:
+        o = Options(raw)
+        cluster = o.required("cluster")
+        admin = o.admin(cluster, required=True)
+        assert admin is not None
+        topics, namespace, pattern = o.topic_selection()
+        subs = o.get_list("subscriptions")
+        if not subs:
+            raise ConfigError("option subscriptions is required (a list, or * for every one)")
+        return cls(
+            cluster=cluster,
+            admin=admin,
+            topics=topics,
+            namespace=namespace,
+            topic_pattern=pattern,
+            subscriptions=subs,
+            state_dir=o.required("stateDir"),
+            poll_interval_ms=o.get_int("pollIntervalMs", 0, minimum=0) or 0,
+            state_retention=o.get_int("stateRetention", 100, minimum=1) or 100,
+        )
+
+
+def make_offset(seq: int) -> dict[str, int]:
+    return {"version": OFFSET_VERSION, "seq": seq}
+
+
+def parse_offset(offset: Mapping[str, Any]) -> int:
+    if offset.get("version") != OFFSET_VERSION or not isinstance(offset.get("seq"), int):
+        raise ConfigError(
+            f"pulsar-cursors offset {dict(offset)!r} is not a version {OFFSET_VERSION} offset; "
+            f"the checkpoint was written by another cursorsync version"
+        )
+    seq = offset["seq"]
+    assert isinstance(seq, int)
+    return seq
+
+
+def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequence[str],
+                    observed_at: datetime) -> list[Row]:
+    """One row per wanted subscription of one topic partition (``*`` = every subscription)."""
+    topic = TopicName.parse(stats.topic)
+    ledgers = [(int(i), int(n)) for i, n in
+               zip(stats.ledgers.ids.tolist(), stats.ledgers.entries.tolist(), strict=True)]
+    every = "*" in subscriptions
+    rows = []
+    for name in sorted(stats.subscriptions):
+        if not every and name not in subscriptions:
+            continue
+        cs = stats.subscriptions[name]
+        rows.append((
+            cluster, str(topic.base), topic.partition, name, str(cs.state.mark_delete),
+            str(cs.state.individually_deleted), ledgers, observed_at,
+            cs.messages_consumed_counter,
+        ))
+    return rows
+
+
+def _encode_row(row: Row) -> dict[str, Any]:
+    (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed) = row
+    return {"cluster": cluster, "topic": topic, "partition": partition, "subscription": sub,
+            "mark_delete": md, "individually_deleted": idm, "ledgers": ledgers,
+            "observed_at_us": int(observed_at.timestamp() * 1_000_000) if observed_at.tzinfo
+            else int(observed_at.replace(tzinfo=UTC).timestamp() * 1_000_000),
+            "messages_consumed_counter": consumed}
+
+
+def _decode_row(d: Mapping[str, Any]) -> Row:
+    at = datetime.fromtimestamp(d["observed_at_us"] / 1_000_000, tz=UTC)
+    return (d["cluster"], d["topic"], d["partition"], d["subscription"], d["mark_delete"],
+            d["individually_deleted"], [tuple(x) for x in d["ledgers"]], at,
+            d["messages_consumed_counter"])
+
+
+class PollStore:
+    """Polls stored by seq under one directory, written atomically (tmp file + rename)."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = Path(directory)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"option stateDir: cannot create {directory!r}: {e}") from e
+
+    def path(self, seq: int) -> Path:
+        return self.dir / f"poll-{seq:020d}.json"
+
+    def write(self, seq: int, rows: Sequence[Row]) -> None:
+        doc = {"version": STATE_VERSION, "seq": seq, "rows": [_encode_row(r) for r in rows]}
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".poll-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path(seq))
+
+    def read(self, seq: int) -> list[Row]:
+        p = self.path(seq)
+        try:
+            doc = json.loads(p.read_text())
+        except FileNotFoundError as e:
+            raise ReplayStateError(
+                f"stored poll {p} is missing: the batch ending at seq {seq} cannot be replayed "
+                f"(was stateDir changed or cleaned?)"
+            ) from e
+        except ValueError as e:
+            raise ReplayStateError(f"stored poll {p} is not valid JSON: {e}") from e
+        if doc.get("version") != STATE_VERSION or doc.get("seq") != seq:
+            raise ReplayStateError(f"stored poll {p} has version/seq "
+                                   f"{doc.get('version')}/{doc.get('seq')}, expected "
+                                   f"{STATE_VERSION}/{seq}")
+        return [_decode_row(r) for r in doc["rows"]]
+
+    def prune(self, up_to: int) -> None:
+        """Delete stored polls with seq <= up_to."""
+        for p in self.dir.iterdir():
+            m = _STATE_FILE.match(p.name)
+            if m and int(m.group(1)) <= up_to:
+                p.unlink(missing_ok=True)
+
+
+class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
+    """Polls on the driver; every poll is stored before it is handed to Spark."""
+
+    def __init__(self, options: CursorsOptions) -> None:
+        self.options = options
+        self.store = PollStore(options.state_dir)
+        self._last_poll = 0.0
+
+    def poll(self) -> list[Row]:
+        """One poll of every configured topic, concurrently."""
+        o = self.options
+        with AdminClient(o.admin) as admin:
+            explicit = [TopicName.parse(t) for t in o.topics]
+            concrete = [t for t in explicit if t.partition >= 0]
+            bases = [t for t in explicit if t.partition < 0]
+            if o.namespace is not None:
+                bases_or_parts = admin.expand_topics((), namespace=o.namespace,
+                                                     pattern=o.topic_pattern)
+                concrete.extend(bases_or_parts)
+            counts = admin.map_concurrently(admin.partitions, bases)
+            stats: list[TopicInternalStats] = []
+            partitioned = [t for t in bases if counts[str(t)] > 0]
+            concrete.extend(t for t in bases if counts[str(t)] == 0)
+            for p in admin.map_concurrently(admin.partitioned_internal_stats,
+                                            partitioned).values():
+                stats.extend(p.stats.values())
+            seen = {s.topic for s in stats}
+            todo = sorted({t for t in concrete if str(t) not in seen})
+            stats.extend(admin.internal_stats_many(todo).values())
+        observed_at = datetime.now(tz=UTC)
+        rows: list[Row] = []
+        for s in sorted(stats, key=lambda s: s.topic):
+            rows.extend(rows_from_stats(o.cluster, s, o.subscriptions, observed_at))
+        return rows
+
+    def initialOffset(self) -> dict[str, Any]:
+        return make_offset(0)
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, Any]]:
+        seq = parse_offset(start)
+        now = time.monotonic()
+        if self._last_poll and (now - self._last_poll) * 1000 < self.options.poll_interval_ms:
+            return iter(()), start
+        rows = self.poll()
+        self._last_poll = now
+        self.store.write(seq + 1, rows)
+        return iter(rows), make_offset(seq + 1)
+
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
+        lo, hi = parse_offset(start), parse_offset(end)
+        rows: list[Row] = []
+        for seq in range(lo + 1, hi + 1):
+            rows.extend(self.store.read(seq))
+        return iter(rows)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.store.prune(parse_offset(end) - self.options.state_retention)
+
+
+class PulsarCursorsDataSource(DataSource):
+    """``spark.readStream.format("pulsar-cursors")``: polled subscription cursor states."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pulsar-cursors"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def simpleStreamReader(self, schema: Any) -> PulsarCursorsStreamReader:
+        return PulsarCursorsStreamReader(CursorsOptions.parse(self.options))

@@ -1,0 +1,125 @@
+"""Emission spread across executors, for many topic partitions.
+
+The sync batch (one row per observed cursor) is repartitioned by topic
+partition; each Spark task translates, guards and emits for its partitions
+with its own admin client and emitter, reading each partition's mapping and
+previous cursor state from the Delta tables, and returns ``sync_progress``
+rows. The driver only writes the tables. Every task runs the same
+:class:`cursorsync.sync.step.SyncStep`, so the safety guard is the same code.
+
+A re-run task (Spark retries) re-sends acks that the target does not show
+yet; acks are idempotent on the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from cursorsync.app.settings import Config
+from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.translate import CursorState
+from cursorsync.sync.step import MarkerCache
+from cursorsync.tables import RowFilter, open_store
+from cursorsync.tables.rows import (
+    ObservedCursor,
+    PartitionKey,
+    cursor_states,
+    row_schema,
+    sync_progress_rows,
+    topic_mappings,
+)
+
+
+def _previous_states(store: Any, obs: list[ObservedCursor], batch_id: int,
+                     config: Config) -> dict[tuple[PartitionKey, str], CursorState]:
+    """The last cursor state each (partition, subscription) had before this batch."""
+    prev: dict[tuple[PartitionKey, str], tuple[Any, CursorState]] = {}
+    if batch_id == 0 or not store.exists("cursor_states"):
+        return {}
+    for topic in sorted({o.key.topic for o in obs}):
+        rows = store.read("cursor_states", RowFilter.of(
+            topic=topic, source_cluster=config.source.name,
+            target_cluster=config.target.name, max_batch_id=batch_id - 1))
+        for seen in cursor_states(rows):
+            k = (seen.key, seen.subscription)
+            if k not in prev or seen.observed_at >= prev[k][0]:
+                prev[k] = (seen.observed_at, seen.state)
+    return {k: v[1] for k, v in prev.items()}
+
+
+def _mappings(store: Any, keys: set[PartitionKey],
+              config: Config) -> dict[PartitionKey, TopicMapping]:
+    out: dict[PartitionKey, TopicMapping] = {}
+    if not store.exists("mappings"):
+        return out
+    for topic in sorted({k.topic for k in keys}):
+        rows = store.read("mappings", RowFilter.of(
+            topic=topic, source_cluster=config.source.name, target_cluster=config.target.name))
+        out.update({k: m for k, m in topic_mappings(rows).items() if k in keys})
+    return out
+
+
+#: Per source admin URL, the sync steps' source-marker caches (see SyncStep) in this worker.
+_MARKERS: dict[str, MarkerCache] = {}
+
+
+def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool) -> Any:
+    """The function each task runs over its share of the batch (for ``mapInArrow``)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from cursorsync.app.job import (
+            cluster_admin,
+            observations,
+            source_marker_lookup,
+            target_admin,
+            target_emitter,
+            target_reader,
+        )
+        from cursorsync.sync.step import SyncConfig, SyncStep
+
+        parts = [pa.Table.from_batches([b]) for b in batches]
+        if not parts:
+            return
+        obs = observations(pa.concat_tables(parts))
+        if not obs:
+            return
+        store = open_store(config.tables.backend, config.tables.path,
+                           storage_options=config.tables.storage_options or None)
+        admin = target_admin(config)
+        source_admin = cluster_admin(config.source)
+        emitter = None if dry_run else target_emitter(config)
+        try:
+            step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
+                            emitter, target_reader(admin),
+                            source_marker_lookup(source_admin, config))
+            step.previous = _previous_states(store, obs, batch_id, config)
+            # Source entries found to be markers stay known for the worker's life: a task
+            # does not look the same entries up again every batch.
+            step.markers = _MARKERS.setdefault(config.source.admin_url, MarkerCache())
+            result = step.run(obs, _mappings(store, {o.key for o in obs}, config))
+            rows = sync_progress_rows(result.records, source_cluster=config.source.name,
+                                      target_cluster=config.target.name)
+        finally:
+            if emitter is not None:
+                emitter.close()
+            admin.close()
+            source_admin.close()
+        yield from rows.to_batches()
+
+    return run
+
+
+def sync_on_executors(df: Any, config: Config, batch_id: int, *, dry_run: bool,
+                      cumulative: bool) -> pa.Table:
+    """Run the sync step in Spark tasks, one group of topic partitions per task."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = row_schema("sync_progress")
+    n = max(1, int(df.sparkSession.sparkContext.defaultParallelism))
+    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative)
+    out = df.repartition(n, "topic", "partition").mapInArrow(fn, from_arrow_schema(schema))
+    table = out.toArrow()
+    return table.cast(schema) if table.num_rows else schema.empty_table()

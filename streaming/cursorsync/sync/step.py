@@ -1,0 +1,234 @@
+"""The sync step: observed source cursors -> guarded ack plans -> the emitter -> records.
+
+A readable filter chain, per (topic partition, subscription), each skip
+logged with its reason and the others going on:
+
+1. translate the source cursor through the partition's mapping, against the
+   target cursor as the target's admin API reports it (actual, not assumed);
+   Source entries the plan counts as unmapped are looked up on the source's
+   admin API, once each (a few per sync at most): a marker never has a data
+   counterpart (snapshot markers at a ledger's end or after the last message,
+   where no segment on either side vouches for them), so it is not "waiting
+   for evidence", and the plan can become exact. Entries past the last mapped
+   one are only looked up once the mapping has not moved for a while: under
+   traffic they are simply not mapped yet;
+2. a source that moved backwards: ``halt`` emits nothing for it, ``report``
+   goes on (acks already sent cannot be taken back either way);
+3. :func:`cursorsync.core.translate.guard`: the safety rule, or nothing is sent;
+4. emit (unless dry-run), and record what was planned and sent.
+
+Re-running a step for the same observations re-sends only acks that the
+target does not show yet; acks are idempotent on the broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal, Protocol
+
+import numpy as np
+
+from cursorsync.core.mapping import Runs, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import (
+    CursorState,
+    SafePlan,
+    UnsafePlanError,
+    guard,
+    translate,
+    unmapped_source,
+)
+from cursorsync.errors import CursorSyncError
+from cursorsync.tables.rows import ObservedCursor, PartitionKey, SyncRecord
+
+log = logging.getLogger(__name__)
+
+RewindPolicy = Literal["halt", "report"]
+
+
+class EmitterLike(Protocol):
+    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
+              ledgers: Ledgers | None = None) -> object: ...
+
+
+#: Reads the target's cursor for (concrete topic, subscription): None when unknown.
+TargetReader = Callable[[str, str], CursorState | None]
+#: Which of these source entries of a concrete topic are markers (asked of the source).
+MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: Source entries looked up per (topic partition, subscription) and sync, at most.
+MARKER_LOOKUPS_PER_SYNC = 64
+#: Unmapped entries past the last mapped one are looked up once the mapping of their
+#: partition has not moved for this long: as this step saw it, or by the newest row of
+#: the mapping (a step that just started, as an executor's may be, has seen nothing).
+MARKER_LOOKUP_SETTLE_S = 5.0
+
+
+@dataclass
+class MarkerCache:
+    """What the source's admin API said, per topic partition: entries that are markers,
+    every entry looked up, and the last mapped source entry with when it was first seen."""
+
+    markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    cumulative: bool = False
+    dry_run: bool = False
+    rewind_policy: RewindPolicy = "halt"
+
+
+@dataclass
+class StepResult:
+    records: list[SyncRecord]
+    acks_sent: int
+    refused: int
+    halted: int
+    translate_seconds: float
+
+
+class SyncStep:
+    """Holds what the loop must remember between batches: the previous source states."""
+
+    def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
+                 read_target: TargetReader, lookup_markers: MarkerLookup | None = None) -> None:
+        self.config = config
+        self.emitter = emitter
+        self.read_target = read_target
+        self.lookup_markers = lookup_markers
+        self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
+        self.markers = MarkerCache()
+        self.clock = time.monotonic
+        self.wall_clock = time.time
+
+    def run(self, observed: Iterable[ObservedCursor],
+            mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
+        records: list[SyncRecord] = []
+        sent = refused = halted = 0
+        t_translate = 0.0
+        for obs in _latest(observed):
+            k = (obs.key, obs.subscription)
+            topic = obs.key.concrete_topic()
+            mapping = mappings.get(obs.key, TopicMapping())
+            target = self.read_target(topic, obs.subscription)
+            if target is None:
+                log.info("skip %s/%s: the target has no such subscription yet",
+                         topic, obs.subscription)
+                continue
+            t0 = time.perf_counter()
+            mapping = self._with_markers(obs.key, mapping)
+            plan = translate(obs.state, mapping, target, previous_source=self.previous.get(k))
+            if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
+                mapping = self._with_markers(obs.key, mapping)
+                plan = translate(obs.state, mapping, target,
+                                 previous_source=self.previous.get(k))
+            t_translate += time.perf_counter() - t0
+            self.previous[k] = obs.state
+            acks = 0
+            if plan.rewound_entries and self.config.rewind_policy == "halt":
+                halted += 1
+                log.error("skip %s/%s: the source cursor moved back over %d entries; "
+                          "rewind_policy=halt emits nothing until an operator resets the "
+                          "target cursor too", topic, obs.subscription, plan.rewound_entries)
+            else:
+                try:
+                    safe = guard(plan, obs.state, mapping, target)
+                except UnsafePlanError as err:
+                    refused += 1
+                    log.error("skip %s/%s: %s", topic, obs.subscription, err)
+                    continue
+                if plan.to_ack and not self.config.dry_run and self.emitter is not None:
+                    try:
+                        result = self.emitter.apply(topic, obs.subscription, safe,
+                                                    cumulative=self.config.cumulative,
+                                                    ledgers=target.ledgers)
+                    except CursorSyncError as err:
+                        log.error("skip %s/%s: emission failed: %s", topic, obs.subscription,
+                                  err)
+                        continue
+                    acks = int(getattr(result, "acks_sent", 0))
+            sent += acks
+            records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
+                                      obs.observed_at, datetime.now(UTC)))
+        return StepResult(records, sent, refused, halted, t_translate)
+
+
+    def _with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
+        found = self.markers.markers.get(key)
+        if found is None or not found:
+            return mapping
+        b = found.bounds
+        runs = Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
+        return replace(mapping, unreplicated=mapping.unreplicated.union(runs))
+
+    def _look_up(self, obs: ObservedCursor, topic: str, mapping: TopicMapping,
+                 target: CursorState) -> bool:
+        """Look up the plan's unmapped source entries not looked up before; True when some
+        turned out to be markers."""
+        if self.lookup_markers is None or not len(mapping.segments):
+            return False
+        cache = self.markers
+        seen = cache.looked_up.get(obs.key, RangeSet())
+        pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
+        last = mapping.segments.rows[-1]
+        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
+        now = self.clock()
+        known = cache.frontiers.get(obs.key)
+        if known is None or known[0] != frontier:
+            cache.frontiers[obs.key] = known = (frontier, now)
+        settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
+            mapping.written_at is not None
+            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
+        if not settled:
+            pending = pending - pending.after(frontier)
+        ledgers = obs.state.ledgers
+        if ledgers is None or not pending:
+            return False
+        positions = list(itertools.islice(pending.iter_entries(ledgers),
+                                          MARKER_LOOKUPS_PER_SYNC))
+        if not positions:
+            return False
+        try:
+            markers = self.lookup_markers(topic, positions)
+        except CursorSyncError as err:
+            log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
+                        topic, err)
+            return False
+        cache.looked_up[obs.key] = seen | _entries(positions)
+        if not markers:
+            return False
+        cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
+        log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
+                  len(positions))
+        return True
+
+
+def _entries(positions: list[Position]) -> RangeSet:
+    return RangeSet.entries(np.array([p.ledger for p in positions], np.int64),
+                            np.array([p.entry for p in positions], np.int64),
+                            np.ones(len(positions), np.int64))
+
+
+def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
+    """The newest observation per (partition, subscription): older ones are superseded."""
+    best: dict[tuple[PartitionKey, str], ObservedCursor] = {}
+    for o in observed:
+        k = (o.key, o.subscription)
+        if k not in best or o.observed_at >= best[k].observed_at:
+            best[k] = o
+    return [best[k] for k in sorted(best)]
+
+
+def fresh_target(ledgers: Ledgers | None) -> CursorState:
+    """A target cursor nobody has acked on: before its first ledger."""
+    if ledgers is None or not len(ledgers.ids):
+        return CursorState(Position(-1, -1), RangeSet(), ledgers)
+    return CursorState(Position(int(ledgers.ids[0]), -1), RangeSet(), ledgers)

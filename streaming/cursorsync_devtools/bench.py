@@ -1,0 +1,138 @@
+"""Benchmarks that print their figures; never timed assertions.
+
+``translate``: a source cursor with N acknowledgement holes over a backlog of
+10*N entries across many ledgers, through segments broken by ledger rollover
+on both sides and a marker every 1000 target entries. The per-entry oracle
+runs on a subset it can finish (stated in the output) for the speedup, and
+its plan is checked equal to the fast one on that subset.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.translate import CursorState, translate
+from cursorsync_devtools.oracle import oracle_translate
+
+SOURCE_LEDGER_ENTRIES = 50_000
+TARGET_LEDGER_ENTRIES = 40_000
+MARKER_EVERY = 1_000
+ENTRIES_PER_HOLE = 10
+
+
+@dataclass(frozen=True)
+class TranslateInput:
+    source: CursorState
+    mapping: TopicMapping
+    target: CursorState
+    entries: int
+
+
+def _ledgers(total: int, per: int, first_id: int, stride: int) -> tuple[Ledgers, np.ndarray]:
+    n = -(-total // per)
+    ids = first_id + stride * np.arange(n, dtype=np.int64)
+    counts = np.full(n, per, dtype=np.int64)
+    counts[-1] = total - per * (n - 1)
+    return Ledgers(ids, counts), ids
+
+
+def build_translate_input(ranges: int) -> TranslateInput:
+    """A cursor with ``ranges`` holes over ``10 * ranges`` entries, and its mapping."""
+    total = ENTRIES_PER_HOLE * ranges + ENTRIES_PER_HOLE
+    g = np.arange(total, dtype=np.int64)
+    src_ledgers, src_ids = _ledgers(total, SOURCE_LEDGER_ENTRIES, 1_000, 3)
+    # Target: a marker after every MARKER_EVERY replicated entries.
+    t = g + g // MARKER_EVERY
+    t_total = int(t[-1]) + 2
+    tgt_ledgers, tgt_ids = _ledgers(t_total, TARGET_LEDGER_ENTRIES, 70_000, 7)
+
+    def src_pos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return src_ids[x // SOURCE_LEDGER_ENTRIES], x % SOURCE_LEDGER_ENTRIES
+
+    def tgt_pos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return tgt_ids[x // TARGET_LEDGER_ENTRIES], x % TARGET_LEDGER_ENTRIES
+
+    # Segments: runs where neither ledger changes and no marker intervenes.
+    sl, se = src_pos(g)
+    tl, te = tgt_pos(t)
+    brk = np.flatnonzero(np.concatenate((
+        [True], (sl[1:] != sl[:-1]) | (tl[1:] != tl[:-1]) | (te[1:] != te[:-1] + 1))))
+    counts = np.diff(np.concatenate((brk, [total])))
+    segments = SegmentSet(np.stack([sl[brk], se[brk], tl[brk], te[brk], counts], axis=1),
+                          validate=False)
+    markers = np.arange(MARKER_EVERY, t_total, MARKER_EVERY + 1, dtype=np.int64)
+    ml, me = tgt_pos(markers)
+    skippable = Runs(np.stack([ml, me, np.ones_like(ml)], axis=1))
+    del g, t, sl, se, tl, te
+
+    # Holes: entry 10k+9 unacked; acked ranges (hole_k .. hole_k + 9] between them.
+    holes = ENTRIES_PER_HOLE * np.arange(ranges, dtype=np.int64) + ENTRIES_PER_HOLE - 1
+    hi = np.minimum(holes + ENTRIES_PER_HOLE - 1, total - 1)
+    lo_l, lo_e = src_pos(holes)
+    hi_l, hi_e = src_pos(hi)
+    keep = hi > holes
+    bounds = np.stack([lo_l, lo_e, hi_l, hi_e], axis=1)[keep]
+    md = Position(int(src_ids[0]), ENTRIES_PER_HOLE - 2)
+    source = CursorState(md, RangeSet(bounds, _canonical=True), src_ledgers)
+    target = CursorState(Position(int(tgt_ids[0]), -1), RangeSet(), tgt_ledgers)
+    return TranslateInput(source, TopicMapping(segments, skippable), target, total)
+
+
+def _time_translate(inp: TranslateInput, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        translate(inp.source, inp.mapping, inp.target)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_translate(ranges: int, *, oracle_entries: int = 200_000) -> dict[str, Any]:
+    """Time the translator on ``ranges`` holes, and the oracle on a subset it can finish."""
+    inp = build_translate_input(ranges)
+    seconds = _time_translate(inp)
+    tracemalloc.start()
+    plan = translate(inp.source, inp.mapping, inp.target)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+
+    sub_ranges = max(1, min(ranges, oracle_entries // ENTRIES_PER_HOLE))
+    sub = build_translate_input(sub_ranges)
+    sub_fast = _time_translate(sub)
+    t0 = time.perf_counter()
+    o = oracle_translate(sub.source.mark_delete, sub.source.individually_deleted,
+                         sub.source.ledgers or Ledgers.of([]), sub.mapping,
+                         sub.target.mark_delete, sub.target.individually_deleted,
+                         sub.target.ledgers or Ledgers.of([]))
+    oracle_seconds = time.perf_counter() - t0
+    sub_plan = translate(sub.source, sub.mapping, sub.target)
+    agree = (set(sub_plan.to_ack.iter_entries(sub.target.ledgers)) == set(o.to_ack)
+             and sub_plan.mark_delete == o.mark_delete)
+    oracle_per_entry = oracle_seconds / sub.entries
+    return {
+        "benchmark": "translate",
+        "ranges": len(inp.source.individually_deleted),
+        "entries": inp.entries,
+        "segments": len(inp.mapping.segments),
+        "skippable_runs": len(inp.mapping.skippable),
+        "seconds": round(seconds, 4),
+        "peak_memory_mb": round(peak / 2**20, 1),
+        "target_ranges_out": len(plan.individually_deleted),
+        "acks_planned_entries": plan.to_ack.count_entries(inp.target.ledgers),
+        "oracle_subset_ranges": sub_ranges,
+        "oracle_subset_entries": sub.entries,
+        "oracle_seconds": round(oracle_seconds, 4),
+        "translate_seconds_on_subset": round(sub_fast, 5),
+        "speedup_on_subset": round(oracle_seconds / sub_fast, 1),
+        "oracle_seconds_extrapolated_full": round(oracle_per_entry * inp.entries, 1),
+        "speedup_extrapolated_full": round(oracle_per_entry * inp.entries / seconds, 1),
+        "oracle_agrees_on_subset": agree,
+    }

@@ -1,0 +1,473 @@
+"""End-to-end benchmark on the real test bed (``cursorsync bench e2e``).
+
+Every figure is printed beside a baseline measured in the same run, on the same
+brokers and cores, because absolute rates on a shared machine say little:
+
+1. **Mapping ingestion.** A backlog is produced on a (a partitioned topic,
+   asynchronous sends, a share of batches) and replicated to b. The baseline:
+   plain pulsar-client Readers read every backlog entry of the clusters the job
+   reads (b, and a too with identity evidence), one per topic partition, as
+   many at a time as Spark has cores. Then the job starts and the time until
+   its mapping query has ingested the whole backlog gives entries/s from job
+   start and warm (after the first mapping batch, which pays for Spark's Python
+   workers). The ``mappings`` table is then checked against ground truth: each
+   backlog entry's position on a (send receipts) and on b (a Reader, by key).
+2. **Sync lag.** A live workload on another partitioned topic, at a paced rate,
+   acked alike on ``sync-shared`` (synced by the job) and ``builtin-shared``
+   (Pulsar's replicated subscription state): per entry, the time from its ack on
+   a until b's cursor covered its counterpart (:mod:`cursorsync_devtools.testbed.lag`).
+3. **Failover.** The job stops; both subscriptions are drained on b and every
+   delivery counted (:mod:`cursorsync_devtools.testbed.failover`).
+4. **CPU-seconds per process group** in each phase (:mod:`cursorsync_devtools.testbed.cpu`),
+   and per mapping batch.
+
+Nothing here asserts a time: the tests check the report's structure and its
+correctness facts only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cursorsync.core.positions import Position
+from cursorsync.errors import CursorSyncError
+from cursorsync_devtools.testbed.cpu import CpuSampler
+from cursorsync_devtools.testbed.lag import LiveSpec
+
+log = logging.getLogger(__name__)
+
+SYNC = "sync-shared"
+BUILTIN = "builtin-shared"
+#: Process groups in the order the tables show them.
+GROUPS = ("driver", "spark jvm", "python workers", "broker a", "broker b")
+
+
+class BenchError(CursorSyncError):
+    """A phase of the benchmark could not complete; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class E2ESpec:
+    """What the benchmark runs. The defaults are the ``cursorsync bench e2e`` run."""
+
+    backlog_topic: str = "bench-backlog"
+    #: Entries of the backlog on a, all partitions together.
+    backlog_entries: int = 200_000
+    partitions: int = 4
+    batched_fraction: float = 0.2
+    batch_size: int = 5
+    live_topic: str = "bench-live"
+    live_partitions: int = 2
+    #: Messages per second of the live workload, and for how long.
+    rate_per_s: float = 200.0
+    live_seconds: float = 60.0
+    late_fraction: float = 0.1
+    trigger_interval_s: float = 1.0
+    #: spark.max_entries_per_batch; None: the embedded config's.
+    max_entries_per_batch: int | None = None
+    strategies: tuple[str, ...] = ("position-property", "identity")
+    identity_scope: str = "all"
+    #: How often b's cursors are read in the live phase: the lag's resolution.
+    poll_interval_s: float = 0.1
+    #: How long after the last ack on a both cursors on b may take to cover everything.
+    settle_timeout_s: float = 30.0
+    replication_timeout_s: float = 600.0
+    mapping_timeout_s: float = 600.0
+    #: managedLedgerMaxEntriesPerLedger on a and b when the benchmark starts its own test
+    #: bed: ledgers still roll, at different places on each side.
+    entries_per_ledger: tuple[int, int] = (5000, 3500)
+    seed: int = 11
+
+    def __post_init__(self) -> None:
+        if self.backlog_entries < self.partitions or self.partitions < 1:
+            raise BenchError(f"backlog_entries ({self.backlog_entries}) must be >= partitions "
+                             f"({self.partitions}) >= 1")
+        if self.live_partitions < 1 or self.rate_per_s <= 0 or self.batch_size < 2:
+            raise BenchError("live_partitions >= 1, rate_per_s > 0 and batch_size >= 2 needed")
+
+    def live(self) -> LiveSpec:
+        return LiveSpec(self.live_topic, self.live_partitions, self.rate_per_s,
+                        self.live_seconds, self.batched_fraction, self.batch_size,
+                        self.late_fraction, seed=self.seed + 1)
+
+    @property
+    def identity(self) -> bool:
+        return "identity" in self.strategies
+
+
+# ----------------------------------------------------------------- instrumentation
+
+
+class _Phases:
+    """Wall and CPU-seconds per phase; a phase that fails is named in the error."""
+
+    def __init__(self, cpu: CpuSampler, say: Callable[[str], None]) -> None:
+        self.cpu = cpu
+        self.say = say
+        self.done: list[dict[str, Any]] = []
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.say(name)
+        before, t0 = self.cpu.sample(), time.monotonic()
+        try:
+            yield
+        except BenchError as err:
+            raise BenchError(f"phase {name}: {err}") from err
+        except Exception as err:
+            raise BenchError(f"phase {name} could not complete: {err}") from err
+        self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
+                          "cpu_s": CpuSampler.diff(before, self.cpu.sample())})
+
+
+# ------------------------------------------------------------------------ the run
+
+
+def bench_e2e(spec: E2ESpec | None = None, *, bed: Any = None, work_dir: str | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every phase and return the report (see :func:`table` for its reading).
+
+    ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` (the tests share one); None
+    starts one with ``spec.entries_per_ledger`` and stops it at the end.
+    """
+    from cursorsync_devtools.testbed import TestBed, TestBedConfig
+
+    spec = spec or E2ESpec()
+    say = progress or (lambda msg: log.info("bench e2e: %s", msg))
+    root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-e2e-"))
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        if bed is not None:
+            report = _run(bed, root, spec, say)
+        else:
+            say("starting the test bed")
+            own = TestBed(TestBedConfig(work_dir=root / "pulsar",
+                                        entries_per_ledger=spec.entries_per_ledger))
+            try:
+                own.start()  # stops what it started if it fails
+            except CursorSyncError as err:
+                raise BenchError(f"the test bed did not start: {err}") from err
+            try:
+                report = _run(own, root, spec, say)
+            finally:
+                own.stop()
+    finally:
+        if not work_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    report["total_s"] = round(time.monotonic() - t0, 1)
+    return report
+
+
+def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    from cursorsync.app.job import build_session
+    from cursorsync_devtools.testbed.ingestion import check_mapping
+    from cursorsync_devtools.testbed.produce import Plan, entries_of, produce
+
+    cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
+    phase = _Phases(cpu, say)
+    config = _config(bed, root, spec)
+    report: dict[str, Any] = {"benchmark": "e2e", "spec": asdict(spec), "machine": _machine()}
+    with phase("backlog"):
+        parts = bed.create_topic(spec.backlog_topic, spec.partitions)
+        bed.create_topic(spec.live_topic, spec.live_partitions)
+        _target_subscription(bed, spec.live_topic)
+        _retention_subscriptions(bed, spec.backlog_topic)
+        t = time.monotonic()
+        backlog = produce(bed, Plan.of(parts, spec.backlog_entries,
+                                       batched_fraction=spec.batched_fraction,
+                                       batch_size=spec.batch_size, seed=spec.seed))
+        produce_s = time.monotonic() - t
+        replicate_s = bed.wait_replicated([spec.backlog_topic],
+                                          timeout_s=spec.replication_timeout_s)
+    entries = entries_of(backlog)
+    report["backlog"] = {
+        "topic": bed.topic(spec.backlog_topic), "partitions": spec.partitions,
+        "entries": len(entries), "messages": len(backlog),
+        "batched_entries": sum(1 for m in entries.values() if m[0].batch_size),
+        "produce_s": round(produce_s, 2), "replicate_s": round(replicate_s, 2)}
+    messages = Counter(m.topic for m in backlog)
+    # Where each message is on b, read before the job acks the backlog on its retention
+    # subscription (the broker may then delete the ledgers).
+    with phase("positions on b"):
+        on_b = _on_target(bed, messages)
+    with phase("baseline"):
+        baseline = _baseline(bed, config, spec, messages, len(entries))
+    had_session = SparkSession.getActiveSession() is not None
+    with phase("spark start-up"):
+        spark = build_session(config)
+    report["spark_startup_s"] = phase.done[-1]["seconds"]
+    try:
+        mapping, failover, lag = _with_job(bed, config, spec, spark, cpu, phase, report)
+    finally:
+        if not had_session:
+            spark.stop()
+    with phase("mapping check"):
+        mapping["check"] = check_mapping(config, backlog, on_b)
+    mapping["baseline"] = baseline
+    for figure in ("warm", "from_start"):
+        rate = mapping[f"entries_per_s_{figure}"]
+        mapping[f"ratio_{figure}"] = round(rate / baseline["entries_per_s"], 2) if rate else None
+    report.update(mapping=mapping, lag=lag, failover=failover, phases=phase.done)
+    return report
+
+
+def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
+              phase: _Phases, report: Mapping[str, Any],
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The phases the job runs in: mapping ingestion, live lag; then failover without it."""
+    from cursorsync.app.job import start_job
+    from cursorsync_devtools.testbed.failover import count, drain
+    from cursorsync_devtools.testbed.ingestion import (
+        MappingRecorder,
+        mapping_figures,
+        wait_ingested,
+    )
+
+    recorder = MappingRecorder(cpu)
+    want = {config.target.name: report["backlog"]["entries"]}
+    if spec.identity:  # the source stream hands on the entries it digests
+        want[config.source.name] = (report["backlog"]["batched_entries"]
+                                    if spec.identity_scope == "batched"
+                                    else report["backlog"]["entries"])
+    job = None
+    try:
+        with phase("mapping"):
+            t0, cpu0 = time.monotonic(), cpu.sample()
+            job = start_job(config, spark=spark, metrics=recorder)
+            covered = wait_ingested(job, recorder, want, spec.mapping_timeout_s)
+        mapping = mapping_figures(job, recorder.done()[:covered + 1], t0, cpu0,
+                                   report["backlog"]["entries"], config.target.name)
+        with phase("live"):
+            result, lag = _live(bed, job, spec)
+    finally:
+        if job is not None:
+            job.stop()
+    with phase("failover"):
+        subs = (SYNC, BUILTIN)
+        with ThreadPoolExecutor(len(subs)) as pool:
+            drained = list(pool.map(lambda s: drain(bed, spec.live_topic, s, "Shared"), subs))
+        failover = {name: count(result, sub, got).to_dict()
+                    for name, sub, got in zip(("cursorsync", "builtin"), subs, drained,
+                                              strict=True)}
+    return mapping, failover, lag
+
+
+def _baseline(bed: Any, config: Any, spec: E2ESpec, messages: Mapping[str, int],
+              entries: int) -> dict[str, Any]:
+    """Plain Readers over every backlog entry of the clusters the job reads."""
+    from cursorsync_devtools.testbed.readers import reader_rate
+
+    clusters = ["b", "a"] if spec.identity else ["b"]
+    reads = [(bed.service_url(c), topic, n) for c in clusters for topic, n in messages.items()]
+    rate = reader_rate(reads, processes=spark_cores(config.spark.master),
+                       receiver_queue_size=config.target.receiver_queue_size)
+    return {"clusters": clusters, "readers": rate.readers, "processes": rate.processes,
+            "messages_read": rate.messages, "entries_read": entries * len(clusters),
+            "seconds": round(rate.seconds, 2),
+            "entries_per_s": round(entries / rate.seconds, 1)}
+
+
+def spark_cores(master: str) -> int:
+    """Task slots of a ``local[N]`` master (``local[*]``: the machine's cores); else 2."""
+    inside = master.partition("[")[2].partition("]")[0].split(",")[0]
+    if inside == "*":
+        return os.cpu_count() or 2
+    return int(inside) if inside.isdigit() else 2
+
+
+def _live(bed: Any, job: Any, spec: E2ESpec) -> tuple[Any, dict[str, Any]]:
+    """The live workload, b's cursors polled meanwhile and until they cover it; the lags."""
+    from cursorsync.app.job import query_failure
+    from cursorsync_devtools.testbed.lag import CursorPoller, lag_of, run_live, uncovered
+    from cursorsync_devtools.testbed.workload import verify_source_cursors
+
+    live = spec.live()
+    poller = CursorPoller(bed.admin_url("b"), bed.topic(live.topic), (SYNC, BUILTIN),
+                          spec.poll_interval_s).start()
+    individual = {SYNC: True, BUILTIN: False}
+    try:
+        result = run_live(bed, live, {SYNC: False, BUILTIN: True})
+        verify_source_cursors(bed, result)
+        bed.wait_replicated([live.topic])
+        on_b = _on_target(bed, Counter(m.topic for m in result.messages))
+        deadline = time.monotonic() + spec.settle_timeout_s
+        while any(uncovered(result, s, on_b, poller.changes, individual=i)
+                  for s, i in individual.items()) and time.monotonic() < deadline:
+            for q in job.queries:
+                if q.exception() is not None:
+                    raise query_failure(q.name, q.exception())
+            time.sleep(0.5)
+    finally:
+        poller.stop()
+    plan = live.plan(bed.partitions(live.topic))
+    decisions = live.decisions(plan)
+    late = sum(1 for _, key, _, index in plan.messages()
+               if index <= 0 and decisions[key][0].kind == "late")
+    lag = {"topic": bed.topic(live.topic), "partitions": live.partitions,
+           "rate_per_s": live.rate_per_s, "seconds": round(result.finished_at
+                                                           - result.started_at, 1),
+           "messages": len(result.messages), "entries": plan.entry_count(),
+           "late_entries": late, "poll_interval_s": spec.poll_interval_s,
+           "polls": poller.polls, "poll_errors": poller.errors,
+           "settled_after_last_ack_s": round(time.time() - result.last_ack_at, 1)}
+    for name, sub in (("cursorsync", SYNC), ("builtin", BUILTIN)):
+        lag[name] = lag_of(result, sub, on_b, poller.changes,
+                           individual=individual[sub]).figures()
+    return result, lag
+
+
+def _on_target(bed: Any, messages: Mapping[str, int]) -> dict[str, Position]:
+    from cursorsync_devtools.testbed.readers import positions_by_key
+
+    return positions_by_key(bed, "b", messages)
+
+
+def _target_subscription(bed: Any, topic: str) -> None:
+    """b's ``sync-shared`` at the earliest position before anything is produced, as a DR
+    site's consumers would have it (the built-in makes its own)."""
+    import pulsar
+
+    bed.client("b").subscribe(bed.topic(topic), SYNC, consumer_type=pulsar.ConsumerType.Shared,
+                              initial_position=pulsar.InitialPosition.Earliest,
+                              receiver_queue_size=1).close()
+
+
+def _retention_subscriptions(bed: Any, topic: str) -> None:
+    """The mapping query's subscriptions on both clusters before the backlog, as a job
+    running before the traffic has them: without a subscription a broker deletes a
+    topic's rolled ledgers once its replicator has passed them."""
+    import pulsar
+
+    for cluster in ("a", "b"):
+        side = "source" if cluster == "a" else "target"
+        bed.client(cluster).subscribe(
+            bed.topic(topic), f"cursorsync-mapping-{side}",
+            consumer_type=pulsar.ConsumerType.Failover,
+            initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=1).close()
+
+
+def _config(bed: Any, root: Path, spec: E2ESpec) -> Any:
+    from cursorsync.app.settings import parse_config
+    from cursorsync_devtools.demo import demo_config
+
+    cfg = demo_config(bed, root, topics=[spec.backlog_topic, spec.live_topic],
+                      subscriptions=[SYNC], strategies=list(spec.strategies),
+                      identity_scope=spec.identity_scope)
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["spark"]["trigger_interval_s"] = spec.trigger_interval_s
+    if spec.max_entries_per_batch is not None:
+        data["spark"]["max_entries_per_batch"] = spec.max_entries_per_batch
+    return parse_config(data)
+
+
+def _machine() -> dict[str, Any]:
+    from cursorsync_devtools.testbed import PULSAR_VERSION
+
+    return {"cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "pulsar": PULSAR_VERSION}
+
+
+# ------------------------------------------------------------------------ report
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The report as text: each figure beside its baseline."""
+    from cursorsync.app.status import format_table
+
+    s, m, b, lag = report["spec"], report["mapping"], report["backlog"], report["lag"]
+    base, check = m["baseline"], m["check"]
+    machine = report["machine"]
+    head = (f"e2e bench: Apache Pulsar {machine['pulsar']} a -> b, {machine['cores']} cores "
+            f"(load {machine['load_average'][0]} at start); evidence "
+            f"{', '.join(s['strategies'])} (identity scope {s['identity_scope']}); trigger "
+            f"{s['trigger_interval_s']:g} s; spark start-up {report['spark_startup_s']:.1f} s; "
+            f"{report['total_s']:.0f} s in all")
+    backlog = (f"backlog: {b['entries']:,} entries ({b['batched_entries']:,} batches of "
+               f"{s['batch_size']}), {b['messages']:,} messages on "
+               f"{_plural(b['partitions'], 'partition')}; produced in {b['produce_s']:.1f} s, "
+               f"replicated in {b['replicate_s']:.1f} s")
+    rates = format_table(("MAPPING INGESTION", "CURSORSYNC", "BASELINE", "RATIO"), [
+        ("entries/s warm", _n(m["entries_per_s_warm"]), _n(base["entries_per_s"]),
+         m["ratio_warm"]),
+        ("entries/s from job start", _n(m["entries_per_s_from_start"]),
+         _n(base["entries_per_s"]), m["ratio_from_start"]),
+        ("seconds", m["seconds_from_start"], base["seconds"], None),
+    ], right=(1, 2, 3))
+    baseline = (f"baseline: plain Readers over cluster(s) {', '.join(base['clusters'])}, "
+                f"{base['readers']} readers, {base['processes']} at a time "
+                f"({base['messages_read']:,} messages); goal: ratio >= 0.8\n"
+                f"mapping check: {check['pairs_checked']:,} pairs, {check['pairs_wrong']} "
+                f"wrong, {check['pairs_unmapped']} unmapped")
+    batches = format_table(
+        ("MAPPING BATCH", "ROWS b", "ROWS a", "SINK S", "TRIGGER S",
+         "CPU-S " + " / ".join(GROUPS)),
+        [(x["batch"], x["rows"].get("b", 0), x["rows"].get("a", 0), x["sink_s"],
+          x["trigger_s"], " / ".join(f"{x['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
+         for x in m["per_batch"]], right=(1, 2, 3, 4))
+    cs, bi = lag["cursorsync"], lag["builtin"]
+    lags = format_table(("SYNC LAG", "CURSORSYNC", "BUILT-IN"), [
+        (label, _s(cs[k]), _s(bi[k])) for label, k in
+        (("p50", "p50_s"), ("p99", "p99_s"), ("max", "max_s"), ("min", "min_s"))
+    ] + [("entries covered", cs["covered"], bi["covered"]),
+         ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
+    live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
+            f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
+            f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
+            f"every {lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 "
+            f"<= 2 s and below the built-in's")
+    fo = report["failover"]
+    failover = format_table(("FAILOVER TO b", "CURSORSYNC", "BUILT-IN"), [
+        (label, fo["cursorsync"][k], fo["builtin"][k]) for label, k in (
+            ("messages", "messages"), ("acked on a", "acked_on_source"),
+            ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
+            ("losses", "losses"))], right=(1, 2))
+    phases = format_table(("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS)), [
+        (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
+        for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
+    return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
+                        lags + "\n" + live, failover, phases))
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _n(v: float | None) -> str | None:
+    return None if v is None else f"{v:,.0f}"
+
+
+def _s(v: float | None) -> str | None:
+    return None if v is None else f"{v:.2f} s"
+
+
+def run_e2e(*, seconds: float = 60.0, json_output: bool = False, backlog: int | None = None,
+            strategies: tuple[str, ...] | None = None, identity_scope: str | None = None,
+            spec: E2ESpec | None = None, bed: Any = None) -> str:
+    """``cursorsync bench e2e``: the default run (or ``spec``) with a live phase of
+    ``seconds``; the text report, or JSON."""
+    spec = replace(spec or E2ESpec(), live_seconds=seconds)
+    if backlog is not None:
+        spec = replace(spec, backlog_entries=backlog)
+    if strategies is not None:
+        spec = replace(spec, strategies=tuple(strategies))
+    if identity_scope is not None:
+        spec = replace(spec, identity_scope=identity_scope)
+    report = bench_e2e(spec, bed=bed)
+    return json.dumps(report, indent=2, sort_keys=True) if json_output else table(report)

@@ -1,0 +1,336 @@
+"""The main job on its embedded default, and the failover check that proves it.
+
+1. The test bed: two Apache Pulsar clusters a and b, geo-replicated both ways
+   (:mod:`cursorsync_devtools.testbed`), with Pulsar's replicated subscriptions on.
+2. The job (the same code as ``cursorsync run``, ``by-id`` emission) starts,
+   syncing the ``sync-*`` subscriptions from a to b.
+3. A live workload on a (:mod:`cursorsync_devtools.testbed.workload`): per subscription
+   type, a ``sync-*`` subscription and its ``builtin-*`` twin, created with
+   replicated subscription state, acked alike (out of order, delayed, holes,
+   partial batches); foreign messages produced on b.
+4. The job runs until its own progress says it has caught up with the last ack
+   on a; the built-in's cursors on b until they stop moving. Both times are
+   reported.
+5. Failover: the job stops, a consumer attaches to each subscription on b and
+   every delivery is counted (:mod:`cursorsync_devtools.testbed.failover`), for cursorsync
+   and for Pulsar's built-in side by side, as measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config, load_config, parse_config
+from cursorsync.errors import CursorSyncError
+
+log = logging.getLogger(__name__)
+
+#: The rows of the failover table, in order, with their labels.
+TABLE_ROWS = (
+    ("messages", "messages"),
+    ("acked_on_source", "acked on a"),
+    ("deliveries", "deliveries on b after failover"),
+    ("duplicates", "duplicates (acked on a, delivered on b)"),
+    ("partial_batch", "  of partially acked batches"),
+    ("chunked", "  chunked messages (not mapped)"),
+    ("acked_after_sync", "  acked after the last sync"),
+    ("unexplained", "  unexplained"),
+    ("losses", "losses (not acked on a, never delivered)"),
+    ("foreign", "foreign messages on b"),
+    ("foreign_acked", "foreign messages acked on b"),
+)
+
+
+class DemoError(CursorSyncError):
+    """The demo could not complete; the message says which step and why."""
+
+
+@dataclass
+class DemoReport:
+    """Failover counts per subscription type, for cursorsync and for the built-in."""
+
+    topics: list[str]
+    evidence: list[str]
+    pulsar_version: str
+    cursorsync: dict[str, dict[str, int]]
+    builtin: dict[str, dict[str, int]]
+    #: From the workload's last ack on a until the sync's progress showed it caught up.
+    sync_caught_up_s: float
+    #: From the same moment until the built-in's cursors on b last moved (negative: they
+    #: last moved before it, and nothing after the last ack moved them).
+    builtin_settled_s: float
+    sync_batches: int
+    mapping_batches: int
+    seconds: float
+    workload: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    def total(self, which: str, name: str) -> int:
+        side = self.cursorsync if which == "cursorsync" else self.builtin
+        return sum(counts[name] for counts in side.values())
+
+    def table(self) -> str:
+        kinds = sorted(self.cursorsync)
+        head = [""] + [f"cursorsync {k}" for k in kinds] + [f"built-in {k}" for k in kinds]
+        rows = [head]
+        for name, label in TABLE_ROWS:
+            rows.append([label] + [str(self.cursorsync[k][name]) for k in kinds]
+                        + [str(self.builtin[k][name]) for k in kinds])
+        settled = (f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
+                   else "no move")
+        rows.append(["b's cursor last moved, after the last ack"]
+                    + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds) + [settled] * len(kinds))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
+                           for i, c in enumerate(r)) for r in rows]
+        intro = (f"failover to b: {', '.join(self.topics)}; Apache Pulsar {self.pulsar_version}; "
+                 f"evidence {', '.join(self.evidence)}\n"
+                 f"{self.mapping_batches} mapping and {self.sync_batches} sync batches, "
+                 f"{self.seconds:.0f} s in all\n")
+        return intro + "\n".join(lines)
+
+
+def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscriptions: Sequence[str],
+                strategies: Sequence[str] | None = None, base: Config | None = None,
+                spread: bool = False, identity_scope: str | None = None,
+                backend: str | None = None, spark_conf: dict[str, str] | None = None) -> Config:
+    """The embedded config with the test bed's URLs, the topics and the work dir filled in."""
+    cfg = base or load_config(EMBEDDED_CONFIG_PATH)
+    cfg = cfg.with_cluster("source", service_url=bed.service_url("a"),
+                           admin_url=bed.admin_url("a"))
+    cfg = cfg.with_cluster("target", service_url=bed.service_url("b"),
+                           admin_url=bed.admin_url("b"))
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["topics"] = [{"topic": bed.topic(t), "subscriptions": list(subscriptions)}
+                      for t in topics]
+    data["tables"]["path"] = str(work_dir / "tables")
+    data["spark"]["checkpoint_dir"] = str(work_dir / "checkpoints")
+    if strategies:
+        data["evidence"]["strategies"] = list(strategies)
+    if identity_scope:
+        data["evidence"]["identity_scope"] = identity_scope
+    if backend:
+        data["tables"]["backend"] = backend
+    if spark_conf:
+        data["spark"]["conf"] = {**data["spark"]["conf"], **spark_conf}
+    data["emission"]["spread_across_executors"] = spread
+    return parse_config(data)
+
+
+def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
+              partitions: dict[str, list[str]], chunked: set[str]) -> float | str:
+    """When the sync caught up with the source as it was at ``after`` (epoch seconds), or
+    what it still waits on (a sentence naming the cursor) if it has not yet.
+
+    Caught up: for every (topic partition, subscription), a sync batch observed the source
+    after ``after`` and its plan was exact with nothing unmapped, and a later batch sent no
+    acks (the target already showed everything). A chunked topic's acked chunks stay
+    unmapped (README, Limits), so for it two batches after ``after`` sending nothing is
+    the test. Rows from ``since_batch`` on are read. The time returned is the newest
+    emitted_at among the batches up to that quiet one that sent acks, or the first batch
+    after ``after`` when none did.
+    """
+    from cursorsync.pulsar.topics import TopicName
+    from cursorsync.tables import RowFilter
+
+    if not store.exists("sync_progress"):
+        return "the sync_progress table, which no sync batch has written yet"
+    rows = store.read("sync_progress", RowFilter.of(
+        source_cluster=config.source.name, target_cluster=config.target.name,
+        min_batch_id=since_batch)).to_pylist()
+    by_key: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        observed = r["source_observed_at"].replace(tzinfo=UTC).timestamp()
+        if observed > after:
+            by_key.setdefault((r["topic"], r["partition"], r["subscription"]), []).append(r)
+    done_at = after
+    for spec in config.topics:
+        for p in partitions[spec.topic]:
+            tn = TopicName.parse(p)
+            for sub in spec.subscriptions:
+                got = sorted(by_key.get((str(tn.base), tn.partition, sub), []),
+                             key=lambda r: r["batch_id"])
+                settled = _settled(got, exact_needed=spec.topic not in chunked)
+                if isinstance(settled, str):
+                    return f"{p} {sub}: {settled}"
+                last_sent = [r for r in settled if r["acks_sent"]]
+                moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
+                done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
+    return done_at - after
+
+
+def _settled(got: list[dict[str, Any]], *, exact_needed: bool) -> list[dict[str, Any]] | str:
+    """One cursor's sync_progress rows (by batch) up to the quiet batch that shows it caught
+    up, or why there is none yet. The exact plan may come after quiet batches: unmapped
+    entries past the last mapped one (markers the source wrote last) are looked up only
+    once the mapping has stopped moving."""
+    first = 0
+    if exact_needed:
+        exact = [i for i, r in enumerate(got)
+                 if r["outcome"] == "exact" and not r["unmapped_acked_entries"]]
+        if not exact:
+            last = got[-1] if got else None
+            return ("no exact plan with nothing unmapped yet" + (
+                f" (last: outcome {last['outcome']}, {last['unmapped_acked_entries']} acked "
+                "entries unmapped)" if last else ""))
+        first = exact[0]
+    if not got:
+        return "no sync batch since the workload's end"
+    quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > first]
+    if not quiet:
+        return (f"{len(got)} batches since the workload's end, none after batch "
+                f"{got[first]['batch_id']} sending no acks")
+    return got[: quiet[0] + 1]
+
+
+class _InjectedCrash(RuntimeError):
+    """Raised inside a sync batch, after its acks went out and before its tables were written."""
+
+
+def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
+         spec: Any = None, strategies: Sequence[str] | None = None,
+         identity_scope: str | None = None, spread: bool = False,
+         backend: str | None = None, spark_conf: dict[str, str] | None = None,
+         crash_sync_batch: int | None = None, timeout_s: float = 240.0) -> DemoReport:
+    """Test bed, job, workload, catch-up, failover check (see the module doc).
+
+    ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
+    None starts one and stops it at the end. ``crash_sync_batch``: kill the sync query in
+    that batch after emitting and before writing its tables, then start the job again
+    from its checkpoint.
+    """
+    from cursorsync_devtools.testbed import PULSAR_VERSION, TestBed, TestBedConfig
+    from cursorsync_devtools.testbed.workload import WorkloadSpec
+
+    t0 = time.monotonic()
+    root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    spec = spec or WorkloadSpec()
+    own_bed = bed is None
+    if own_bed:
+        bed = TestBed(TestBedConfig(work_dir=root / "pulsar")).start()
+    try:
+        report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
+                      spread=spread, backend=backend, spark_conf=spark_conf,
+                      crash_sync_batch=crash_sync_batch, timeout_s=timeout_s)
+        return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
+    finally:
+        if own_bed:
+            bed.stop()
+        if not keep and not work_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
+         identity_scope: str | None, spread: bool, backend: str | None,
+         spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
+         timeout_s: float) -> DemoReport:
+    from cursorsync.app.job import QueryFailedError, start_job
+    from cursorsync.tables import open_store
+    from cursorsync_devtools.testbed.failover import CursorWatch, failover
+    from cursorsync_devtools.testbed.workload import (
+        builtin_subscription,
+        create_target_subscriptions,
+        create_topics,
+        run_workload,
+        sync_subscription,
+        verify_source_cursors,
+    )
+
+    # The job's tables and checkpoints describe one test bed's topics; a work dir used
+    # by an earlier demo holds another bed's ledger ids under the same topic names.
+    for state in ("tables", "checkpoints"):
+        shutil.rmtree(root / state, ignore_errors=True)
+    create_topics(bed, spec)
+    create_target_subscriptions(bed, spec)
+    topics = list(spec.topics())
+    config = demo_config(bed, root, topics=topics,
+                         subscriptions=[sync_subscription(k) for k in spec.subscription_types],
+                         strategies=strategies, spread=spread, identity_scope=identity_scope,
+                         backend=backend, spark_conf=spark_conf)
+    partitions = {bed.topic(t): bed.partitions(t) for t in topics}
+    chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
+    watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
+                           builtin_subscription(k)).start()
+               for k in spec.subscription_types] if spec.builtin else []
+    job = start_job(config)
+    restarts = sync_batches = mapping_batches = 0
+    try:
+        if crash_sync_batch is not None:
+            def crash(batch_id: int) -> None:
+                if batch_id == crash_sync_batch:
+                    raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
+            job.sync_sink.crash_after_emit = crash
+        job.wait_batches(1, timeout_s=120)
+        log.info("demo: the job runs; starting the workload")
+        result = run_workload(bed, spec)
+        since_batch = job.sync_sink.last_batch
+        verify_source_cursors(bed, result)
+        store = open_store(config.tables.backend, config.tables.path, spark=job.spark)
+        deadline = time.monotonic() + timeout_s
+        caught: float | str = "the first sync batch after the workload"
+        while isinstance(caught, str):
+            if time.monotonic() > deadline:
+                raise DemoError(f"the sync did not catch up within {timeout_s:.0f} s of the "
+                                f"workload's end; it waits on {caught}")
+            try:
+                job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
+            except QueryFailedError as err:
+                if "injected crash" not in str(err) or restarts:
+                    raise
+                log.warning("the sync query died (%s): restarting from its checkpoint", err)
+                sync_batches += job.sync_sink.last_batch + 1
+                mapping_batches += job.mapping_sink.last_batch + 1
+                job.stop()
+                restarts += 1
+                job = start_job(config, spark=job.spark)
+                continue
+            caught = caught_up(store, config, after=result.last_ack_at,
+                               since_batch=since_batch if not restarts else 0,
+                               partitions=partitions, chunked=chunked)
+        sync_batches += job.sync_sink.last_batch + 1
+        mapping_batches += job.mapping_sink.last_batch + 1
+    finally:
+        job.stop()
+    settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
+    checks = [(kind, sync_subscription(kind), result.last_ack_at)
+              for kind in spec.subscription_types]
+    if spec.builtin:
+        checks += [(kind, builtin_subscription(kind), None) for kind in spec.subscription_types]
+    with ThreadPoolExecutor(len(checks)) as pool:
+        counted = list(pool.map(lambda c: failover(bed, result, c[1], c[0], synced_at=c[2]),
+                                checks))
+    ours: dict[str, dict[str, int]] = {}
+    builtin: dict[str, dict[str, int]] = {}
+    for (kind, sub, _), counts in zip(checks, counted, strict=True):
+        (ours if sub == sync_subscription(kind) else builtin)[kind] = counts.to_dict()
+    return DemoReport(topics=[bed.topic(t) for t in topics],
+                      evidence=list(config.evidence.strategies), pulsar_version="",
+                      cursorsync=ours, builtin=builtin, sync_caught_up_s=caught,
+                      builtin_settled_s=settled, sync_batches=sync_batches,
+                      mapping_batches=mapping_batches, seconds=0.0,
+                      workload=result.to_dict(), restarts=restarts)
+
+
+def run_demo(*, json_output: bool = False, work_dir: str | None = None,
+             keep: bool = False, **kwargs: Any) -> str:
+    """Run everything and return the failover table (or JSON)."""
+    report = demo(work_dir=work_dir, keep=keep, **kwargs)
+    if json_output:
+        return json.dumps(report.to_dict(), indent=2, sort_keys=True)
+    return report.table()

@@ -1,0 +1,118 @@
+"""The per-entry reference translator: obviously right, hopelessly slow.
+
+It walks every entry of both topics one by one, with sets and dicts, and
+answers the same question as :func:`cursorsync.core.translate.translate`. Property
+tests compare the two on random inputs; the benchmark uses it as the baseline.
+It needs the full ledger lists of both sides, since it enumerates entries.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+
+from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import Ledgers, RangeSet
+
+
+@dataclass(frozen=True)
+class OraclePlan:
+    mark_delete: Position
+    acked_after: frozenset[Position]
+    to_ack: frozenset[Position]
+    unmapped_acked_entries: int
+
+
+def entries_of(ledgers: Ledgers) -> list[Position]:
+    return [Position(int(lid), e) for lid, n in zip(ledgers.ids.tolist(),
+                                                    ledgers.entries.tolist(), strict=True)
+            for e in range(int(n))]
+
+
+def _acked(mark_delete: Position, ranges: RangeSet, universe: list[Position]) -> set[Position]:
+    """Entry by entry: those at or before the markDeletePosition, then each range's entries."""
+    out = {p for p in universe if p <= mark_delete}
+    for lo, hi in ranges:
+        for i in range(bisect_right(universe, lo), bisect_right(universe, hi)):
+            out.add(universe[i])
+    return out
+
+
+def oracle_translate(
+    source_md: Position,
+    source_ranges: RangeSet,
+    source_ledgers: Ledgers,
+    mapping: TopicMapping,
+    target_md: Position,
+    target_ranges: RangeSet,
+    target_ledgers: Ledgers,
+) -> OraclePlan:
+    """Per entry: map acked source entries, ack skippables after acked entries, fold."""
+    src_universe = entries_of(source_ledgers)
+    tgt_universe = entries_of(target_ledgers)
+    src_acked = _acked(source_md, source_ranges, src_universe)
+    current = _acked(target_md, target_ranges, tgt_universe)
+
+    fwd: dict[Position, Position] = {}
+    for seg in mapping.segments:
+        for k in range(seg.count):
+            fwd[Position(seg.source_ledger, seg.source_entry + k)] = Position(
+                seg.target_ledger, seg.target_entry + k)
+    skippable = {Position(int(lg), int(e) + k) for lg, e, n in mapping.skippable.rows.tolist()
+                 for k in range(int(n))}
+    unreplicated = {Position(int(lg), int(e) + k) for lg, e, n in mapping.unreplicated.rows.tolist()
+                    for k in range(int(n))}
+
+    after = set(current)
+    for p in src_acked:
+        if p in fwd:
+            after.add(fwd[p])
+    # Skippable closure in target order: acked when the entry before it is acked.
+    changed = True
+    while changed:
+        changed = False
+        prev_acked = bool(tgt_universe) and target_md >= Position(tgt_universe[0].ledger, -1)
+        for p in tgt_universe:
+            if p in skippable and p not in after and prev_acked:
+                after.add(p)
+                changed = True
+            prev_acked = p in after
+
+    md = target_md
+    for p in tgt_universe:
+        if p not in after:
+            break
+        md = max(md, p)
+
+    unmapped = 0
+    if mapping.segments.rows.size:
+        first = Position(int(mapping.segments.rows[0, 0]), int(mapping.segments.rows[0, 1]))
+        implied = implied_unreplicated(fwd, skippable, tgt_universe)
+        unmapped = sum(1 for p in src_acked
+                       if p >= first and p not in fwd and p not in unreplicated
+                       and not implied(p))
+    return OraclePlan(md, frozenset(after), frozenset(after - current), unmapped)
+
+
+def implied_unreplicated(fwd: dict[Position, Position], skippable: set[Position],
+                         tgt_universe: list[Position]) -> Callable[[Position], bool]:
+    """Per entry: whether a source position lies strictly between two consecutive mapped
+    source entries whose target entries both exist and have only skippable entries
+    between them."""
+    index = {p: i for i, p in enumerate(tgt_universe)}
+    mapped = sorted(fwd)
+    quiet: set[Position] = set()  # s1 of each qualifying (s1, s2)
+    for s1, s2 in pairwise(mapped):
+        t1, t2 = fwd[s1], fwd[s2]
+        if t1 in index and t2 in index and all(
+                p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
+            quiet.add(s1)
+
+    def between(p: Position) -> bool:
+        i = bisect_right(mapped, p)
+        return 0 < i < len(mapped) and mapped[i - 1] in quiet
+
+    return between
