@@ -616,7 +616,7 @@ class QueryFailedError(CursorSyncError):
 
 
 #: Our error as a Python worker's traceback in a Spark exception ends it: "module.Error: text".
-_OUR_ERROR = re.compile(r"^cursorsync(?:\.\w+)+\.(\w+): (.+)$", re.MULTILINE)
+_OUR_ERROR = re.compile(r"^cursorsync\w*(?:\.\w+)+\.(\w+): (.+)$", re.MULTILINE)
 
 
 def query_failure(name: str, exc: Any) -> QueryFailedError:

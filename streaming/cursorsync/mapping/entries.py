@@ -110,7 +110,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import Ledgers, RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
-from cursorsync.pulsar.client import connect
+from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.topics import TopicName
@@ -196,29 +196,6 @@ class EntriesReadError(CursorSyncError):
 
 
 @dataclass(frozen=True)
-class ClientSettings:
-    """What an executor needs to open a pulsar-client (plain data, picklable)."""
-
-    service_url: str
-    auth_token: str | None = None
-    tls_trust_certs_file: str | None = None
-    tls_allow_insecure: bool = False
-    operation_timeout_s: int = 30
-
-    def connect(self) -> Any:
-        import pulsar
-
-        auth = pulsar.AuthenticationToken(self.auth_token) if self.auth_token else None
-        return connect(
-            self.service_url,
-            authentication=auth,
-            operation_timeout_seconds=self.operation_timeout_s,
-            tls_trust_certs_file_path=self.tls_trust_certs_file,
-            tls_allow_insecure_connection=self.tls_allow_insecure,
-        )
-
-
-@dataclass(frozen=True)
 class EntriesOptions:
     """Every option of ``pulsar-entries``, validated once on the driver."""
 
@@ -259,13 +236,7 @@ class EntriesOptions:
         fields_spec = o.get_str("identityFields")
         return cls(
             cluster=cluster,
-            client=ClientSettings(
-                service_url=service_url,
-                auth_token=o.get_str("authToken"),
-                tls_trust_certs_file=o.get_str("tlsTrustCertsFilePath"),
-                tls_allow_insecure=o.get_bool("tlsAllowInsecureConnection"),
-                operation_timeout_s=o.get_int("operationTimeoutSeconds", 30, minimum=1) or 30,
-            ),
+            client=o.client(service_url),
             topics=tuple(topics),
             namespace=namespace,
             topic_pattern=pattern,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 #: Where the C++ logger writes (stderr; stdout carries ``--json`` output).
@@ -47,3 +48,42 @@ def connect(service_url: str, **kwargs: Any) -> Any:
     if "logger" in kwargs:
         raise TypeError("connect() chooses the logger itself (see cursorsync.pulsar.client)")
     return pulsar.Client(service_url, logger=client_logger(), **kwargs)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to open a pulsar-client for one cluster: plain data, so it pickles to executors.
+
+    Authentication is the token when there is one, else the TLS client
+    certificate (mutual TLS), else none.
+    """
+
+    service_url: str
+    auth_token: str | None = None
+    tls_trust_certs_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_allow_insecure: bool = False
+    operation_timeout_s: int = 30
+    connection_timeout_ms: int = 10_000
+
+    def authentication(self) -> Any:
+        """The pulsar-client Authentication these settings ask for, or None."""
+        import pulsar
+
+        if self.auth_token:
+            return pulsar.AuthenticationToken(self.auth_token)
+        if self.tls_cert_file and self.tls_key_file:
+            return pulsar.AuthenticationTLS(self.tls_cert_file, self.tls_key_file)
+        return None
+
+    def connect(self) -> Any:
+        """A new client (the caller closes it)."""
+        return connect(
+            self.service_url,
+            authentication=self.authentication(),
+            operation_timeout_seconds=self.operation_timeout_s,
+            connection_timeout_ms=self.connection_timeout_ms,
+            tls_trust_certs_file_path=self.tls_trust_certs_file,
+            tls_allow_insecure_connection=self.tls_allow_insecure,
+        )

@@ -1,7 +1,11 @@
-"""Option parsing shared by the data sources: typed getters whose errors name the option.
+"""Connection settings as Spark data-source options, both ways, and typed option getters.
 
-Spark hands options over as a case-insensitive map of strings; every getter
-here looks a key up case-insensitively and raises ConfigError naming it.
+The driver turns a cluster's settings into string options
+(:func:`client_options`, :func:`admin_options`); the data sources parse them
+back (:meth:`Options.client`, :meth:`Options.admin`). Both directions live
+here, so an option name is spelled once. Spark hands options over as a
+case-insensitive map of strings; every getter looks a key up
+case-insensitively and raises ConfigError naming it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from collections.abc import Mapping
 
 from cursorsync.errors import ConfigError
 from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.topics import TopicName
 
 
@@ -83,6 +88,18 @@ class Options:
             raise ConfigError("option topicPattern needs option namespace")
         return topics, namespace, pattern
 
+    def client(self, service_url: str) -> ClientSettings:
+        """The pulsar-client settings (authToken, tls*, operationTimeoutSeconds...)."""
+        return ClientSettings(
+            service_url=service_url,
+            auth_token=self.get_str("authToken"),
+            tls_trust_certs_file=self.get_str("tlsTrustCertsFilePath"),
+            tls_cert_file=self.get_str("tlsCertificateFilePath"),
+            tls_key_file=self.get_str("tlsKeyFilePath"),
+            tls_allow_insecure=self.get_bool("tlsAllowInsecureConnection"),
+            operation_timeout_s=self.get_int("operationTimeoutSeconds", 30, minimum=1) or 30,
+        )
+
     def admin(self, cluster: str, *, required: bool) -> AdminConfig | None:
         """The admin client settings (adminUrl, adminToken, adminTls*, adminTimeoutMs...)."""
         urls = self.get_str("adminUrl", required=required)
@@ -106,3 +123,32 @@ class Options:
             raise
         except (TypeError, ValueError) as e:
             raise ConfigError(f"option adminUrl: {e}") from e
+
+
+def client_options(settings: ClientSettings) -> dict[str, str]:
+    """The options :meth:`Options.client` reads back into ``settings`` (service URL aside)."""
+    opts = {"serviceUrl": settings.service_url,
+            "operationTimeoutSeconds": str(settings.operation_timeout_s)}
+    optional = {"authToken": settings.auth_token,
+                "tlsTrustCertsFilePath": settings.tls_trust_certs_file,
+                "tlsCertificateFilePath": settings.tls_cert_file,
+                "tlsKeyFilePath": settings.tls_key_file}
+    opts |= {k: v for k, v in optional.items() if v}
+    if settings.tls_allow_insecure:
+        opts["tlsAllowInsecureConnection"] = "true"
+    return opts
+
+
+def admin_options(config: AdminConfig) -> dict[str, str]:
+    """The options :meth:`Options.admin` reads back into ``config``."""
+    opts = {"adminUrl": ",".join(config.urls),
+            "adminTimeoutMs": str(max(1, round(config.timeout_s * 1000))),
+            "adminAttempts": str(config.attempts)}
+    optional = {"adminToken": config.token,
+                "adminTlsCaFile": config.tls_ca_file,
+                "adminTlsCertFile": config.tls_cert_file,
+                "adminTlsKeyFile": config.tls_key_file}
+    opts |= {k: v for k, v in optional.items() if v}
+    if config.tls_insecure:
+        opts["adminTlsInsecure"] = "true"
+    return opts
