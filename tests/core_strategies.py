@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from cursorsync.core.cursor import CursorState, fold
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet, fold
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 
 
 @dataclass

@@ -26,10 +26,10 @@ from cursorsync.app.logs import (
     parse_level,
 )
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config
+from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.translate import AckPlan, CursorState
 from cursorsync.errors import RewindError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import (

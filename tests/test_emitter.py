@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.guard import SafePlan, guard
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import AckPlan, CursorState, SafePlan, guard, translate
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import translate
 from cursorsync.errors import ConfigError, TopicNotFoundError
 from cursorsync.pulsar.emitter import (
     EmitResult,

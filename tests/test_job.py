@@ -65,7 +65,8 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     """One recorder for both emission paths: acks, unmapped, lag and last sync per subscription."""
     from cursorsync.app.job import SyncSink, _Synced
     from cursorsync.app.metrics import Metrics
-    from cursorsync.core.translate import CursorState, translate
+    from cursorsync.core.cursor import CursorState
+    from cursorsync.core.translate import translate
     from cursorsync.sync.step import SyncConfig, SyncStep
     from cursorsync.tables.rows import SyncRecord, sync_progress_rows
 

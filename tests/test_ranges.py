@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cursorsync.core.cursor import fold
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet, fold
+from cursorsync.core.ranges import RangeSet
 
 P = Position.parse
 LEDGERS = [0, 3, 7]

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cursorsync.core.cursor import CursorState, fold
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import holes
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet, fold
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync_devtools.sim import (
     KIND_DATA,
     KIND_FOREIGN,

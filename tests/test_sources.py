@@ -28,8 +28,8 @@ import cursorsync.mapping.entries as entries
 from admin_stub import Reply, StubAdmin
 from cursorsync.app.sources import register
 from cursorsync.core.identity import MessageIdentity, entry_digest, message_digest
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers
 from cursorsync.errors import ConfigError
 from cursorsync.mapping.entries import (
     BEFORE_ALL,

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import AdminError
 from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,

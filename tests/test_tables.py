@@ -16,10 +16,11 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import AckPlan, CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, MappingConflictError
 from cursorsync.tables import (
     BACKENDS,

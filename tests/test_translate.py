@@ -9,16 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from core_strategies import World, worlds
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.guard import check_safe, safe_target_acks
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.translate import (
-    CursorState,
-    check_safe,
-    is_monotone,
-    safe_target_acks,
-    translate,
-)
+from cursorsync.core.translate import is_monotone, translate
 from cursorsync_devtools.oracle import oracle_translate
 
 P = Position.parse
@@ -191,7 +187,7 @@ def test_fresh_target_cursor_acks_leading_markers(md: str) -> None:
 def test_guard_refuses_a_cumulative_ack_over_an_unacked_entry() -> None:
     from dataclasses import replace
 
-    from cursorsync.core.translate import UnsafePlanError, guard
+    from cursorsync.core.guard import UnsafePlanError, guard
 
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 3)]))
     src = CursorState.parse("1:-1", "[(1:0..1:2]]")  # 1:0 is not acked

@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import CursorState, translate
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import translate
 from cursorsync_devtools.oracle import oracle_translate
 
 SOURCE_LEDGER_ENTRIES = 50_000

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.ranges import RangeSet
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,11 @@ import pyarrow as pa
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import MAPPING_SUBSCRIPTION_PREFIX, Config
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.builder import BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.mapping.entries import EVIDENCE_COLUMNS, unpack

@@ -18,8 +18,9 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import I64, RangeSet
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import MappingConflictError
 
 Evidence = Literal["position-property", "identity", "snapshot"]

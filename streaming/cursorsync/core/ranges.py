@@ -16,12 +16,12 @@ ranges fold the way the broker folds them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.keys import EMPTY_BOUNDS, I64, Keys, KeySpace, from_keys, keyspace, to_keys
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import (
     MIN_POSITION,
     Position,
@@ -29,79 +29,7 @@ from cursorsync.core.positions import (
     parse_range_bounds,
 )
 
-I64 = npt.NDArray[np.int64]
-Keys = npt.NDArray[Any]  # int64, or object (Python ints) when ids are too wide to pack
-
-_EMPTY = np.empty((0, 4), dtype=np.int64)
-
-
-# --------------------------------------------------------------------------- keys
-
-
-class _KeySpace:
-    """Order-preserving packing of (ledger, entry) into one integer.
-
-    key = rank(ledger) << shift | (entry + 1), with ranks over the ledgers in
-    play. When that does not fit in int64 (absurd entry ids), keys fall back to
-    exact Python ints in object arrays: slower, never wrong.
-    """
-
-    def __init__(self, ledger_arrays: Iterable[I64], entry_arrays: Iterable[I64]) -> None:
-        heads = []
-        for a in ledger_arrays:
-            if a.size:
-                # Run heads: cheap on the sorted arrays we mostly get, correct on any.
-                heads.append(a[np.concatenate(([True], a[1:] != a[:-1]))])
-        self.ledgers: I64 = (
-            np.unique(np.concatenate(heads)) if heads else np.empty(0, dtype=np.int64)
-        )
-        max_entry = -1
-        for e in entry_arrays:
-            if e.size:
-                lo = int(e.min())
-                if lo < -1:
-                    raise ValueError(f"entry id {lo} is below -1: not a Pulsar position")
-                max_entry = max(max_entry, int(e.max()))
-        self.shift = max(1, (max_entry + 1).bit_length())
-        rank_bits = max(1, (len(self.ledgers)).bit_length())
-        self.wide = self.shift + rank_bits > 62
-
-    def pack(self, ledgers: I64, entries: I64) -> Keys:
-        ranks = np.searchsorted(self.ledgers, ledgers)
-        if self.wide:
-            r = ranks.astype(object)
-            e = entries.astype(object)
-            return (r << self.shift) | (e + 1)  # type: ignore[no-any-return]
-        return (ranks.astype(np.int64) << self.shift) | (entries + 1)
-
-    def unpack(self, keys: Keys) -> tuple[I64, I64]:
-        if self.wide:
-            ranks = np.array([int(k) >> self.shift for k in keys], dtype=np.int64)
-            mask = (1 << self.shift) - 1
-            entries = np.array([(int(k) & mask) - 1 for k in keys], dtype=np.int64)
-        else:
-            k = keys.astype(np.int64)
-            ranks = k >> self.shift
-            entries = (k & ((1 << self.shift) - 1)) - 1
-        return self.ledgers[ranks], entries
-
-
-def _keyspace(*bounds: I64) -> _KeySpace:
-    return _KeySpace(
-        [b[:, c] for b in bounds for c in (0, 2)], [b[:, c] for b in bounds for c in (1, 3)]
-    )
-
-
-def _to_keys(ks: _KeySpace, b: I64) -> tuple[Keys, Keys]:
-    return ks.pack(b[:, 0], b[:, 1]), ks.pack(b[:, 2], b[:, 3])
-
-
-def _from_keys(ks: _KeySpace, lo: Keys, hi: Keys) -> I64:
-    if len(lo) == 0:
-        return _EMPTY
-    ll, le = ks.unpack(lo)
-    hl, he = ks.unpack(hi)
-    return np.stack([ll, le, hl, he], axis=1)
+_EMPTY = EMPTY_BOUNDS
 
 
 def _merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
@@ -179,91 +107,6 @@ def _search(ledgers: I64, entries: I64, pos: tuple[int, int], side: str) -> int:
     return lo + int(np.searchsorted(entries[lo:hi], pos[1], side=side))  # type: ignore[call-overload]
 
 
-# ------------------------------------------------------------------------ ledgers
-
-
-@dataclass(frozen=True)
-class Ledgers:
-    """The ledgers of a topic partition with their entry counts, oldest first.
-
-    From internalStats ``ledgers`` (the open ledger's count from
-    ``lastConfirmedEntry``). Ledgers absent between two listed ones do not
-    exist; positions past the last listed ledger are unknown and left alone.
-    """
-
-    ids: I64
-    entries: I64
-
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[int, int]]) -> Ledgers:
-        rows = sorted(pairs)
-        ids = np.array([r[0] for r in rows], dtype=np.int64)
-        entries = np.array([r[1] for r in rows], dtype=np.int64)
-        if (entries < 0).any():
-            raise ValueError("a ledger cannot have a negative entry count")
-        return cls(ids, entries)
-
-    def __post_init__(self) -> None:
-        if len(self.ids) != len(self.entries):
-            raise ValueError("ledger ids and entry counts differ in length")
-        if len(self.ids) > 1 and (np.diff(self.ids) <= 0).any():
-            raise ValueError("ledger ids must be strictly increasing")
-
-    def canonical(self, ledgers: I64, entries: I64) -> tuple[I64, I64]:
-        """Map each position to the last existing entry at or before it.
-
-        Entries e satisfy a < e <= b exactly when c(a) < e <= c(b), so ranges
-        keep their entry sets while touching ranges across ledger ends meet.
-        Positions before every entry map to (first non-empty ledger, -1).
-        """
-        nonempty = self.entries > 0
-        ids = self.ids[nonempty]
-        last = self.entries[nonempty] - 1
-        if len(ids) == 0:
-            return ledgers, entries
-        out_l = ledgers.copy()
-        out_e = entries.copy()
-        known = ledgers <= self.ids[-1]
-        i = np.searchsorted(ids, ledgers, side="right") - 1
-        ic = np.maximum(i, 0)
-        in_ledger = known & (i >= 0) & (ids[ic] == ledgers)
-        # Inside a non-empty ledger: clamp past its end; -1 means "end of the previous one".
-        clamp = in_ledger & (entries >= last[ic])
-        out_e[clamp] = last[ic][clamp]
-        before = in_ledger & (entries < 0)
-        prev = i - 1
-        has_prev = before & (prev >= 0)
-        out_l[has_prev] = ids[prev[has_prev]]
-        out_e[has_prev] = last[prev[has_prev]]
-        # In a ledger that has no entries (or does not exist): end of the previous non-empty one.
-        gap = known & ~in_ledger
-        gap_prev = gap & (i >= 0)
-        out_l[gap_prev] = ids[ic[gap_prev]]
-        out_e[gap_prev] = last[ic[gap_prev]]
-        # Before every entry.
-        first = (known & (i < 0)) | (before & (prev < 0))
-        out_l[first] = ids[0]
-        out_e[first] = -1
-        return out_l, out_e
-
-    def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
-        """How many existing entries lie at or before each position (past the last ledger: all)."""
-        cum = np.concatenate(([0], np.cumsum(self.entries)))
-        i = np.searchsorted(self.ids, ledgers, side="right") - 1
-        ic = np.maximum(i, 0)
-        exact = (i >= 0) & (self.ids[ic] == ledgers)
-        within = np.clip(entries + 1, 0, self.entries[ic])
-        n = np.where(exact, cum[ic] + within, cum[i + 1])
-        return n.astype(np.int64)
-
-    def last_position(self) -> Position | None:
-        nonempty = np.flatnonzero(self.entries > 0)
-        if len(nonempty) == 0:
-            return None
-        k = int(nonempty[-1])
-        return Position(int(self.ids[k]), int(self.entries[k]) - 1)
-
-
 # ----------------------------------------------------------------------- rangeset
 
 
@@ -280,9 +123,9 @@ class RangeSet:
     def __init__(self, bounds: I64 | None = None, *, _canonical: bool = False) -> None:
         b = _EMPTY if bounds is None else np.asarray(bounds, dtype=np.int64).reshape(-1, 4)
         if not _canonical and len(b):
-            ks = _keyspace(b)
-            lo, hi = _merge(*_to_keys(ks, b))
-            b = _from_keys(ks, lo, hi)
+            ks = keyspace(b)
+            lo, hi = _merge(*to_keys(ks, b))
+            b = from_keys(ks, lo, hi)
         b.setflags(write=False)
         self._b: I64 = b
 
@@ -350,19 +193,19 @@ class RangeSet:
     def is_canonical(self) -> bool:
         if len(self._b) == 0:
             return True
-        ks = _keyspace(self._b)
-        lo, hi = _to_keys(ks, self._b)
+        ks = keyspace(self._b)
+        lo, hi = to_keys(ks, self._b)
         return bool((lo < hi).all() and (hi[:-1] < lo[1:]).all())
 
     # -- algebra
     def _binary(self, other: RangeSet, op: str) -> RangeSet:
         if len(other) == 1 and len(self) > 64:
             return self._with_one(other._b[0], op)
-        ks = _keyspace(self._b, other._b)
-        alo, ahi = _to_keys(ks, self._b)
-        blo, bhi = _to_keys(ks, other._b)
+        ks = keyspace(self._b, other._b)
+        alo, ahi = to_keys(ks, self._b)
+        blo, bhi = to_keys(ks, other._b)
         lo, hi = _combine(alo, ahi, blo, bhi, op)
-        return RangeSet(_from_keys(ks, lo, hi), _canonical=True)
+        return RangeSet(from_keys(ks, lo, hi), _canonical=True)
 
     def _with_one(self, r: I64, op: str) -> RangeSet:
         """self op (a..b] in O(log n) searches plus one copy: cursor-sized sets meet single
@@ -441,10 +284,10 @@ class RangeSet:
     def contains_arrays(self, ledgers: I64, entries: I64) -> npt.NDArray[np.bool_]:
         if len(self._b) == 0 or len(ledgers) == 0:
             return np.zeros(len(ledgers), dtype=bool)
-        ks = _KeySpace(
+        ks = KeySpace(
             [self._b[:, 0], self._b[:, 2], ledgers], [self._b[:, 1], self._b[:, 3], entries]
         )
-        lo, hi = _to_keys(ks, self._b)
+        lo, hi = to_keys(ks, self._b)
         return _covers(lo, hi, ks.pack(ledgers, entries))
 
     # -- ledger-aware views
@@ -501,31 +344,3 @@ class RangeSet:
     def after(self, position: Position) -> RangeSet:
         """The part strictly after ``position``."""
         return self - RangeSet.up_to(position)
-
-
-# --------------------------------------------------------------------- cursor fold
-
-
-def fold(
-    mark_delete: Position, acked: RangeSet, ledgers: Ledgers | None = None
-) -> tuple[Position, RangeSet]:
-    """Fold acks into (markDeletePosition, individually deleted ranges) as the broker does.
-
-    The markDeletePosition moves to the upper end of the range that reaches it
-    with no unacked entry in between; what is left stays individual. "Reaches"
-    is judged on canonical positions, so a range starting right after the last
-    entry of the previous ledger reaches a markDeletePosition on that entry.
-    """
-    everything = (RangeSet.up_to(mark_delete) | acked).canonical(ledgers)
-    floor = mark_delete
-    if ledgers is not None and len(ledgers.ids):
-        fl, fe = ledgers.canonical(np.array([mark_delete.ledger]), np.array([mark_delete.entry]))
-        floor = Position(int(fl[0]), int(fe[0]))
-    b = everything.bounds
-    new_md = mark_delete
-    if len(b):
-        lo0 = Position(int(b[0, 0]), int(b[0, 1]))
-        hi0 = Position(int(b[0, 2]), int(b[0, 3]))
-        if lo0 <= floor <= hi0:
-            new_md = max(hi0, mark_delete)
-    return new_md, everything.after(new_md)

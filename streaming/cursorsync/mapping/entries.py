@@ -106,8 +106,9 @@ from cursorsync.core.identity import (
     entry_digest,
     parse_identity_fields,
 )
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.client import ClientSettings

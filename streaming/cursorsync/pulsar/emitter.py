@@ -37,9 +37,11 @@ from urllib.parse import urlsplit
 
 import pulsar
 
+from cursorsync.core.cursor import AckPlan
+from cursorsync.core.guard import SafePlan
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import AckPlan, SafePlan
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.client import connect
 from cursorsync.pulsar.topics import TopicName

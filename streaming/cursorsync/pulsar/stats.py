@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import AdminError, PositionFormatError
 from cursorsync.pulsar.topics import TopicName
 

@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from cursorsync.app.settings import Config
+from cursorsync.core.cursor import CursorState
 from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.translate import CursorState
 from cursorsync.sync.step import MarkerCache
 from cursorsync.tables import RowFilter, open_store
 from cursorsync.tables.rows import (

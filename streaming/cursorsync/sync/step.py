@@ -33,17 +33,13 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.guard import SafePlan, UnsafePlanError, guard
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import (
-    CursorState,
-    SafePlan,
-    UnsafePlanError,
-    guard,
-    translate,
-    unmapped_source,
-)
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import CursorSyncError
 from cursorsync.tables.rows import ObservedCursor, PartitionKey, SyncRecord
 

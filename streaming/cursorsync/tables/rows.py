@@ -17,10 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import Ledgers, RangeSet
-from cursorsync.core.translate import AckPlan, CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync.tables.schema import TableName, load_schema
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")

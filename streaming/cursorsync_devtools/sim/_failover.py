@@ -24,8 +24,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from cursorsync.core.ranges import Ledgers, RangeSet, fold
-from cursorsync.core.translate import CursorState, check_safe, translate
+from cursorsync.core.cursor import CursorState, fold
+from cursorsync.core.guard import check_safe
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import translate
 from cursorsync_devtools.sim._partition import (
     PartitionState,
     produce,

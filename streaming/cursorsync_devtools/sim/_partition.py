@@ -41,10 +41,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.cursor import CursorState, fold
+from cursorsync.core.keys import I64
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping, holes
 from cursorsync.core.positions import MessageId, Position
-from cursorsync.core.ranges import I64, RangeSet, fold
-from cursorsync.core.translate import CursorState
+from cursorsync.core.ranges import RangeSet
 from cursorsync_devtools.sim._topics import (
     KIND_DATA,
     KIND_FOREIGN,

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.keys import I64
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import I64, Ledgers
 
 #: Entry kinds.
 KIND_DATA = 0  #: messages from the topic's producers (on B: replicated from A)

@@ -1,0 +1,94 @@
+"""A subscription cursor, how the broker folds acks into it, and the plan for a target cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+
+Outcome = Literal["exact", "partial", "unknown"]
+
+
+@dataclass(frozen=True)
+class CursorState:
+    """A subscription cursor as the broker reports it, plus the topic's ledgers when known."""
+
+    mark_delete: Position
+    individually_deleted: RangeSet = field(default_factory=RangeSet)
+    ledgers: Ledgers | None = None
+
+    @classmethod
+    def parse(cls, mark_delete: str, individually_deleted: str = "[]",
+              ledgers: Ledgers | None = None) -> CursorState:
+        return cls(Position.parse(mark_delete), RangeSet.parse(individually_deleted), ledgers)
+
+    def acked(self) -> RangeSet:
+        """Every acked position: up to the markDeletePosition, and the individual ranges."""
+        return RangeSet.up_to(self.mark_delete) | self.individually_deleted
+
+    def __str__(self) -> str:
+        return f"markDelete={self.mark_delete} individual={self.individually_deleted}"
+
+
+@dataclass(frozen=True)
+class AckPlan:
+    """What the target cursor should become, and what must be sent to get there."""
+
+    #: Target markDeletePosition after the plan is applied.
+    mark_delete: Position
+    #: Target individually acked ranges after it.
+    individually_deleted: RangeSet
+    #: Target entries to acknowledge: acked after the plan, not acked before.
+    to_ack: RangeSet
+    #: The target's markDeletePosition before the plan.
+    previous_mark_delete: Position
+    #: Source entries acked on the source that no segment maps yet (they wait).
+    unmapped_acked_entries: int
+    #: Source entries previously seen acked that are no longer acked (a rewind).
+    rewound_entries: int
+    #: Partially acked source batches: unacked at entry level, redelivered after failover.
+    partial_batches_unacked: int
+    #: Skippable target entries (markers) the plan acks.
+    skippable_acked_entries: int
+    outcome: Outcome
+
+    def split(self, *, cumulative: bool) -> tuple[Position | None, RangeSet]:
+        """(cumulative ack position or None, ranges to ack individually).
+
+        With cumulative acks (Exclusive/Failover) one ack covers everything up
+        to the new markDeletePosition; Shared/Key_Shared must ack every entry.
+        """
+        if cumulative and self.mark_delete > self.previous_mark_delete:
+            return self.mark_delete, self.to_ack.after(self.mark_delete)
+        return None, self.to_ack
+
+
+
+def fold(
+    mark_delete: Position, acked: RangeSet, ledgers: Ledgers | None = None
+) -> tuple[Position, RangeSet]:
+    """Fold acks into (markDeletePosition, individually deleted ranges) as the broker does.
+
+    The markDeletePosition moves to the upper end of the range that reaches it
+    with no unacked entry in between; what is left stays individual. "Reaches"
+    is judged on canonical positions, so a range starting right after the last
+    entry of the previous ledger reaches a markDeletePosition on that entry.
+    """
+    everything = (RangeSet.up_to(mark_delete) | acked).canonical(ledgers)
+    floor = mark_delete
+    if ledgers is not None and len(ledgers.ids):
+        fl, fe = ledgers.canonical(np.array([mark_delete.ledger]), np.array([mark_delete.entry]))
+        floor = Position(int(fl[0]), int(fe[0]))
+    b = everything.bounds
+    new_md = mark_delete
+    if len(b):
+        lo0 = Position(int(b[0, 0]), int(b[0, 1]))
+        hi0 = Position(int(b[0, 2]), int(b[0, 3]))
+        if lo0 <= floor <= hi0:
+            new_md = max(hi0, mark_delete)
+    return new_md, everything.after(new_md)

@@ -1,0 +1,104 @@
+"""The safety rule and the guard: nothing reaches the target that breaks the rule.
+
+**The rule.** :func:`safe_target_acks` is the only function that turns source
+acks into target acks: a target entry consumers can receive is in its result
+only if a segment maps it from a source entry that the source cursor has
+acked. Unknown mapping means not acked.
+
+**The guard.** :func:`guard` is the emit gate every emit path calls; it
+re-checks a plan against the rule (:func:`check_safe`) and is the only maker
+of the :class:`SafePlan` emitters accept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.keys import keyspace, to_keys
+from cursorsync.core.mapping import SegmentSet, TopicMapping
+from cursorsync.core.ranges import RangeSet
+from cursorsync.errors import CursorSyncError
+
+
+def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
+    """THE safety rule: target entries whose source counterpart is acked on the source.
+
+    Invariant: the result contains a target entry only if some segment maps it
+    from a source entry inside ``source_acked``. Nothing is extrapolated
+    beyond a segment; unmapped source acks produce nothing.
+    """
+    rows = segments.rows
+    if len(rows) == 0 or not source_acked:
+        return RangeSet()
+    s = source_acked.bounds
+    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
+    seg_bounds = np.stack([sl, se - 1, sl, se + cnt - 1], axis=1)
+    ks = keyspace(s, seg_bounds)
+    s_lo, s_hi = to_keys(ks, s)
+    g_lo, g_hi = to_keys(ks, seg_bounds)
+    # Acked ranges overlapping segment j: those with hi > seg lo and lo < seg hi.
+    first = np.searchsorted(s_hi, g_lo, side="right")
+    last = np.searchsorted(s_lo, g_hi, side="left")
+    n = np.maximum(last - first, 0)
+    total = int(n.sum())
+    if total == 0:
+        return RangeSet()
+    seg = np.repeat(np.arange(len(rows)), n)
+    offs = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    k = first[seg] + offs
+    lo = np.maximum(s_lo[k], g_lo[seg])
+    hi = np.minimum(s_hi[k], g_hi[seg])
+    _, lo_e = ks.unpack(lo)
+    _, hi_e = ks.unpack(hi)
+    shift = (te - se)[seg]
+    tls = tl[seg]
+    return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
+
+
+def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
+               target: CursorState) -> RangeSet:
+    """Return the target positions the plan would ack against the safety rule (empty when safe).
+
+    Two ways to ack: ``to_ack`` entry by entry, and a cumulative ack up to the
+    plan's markDeletePosition. Every target entry either covers must be the
+    counterpart of a source entry acked on the source, a skippable entry, or
+    already acked on the target. The cumulative span is checked on existing
+    entries when the target's ledger list is known, and in position space
+    (stricter) when it is not.
+    """
+    allowed = (safe_target_acks(source.acked(), mapping.segments)
+               | mapping.skippable.ranges() | target.acked())
+    bad = plan.to_ack - allowed
+    cumulative = RangeSet.up_to(plan.mark_delete) - allowed
+    ledgers = target.ledgers
+    if ledgers is not None and len(ledgers.ids):
+        cumulative = cumulative.canonical(ledgers)
+        if cumulative.count_entries(ledgers) == 0:
+            cumulative = RangeSet()
+    return bad | cumulative
+
+
+class UnsafePlanError(CursorSyncError):
+    """A plan would acknowledge a target entry whose source is not acknowledged. Never sent."""
+
+
+@dataclass(frozen=True)
+class SafePlan:
+    """An AckPlan that passed :func:`guard`; emitters accept nothing else."""
+
+    plan: AckPlan
+
+
+def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
+          target: CursorState) -> SafePlan:
+    """The emit gate: every emit path calls this; it raises instead of letting a bad ack out."""
+    bad = check_safe(plan, source, mapping, target)
+    if bad:
+        raise UnsafePlanError(f"refusing to emit: target positions {bad} are not acked on the "
+                              f"source (source {source}); nothing was sent")
+    return SafePlan(plan)
+
+

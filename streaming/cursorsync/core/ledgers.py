@@ -1,0 +1,93 @@
+"""The ledgers of a topic partition with their entry counts: which positions are entries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from cursorsync.core.keys import I64
+from cursorsync.core.positions import Position
+
+
+@dataclass(frozen=True)
+class Ledgers:
+    """The ledgers of a topic partition with their entry counts, oldest first.
+
+    From internalStats ``ledgers`` (the open ledger's count from
+    ``lastConfirmedEntry``). Ledgers absent between two listed ones do not
+    exist; positions past the last listed ledger are unknown and left alone.
+    """
+
+    ids: I64
+    entries: I64
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> Ledgers:
+        rows = sorted(pairs)
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        entries = np.array([r[1] for r in rows], dtype=np.int64)
+        if (entries < 0).any():
+            raise ValueError("a ledger cannot have a negative entry count")
+        return cls(ids, entries)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.entries):
+            raise ValueError("ledger ids and entry counts differ in length")
+        if len(self.ids) > 1 and (np.diff(self.ids) <= 0).any():
+            raise ValueError("ledger ids must be strictly increasing")
+
+    def canonical(self, ledgers: I64, entries: I64) -> tuple[I64, I64]:
+        """Map each position to the last existing entry at or before it.
+
+        Entries e satisfy a < e <= b exactly when c(a) < e <= c(b), so ranges
+        keep their entry sets while touching ranges across ledger ends meet.
+        Positions before every entry map to (first non-empty ledger, -1).
+        """
+        nonempty = self.entries > 0
+        ids = self.ids[nonempty]
+        last = self.entries[nonempty] - 1
+        if len(ids) == 0:
+            return ledgers, entries
+        out_l = ledgers.copy()
+        out_e = entries.copy()
+        known = ledgers <= self.ids[-1]
+        i = np.searchsorted(ids, ledgers, side="right") - 1
+        ic = np.maximum(i, 0)
+        in_ledger = known & (i >= 0) & (ids[ic] == ledgers)
+        # Inside a non-empty ledger: clamp past its end; -1 means "end of the previous one".
+        clamp = in_ledger & (entries >= last[ic])
+        out_e[clamp] = last[ic][clamp]
+        before = in_ledger & (entries < 0)
+        prev = i - 1
+        has_prev = before & (prev >= 0)
+        out_l[has_prev] = ids[prev[has_prev]]
+        out_e[has_prev] = last[prev[has_prev]]
+        # In a ledger that has no entries (or does not exist): end of the previous non-empty one.
+        gap = known & ~in_ledger
+        gap_prev = gap & (i >= 0)
+        out_l[gap_prev] = ids[ic[gap_prev]]
+        out_e[gap_prev] = last[ic[gap_prev]]
+        # Before every entry.
+        first = (known & (i < 0)) | (before & (prev < 0))
+        out_l[first] = ids[0]
+        out_e[first] = -1
+        return out_l, out_e
+
+    def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
+        """How many existing entries lie at or before each position (past the last ledger: all)."""
+        cum = np.concatenate(([0], np.cumsum(self.entries)))
+        i = np.searchsorted(self.ids, ledgers, side="right") - 1
+        ic = np.maximum(i, 0)
+        exact = (i >= 0) & (self.ids[ic] == ledgers)
+        within = np.clip(entries + 1, 0, self.entries[ic])
+        n = np.where(exact, cum[ic] + within, cum[i + 1])
+        return n.astype(np.int64)
+
+    def last_position(self) -> Position | None:
+        nonempty = np.flatnonzero(self.entries > 0)
+        if len(nonempty) == 0:
+            return None
+        k = int(nonempty[-1])
+        return Position(int(self.ids[k]), int(self.entries[k]) - 1)
