@@ -335,6 +335,35 @@ def test_compact_and_vacuum_keep_the_rows(make_store: StoreFactory) -> None:
     assert store.last_batch("sync") == 3
 
 
+def test_expire_deletes_old_rows_but_keeps_each_keys_newest(make_store: StoreFactory) -> None:
+    """Retention: rows older than the cutoff go, except the newest row of each key, which
+    stays however old it is; rows of other keys and newer rows are untouched."""
+    store = make_store()
+    day = timedelta(days=1)
+
+    def observed(sub: str, at: datetime, batch: int) -> None:
+        row = make_progress(TOPICS[0], sub).to_pylist()[0] | {"emitted_at": at}
+        store.append("sync_progress", pa.Table.from_pylist([row]), app_id=f"w-{sub}-{batch}",
+                     batch_id=batch)
+
+    for batch in range(4):  # "moving": four rows, the newest recent
+        observed("moving", NOW - (3 - batch) * 10 * day, batch)
+    for batch in range(3):  # "idle": three old rows, none recent
+        observed("idle", NOW - (30 + batch) * day, batch)
+    observed("fresh", NOW, 0)
+    deleted = store.expire("sync_progress", time_column="emitted_at", before=NOW - 5 * day,
+                           key_columns=("source_cluster", "target_cluster", "topic",
+                                        "partition", "subscription"))
+    rows = store.read("sync_progress").to_pylist()
+    left = sorted((r["subscription"], r["emitted_at"]) for r in rows)
+    assert deleted == 5
+    assert left == [("fresh", NOW), ("idle", NOW - 30 * day), ("moving", NOW)]
+    again = store.expire("sync_progress", time_column="emitted_at", before=NOW - 5 * day,
+                         key_columns=("subscription",))
+    assert again == 0 and store.read("sync_progress").num_rows == 3
+    assert store.last_batch("w-moving-3") == 3  # appends stay idempotent after a rewrite
+
+
 def test_ensure_refuses_a_table_that_differs_from_its_schema_file(
     make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ and delta-rs writers on one S3 table.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -151,6 +152,12 @@ class DeltaRsStore(TableStore):
 
     def compact(self, table: TableName) -> dict[str, Any]:
         return dict(self._require(table).optimize.compact())
+
+    def _replace_old(self, schema: TableSchema, time_column: str, before: datetime,
+                     rows: pa.Table) -> None:
+        cutoff = before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        write_deltalake(self._require(schema.name), rows.cast(schema.arrow()), mode="overwrite",
+                        predicate=f"{time_column} < '{cutoff}'")
 
     def vacuum(
         self,

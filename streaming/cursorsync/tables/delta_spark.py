@@ -31,6 +31,7 @@ import glob
 import os
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -268,6 +269,14 @@ class DeltaSparkStore(TableStore):
             if path.startswith(prefix + "/"):
                 return path[len(prefix) + 1:]
         return path
+
+    def _replace_old(self, schema: TableSchema, time_column: str, before: datetime,
+                     rows: pa.Table) -> None:
+        cutoff = before.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        df = self._spark.createDataFrame(rows.cast(schema.arrow()))
+        (df.write.format("delta").mode("overwrite")
+         .option("replaceWhere", f"{time_column} < TIMESTAMP '{cutoff}'")
+         .save(self.uri(schema.name)))
 
     def compact(self, table: TableName) -> dict[str, Any]:
         row = self._spark.sql(f"OPTIMIZE delta.{self._path(table)}").first()

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -298,6 +299,47 @@ class TableStore(ABC):
     @abstractmethod
     def compact(self, table: TableName) -> dict[str, Any]:
         """Rewrite small files into larger ones (no data change); returns the engine's metrics."""
+
+    def expire(self, table: TableName, *, time_column: str, before: datetime,
+               key_columns: tuple[str, ...]) -> int:
+        """Delete rows whose ``time_column`` is before ``before``, except each key's newest row.
+
+        The newest row of every ``key_columns`` key survives however old it is (a cursor
+        that stopped moving still has a current state). Kept rows and deletions are one
+        commit (a conditional overwrite of the old rows), so a crash leaves either the
+        table before or the table after, never a key without its newest row. Returns
+        how many rows were deleted.
+        """
+        schema = load_schema(check_table_name(table))
+        if not self.exists(table):
+            return 0
+        rows = self.read(table)
+        if rows.num_rows == 0:
+            return 0
+        when = rows.column(time_column)
+        old_mask = pc.less(when, pa.scalar(before, when.type))
+        old = rows.filter(old_mask)
+        if old.num_rows == 0:
+            return 0
+        recent = rows.filter(pc.invert(old_mask)).select(list(key_columns))
+        recent_keys = set(zip(*(recent.column(c).to_pylist() for c in key_columns), strict=True))
+        # Newest first (time, then batch id), so the first row seen per key is its newest.
+        order = old.sort_by([(time_column, "descending"), ("batch_id", "descending")])
+        keys = list(zip(*(order.column(c).to_pylist() for c in key_columns), strict=True))
+        keep, seen = [], set(recent_keys)
+        for i, k in enumerate(keys):
+            if k not in seen:
+                seen.add(k)
+                keep.append(i)
+        if len(keep) == old.num_rows:
+            return 0
+        self._replace_old(schema, time_column, before, order.take(keep))
+        return old.num_rows - len(keep)
+
+    @abstractmethod
+    def _replace_old(self, schema: TableSchema, time_column: str, before: datetime,
+                     rows: pa.Table) -> None:
+        """Atomically replace every row with ``time_column`` before ``before`` by ``rows``."""
 
     @abstractmethod
     def vacuum(
