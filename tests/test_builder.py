@@ -11,8 +11,8 @@ import pytest
 
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
-from cursorsync.tables.rows import PartitionKey
 
 P = Position.parse
 KEY = PartitionKey("persistent://public/default/t", -1)

@@ -25,21 +25,16 @@ from cursorsync.app.logs import (
     configure_logging,
     parse_level,
 )
+from cursorsync.app.progress import Progress, progress
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import RewindError
 from cursorsync.tables import open_store
-from cursorsync.tables.rows import (
-    ObservedCursor,
-    PartitionKey,
-    SyncRecord,
-    cursor_state_rows,
-    mapping_rows,
-    sync_progress_rows,
-)
+from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
 from cursorsync_devtools.sim import Workload, run_failover
 
 CONFIG = str(EMBEDDED_CONFIG_PATH)
@@ -395,12 +390,12 @@ def test_configure_logging_levels_and_quiet_libraries() -> None:
 def test_progress_line_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    with cli._Progress("working", enabled=True, interval_s=0.01) as p:
+    with Progress("working", enabled=True, interval_s=0.01) as p:
         time.sleep(0.05)
         p.update("still working")
         time.sleep(0.05)
     text = err.getvalue()
     assert "working ... " in text and "still working ... " in text
     assert text.endswith("\r") and "\n" not in text
-    assert not cli._progress("x", json_output=True)._enabled
-    assert not cli._progress("x", json_output=False)._enabled  # StringIO is not a TTY
+    assert not progress("x", json_output=True)._enabled
+    assert not progress("x", json_output=False)._enabled  # StringIO is not a TTY

@@ -22,6 +22,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.translate import translate
 from cursorsync.errors import ConfigError, TopicNotFoundError
+from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.emitter import (
     EmitResult,
     Emitter,
@@ -266,7 +267,7 @@ def test_unreachable_cluster_is_named() -> None:
     from cursorsync_devtools.testbed.standalone import free_port
 
     url = f"pulsar://127.0.0.1:{free_port()}"
-    em = PulsarEmitter(url, operation_timeout_seconds=1, connection_timeout_ms=300)
+    em = PulsarEmitter(ClientSettings(url, operation_timeout_s=1, connection_timeout_ms=300))
     safe, _ = _plan(7, 10, 4)
     t0 = time.monotonic()
     with pytest.raises(TargetUnreachableError, match=url.replace(".", r"\.")):

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from admin_stub import Reply, StubAdmin
 from cursorsync.core.mapping import Runs
+from cursorsync.core.records import PartitionKey
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.tables.rows import PartitionKey
 
 MARKER = RawEntry(marker_type=10)
 CHUNK = RawEntry(chunk_id=0, num_chunks=2)

@@ -9,11 +9,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cursorsync.app.job import MappingStore, _empty, observations
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.sync.observed import observations
 from cursorsync.tables import open_store
-from cursorsync.tables.rows import PartitionKey, mapping_rows
+from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.rows import mapping_rows, row_schema
 
 KEY = PartitionKey("persistent://public/default/orders", 2)
 
@@ -56,19 +58,21 @@ def test_mapping_store_loads_only_new_batches_and_merges(tmp_path: Path) -> None
 
 def test_an_empty_batch_is_recorded_once(tmp_path: Path) -> None:
     store = open_store("delta-rs", str(tmp_path))
-    assert store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
-    assert not store.append("mappings", _empty("mappings"), app_id="mapping", batch_id=0)
+    empty = row_schema("mappings").empty_table()
+    assert store.append("mappings", empty, app_id="mapping", batch_id=0)
+    assert not store.append("mappings", empty, app_id="mapping", batch_id=0)
     assert store.last_batch("mapping") == 0
 
 
 def test_sync_metrics_come_from_the_progress_rows() -> None:
     """One recorder for both emission paths: acks, unmapped, lag and last sync per subscription."""
-    from cursorsync.app.job import SyncSink, _Synced
     from cursorsync.app.metrics import Metrics
     from cursorsync.core.cursor import CursorState
+    from cursorsync.core.records import SyncRecord
     from cursorsync.core.translate import translate
+    from cursorsync.sync.sink import SyncSink, _Synced
     from cursorsync.sync.step import SyncConfig, SyncStep
-    from cursorsync.tables.rows import SyncRecord, sync_progress_rows
+    from cursorsync.tables.rows import sync_progress_rows
 
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]))
     plan = translate(CursorState.parse("1:9"), mapping, CursorState.parse("9:-1"))
@@ -88,7 +92,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
 def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> None:
     from pathlib import Path as _P
 
-    from cursorsync.app.job import driver_java_options
+    from cursorsync.app.session import driver_java_options
     from cursorsync.app.settings import load_config
 
     conf = _P(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
@@ -159,7 +163,7 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
     conf = Path(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
     code = (
         "from cursorsync.app.settings import load_config\n"
-        "from cursorsync.app.job import build_session\n"
+        "from cursorsync.app.session import build_session\n"
         f"spark = build_session(load_config({str(conf)!r}))\n"
         "spark.range(3).count()\n"
         "spark.stop()\n"
@@ -212,10 +216,10 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
         tmp_path: Path) -> None:
     """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
     the batch and again when the sink restarts from the checkpoint's builder state."""
-    from cursorsync.app.job import MappingSink
     from cursorsync.app.metrics import Metrics
     from cursorsync.app.settings import parse_config
     from cursorsync.mapping.entries import packed_batches
+    from cursorsync.mapping.sink import MappingSink
 
     asked: list[list[list[int]]] = []
 
@@ -272,7 +276,7 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
 
-    from cursorsync.app.job import RESTARTABLE_CONF
+    from cursorsync.app.session import RESTARTABLE_CONF
 
     spark = (SparkSession.builder.master("local[1]").appName("cursorsync-test-restart")
              .config("spark.ui.enabled", "false").getOrCreate())

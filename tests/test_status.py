@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from cursorsync.app.status import (
-    TablesNotFoundError,
+from cursorsync.app.render import (
     format_table,
-    lookup,
     lookup_json,
-    partition_key,
     render_lookup_table,
     render_status_table,
     status_json,
+)
+from cursorsync.app.status import (
+    TablesNotFoundError,
+    lookup,
+    partition_key,
     subscription_status,
     subscription_summaries,
 )
@@ -24,16 +26,10 @@ from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import ConfigError
 from cursorsync.tables import TableStore, open_store
-from cursorsync.tables.rows import (
-    ObservedCursor,
-    PartitionKey,
-    SyncRecord,
-    cursor_state_rows,
-    mapping_rows,
-    sync_progress_rows,
-)
+from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 ORDERS = "persistent://public/default/orders"

@@ -12,6 +12,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.errors import AdminError
 from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,
@@ -20,7 +21,6 @@ from cursorsync.sync.step import (
     SyncConfig,
     SyncStep,
 )
-from cursorsync.tables.rows import ObservedCursor, PartitionKey
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 NOW = datetime(2026, 11, 23, tzinfo=UTC)

@@ -21,6 +21,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import ConfigError, MappingConflictError
 from cursorsync.tables import (
     BACKENDS,
@@ -44,9 +45,6 @@ from cursorsync.tables.delta_spark import (
     find_delta_jars,
 )
 from cursorsync.tables.rows import (
-    ObservedCursor,
-    PartitionKey,
-    SyncRecord,
     cursor_state_rows,
     cursor_states,
     mapping_rows,

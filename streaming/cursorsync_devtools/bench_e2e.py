@@ -175,7 +175,7 @@ def bench_e2e(spec: E2ESpec | None = None, *, bed: Any = None, work_dir: str | N
 def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
-    from cursorsync.app.job import build_session
+    from cursorsync.app.session import build_session
     from cursorsync_devtools.testbed.ingestion import check_mapping
     from cursorsync_devtools.testbed.produce import Plan, entries_of, produce
 
@@ -389,7 +389,7 @@ def _machine() -> dict[str, Any]:
 
 def table(report: Mapping[str, Any]) -> str:
     """The report as text: each figure beside its baseline."""
-    from cursorsync.app.status import format_table
+    from cursorsync.app.render import format_table
 
     s, m, b, lag = report["spec"], report["mapping"], report["backlog"], report["lag"]
     base, check = m["baseline"], m["check"]

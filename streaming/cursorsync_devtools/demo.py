@@ -308,8 +308,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
     finally:
         job.stop()
     settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
-    checks = [(kind, sync_subscription(kind), result.last_ack_at)
-              for kind in spec.subscription_types]
+    checks: list[tuple[str, str, float | None]] = [
+        (kind, sync_subscription(kind), result.last_ack_at) for kind in spec.subscription_types]
     if spec.builtin:
         checks += [(kind, builtin_subscription(kind), None) for kind in spec.subscription_types]
     with ThreadPoolExecutor(len(checks)) as pool:

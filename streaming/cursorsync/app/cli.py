@@ -13,14 +13,11 @@ Commands::
 
 Global options (before the command): ``--log-level``, ``--log-json``, ``--version``.
 
-Exit status: 0 on success; 2 for anything the user can fix (a bad config,
-a malformed position, unreachable tables: any
-:class:`~cursorsync.errors.CursorSyncError`), printed as one ``error: ...``
-message on stderr without a traceback unless ``--log-level debug``;
-``lookup`` exits 1 when the position is not mapped; ``bench failover`` exits
-1 if cursorsync lost a message. Heavy modules (Spark, the test bed) are
-imported only by the commands that need them, so ``--help``, ``status`` and
-``lookup`` start fast.
+Exit status: 0 on success; 2 for anything the user can fix (any
+:class:`~cursorsync.errors.CursorSyncError`), one ``error: ...`` line on stderr
+(a traceback only with ``--log-level debug``); 1 when ``lookup`` finds the
+position unmapped or ``bench failover`` sees a loss. Spark and the development
+tools are imported only by the commands that need them.
 """
 
 from __future__ import annotations
@@ -29,22 +26,19 @@ import functools
 import importlib
 import json
 import logging
-import os
 import sys
-import threading
-import time
 import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
 from cursorsync.app.logs import configure_logging
+from cursorsync.app.progress import progress
 from cursorsync.errors import CursorSyncError
 
 if TYPE_CHECKING:
@@ -63,6 +57,11 @@ EXIT_NOT_FOUND = 1
 EXIT_INTERRUPTED = 130
 
 CONFIG_ENV = "CURSORSYNC_CONFIG"
+
+#: The development tools (test bed, simulator, benchmarks) the demo and benches load.
+DEVTOOLS = "cursorsync_devtools"
+DEVTOOLS_HINT = "the demo and benchmarks need the development tools: " \
+    "pip install 'cursorsync[devtools]'"
 
 
 class LogLevel(StrEnum):
@@ -140,78 +139,17 @@ def _load(module: str, attr: str, command: str) -> Any:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name == module:
-            _fail(f"`{command}` is not available: this installation has no {module} module", exc)
-        _fail(
-            f"`{command}` needs the Python module {exc.name!r}, which is not installed "
-            "(the demo and benchmarks need: pip install 'cursorsync[embedded]')",
-            exc,
-        )
+        if exc.name is not None and module.startswith(exc.name):
+            _fail(f"`{command}` is not available: this installation has no {exc.name} module "
+                  f"({DEVTOOLS_HINT if module.startswith(DEVTOOLS) else 'reinstall cursorsync'})",
+                  exc)
+        _fail(f"`{command}` needs the Python module {exc.name!r}, which is not installed "
+              f"({DEVTOOLS_HINT if module.startswith(DEVTOOLS) else 'reinstall cursorsync'})",
+              exc)
     try:
         return getattr(mod, attr)
     except AttributeError as exc:
-        _fail(f"`{command}` is not available: {module} has no {attr}()", exc)
-
-
-class _Progress:
-    """A one-line elapsed-time ticker on stderr while something long runs.
-
-    Shown only when stderr is a terminal and the output is not JSON; the line
-    is erased when the work ends, so nothing is left in logs or pipes.
-    """
-
-    def __init__(self, label: str, *, enabled: bool, interval_s: float = 0.25) -> None:
-        self._label = label
-        self._enabled = enabled
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start = 0.0
-        self._width = 0
-
-    def update(self, label: str) -> None:
-        """Change what the line says is happening."""
-        self._label = label
-
-    def _tick(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._write(f"{self._label} ... {time.monotonic() - self._start:.1f}s")
-
-    def _write(self, text: str) -> None:
-        pad = max(0, self._width - len(text))
-        self._width = len(text)
-        try:
-            sys.stderr.write("\r" + text + " " * pad)
-            sys.stderr.flush()
-        except (OSError, ValueError):  # stderr closed under us: stop ticking, nothing to show
-            self._stop.set()
-
-    def __enter__(self) -> _Progress:
-        if self._enabled:
-            self._start = time.monotonic()
-            self._thread = threading.Thread(target=self._tick, name="cli-progress", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join()
-        if self._width:
-            self._write("")
-            sys.stderr.write("\r")
-            sys.stderr.flush()
-
-
-def _progress(label: str, *, json_output: bool) -> _Progress:
-    enabled = not json_output and sys.stderr.isatty() and not os.environ.get("CI")
-    return _Progress(label, enabled=enabled)
+        _fail(f"`{command}` is not available: {module} has no {attr}", exc)
 
 
 def _echo_json(data: Any) -> None:
@@ -225,17 +163,9 @@ def _load_config(path: Path) -> Config:
 
 
 def _query_store(config: Config) -> TableStore:
-    """A delta-rs store over the config's tables, whichever backend writes them.
+    from cursorsync.tables import open_reader
 
-    Reading needs no Spark: delta-rs reads what delta-spark wrote. Hadoop's
-    ``s3a://`` is spelled ``s3://`` for delta-rs.
-    """
-    from cursorsync.tables import open_store
-
-    path = config.tables.path
-    if path.startswith("s3a://"):
-        path = "s3://" + path[len("s3a://"):]
-    return open_store("delta-rs", path, storage_options=dict(config.tables.storage_options))
+    return open_reader(config.tables.path, storage_options=dict(config.tables.storage_options))
 
 
 def _version(value: bool) -> None:
@@ -345,11 +275,10 @@ def demo(
 ) -> None:
     """Two local Apache Pulsar clusters, a workload, cursorsync between them, then failover,
     beside Pulsar's own replicated subscriptions."""
-    run_demo = _load("cursorsync_devtools.demo", "run_demo", "cursorsync demo")
-    from cursorsync_devtools.testbed.workload import WorkloadSpec
-
+    run_demo = _load(f"{DEVTOOLS}.demo", "run_demo", "cursorsync demo")
+    WorkloadSpec = _load(f"{DEVTOOLS}.testbed.workload", "WorkloadSpec", "cursorsync demo")
     strategies = _strategies(evidence)
-    with _progress("demo: running", json_output=json_output):
+    with progress("demo: running", json_output=json_output):
         out = run_demo(json_output=json_output, spec=WorkloadSpec(produce_seconds=seconds),
                        strategies=strategies,
                        work_dir=None if work_dir is None else str(work_dir), keep=keep)
@@ -386,10 +315,11 @@ def status(
 
     Reads the Delta tables only (no Spark, no broker).
     """
-    from cursorsync.app.status import render_status_table, status_json, subscription_status
+    from cursorsync.app.render import render_status_table, status_json
+    from cursorsync.app.status import subscription_status
 
     cfg = _load_config(config)
-    with _progress("status: reading tables", json_output=json_output):
+    with progress("status: reading tables", json_output=json_output):
         rows = subscription_status(
             _query_store(cfg), topic=topic, subscription=subscription,
             source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
@@ -418,13 +348,13 @@ def lookup(
 
     Exit status 0 when mapped exactly, 1 when unmapped or the topic is unknown.
     """
+    from cursorsync.app.render import lookup_json, render_lookup_table
     from cursorsync.app.status import lookup as lookup_position
-    from cursorsync.app.status import lookup_json, render_lookup_table
     from cursorsync.core.positions import Position
 
     pos = Position.parse(position)
     cfg = _load_config(config)
-    with _progress("lookup: reading mappings", json_output=json_output):
+    with progress("lookup: reading mappings", json_output=json_output):
         result = lookup_position(
             _query_store(cfg), topic, pos, partition=partition,
             source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
@@ -451,14 +381,13 @@ def bench_translate(
     json_output: JsonOption = False,
 ) -> None:
     """Time the range-based translator against the per-entry oracle."""
-    from cursorsync_devtools.bench import bench_translate as run_bench
-
-    with _progress(f"bench translate: {ranges} ranges", json_output=json_output):
+    run_bench = _load(f"{DEVTOOLS}.bench", "bench_translate", "cursorsync bench translate")
+    with progress(f"bench translate: {ranges} ranges", json_output=json_output):
         result = run_bench(ranges, oracle_entries=oracle_entries)
     if json_output:
         _echo_json(result)
         return
-    from cursorsync.app.status import format_table
+    from cursorsync.app.render import format_table
 
     typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
 
@@ -477,48 +406,22 @@ def bench_failover(
 
     Exit status 1 if cursorsync lost any message (that would be a bug).
     """
-    from cursorsync_devtools.sim import Workload, run_failover
-
+    command = "cursorsync bench failover"
+    Workload = _load(f"{DEVTOOLS}.sim", "Workload", command)
+    run_failover = _load(f"{DEVTOOLS}.sim", "run_failover", command)
+    failover_table = _load(f"{DEVTOOLS}.reports", "failover_table", command)
     workload = Workload(seed=seed, partitions=partitions, messages=messages)
-    with _progress("bench failover: simulating", json_output=json_output):
+    with progress("bench failover: simulating", json_output=json_output):
         report = run_failover(workload)
     if json_output:
         _echo_json(report.to_dict())
     else:
-        typer.echo(_failover_table(report))
+        typer.echo(failover_table(report))
     if report.cursorsync.losses:
         typer.echo(f"cursorsync lost {report.cursorsync.losses} messages: a safety bug "
                    f"(reproduce with --seed {seed} --partitions {partitions} "
                    f"--messages {messages})", err=True)
         raise typer.Exit(EXIT_NOT_FOUND)
-
-
-def _failover_table(report: Any) -> str:
-    """The FailoverReport side by side: cursorsync vs Pulsar's replicated subscriptions."""
-    from cursorsync.app.status import format_table
-
-    cs, bi, w = report.cursorsync, report.builtin, report.workload
-    lines = [
-        ("messages produced by failover", cs.messages_total, bi.messages_total),
-        ("acked on source", cs.acked_on_source, bi.acked_on_source),
-        ("replicated to target", cs.on_target, bi.on_target),
-        ("delivered again after switch", cs.redelivered, bi.redelivered),
-        ("duplicates", cs.duplicates, bi.duplicates),
-        ("  in partly acked batches", cs.partial_batch_duplicates, bi.partial_batch_duplicates),
-        ("  acked after the last sync", cs.duplicates_after_last_sync,
-         bi.duplicates_after_last_sync),
-        ("  unexplained", cs.duplicates_unexplained, bi.duplicates_unexplained),
-        ("losses", cs.losses, bi.losses),
-    ]
-    head = (f"failover at {report.failover_ms} ms (seed {w.seed}, {w.partitions} "
-            f"partition{'s' if w.partitions != 1 else ''}, {w.messages} messages; "
-            f"{report.messages_in_flight} still in flight, "
-            f"{report.messages_unreplicated} never replicated)")
-    table = format_table(("", "CURSORSYNC", "BUILT-IN"), lines, right=(1, 2))
-    s = report.sync
-    tail = (f"cursorsync: {s.syncs} syncs, {s.entries_acked} entries acked, "
-            f"{s.unsafe_entries_refused} unsafe acks refused")
-    return f"{head}\n\n{table}\n\n{tail}"
 
 
 @bench_app.command("e2e")
@@ -544,16 +447,12 @@ def bench_e2e(
 ) -> None:
     """End to end on the real test bed: mapping ingestion beside plain Readers, sync lag
     beside Pulsar's replicated subscriptions, failover counts and CPU per process group."""
-    run_e2e = _load("cursorsync_devtools.bench_e2e", "run_e2e", "cursorsync bench e2e")
-    strategies = tuple(x.strip() for x in evidence.split(",") if x.strip())
-    unknown = sorted(set(strategies) - {"position-property", "identity"})
-    if unknown or not strategies:
-        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use position-property "
-                                 "and/or identity", param_hint="--evidence")
+    run_e2e = _load(f"{DEVTOOLS}.bench_e2e", "run_e2e", "cursorsync bench e2e")
+    strategies = tuple(_strategies(evidence))
     if identity_scope not in ("all", "batched"):
         raise typer.BadParameter(f"{identity_scope}: use all or batched",
                                  param_hint="--identity-scope")
-    with _progress("bench e2e: running", json_output=json_output):
+    with progress("bench e2e: running", json_output=json_output):
         out = run_e2e(seconds=seconds, json_output=json_output, backlog=backlog,
                       strategies=strategies, identity_scope=identity_scope)
     typer.echo(out)
@@ -570,11 +469,12 @@ def bench_layout(
     json_output: JsonOption = False,
 ) -> None:
     """A Spark row per entry against layout=arrow: JVM CPU and wall time, alternated."""
-    run_layout = _load("cursorsync_devtools.bench_layout", "run_layout", "cursorsync bench layout")
-    from cursorsync.app.job import build_session
+    run_layout = _load(f"{DEVTOOLS}.bench_layout", "run_layout", "cursorsync bench layout")
+    render_layout = _load(f"{DEVTOOLS}.reports", "layout_table", "cursorsync bench layout")
+    from cursorsync.app.session import build_session
     from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config
 
-    with _progress(f"bench layout: {rows} rows x {repeat}", json_output=json_output):
+    with progress(f"bench layout: {rows} rows x {repeat}", json_output=json_output):
         spark = build_session(load_config(EMBEDDED_CONFIG_PATH))
         try:
             result = run_layout(spark, rows=rows, repeat=repeat)
@@ -583,15 +483,7 @@ def bench_layout(
     if json_output:
         _echo_json(result)
         return
-    from cursorsync.app.status import format_table
-
-    lines = [(figure.removeprefix("median_"), result[figure]["rows"], result[figure]["arrow"],
-              result["ratio_" + figure.removeprefix("median_")])
-             for figure in ("median_wall_s", "median_jvm_cpu_s", "median_driver_cpu_s")]
-    typer.echo(f"{rows} evidence rows, {result['partitions']} partitions, layouts alternated "
-               f"{repeat} times (medians)")
-    typer.echo(format_table(("FIGURE", "ROW PER ENTRY", "LAYOUT=ARROW", "RATIO"), lines,
-                            right=(1, 2, 3)))
+    typer.echo(render_layout(result, rows=rows, repeat=repeat))
 
 
 # ------------------------------------------------------------------ entry point

@@ -13,6 +13,9 @@ Every metric is named ``cursorsync_*``. What each one answers:
 - ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
 - ``cursorsync_last_successful_sync_timestamp_seconds{subscription}``: alert when it stalls.
 - ``cursorsync_errors_total{stage}``: failures, by pipeline stage.
+- ``cursorsync_table_rows_expired_total{table}``: rows table maintenance deleted (retention).
+- ``cursorsync_table_maintenance_timestamp_seconds{table}``: the last maintenance that
+  succeeded (compaction, vacuum and, for the history tables, expiry).
 - ``cursorsync_query_*{query}``: Spark progress reports, see :meth:`Metrics.observe_progress`.
 
 Label cardinality is kept low on purpose: no metric has a ``topic`` label.
@@ -131,6 +134,12 @@ class Metrics:
             ["subscription"], registry=r)
         self._errors = Counter(
             "cursorsync_errors", "Errors, by pipeline stage.", ["stage"], registry=r)
+        self._rows_expired = Counter(
+            "cursorsync_table_rows_expired", "Rows table maintenance deleted (retention).",
+            ["table"], registry=r)
+        self._maintained = Gauge(
+            "cursorsync_table_maintenance_timestamp_seconds",
+            "Unix time of the last successful maintenance of the table.", ["table"], registry=r)
         self._query_input_rows = Gauge(
             "cursorsync_query_input_rows", "numInputRows of the last progress report.",
             ["query"], registry=r)
@@ -230,6 +239,13 @@ class Metrics:
                 f"{', '.join(STAGES)}"
             )
         self._errors.labels(stage=stage).inc()
+
+    # ------------------------------------------------------------------ tables
+
+    def record_maintenance(self, table: str, expired_rows: int) -> None:
+        """The table was compacted and vacuumed, and ``expired_rows`` rows expired."""
+        self._rows_expired.labels(table=table).inc(_count(expired_rows, "expired rows"))
+        self._maintained.labels(table=table).set(time.time())
 
     # ------------------------------------------------------------------ Spark progress
 

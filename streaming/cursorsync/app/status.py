@@ -19,7 +19,6 @@ Each result renders as an aligned plain-text table or as JSON.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,10 +30,11 @@ import pyarrow.compute as pc
 
 from cursorsync.core.mapping import Segment, TopicMapping
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import TABLES, RowFilter, TableStore
-from cursorsync.tables.rows import PartitionKey, topic_mappings
+from cursorsync.tables.mappings import load_mappings
 
 LookupOutcome = Literal["exact", "unmapped", "unknown-topic"]
 LOOKUP_OUTCOMES: tuple[LookupOutcome, ...] = get_args(LookupOutcome)
@@ -110,13 +110,13 @@ class StatusRow:
             "target_cluster": self.target_cluster,
             "source_mark_delete": _pos(self.source_mark_delete),
             "source_individually_deleted_ranges": self.source_ranges,
-            "observed_at": _iso(self.observed_at),
+            "observed_at": iso_time(self.observed_at),
             "target_mark_delete": _pos(self.target_mark_delete),
             "outcome": self.outcome,
             "unmapped_acked_entries": self.unmapped_acked_entries,
             "rewound_entries": self.rewound_entries,
             "lag_ms": self.lag_ms,
-            "emitted_at": _iso(self.emitted_at),
+            "emitted_at": iso_time(self.emitted_at),
             "dry_run": self.dry_run,
             "segments": self.segments,
             "mapped_entries": self.mapped_entries,
@@ -147,7 +147,7 @@ class SubscriptionSummary:
             "unmapped_acked_entries": self.unmapped_acked_entries,
             "rewound_entries": self.rewound_entries,
             "max_lag_ms": self.max_lag_ms,
-            "oldest_sync": _iso(self.oldest_sync),
+            "oldest_sync": iso_time(self.oldest_sync),
             "dry_run": self.dry_run,
         }
 
@@ -270,14 +270,11 @@ def _coverage(
     store: TableStore, flt: RowFilter, keys: set[PartitionKey]
 ) -> dict[PartitionKey, tuple[int, int, Position | None]]:
     """(segments, mapped entries, last mapped source position) per wanted partition."""
-    if not keys or not store.exists("mappings"):
+    if not keys:
         return {}
-    topics = sorted({k.topic for k in keys})
-    narrowed = RowFilter(
-        topics=flt.topics or tuple(topics), partitions=flt.partitions,
-        source_cluster=flt.source_cluster, target_cluster=flt.target_cluster,
-    )
-    mappings = topic_mappings(store.read("mappings", narrowed))
+    mappings, _ = load_mappings(store, source_cluster=flt.source_cluster,
+                                target_cluster=flt.target_cluster,
+                                topics={k.topic for k in keys})
     return {k: _coverage_of(m) for k, m in mappings.items() if k in keys}
 
 
@@ -359,17 +356,15 @@ def lookup(
             f"no mappings table under {store.root}; check tables.path, or let "
             "`cursorsync run` write a batch first"
         )
-    rows = store.read("mappings", RowFilter.of(
-        topic=key.topic, source_cluster=source_cluster, target_cluster=target_cluster))
-    present = sorted(set(rows.column("partition").to_pylist()))
-    if key.partition not in present:
+    mappings, _ = load_mappings(store, source_cluster=source_cluster,
+                                target_cluster=target_cluster, topics=[key.topic])
+    present = sorted(k.partition for k in mappings)
+    if key not in mappings:
         return LookupResult(
             key.topic, key.partition, position, "unknown-topic",
             reason=_unknown_reason(key, present), known_partitions=tuple(present),
         )
-    part = rows.filter(pc.equal(rows.column("partition"), key.partition))
-    mapping = topic_mappings(part)[key]
-    return _lookup_in(key, mapping, position, tuple(present))
+    return _lookup_in(key, mappings[key], position, tuple(present))
 
 
 def _unknown_reason(key: PartitionKey, present: Sequence[int]) -> str:
@@ -428,100 +423,12 @@ def _lookup_in(
 # ------------------------------------------------------------------ rendering
 
 
-def format_table(
-    headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Iterable[int] = ()
-) -> str:
-    """Plain-text columns, padded to the widest cell; ``right`` columns are right-aligned."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    align_right = set(right)
-
-    def line(values: Sequence[str]) -> str:
-        padded = [v.rjust(w) if i in align_right else v.ljust(w)
-                  for i, (v, w) in enumerate(zip(values, widths, strict=True))]
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
-
-
-_STATUS_HEADERS = (
-    "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "OUTCOME", "UNMAPPED",
-    "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED",
-)
-_SUMMARY_HEADERS = (
-    "SUBSCRIPTION", "PARTITIONS", "NEVER_SYNCED", "UNMAPPED", "REWOUND", "MAX_LAG_MS",
-    "OLDEST_SYNC",
-)
-
-
-def render_status_table(rows: Sequence[StatusRow]) -> str:
-    """The per-partition table, then the per-subscription summary."""
-    if not rows:
-        return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
-    table = format_table(_STATUS_HEADERS, [
-        (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
-         r.target_mark_delete,
-         None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
-         r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
-         r.mapped_entries, r.last_mapped_source)
-        for r in rows
-    ], right=(3, 6, 7, 8, 10, 11))
-    summary = format_table(_SUMMARY_HEADERS, [
-        (s.subscription + (" (dry-run)" if s.dry_run else ""), s.partitions, s.never_synced,
-         s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync)
-        for s in subscription_summaries(rows)
-    ], right=(1, 2, 3, 4, 5))
-    return f"{table}\n\n{summary}"
-
-
-def status_json(rows: Sequence[StatusRow]) -> str:
-    """``{"subscriptions": [summary...], "partitions": [row...]}``, indented."""
-    return json.dumps({
-        "subscriptions": [s.to_dict() for s in subscription_summaries(rows)],
-        "partitions": [r.to_dict() for r in rows],
-    }, indent=2)
-
-
-def render_lookup_table(result: LookupResult) -> str:
-    """Aligned ``field  value`` lines; absent values are left out."""
-    seg = result.segment
-    pairs: list[tuple[str, object]] = [
-        ("topic", PartitionKey(result.topic, result.partition).concrete_topic()),
-        ("source", result.source),
-        ("outcome", result.outcome),
-        ("target", result.target),
-        ("evidence", result.evidence),
-        ("segment", None if seg is None else
-         f"{seg.source_ledger}:{seg.source_entry}+{seg.count} -> "
-         f"{seg.target_ledger}:{seg.target_entry}"),
-        ("mapped before", result.mapped_before),
-        ("mapped after", result.mapped_after),
-        ("reason", result.reason or None),
-    ]
-    shown = [(k, _cell(v)) for k, v in pairs if v is not None]
-    width = max(len(k) for k, _ in shown)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in shown)
-
-
-def lookup_json(result: LookupResult) -> str:
-    return json.dumps(result.to_dict(), indent=2)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, datetime):
-        return _iso(value, seconds=True) or "-"
-    return str(value)
-
-
 def _pos(p: Position | None) -> str | None:
     return None if p is None else str(p)
 
 
-def _iso(t: datetime | None, *, seconds: bool = False) -> str | None:
+def iso_time(t: datetime | None, *, seconds: bool = False) -> str | None:
+    """ISO 8601 in UTC with a Z, or None."""
     if t is None:
         return None
     text = t.isoformat(timespec="seconds" if seconds else "auto")
@@ -535,13 +442,9 @@ __all__ = [
     "StatusRow",
     "SubscriptionSummary",
     "TablesNotFoundError",
-    "format_table",
+    "iso_time",
     "lookup",
-    "lookup_json",
     "partition_key",
-    "render_lookup_table",
-    "render_status_table",
-    "status_json",
     "subscription_status",
     "subscription_summaries",
 ]

@@ -75,7 +75,9 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
 
 def _exists(ledgers: Ledgers, ledger: np.ndarray, entry: np.ndarray) -> np.ndarray:
     """Which positions are entries of the ledger list."""
-    return (ledgers.entries_up_to(ledger, entry) - ledgers.entries_up_to(ledger, entry - 1)) == 1
+    inside = ledgers.entries_up_to(ledger, entry) - ledgers.entries_up_to(ledger, entry - 1)
+    found: np.ndarray = inside == 1
+    return found
 
 
 def _ack_skippable(acked: RangeSet, mapping: TopicMapping,

@@ -49,8 +49,8 @@ from cursorsync.core.mapping import (
     holes,
 )
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
 from cursorsync.errors import ConfigError, MappingConflictError
-from cursorsync.tables.rows import PartitionKey
 
 log = logging.getLogger(__name__)
 

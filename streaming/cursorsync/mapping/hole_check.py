@@ -27,9 +27,9 @@ import numpy as np
 
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
 from cursorsync.mapping.builder import HoleCheck
 from cursorsync.pulsar.admin import AdminClient, RawEntry
-from cursorsync.tables.rows import PartitionKey
 
 log = logging.getLogger(__name__)
 

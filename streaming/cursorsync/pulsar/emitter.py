@@ -1,8 +1,8 @@
 """The ack emitter: sends a guarded plan's acks to a target subscription.
 
-The sync step translates a source cursor into an :class:`~cursorsync.core.translate.AckPlan`,
-passes it through :func:`~cursorsync.core.translate.guard` (the safety rule) and
-hands the resulting :class:`~cursorsync.core.translate.SafePlan` here. Nothing else
+The sync step translates a source cursor into an :class:`~cursorsync.core.cursor.AckPlan`,
+passes it through :func:`~cursorsync.core.guard.guard` (the safety rule) and
+hands the resulting :class:`~cursorsync.core.guard.SafePlan` here. Nothing else
 is accepted, so no ack reaches a target without passing the guard.
 
 One consumer per (topic partition, subscription), created lazily and kept
@@ -43,7 +43,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
-from cursorsync.pulsar.client import connect
+from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -184,18 +184,15 @@ class PulsarEmitter:
 
     def __init__(
         self,
-        service_url: str,
+        target: ClientSettings | str,
         *,
         subscription_type: SubscriptionType = "Shared",
         ack_batch_size: int = 1000,
-        auth_token: str | None = None,
-        tls_trust_certs_file: str | None = None,
-        tls_allow_insecure: bool = False,
         consumer_name: str = "cursorsync-emitter",
-        operation_timeout_seconds: int = 30,
-        connection_timeout_ms: int = 10_000,
         client: pulsar.Client | None = None,
     ) -> None:
+        """``target``: how to reach the target cluster (a bare service URL means no auth)."""
+        settings = target if isinstance(target, ClientSettings) else ClientSettings(target)
         if subscription_type not in SUBSCRIPTION_TYPES:
             raise ConfigError(
                 f"{subscription_type!r} is not a valid subscription_type. "
@@ -203,23 +200,14 @@ class PulsarEmitter:
             )
         if ack_batch_size < 1:
             raise ConfigError(f"ack_batch_size must be >= 1, got {ack_batch_size}")
-        self.service_url = service_url
+        self.service_url = settings.service_url
         self.subscription_type: SubscriptionType = subscription_type
         self.ack_batch_size = ack_batch_size
         self.consumer_name = consumer_name
-        self.operation_timeout_seconds = operation_timeout_seconds
+        self.operation_timeout_seconds = settings.operation_timeout_s
         self._owns_client = client is None
         if client is None:
-            kwargs: dict[str, Any] = {
-                "operation_timeout_seconds": operation_timeout_seconds,
-                "connection_timeout_ms": connection_timeout_ms,
-                "tls_allow_insecure_connection": tls_allow_insecure,
-            }
-            if auth_token is not None:
-                kwargs["authentication"] = pulsar.AuthenticationToken(auth_token)
-            if tls_trust_certs_file is not None:
-                kwargs["tls_trust_certs_file_path"] = tls_trust_certs_file
-            client = connect(service_url, **kwargs)
+            client = settings.connect()
         self._client = client
         self._subs: dict[tuple[str, str], _Subscription] = {}
         self._lock = threading.Lock()

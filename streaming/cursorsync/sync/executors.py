@@ -18,19 +18,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
 from cursorsync.app.settings import Config
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.mapping import TopicMapping
-from cursorsync.sync.step import MarkerCache
-from cursorsync.tables import RowFilter, open_store
-from cursorsync.tables.rows import (
-    ObservedCursor,
-    PartitionKey,
-    cursor_states,
-    row_schema,
-    sync_progress_rows,
-    topic_mappings,
-)
+from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.sync.observed import observations, target_reader
+from cursorsync.sync.step import MarkerCache, SyncConfig, SyncStep
+from cursorsync.tables import RowFilter, TableStore, open_store
+from cursorsync.tables.mappings import load_mappings
+from cursorsync.tables.rows import cursor_states, row_schema, sync_progress_rows
 
 
 def _previous_states(store: Any, obs: list[ObservedCursor], batch_id: int,
@@ -50,16 +47,11 @@ def _previous_states(store: Any, obs: list[ObservedCursor], batch_id: int,
     return {k: v[1] for k, v in prev.items()}
 
 
-def _mappings(store: Any, keys: set[PartitionKey],
+def _mappings(store: TableStore, keys: set[PartitionKey],
               config: Config) -> dict[PartitionKey, TopicMapping]:
-    out: dict[PartitionKey, TopicMapping] = {}
-    if not store.exists("mappings"):
-        return out
-    for topic in sorted({k.topic for k in keys}):
-        rows = store.read("mappings", RowFilter.of(
-            topic=topic, source_cluster=config.source.name, target_cluster=config.target.name))
-        out.update({k: m for k, m in topic_mappings(rows).items() if k in keys})
-    return out
+    found, _ = load_mappings(store, source_cluster=config.source.name,
+                             target_cluster=config.target.name, topics={k.topic for k in keys})
+    return {k: m for k, m in found.items() if k in keys}
 
 
 #: Per source admin URL, the sync steps' source-marker caches (see SyncStep) in this worker.
@@ -70,15 +62,6 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
     """The function each task runs over its share of the batch (for ``mapInArrow``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from cursorsync.app.job import (
-            cluster_admin,
-            observations,
-            source_marker_lookup,
-            target_admin,
-            target_emitter,
-            target_reader,
-        )
-        from cursorsync.sync.step import SyncConfig, SyncStep
 
         parts = [pa.Table.from_batches([b]) for b in batches]
         if not parts:
@@ -88,8 +71,8 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             return
         store = open_store(config.tables.backend, config.tables.path,
                            storage_options=config.tables.storage_options or None)
-        admin = target_admin(config)
-        source_admin = cluster_admin(config.source)
+        admin = admin_client(config.target)
+        source_admin = admin_client(config.source)
         emitter = None if dry_run else target_emitter(config)
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),

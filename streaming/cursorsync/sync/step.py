@@ -39,9 +39,9 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import CursorSyncError
-from cursorsync.tables.rows import ObservedCursor, PartitionKey, SyncRecord
 
 log = logging.getLogger(__name__)
 

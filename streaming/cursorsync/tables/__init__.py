@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, get_args
 
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import ConfigError
 from cursorsync.tables.rows import (
-    ObservedCursor,
-    PartitionKey,
-    SyncRecord,
     cursor_state_rows,
     cursor_states,
     mapping_rows,
@@ -69,6 +67,17 @@ def open_store(
     )
 
 
+def open_reader(path: str, *, storage_options: dict[str, str] | None = None) -> TableStore:
+    """A delta-rs store to read the tables under ``path``, whichever backend writes them.
+
+    Reading needs no Spark: delta-rs reads what delta-spark wrote. Hadoop's
+    ``s3a://`` is spelled ``s3://`` for delta-rs.
+    """
+    if path.startswith("s3a://"):
+        path = "s3://" + path[len("s3a://"):]
+    return open_store("delta-rs", path, storage_options=storage_options)
+
+
 __all__ = [
     "BACKENDS",
     "SCHEMAS_ENV",
@@ -87,6 +96,7 @@ __all__ = [
     "cursor_states",
     "load_schema",
     "mapping_rows",
+    "open_reader",
     "open_store",
     "prepare_rows",
     "schemas_dir",

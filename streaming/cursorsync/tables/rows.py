@@ -9,7 +9,6 @@ into values (``topic_mappings``, ``cursor_states``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,29 +16,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.tables.schema import TableName, load_schema
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")
 #: Which side each run kind lives on (TopicMapping's docstring).
 _RUN_SIDE = {"skippable": "target", "foreign": "target", "unreplicated": "source"}
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class PartitionKey:
-    """One topic partition: the base topic name and its index (-1 when not partitioned)."""
-
-    topic: str
-    partition: int = -1
-
-    def concrete_topic(self) -> str:
-        """The topic a client or the admin API addresses: ``<topic>-partition-<i>`` for a
-        partition, the topic itself when not partitioned."""
-        return self.topic if self.partition < 0 else f"{self.topic}-partition-{self.partition}"
 
 
 def row_schema(table: TableName) -> pa.Schema:
@@ -162,16 +149,6 @@ def _epoch(at: datetime | None) -> float | None:
 # ----------------------------------------------------------- cursor states
 
 
-@dataclass(frozen=True, slots=True)
-class ObservedCursor:
-    """A source cursor state as observed: where, which subscription, when."""
-
-    key: PartitionKey
-    subscription: str
-    state: CursorState
-    observed_at: datetime
-
-
 def cursor_state_rows(
     observed: Iterable[ObservedCursor], *, source_cluster: str, target_cluster: str
 ) -> pa.Table:
@@ -214,19 +191,6 @@ def cursor_states(rows: pa.Table) -> list[ObservedCursor]:
 
 
 # ------------------------------------------------------------ sync progress
-
-
-@dataclass(frozen=True, slots=True)
-class SyncRecord:
-    """What one sync step did for one subscription: the plan and how it was emitted."""
-
-    key: PartitionKey
-    subscription: str
-    plan: AckPlan
-    acks_sent: int
-    dry_run: bool
-    source_observed_at: datetime
-    emitted_at: datetime
 
 
 def sync_progress_rows(

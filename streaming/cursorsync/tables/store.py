@@ -334,7 +334,7 @@ class TableStore(ABC):
         if len(keep) == old.num_rows:
             return 0
         self._replace_old(schema, time_column, before, order.take(keep))
-        return old.num_rows - len(keep)
+        return int(old.num_rows) - len(keep)
 
     @abstractmethod
     def _replace_old(self, schema: TableSchema, time_column: str, before: datetime,

@@ -120,10 +120,10 @@ def check_mapping(config: Any, produced: Sequence[Produced],
                   on_target: Mapping[str, Position]) -> dict[str, int]:
     """Every produced entry's position on a looked up in the ``mappings`` table against
     where its messages are on b: pairs checked, wrong, unmapped."""
-    from cursorsync.app.job import MappingStore
+    from cursorsync.core.records import PartitionKey
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.tables import open_store
-    from cursorsync.tables.rows import PartitionKey
+    from cursorsync.tables.mappings import MappingStore
     from cursorsync_devtools.testbed.produce import entries_of
 
     store = open_store(config.tables.backend, config.tables.path)

@@ -363,7 +363,7 @@ class _Publisher:
         size per process (the last broker it connected to set it), and this process also
         talks to b, whose limit is larger, so its chunks would be too large for a.
         """
-        fields = []
+        fields: list[dict[str, Any]] = []
         for _ in range(count):
             key, _, props, pk = self._next(0, -1)
             fields.append({"key": key, "properties": props, "partition_key": pk})

@@ -1,0 +1,113 @@
+"""``status`` and ``lookup`` as text tables and as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from cursorsync.app.status import (
+    LookupResult,
+    StatusRow,
+    iso_time,
+    subscription_summaries,
+)
+from cursorsync.core.records import PartitionKey
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Iterable[int] = ()
+) -> str:
+    """Plain-text columns, padded to the widest cell; ``right`` columns are right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    align_right = set(right)
+
+    def line(values: Sequence[str]) -> str:
+        padded = [v.rjust(w) if i in align_right else v.ljust(w)
+                  for i, (v, w) in enumerate(zip(values, widths, strict=True))]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+_STATUS_HEADERS = (
+    "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "OUTCOME", "UNMAPPED",
+    "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED",
+)
+_SUMMARY_HEADERS = (
+    "SUBSCRIPTION", "PARTITIONS", "NEVER_SYNCED", "UNMAPPED", "REWOUND", "MAX_LAG_MS",
+    "OLDEST_SYNC",
+)
+
+
+def render_status_table(rows: Sequence[StatusRow]) -> str:
+    """The per-partition table, then the per-subscription summary."""
+    if not rows:
+        return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
+    table = format_table(_STATUS_HEADERS, [
+        (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
+         r.target_mark_delete,
+         None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
+         r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
+         r.mapped_entries, r.last_mapped_source)
+        for r in rows
+    ], right=(3, 6, 7, 8, 10, 11))
+    summary = format_table(_SUMMARY_HEADERS, [
+        (s.subscription + (" (dry-run)" if s.dry_run else ""), s.partitions, s.never_synced,
+         s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync)
+        for s in subscription_summaries(rows)
+    ], right=(1, 2, 3, 4, 5))
+    return f"{table}\n\n{summary}"
+
+
+def status_json(rows: Sequence[StatusRow]) -> str:
+    """``{"subscriptions": [summary...], "partitions": [row...]}``, indented."""
+    return json.dumps({
+        "subscriptions": [s.to_dict() for s in subscription_summaries(rows)],
+        "partitions": [r.to_dict() for r in rows],
+    }, indent=2)
+
+
+def render_lookup_table(result: LookupResult) -> str:
+    """Aligned ``field  value`` lines; absent values are left out."""
+    seg = result.segment
+    pairs: list[tuple[str, object]] = [
+        ("topic", PartitionKey(result.topic, result.partition).concrete_topic()),
+        ("source", result.source),
+        ("outcome", result.outcome),
+        ("target", result.target),
+        ("evidence", result.evidence),
+        ("segment", None if seg is None else
+         f"{seg.source_ledger}:{seg.source_entry}+{seg.count} -> "
+         f"{seg.target_ledger}:{seg.target_entry}"),
+        ("mapped before", result.mapped_before),
+        ("mapped after", result.mapped_after),
+        ("reason", result.reason or None),
+    ]
+    shown = [(k, _cell(v)) for k, v in pairs if v is not None]
+    width = max(len(k) for k, _ in shown)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in shown)
+
+
+def lookup_json(result: LookupResult) -> str:
+    return json.dumps(result.to_dict(), indent=2)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return iso_time(value, seconds=True) or "-"
+    return str(value)
+
+
+__all__ = [
+    "format_table",
+    "lookup_json",
+    "render_lookup_table",
+    "render_status_table",
+    "status_json",
+]

@@ -1,0 +1,58 @@
+"""The job's two input streams, with their data-source options from the configuration."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from cursorsync.app.clusters import source_options
+from cursorsync.app.settings import MAPPING_SUBSCRIPTION_PREFIX, Config
+
+
+def _topics_option(config: Config) -> dict[str, str]:
+    if config.topics:
+        return {"topics": ",".join(t.topic for t in config.topics)}
+    ns = config.namespaces[0]
+    return {"namespace": ns.namespace, "topicPattern": ns.regex}
+
+
+def _subscriptions(config: Config) -> list[str]:
+    subs: list[str] = []
+    for t in config.topics:
+        subs += [s for s in t.subscriptions if s not in subs]
+    for n in config.namespaces:
+        subs += [s for s in n.subscriptions if s not in subs]
+    return subs
+
+
+def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]) -> Any:
+    """The ``pulsar-entries`` stream of one side, with the options the builder needs."""
+    cluster = config.source if side == "source" else config.target
+    opts = {**source_options(cluster), **_topics_option(config),
+            "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
+            "entriesPerTask": str(config.spark.entries_per_task),
+            "rangesPerTask": str(config.spark.ranges_per_task),
+            "identityFields": ",".join(config.evidence.identity_fields),
+            "identity": str("identity" in config.evidence.strategies).lower(),
+            "positionEvidence": str("position-property" in config.evidence.strategies).lower(),
+            "identityScope": config.evidence.identity_scope,
+            # The source side is read for identity evidence only: rows without a digest
+            # would be dropped by the builder anyway.
+            "identityRowsOnly": str(side == "source").lower(),
+            "rowsPer": "entry",  # the builder works on entries; one row each crosses the JVM
+            "columns": "evidence",  # and only the columns it reads
+            # and a Spark row per record batch of them: the sink takes the batch to the
+            # driver as Arrow at once, so rows would only cost the JVM a conversion each way
+            "layout": "arrow",
+            "receiverQueueSize": str(cluster.receiver_queue_size),
+            "sourcePositionProperty": config.evidence.source_position_property,
+            "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
+            "startingPosition": "earliest"}
+    return spark.readStream.format("pulsar-entries").options(**opts).load()
+
+
+def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
+    """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled."""
+    opts = {**source_options(config.source), **_topics_option(config),
+            "subscriptions": ",".join(_subscriptions(config)),
+            "stateDir": state_dir}
+    return spark.readStream.format("pulsar-cursors").options(**opts).load()

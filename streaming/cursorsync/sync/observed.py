@@ -1,0 +1,49 @@
+"""What the sync step reads: the source cursors observed by ``pulsar-cursors``, and the
+target cursor from the target's admin API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC
+
+import pyarrow as pa
+
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.errors import TopicNotFoundError
+from cursorsync.pulsar.admin import AdminClient
+from cursorsync.sync.step import fresh_target
+
+
+def observations(table: pa.Table) -> list[ObservedCursor]:
+    """``pulsar-cursors`` rows -> observed cursor states."""
+    out = []
+    for r in table.to_pylist():
+        ledgers = (None if r["ledgers"] is None
+                   else Ledgers.of((x["ledger_id"], x["entries"]) for x in r["ledgers"]))
+        state = CursorState(Position.parse(r["mark_delete"]),
+                            RangeSet.parse(r["individually_deleted"]), ledgers)
+        observed = r["observed_at"]
+        if observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        out.append(ObservedCursor(PartitionKey(r["topic"], int(r["partition"])),
+                                  r["subscription"], state, observed))
+    return out
+
+
+def target_reader(admin: AdminClient) -> Callable[[str, str], CursorState | None]:
+    """The target cursor from the target's admin API; a missing subscription starts fresh."""
+    def read(topic: str, subscription: str) -> CursorState | None:
+        try:
+            stats = admin.internal_stats(topic)
+        except TopicNotFoundError:
+            return None
+        cur = stats.subscriptions.get(subscription)
+        if cur is None:
+            return fresh_target(stats.ledgers)
+        return CursorState(cur.state.mark_delete, cur.state.individually_deleted, stats.ledgers)
+
+    return read

@@ -1,0 +1,114 @@
+"""The sync query's sink: observed source cursors in; acks out (on the driver, or spread
+across executors); ``cursor_states`` and ``sync_progress`` rows written per batch id."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import pyarrow as pa
+
+from cursorsync.app.metrics import Metrics
+from cursorsync.app.settings import Config
+from cursorsync.core.records import ObservedCursor
+from cursorsync.sync.observed import observations
+from cursorsync.sync.step import SyncStep
+from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
+from cursorsync.tables.store import TableStore
+
+log = logging.getLogger(__name__)
+
+#: The sync query's writer id in the tables' transaction log.
+SYNC_APP = "cursorsync-sync"
+
+
+class _Synced(NamedTuple):
+    """What one sync batch produced, on the driver or on the executors."""
+
+    observed: list[ObservedCursor]
+    rows: pa.Table  # sync_progress rows
+    refused: int
+    halted: int
+    translate_seconds: float | None
+
+
+class SyncSink:
+    """foreachBatch of the sync query."""
+
+    def __init__(self, config: Config, store: TableStore, step: SyncStep,
+                 metrics: Metrics | None) -> None:
+        self.config = config
+        self.store = store
+        self.step = step
+        self.metrics = metrics
+        self.mappings = MappingStore(store, config.source.name, config.target.name)
+        self.last_batch = -1
+        self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
+        #: Runs after each batch's writes (the job's table maintenance).
+        self.after_batch: Callable[[], object] | None = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
+                else self._on_driver(df))
+        obs, rows = done.observed, done.rows
+        if self.crash_after_emit is not None:
+            self.crash_after_emit(batch_id)
+        src, tgt = self.config.source.name, self.config.target.name
+        self.store.append("cursor_states", cursor_state_rows(
+            obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
+        self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
+        self.last_batch = batch_id
+        if self.metrics:
+            self._record(done, time.perf_counter() - t0)
+        if self.after_batch is not None:
+            self.after_batch()
+        acks = sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0
+        log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
+                 len(obs), acks, done.refused, done.halted)
+
+    def _on_driver(self, df: Any) -> _Synced:
+        """Translate, guard and emit here; returns the observations and sync_progress rows."""
+        obs = observations(df.toArrow())
+        result = self.step.run(obs, self.mappings.refresh())
+        rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
+                                  target_cluster=self.config.target.name)
+        return _Synced(obs, rows, result.refused, result.halted, result.translate_seconds)
+
+    def _on_executors(self, df: Any, batch_id: int) -> _Synced:
+        """Translate, guard and emit in Spark tasks; the driver only writes the tables.
+        Refusals and halts are logged by the tasks and not counted here."""
+        from cursorsync.sync.executors import sync_on_executors
+
+        df = df.persist()
+        try:
+            obs = observations(df.toArrow())
+            rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
+                                     cumulative=self.step.config.cumulative)
+        finally:
+            df.unpersist()
+        return _Synced(obs, rows, 0, 0, None)
+
+    def _record(self, done: _Synced, batch_s: float) -> None:
+        """Metrics from the sync_progress rows, the same whichever path produced them."""
+        m = self.metrics
+        assert m is not None
+        kind: Literal["cumulative", "individual"] = (
+            "cumulative" if self.step.config.cumulative else "individual")
+        if done.translate_seconds is not None:
+            m.observe_translation(done.translate_seconds)
+        for r in done.rows.to_pylist():
+            sub = r["subscription"]
+            m.record_acks(sub, kind, r["acks_sent"])
+            m.set_unmapped_acked(sub, f"{r['topic']}#{r['partition']}",
+                                 r["unmapped_acked_entries"])
+            if r["rewound_entries"]:
+                m.record_rewound(sub, r["rewound_entries"])
+            m.observe_sync_lag(sub, r["lag_ms"] / 1000)
+            m.mark_synced(sub)
+        for _ in range(done.refused):
+            m.record_error("guard")
+        m.observe_batch("sync", batch_s)
