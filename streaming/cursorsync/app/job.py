@@ -110,9 +110,9 @@ class RunningJob:
 class _ProgressPoller:
     """Spark progress -> Prometheus gauges: one ``lastProgress`` call per query per trigger.
 
-    A Python StreamingQueryListener receives each event converted field by field over
-    py4j; during a backlog that took ~10% of a driver core plus JVM time (py-spy), for
-    gauges that only need the latest value.
+    A Python StreamingQueryListener would receive every event converted field by field
+    over py4j, a steady cost on the driver during a backlog, for gauges that only need
+    the latest value.
     """
 
     def __init__(self, queries: list[Any], metrics: Metrics, interval_s: float) -> None:

@@ -21,9 +21,8 @@ def driver_java_options(config: Config) -> str:
 #: Spark 4 refuses to start a query whose checkpoint holds no batch yet but any file in
 #: its offsets, commits or state directory. A query stopped while it writes its first
 #: offsets leaves exactly that, its temporary file (``.0.<uuid>.tmp``, never renamed), and
-#: every restart then failed (seen in the crash-and-restart test). Our queries keep no
-#: state, and a real batch file is read whatever this says, so the check can only refuse
-#: a restart after such a stop: it is off for the job's queries.
+#: every restart would fail. The job's queries keep no state, and a real batch file is read
+#: whatever this says, so the check can only refuse a restart after such a stop: it is off.
 RESTARTABLE_CONF = {"spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false"}
 
 
