@@ -18,7 +18,9 @@ import numpy as np
 
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.keys import keyspace, to_keys
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import CursorSyncError
 
@@ -65,20 +67,38 @@ def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     Two ways to ack: ``to_ack`` entry by entry, and a cumulative ack up to the
     plan's markDeletePosition. Every target entry either covers must be the
     counterpart of a source entry acked on the source, a skippable entry, or
-    already acked on the target. The cumulative span is checked on existing
-    entries when the target's ledger list is known, and in position space
-    (stricter) when it is not.
+    already acked on the target. ``to_ack`` is checked in position space. The
+    cumulative span is checked on the positions that may hold an entry
+    (:func:`may_hold_entries`), independently of how the plan was folded.
     """
     allowed = (safe_target_acks(source.acked(), mapping.segments)
                | mapping.skippable.ranges() | target.acked())
     bad = plan.to_ack - allowed
-    cumulative = RangeSet.up_to(plan.mark_delete) - allowed
-    ledgers = target.ledgers
-    if ledgers is not None and len(ledgers.ids):
-        cumulative = cumulative.canonical(ledgers)
-        if cumulative.count_entries(ledgers) == 0:
-            cumulative = RangeSet()
+    cumulative = may_hold_entries(RangeSet.up_to(plan.mark_delete) - allowed, target.ledgers)
     return bad | cumulative
+
+
+def may_hold_entries(ranges: RangeSet, ledgers: Ledgers | None) -> RangeSet:
+    """The part of ``ranges`` where an entry may be.
+
+    Without a ledger list, all of it. With one, only what the list rules out
+    goes: positions of a listed closed ledger past its entry count, ledgers
+    absent between listed ones, positions before the first listed ledger
+    (deleted ledgers), and each ledger's ``-1`` (never an entry). The last
+    listed ledger is open, its count a snapshot: every position in it and
+    past it may hold an entry.
+    """
+    if ledgers is None or not len(ledgers.ids) or not ranges:
+        return ranges
+    closed = np.flatnonzero(ledgers.entries[:-1] > 0)
+    ids, counts = ledgers.ids[closed], ledgers.entries[closed]
+    possible = RangeSet(np.stack([ids, np.full_like(ids, -1), ids, counts - 1], axis=1))
+    open_start = Position(int(ledgers.ids[-1]), -1)
+    top = ranges.bounds[-1]
+    end = Position(int(top[2]), int(top[3]))
+    if end > open_start:
+        possible = possible | RangeSet.of((open_start, end))
+    return ranges & possible
 
 
 class UnsafePlanError(CursorSyncError):

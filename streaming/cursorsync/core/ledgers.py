@@ -17,7 +17,9 @@ class Ledgers:
 
     From internalStats ``ledgers`` (the open ledger's count from
     ``lastConfirmedEntry``). Ledgers absent between two listed ones do not
-    exist; positions past the last listed ledger are unknown and left alone.
+    exist. The list is a snapshot: the last listed ledger is taken as open
+    (it may have grown since), so positions inside it, like positions past
+    it, are unknown and left alone by :meth:`canonical`.
     """
 
     ids: I64
@@ -44,6 +46,10 @@ class Ledgers:
         Entries e satisfy a < e <= b exactly when c(a) < e <= c(b), so ranges
         keep their entry sets while touching ranges across ledger ends meet.
         Positions before every entry map to (first non-empty ledger, -1).
+        Positions in the last listed ledger (but its ``-1``, the end of the
+        ledger before it) and past it stay as they are: an entry the snapshot
+        does not show may exist there, and clamping over it would join ranges
+        that an unacked entry separates.
         """
         nonempty = self.entries > 0
         ids = self.ids[nonempty]
@@ -73,6 +79,10 @@ class Ledgers:
         first = (known & (i < 0)) | (before & (prev < 0))
         out_l[first] = ids[0]
         out_e[first] = -1
+        # The open ledger: what the snapshot counts is no bound.
+        open_ = (ledgers == self.ids[-1]) & (entries >= 0)
+        out_l[open_] = ledgers[open_]
+        out_e[open_] = entries[open_]
         return out_l, out_e
 
     def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
