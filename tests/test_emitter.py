@@ -187,6 +187,19 @@ def test_by_id_acks_whole_entries_with_the_partition_index() -> None:
     em.close()
 
 
+def _vouched(plan: AckPlan) -> SafePlan:
+    """A hand-made plan through the guard: a target that has acked everything it names
+    makes any such plan safe (the emitter's mechanics are what these tests are about)."""
+    everything = CursorState(Position(1_000, 0))
+    return guard(plan, CursorState(Position(-1, -1)), TopicMapping(), everything)
+
+
+def test_a_safe_plan_comes_only_from_the_guard() -> None:
+    safe, _ = _plan(7, 10, 4, "[(900:6..900:8]]")
+    with pytest.raises(TypeError, match="only from"):
+        SafePlan(safe.plan)
+
+
 def test_by_id_cumulative_and_spanning_ranges() -> None:
     client = _FakeClient()
     em = PulsarEmitter("pulsar://unused:6650", client=client, subscription_type="Failover")
@@ -198,18 +211,18 @@ def test_by_id_cumulative_and_spanning_ranges() -> None:
     # A range across ledgers needs the ledger list; with it, only existing entries are acked.
     # (translate cuts ranges at ledger ends; target stats may not, so build one by hand.)
     ledgers = Ledgers.of([(7, 3), (9, 2)])
-    spanning = SafePlan(replace(safe.plan, to_ack=RangeSet.of(("7:0", "9:1")),
+    spanning = _vouched(replace(safe.plan, to_ack=RangeSet.of(("7:0", "9:1")),
                                 mark_delete=Position(9, 1), previous_mark_delete=Position(7, 0)))
     with pytest.raises(ValueError, match="spans ledgers"):
         em.apply("t2", "s", spanning, cumulative=False)
     em.apply("t3", "s", spanning, cumulative=False, ledgers=ledgers)
     assert [a[1:3] for a in client.consumers[-1].acks] == [(7, 1), (7, 2), (9, 0), (9, 1)]
     # A markDelete at L:-1 is acked cumulatively on the last entry before it, when known.
-    at_start = SafePlan(replace(spanning.plan, mark_delete=Position(9, -1)))
+    at_start = _vouched(replace(spanning.plan, mark_delete=Position(9, -1)))
     assert em.apply("t4", "s", at_start, cumulative=True, ledgers=ledgers).cumulative_to == \
         Position(7, 2)
     # Without the ledger list there is no entry to name: everything goes individually.
-    single = SafePlan(replace(spanning.plan, to_ack=RangeSet.of(("7:0", "7:2")),
+    single = _vouched(replace(spanning.plan, to_ack=RangeSet.of(("7:0", "7:2")),
                               mark_delete=Position(9, -1)))
     res = em.apply("t5", "s", single, cumulative=True)
     assert res == EmitResult(2, None, 2)

@@ -12,7 +12,7 @@ of the :class:`SafePlan` emitters accept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -105,11 +105,23 @@ class UnsafePlanError(CursorSyncError):
     """A plan would acknowledge a target entry whose source is not acknowledged. Never sent."""
 
 
+#: Only :func:`guard` holds it, so only the guard can make a SafePlan.
+_GUARD_KEY = object()
+
+
 @dataclass(frozen=True)
 class SafePlan:
-    """An AckPlan that passed :func:`guard`; emitters accept nothing else."""
+    """An AckPlan that passed :func:`guard`; emitters accept nothing else.
+
+    Made by :func:`guard` alone: building one anywhere else raises TypeError.
+    """
 
     plan: AckPlan
+    _key: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._key is not _GUARD_KEY:
+            raise TypeError("a SafePlan comes only from cursorsync.core.guard.guard()")
 
 
 def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
@@ -119,6 +131,6 @@ def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     if bad:
         raise UnsafePlanError(f"refusing to emit: target positions {bad} are not acked on the "
                               f"source (source {source}); nothing was sent")
-    return SafePlan(plan)
+    return SafePlan(plan, _GUARD_KEY)
 
 
