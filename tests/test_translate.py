@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from core_strategies import World, worlds
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import check_safe, safe_target_acks
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -227,3 +228,21 @@ def test_implied_unreplicated_finds_every_gap_full_evidence_explains(w: World) -
     implied = set(implied_unreplicated(mapping, w.target_ledgers).iter_entries(w.source_ledgers))
     lo, hi = min(w.truth), max(w.truth)
     assert {p for p in w.unreplicated if lo < p < hi} <= implied
+
+
+def test_acks_before_the_first_segment_wait_for_evidence_unless_replication_starts_there() -> None:
+    """Source 1:0..1:9 acked; only 1:5.. is mapped (to 7:2..). Target entries 7:0 and 7:1
+    come before the first mapped one: unexplained data may be the counterparts of 1:0..1:4,
+    so those acks are unmapped and the plan is not exact. Once 7:0 and 7:1 are known
+    markers, nothing before the first segment was replicated as data."""
+    source = CursorState(Position(1, 9), RangeSet(), Ledgers.of([(1, 10)]))
+    target_ledgers = Ledgers.of([(7, 7)])
+    segments = SegmentSet.of([Segment(1, 5, 7, 2, 5)])
+    target = CursorState(Position(7, -1), RangeSet(), target_ledgers)
+    plan = translate(source, TopicMapping(segments), target)
+    assert plan.unmapped_acked_entries == 5 and plan.outcome == "partial"
+    markers = TopicMapping(segments, skippable=Runs(np.array([[7, 0, 2]], np.int64)))
+    plan = translate(source, markers, target)
+    assert plan.unmapped_acked_entries == 0 and plan.outcome == "exact"
+    unknown = CursorState(Position(7, -1), RangeSet(), None)
+    assert translate(source, markers, unknown).outcome == "partial"

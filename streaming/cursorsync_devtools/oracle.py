@@ -91,10 +91,18 @@ def oracle_translate(
     unmapped = 0
     if mapping.segments.rows.size:
         first = Position(int(mapping.segments.rows[0, 0]), int(mapping.segments.rows[0, 1]))
+        first_target = Position(int(mapping.segments.rows[0, 2]),
+                                int(mapping.segments.rows[0, 3]))
+        foreign = {Position(int(lg), int(e) + k) for lg, e, n in mapping.foreign.rows.tolist()
+                   for k in range(int(n))}
+        # Before the first segment, acks wait for evidence unless every target entry before
+        # the first mapped one is a skippable or foreign entry (replication starts there).
+        starts_mapped = all(q in skippable or q in foreign
+                            for q in tgt_universe if q < first_target)
         implied = implied_unreplicated(fwd, skippable, tgt_universe)
         unmapped = sum(1 for p in src_acked
-                       if p >= first and p not in fwd and p not in unreplicated
-                       and not implied(p))
+                       if (p >= first or not starts_mapped) and p not in fwd
+                       and p not in unreplicated and not implied(p))
     return OraclePlan(md, frozenset(after), frozenset(after - current), unmapped)
 
 

@@ -135,15 +135,35 @@ def translate(
 
 def unmapped_source(source: CursorState, mapping: TopicMapping,
                     target_ledgers: Ledgers | None) -> RangeSet:
-    """Source entries acked on the source, after the first segment, that no segment maps and
-    nothing explains (known unreplicated runs, :func:`implied_unreplicated`): the sync is
-    waiting for their evidence. Empty while there is no segment at all."""
+    """Source entries acked on the source that no segment maps and nothing explains (known
+    unreplicated runs, :func:`implied_unreplicated`): the sync is waiting for their
+    evidence. Empty while there is no segment at all.
+
+    Acks before the first segment count too, unless the target shows that nothing before
+    its first mapped entry is data (:func:`_stream_starts_mapped`): then they precede
+    replication and have no counterpart to wait for.
+    """
     segs = mapping.segments.rows
     if not len(segs):
         return RangeSet()
     horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
-    return (source.acked().after(horizon) - mapping.segments.source_ranges()
+    acked = source.acked()
+    later = acked.after(horizon)
+    early = RangeSet() if _stream_starts_mapped(mapping, target_ledgers) else acked - later
+    return ((early | later) - mapping.segments.source_ranges()
             - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
+
+
+def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None) -> bool:
+    """Every target entry before the first mapped one is known skippable or foreign, so no
+    source entry before the first segment was replicated as data. Unknown (no ledger
+    list) is not known."""
+    if target_ledgers is None or not len(target_ledgers.ids):
+        return False
+    first = mapping.segments.rows[0]
+    before = (RangeSet.up_to(Position(int(first[2]), int(first[3]) - 1))
+              - mapping.skippable.ranges() - mapping.foreign.ranges())
+    return before.count_entries(target_ledgers) == 0
 
 
 def is_monotone(plan: AckPlan, target: CursorState) -> bool:
