@@ -77,16 +77,24 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]))
     plan = translate(CursorState.parse("1:9"), mapping, CursorState.parse("9:-1"))
     now = datetime.now(UTC)
-    rows = sync_progress_rows([SyncRecord(KEY, "billing", plan, 1, False, now, now)],
-                              source_cluster="A", target_cluster="B")
+    records = [SyncRecord(KEY, "billing", plan, 1, False, now, now),
+               *(SyncRecord(KEY, "billing", plan, 0, False, now, now, result)
+                 for result in ("refused", "refused", "failed", "halted"))]
+    rows = sync_progress_rows(records, source_cluster="A", target_cluster="B")
     sink = SyncSink.__new__(SyncSink)
     sink.metrics = Metrics()
     sink.step = SyncStep(SyncConfig(cumulative=True), None, lambda t, s: None)
-    sink._record(_Synced([], rows, 2, 0, 0.01), 0.5)
+    sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
     assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
     assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
     assert 'cursorsync_errors_total{stage="guard"} 2.0' in text
+    assert 'cursorsync_errors_total{stage="emit"} 1.0' in text
+    for result, n in (("emitted", 1), ("refused", 2), ("failed", 1), ("halted", 1)):
+        assert (f'cursorsync_sync_outcomes_total{{result="{result}",subscription="billing"}} '
+                f'{n}.0') in text
+    assert rows.column("outcome").to_pylist() == ["partial", "refused", "refused", "failed",
+                                                  "halted"]
 
 
 def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> None:

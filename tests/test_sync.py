@@ -7,13 +7,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from cursorsync.core.cursor import CursorState
+import pytest
+
+import cursorsync.sync.step as step_module
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import AdminError
+from cursorsync.pulsar.emitter import EmitError, EmitResult
 from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,
     MARKER_LOOKUPS_PER_SYNC,
@@ -156,3 +161,57 @@ def test_a_union_of_mappings_was_written_when_the_newer_was() -> None:
     assert m.union(m).written_at is None
     assert replace(m, written_at=5.0).union(m).written_at == 5.0
     assert m.union(replace(m, written_at=7.0)).union(replace(m, written_at=6.0)).written_at == 7.0
+
+
+class _Emitter:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.sent: list[SafePlan] = []
+
+    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
+              ledgers: Ledgers | None = None) -> EmitResult:
+        if self.error is not None:
+            raise self.error
+        self.sent.append(safe)
+        return EmitResult(safe.plan.to_ack.count_entries(), None, 1)
+
+
+def test_every_outcome_is_recorded_and_a_plan_not_sent_leaves_the_target_as_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """emitted, failed, refused, halted: each writes a record, so status never keeps showing
+    an older, better state."""
+    obs, mappings, target = _world(0)
+
+    def once(step: SyncStep, o: ObservedCursor = obs) -> SyncRecord:
+        (record,) = step.run([o], mappings).records
+        return record
+
+    ok = _Emitter()
+    record = once(SyncStep(SyncConfig(), ok, lambda t, s: target))
+    assert (record.result, record.outcome, record.acks_sent) == ("emitted", "exact", 10)
+
+    broken = SyncStep(SyncConfig(), _Emitter(EmitError("target unreachable")),
+                      lambda t, s: target)
+    record = once(broken)
+    assert (record.result, record.outcome, record.acks_sent) == ("failed", "failed", 0)
+    assert record.plan.mark_delete == target.mark_delete and not record.plan.to_ack
+
+    # A plan that acks past what the source acked never passes the guard.
+    real = step_module.translate
+
+    def overreaching(*args: object, **kwargs: object) -> AckPlan:
+        plan = real(*args, **kwargs)  # type: ignore[arg-type]
+        return replace(plan, to_ack=plan.to_ack | RangeSet.of(("7:9", "7:20")))
+
+    monkeypatch.setattr(step_module, "translate", overreaching)
+    guarded = _Emitter()
+    record = once(SyncStep(SyncConfig(), guarded, lambda t, s: target))
+    assert (record.result, record.outcome) == ("refused", "refused") and not guarded.sent
+    monkeypatch.undo()
+
+    halting = SyncStep(SyncConfig(rewind_policy="halt"), ok, lambda t, s: target)
+    once(halting)
+    back = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
+    record = once(halting, back)
+    assert (record.result, record.outcome) == ("halted", "halted")
+    assert record.plan.rewound_entries == 6 and not record.plan.to_ack

@@ -7,6 +7,8 @@ Every metric is named ``cursorsync_*``. What each one answers:
 - ``cursorsync_sync_lag_seconds{subscription}`` (histogram): from observing a source
   cursor state to having acked it on the target.
 - ``cursorsync_acks_sent_total{subscription,kind}``: acks sent, kind cumulative|individual.
+- ``cursorsync_sync_outcomes_total{subscription,result}``: what became of each plan:
+  emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
 - ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
 - ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
 - ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
@@ -114,6 +116,10 @@ class Metrics:
         self._acks_sent = Counter(
             "cursorsync_acks_sent", "Acknowledgements sent to target subscriptions.",
             ["subscription", "kind"], registry=r)
+        self._outcomes = Counter(
+            "cursorsync_sync_outcomes",
+            "Plans by what became of them: emitted, dry_run, halted, refused, failed.",
+            ["subscription", "result"], registry=r)
         self._unmapped = Gauge(
             "cursorsync_unmapped_acked_entries",
             "Entries acked on the source that no segment maps yet (summed over topics).",
@@ -187,6 +193,10 @@ class Metrics:
                 f"{kind!r} is not a valid ack kind. Valid values are: {', '.join(ACK_KINDS)}"
             )
         self._acks_sent.labels(subscription=subscription, kind=kind).inc(_count(count, "count"))
+
+    def record_outcome(self, subscription: str, result: str) -> None:
+        """One plan of ``subscription`` ended as ``result`` (see the metric's help)."""
+        self._outcomes.labels(subscription=subscription, result=result).inc()
 
     def set_unmapped_acked(self, subscription: str, topic: str, entries: int) -> None:
         """The current unmapped-acked count of one topic; the gauge shows the sum over topics."""

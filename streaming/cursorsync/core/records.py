@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal, get_args
 
 from cursorsync.core.cursor import AckPlan, CursorState
 
@@ -32,9 +33,20 @@ class ObservedCursor:
     observed_at: datetime
 
 
+#: What the sync step did with a plan: sent it (or would have, on a dry run), held it back
+#: because the source rewound (rewind_policy halt), refused it at the guard, or failed to
+#: send it.
+Result = Literal["emitted", "halted", "refused", "failed"]
+RESULTS: tuple[Result, ...] = get_args(Result)
+
+
 @dataclass(frozen=True, slots=True)
 class SyncRecord:
-    """What one sync step did for one subscription: the plan and how it was emitted."""
+    """What one sync step did for one subscription: the plan and how it was emitted.
+
+    For a plan not emitted (``result`` other than ``emitted``) the plan says where the
+    target stays: its markDeletePosition as before and nothing to ack.
+    """
 
     key: PartitionKey
     subscription: str
@@ -43,3 +55,10 @@ class SyncRecord:
     dry_run: bool
     source_observed_at: datetime
     emitted_at: datetime
+    result: Result = "emitted"
+
+    @property
+    def outcome(self) -> str:
+        """The ``sync_progress.outcome`` value: the plan's coverage (exact, partial,
+        unknown) when emitted, else the result (halted, refused, failed)."""
+        return self.plan.outcome if self.result == "emitted" else self.result

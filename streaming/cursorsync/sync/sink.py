@@ -30,9 +30,11 @@ class _Synced(NamedTuple):
 
     observed: list[ObservedCursor]
     rows: pa.Table  # sync_progress rows
-    refused: int
-    halted: int
     translate_seconds: float | None
+
+    def count(self, outcome: str) -> int:
+        """Rows with this outcome (the same in both emission modes)."""
+        return self.rows.column("outcome").to_pylist().count(outcome) if self.rows.num_rows else 0
 
 
 class SyncSink:
@@ -67,8 +69,9 @@ class SyncSink:
         if self.after_batch is not None:
             self.after_batch()
         acks = sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0
-        log.info("sync batch %d: %d cursors, %d acks sent, %d refused, %d halted", batch_id,
-                 len(obs), acks, done.refused, done.halted)
+        log.info("sync batch %d: %d cursors, %d acks sent, %d halted, %d refused, %d failed",
+                 batch_id, len(obs), acks, done.count("halted"), done.count("refused"),
+                 done.count("failed"))
 
     def _on_driver(self, df: Any) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
@@ -76,11 +79,10 @@ class SyncSink:
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
-        return _Synced(obs, rows, result.refused, result.halted, result.translate_seconds)
+        return _Synced(obs, rows, result.translate_seconds)
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
-        """Translate, guard and emit in Spark tasks; the driver only writes the tables.
-        Refusals and halts are logged by the tasks and not counted here."""
+        """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
         from cursorsync.sync.executors import sync_on_executors
 
         df = df.persist()
@@ -90,7 +92,7 @@ class SyncSink:
                                      cumulative=self.step.config.cumulative)
         finally:
             df.unpersist()
-        return _Synced(obs, rows, 0, 0, None)
+        return _Synced(obs, rows, None)
 
     def _record(self, done: _Synced, batch_s: float) -> None:
         """Metrics from the sync_progress rows, the same whichever path produced them."""
@@ -101,14 +103,20 @@ class SyncSink:
         if done.translate_seconds is not None:
             m.observe_translation(done.translate_seconds)
         for r in done.rows.to_pylist():
-            sub = r["subscription"]
+            sub, outcome = r["subscription"], r["outcome"]
+            emitted = outcome not in ("halted", "refused", "failed")
+            m.record_outcome(sub, ("dry_run" if r["dry_run"] else "emitted") if emitted
+                             else outcome)
             m.record_acks(sub, kind, r["acks_sent"])
             m.set_unmapped_acked(sub, f"{r['topic']}#{r['partition']}",
                                  r["unmapped_acked_entries"])
             if r["rewound_entries"]:
                 m.record_rewound(sub, r["rewound_entries"])
-            m.observe_sync_lag(sub, r["lag_ms"] / 1000)
-            m.mark_synced(sub)
-        for _ in range(done.refused):
-            m.record_error("guard")
+            if outcome == "refused":
+                m.record_error("guard")
+            elif outcome == "failed":
+                m.record_error("emit")
+            if emitted:
+                m.observe_sync_lag(sub, r["lag_ms"] / 1000)
+                m.mark_synced(sub)
         m.observe_batch("sync", batch_s)

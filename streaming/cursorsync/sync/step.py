@@ -14,8 +14,10 @@ logged with its reason and the others going on:
    traffic they are simply not mapped yet;
 2. a source that moved backwards: ``halt`` emits nothing for it, ``report``
    goes on (acks already sent cannot be taken back either way);
-3. :func:`cursorsync.core.translate.guard`: the safety rule, or nothing is sent;
-4. emit (unless dry-run), and record what was planned and sent.
+3. :func:`cursorsync.core.guard.guard`: the safety rule, or nothing is sent;
+4. emit (unless dry-run);
+5. record every outcome: emitted, halted, refused or failed (:class:`SyncRecord`), so the
+   tables and metrics never keep showing an older, better state.
 
 Re-running a step for the same observations re-sends only acks that the
 target does not show yet; acks are idempotent on the broker.
@@ -33,13 +35,13 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from cursorsync.core.cursor import CursorState
+from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.records import ObservedCursor, PartitionKey, Result, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import CursorSyncError
 
@@ -128,34 +130,42 @@ class SyncStep:
                                  previous_source=self.previous.get(k))
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs.state
-            acks = 0
-            if plan.rewound_entries and self.config.rewind_policy == "halt":
-                halted += 1
-                log.error("skip %s/%s: the source cursor moved back over %d entries; "
-                          "rewind_policy=halt emits nothing until an operator resets the "
-                          "target cursor too", topic, obs.subscription, plan.rewound_entries)
-            else:
-                try:
-                    safe = guard(plan, obs.state, mapping, target)
-                except UnsafePlanError as err:
-                    refused += 1
-                    log.error("skip %s/%s: %s", topic, obs.subscription, err)
-                    continue
-                if plan.to_ack and not self.config.dry_run and self.emitter is not None:
-                    try:
-                        result = self.emitter.apply(topic, obs.subscription, safe,
-                                                    cumulative=self.config.cumulative,
-                                                    ledgers=target.ledgers)
-                    except CursorSyncError as err:
-                        log.error("skip %s/%s: emission failed: %s", topic, obs.subscription,
-                                  err)
-                        continue
-                    acks = int(getattr(result, "acks_sent", 0))
+            result, acks = self._emit(obs, topic, plan, mapping, target)
+            refused += result == "refused"
+            halted += result == "halted"
             sent += acks
+            if result != "emitted":
+                # Nothing was sent: the target stays where it was.
+                plan = replace(plan, mark_delete=target.mark_delete,
+                               individually_deleted=target.individually_deleted,
+                               to_ack=RangeSet())
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
-                                      obs.observed_at, datetime.now(UTC)))
+                                      obs.observed_at, datetime.now(UTC), result))
         return StepResult(records, sent, refused, halted, t_translate)
 
+
+    def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
+              target: CursorState) -> tuple[Result, int]:
+        """Halt, guard, send: what became of the plan, and the acks sent."""
+        if plan.rewound_entries and self.config.rewind_policy == "halt":
+            log.error("skip %s/%s: the source cursor moved back over %d entries; "
+                      "rewind_policy=halt emits nothing until an operator resets the "
+                      "target cursor too", topic, obs.subscription, plan.rewound_entries)
+            return "halted", 0
+        try:
+            safe = guard(plan, obs.state, mapping, target)
+        except UnsafePlanError as err:
+            log.error("skip %s/%s: %s", topic, obs.subscription, err)
+            return "refused", 0
+        if not plan.to_ack or self.config.dry_run or self.emitter is None:
+            return "emitted", 0
+        try:
+            sent = self.emitter.apply(topic, obs.subscription, safe,
+                                      cumulative=self.config.cumulative, ledgers=target.ledgers)
+        except CursorSyncError as err:
+            log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
+            return "failed", 0
+        return "emitted", int(getattr(sent, "acks_sent", 0))
 
     def _with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
         found = self.markers.markers.get(key)

@@ -214,7 +214,7 @@ def sync_progress_rows(
             "rewound_entries": p.rewound_entries,
             "partial_batches_unacked": p.partial_batches_unacked,
             "skippable_acked_entries": p.skippable_acked_entries,
-            "outcome": p.outcome, "dry_run": rec.dry_run,
+            "outcome": rec.outcome, "dry_run": rec.dry_run,
             "source_observed_at": rec.source_observed_at, "emitted_at": rec.emitted_at,
             "lag_ms": int(lag.total_seconds() * 1000),
         })
