@@ -176,7 +176,7 @@ def test_run_logs_as_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.exit_code == 0
     lines = [json.loads(line) for line in out.stderr.splitlines()]
     start = next(x for x in lines if x["msg"] == "starting cursorsync job")
-    assert start["level"] == "info" and start["logger"] == "cursorsync.app.cli"
+    assert start["level"] == "info" and start["logger"] == "cursorsync.app.cli_run"
     assert start["once"] is True and start["config"] == CONFIG
     assert start["ts"].endswith("Z")
 

@@ -62,3 +62,16 @@ class SyncRecord:
         """The ``sync_progress.outcome`` value: the plan's coverage (exact, partial,
         unknown) when emitted, else the result (halted, refused, failed)."""
         return self.plan.outcome if self.result == "emitted" else self.result
+
+
+@dataclass(frozen=True, slots=True)
+class HaltRecord:
+    """A subscription's sync on one partition halted (a source rewind under rewind_policy
+    halt) or resumed by an operator; the newest record per key is its state."""
+
+    key: PartitionKey
+    subscription: str
+    halted: bool
+    reason: str
+    rewound_entries: int
+    at: datetime

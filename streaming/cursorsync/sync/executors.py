@@ -20,31 +20,14 @@ import pyarrow as pa
 
 from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
 from cursorsync.app.settings import Config
-from cursorsync.core.cursor import CursorState
 from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.observed import observations, target_reader
+from cursorsync.core.records import PartitionKey
+from cursorsync.sync.halts import halted
+from cursorsync.sync.observed import observations, previous_states, target_reader
 from cursorsync.sync.step import MarkerCache, SyncConfig, SyncStep
-from cursorsync.tables import RowFilter, TableStore, open_store
+from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.mappings import load_mappings
-from cursorsync.tables.rows import cursor_states, row_schema, sync_progress_rows
-
-
-def _previous_states(store: Any, obs: list[ObservedCursor], batch_id: int,
-                     config: Config) -> dict[tuple[PartitionKey, str], CursorState]:
-    """The last cursor state each (partition, subscription) had before this batch."""
-    prev: dict[tuple[PartitionKey, str], tuple[Any, CursorState]] = {}
-    if batch_id == 0 or not store.exists("cursor_states"):
-        return {}
-    for topic in sorted({o.key.topic for o in obs}):
-        rows = store.read("cursor_states", RowFilter.of(
-            topic=topic, source_cluster=config.source.name,
-            target_cluster=config.target.name, max_batch_id=batch_id - 1))
-        for seen in cursor_states(rows):
-            k = (seen.key, seen.subscription)
-            if k not in prev or seen.observed_at >= prev[k][0]:
-                prev[k] = (seen.observed_at, seen.state)
-    return {k: v[1] for k, v in prev.items()}
+from cursorsync.tables.rows import row_schema, sync_progress_rows
 
 
 def _mappings(store: TableStore, keys: set[PartitionKey],
@@ -78,7 +61,10 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
                             emitter, target_reader(admin),
                             source_marker_lookup(source_admin, config))
-            step.previous = _previous_states(store, obs, batch_id, config)
+            step.halted = halted(store, source_cluster=config.source.name,
+                                 target_cluster=config.target.name)
+            step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,
+                                            target_cluster=config.target.name)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.
             step.markers = _MARKERS.setdefault(config.source.admin_url, MarkerCache())

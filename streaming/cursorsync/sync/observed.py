@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC
+from typing import Any
 
 import pyarrow as pa
 
@@ -16,6 +17,8 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.errors import TopicNotFoundError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.sync.step import fresh_target
+from cursorsync.tables.rows import cursor_states
+from cursorsync.tables.store import RowFilter, TableStore
 
 
 def observations(table: pa.Table) -> list[ObservedCursor]:
@@ -47,3 +50,22 @@ def target_reader(admin: AdminClient) -> Callable[[str, str], CursorState | None
         return CursorState(cur.state.mark_delete, cur.state.individually_deleted, stats.ledgers)
 
     return read
+
+
+def previous_states(store: TableStore, obs: list[ObservedCursor], batch_id: int, *,
+                    source_cluster: str, target_cluster: str,
+                    ) -> dict[tuple[PartitionKey, str], CursorState]:
+    """The last cursor state each observed (partition, subscription) had before this batch,
+    from ``cursor_states``: what a rewind is measured against after a restart."""
+    prev: dict[tuple[PartitionKey, str], tuple[Any, CursorState]] = {}
+    if batch_id == 0 or not store.exists("cursor_states"):
+        return {}
+    for topic in sorted({o.key.topic for o in obs}):
+        rows = store.read("cursor_states", RowFilter.of(
+            topic=topic, source_cluster=source_cluster, target_cluster=target_cluster,
+            max_batch_id=batch_id - 1))
+        for seen in cursor_states(rows):
+            k = (seen.key, seen.subscription)
+            if k not in prev or seen.observed_at >= prev[k][0]:
+                prev[k] = (seen.observed_at, seen.state)
+    return {k: v[1] for k, v in prev.items()}

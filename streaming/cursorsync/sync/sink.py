@@ -13,7 +13,8 @@ import pyarrow as pa
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.records import ObservedCursor
-from cursorsync.sync.observed import observations
+from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
+from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -48,18 +49,24 @@ class SyncSink:
         self.metrics = metrics
         self.mappings = MappingStore(store, config.source.name, config.target.name)
         self.last_batch = -1
+        self._seeded = False
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
+        src, tgt = self.config.source.name, self.config.target.name
+        known = halted(self.store, source_cluster=src, target_cluster=tgt)
         done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
-                else self._on_driver(df))
+                else self._on_driver(df, batch_id, known))
         obs, rows = done.observed, done.rows
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
-        src, tgt = self.config.source.name, self.config.target.name
+        fresh = new_halts(rows, known)
+        if fresh:
+            record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
+                         app_id=SYNC_APP, batch_id=batch_id)
         self.store.append("cursor_states", cursor_state_rows(
             obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
         self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
@@ -73,9 +80,16 @@ class SyncSink:
                  batch_id, len(obs), acks, done.count("halted"), done.count("refused"),
                  done.count("failed"))
 
-    def _on_driver(self, df: Any) -> _Synced:
+    def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
         obs = observations(df.toArrow())
+        if not self._seeded:
+            # After a start, a rewind is measured against the last state the tables hold.
+            self.step.previous = {**previous_states(
+                self.store, obs, batch_id, source_cluster=self.config.source.name,
+                target_cluster=self.config.target.name), **self.step.previous}
+            self._seeded = True
+        self.step.halted = known
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)

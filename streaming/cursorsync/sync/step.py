@@ -12,8 +12,9 @@ logged with its reason and the others going on:
    for evidence", and the plan can become exact. Entries past the last mapped
    one are only looked up once the mapping has not moved for a while: under
    traffic they are simply not mapped yet;
-2. a source that moved backwards: ``halt`` emits nothing for it, ``report``
-   goes on (acks already sent cannot be taken back either way);
+2. a source that moved backwards: ``halt`` emits nothing for it from then on, until an
+   operator resumes it (:mod:`cursorsync.sync.halts`); ``report`` goes on (acks
+   already sent cannot be taken back either way);
 3. :func:`cursorsync.core.guard.guard`: the safety rule, or nothing is sent;
 4. emit (unless dry-run);
 5. record every outcome: emitted, halted, refused or failed (:class:`SyncRecord`), so the
@@ -103,6 +104,8 @@ class SyncStep:
         self.read_target = read_target
         self.lookup_markers = lookup_markers
         self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
+        #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
+        self.halted: set[tuple[PartitionKey, str]] = set()
         self.markers = MarkerCache()
         self.clock = time.monotonic
         self.wall_clock = time.time
@@ -147,6 +150,10 @@ class SyncStep:
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
               target: CursorState) -> tuple[Result, int]:
         """Halt, guard, send: what became of the plan, and the acks sent."""
+        if (obs.key, obs.subscription) in self.halted:
+            log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
+                        "clears it", topic, obs.subscription)
+            return "halted", 0
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
                       "rewind_policy=halt emits nothing until an operator resets the "

@@ -21,7 +21,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.records import HaltRecord, ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.tables.schema import TableName, load_schema
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")
@@ -219,3 +219,27 @@ def sync_progress_rows(
             "lag_ms": int(lag.total_seconds() * 1000),
         })
     return pa.Table.from_pylist(rows, schema=_arrow_schema("sync_progress"))
+
+
+# -------------------------------------------------------------------- halts
+
+
+def halt_rows(records: Iterable[HaltRecord], *, source_cluster: str,
+              target_cluster: str) -> pa.Table:
+    """One ``halts`` row per record."""
+    return pa.Table.from_pylist([{
+        "topic": r.key.topic, "partition": r.key.partition, "subscription": r.subscription,
+        "source_cluster": source_cluster, "target_cluster": target_cluster,
+        "halted": r.halted, "reason": r.reason, "rewound_entries": r.rewound_entries,
+        "at": r.at,
+    } for r in records], schema=_arrow_schema("halts"))
+
+
+def latest_halts(rows: pa.Table) -> dict[tuple[PartitionKey, str], HaltRecord]:
+    """The newest ``halts`` row per (topic partition, subscription): its current state."""
+    out: dict[tuple[PartitionKey, str], HaltRecord] = {}
+    for r in sorted(rows.to_pylist(), key=lambda r: (r["at"], r["batch_id"])):
+        key = PartitionKey(r["topic"], r["partition"])
+        out[(key, r["subscription"])] = HaltRecord(key, r["subscription"], r["halted"],
+                                                    r["reason"], r["rewound_entries"], r["at"])
+    return out

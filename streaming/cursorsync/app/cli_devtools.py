@@ -1,0 +1,177 @@
+"""``cursorsync demo`` and ``cursorsync bench ...``: the development tools' commands, whose
+modules are loaded only when one runs (they need the devtools extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cursorsync.app.cli_base import (
+    DEVTOOLS,
+    EXIT_NOT_FOUND,
+    JsonOption,
+    app,
+    bench_app,
+    echo_json,
+    load_lazily,
+    parse_strategies,
+    user_errors,
+)
+from cursorsync.app.progress import progress
+
+
+@app.command()
+@user_errors
+def demo(
+    json_output: JsonOption = False,
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=1, help="How long the workload produces.")
+    ] = 8.0,
+    evidence: Annotated[
+        str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
+                          "position-property, identity (default both).")
+    ] = "position-property,identity",
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", file_okay=False,
+                     help="Where the clusters, tables and checkpoints go "
+                          "[default: a temporary directory]."),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the work directory afterwards.")
+    ] = False,
+) -> None:
+    """Two local Apache Pulsar clusters, a workload, cursorsync between them, then failover,
+    beside Pulsar's own replicated subscriptions."""
+    run_demo = load_lazily(f"{DEVTOOLS}.demo", "run_demo", "cursorsync demo")
+    WorkloadSpec = load_lazily(f"{DEVTOOLS}.testbed.workload", "WorkloadSpec", "cursorsync demo")
+    strategies = parse_strategies(evidence)
+    with progress("demo: running", json_output=json_output):
+        out = run_demo(json_output=json_output, spec=WorkloadSpec(produce_seconds=seconds),
+                       strategies=strategies,
+                       work_dir=None if work_dir is None else str(work_dir), keep=keep)
+    typer.echo(out)
+
+
+# ------------------------------------------------------------------ bench
+
+
+@bench_app.command("translate")
+@user_errors
+def bench_translate(
+    ranges: Annotated[
+        int, typer.Option("--ranges", min=1,
+                          help="Acknowledgement holes in the source cursor (entries: 10x).")
+    ] = 100_000,
+    oracle_entries: Annotated[
+        int, typer.Option("--oracle-entries", min=10,
+                          help="Entries the per-entry oracle runs on for the speedup.")
+    ] = 200_000,
+    json_output: JsonOption = False,
+) -> None:
+    """Time the range-based translator against the per-entry oracle."""
+    run_bench = load_lazily(f"{DEVTOOLS}.bench", "bench_translate", "cursorsync bench translate")
+    with progress(f"bench translate: {ranges} ranges", json_output=json_output):
+        result = run_bench(ranges, oracle_entries=oracle_entries)
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+
+
+@bench_app.command("failover")
+@user_errors
+def bench_failover(
+    seed: Annotated[int, typer.Option("--seed", help="Workload seed (same seed, same run).")] = 0,
+    partitions: Annotated[int, typer.Option("--partitions", min=1)] = 1,
+    messages: Annotated[
+        int, typer.Option("--messages", min=1, help="Messages produced on the source in all.")
+    ] = 40_000,
+    json_output: JsonOption = False,
+) -> None:
+    """Simulate a failover: duplicates and losses under cursorsync vs built-in replication.
+
+    Exit status 1 if cursorsync lost any message (that would be a bug).
+    """
+    command = "cursorsync bench failover"
+    Workload = load_lazily(f"{DEVTOOLS}.sim", "Workload", command)
+    run_failover = load_lazily(f"{DEVTOOLS}.sim", "run_failover", command)
+    failover_table = load_lazily(f"{DEVTOOLS}.reports", "failover_table", command)
+    workload = Workload(seed=seed, partitions=partitions, messages=messages)
+    with progress("bench failover: simulating", json_output=json_output):
+        report = run_failover(workload)
+    if json_output:
+        echo_json(report.to_dict())
+    else:
+        typer.echo(failover_table(report))
+    if report.cursorsync.losses:
+        typer.echo(f"cursorsync lost {report.cursorsync.losses} messages: a safety bug "
+                   f"(reproduce with --seed {seed} --partitions {partitions} "
+                   f"--messages {messages})", err=True)
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+@bench_app.command("e2e")
+@user_errors
+def bench_e2e(
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=1, help="How long the live workload runs "
+                            "(the sync-lag phase).")
+    ] = 60.0,
+    json_output: JsonOption = False,
+    backlog: Annotated[
+        int, typer.Option("--backlog", min=1, help="Entries in the backlog the mapping "
+                          "ingestion is timed on (default 200000).")
+    ] = 200_000,
+    evidence: Annotated[
+        str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
+                          "position-property, identity (default both).")
+    ] = "position-property,identity",
+    identity_scope: Annotated[
+        str, typer.Option("--identity-scope", help="evidence.identity_scope: all, or batched "
+                          "(brokers that stamp the source position).")
+    ] = "all",
+) -> None:
+    """End to end on the real test bed: mapping ingestion beside plain Readers, sync lag
+    beside Pulsar's replicated subscriptions, failover counts and CPU per process group."""
+    run_e2e = load_lazily(f"{DEVTOOLS}.bench_e2e", "run_e2e", "cursorsync bench e2e")
+    strategies = tuple(parse_strategies(evidence))
+    if identity_scope not in ("all", "batched"):
+        raise typer.BadParameter(f"{identity_scope}: use all or batched",
+                                 param_hint="--identity-scope")
+    with progress("bench e2e: running", json_output=json_output):
+        out = run_e2e(seconds=seconds, json_output=json_output, backlog=backlog,
+                      strategies=strategies, identity_scope=identity_scope)
+    typer.echo(out)
+
+
+@bench_app.command("layout")
+@user_errors
+def bench_layout(
+    rows: Annotated[
+        int, typer.Option("--rows", min=1, help="Evidence rows per collect (a mapping batch "
+                          "of the e2e bench is 100000).")
+    ] = 100_000,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each layout.")] = 5,
+    json_output: JsonOption = False,
+) -> None:
+    """A Spark row per entry against layout=arrow: JVM CPU and wall time, alternated."""
+    run_layout = load_lazily(f"{DEVTOOLS}.bench_layout", "run_layout", "cursorsync bench layout")
+    render_layout = load_lazily(f"{DEVTOOLS}.reports", "layout_table", "cursorsync bench layout")
+    from cursorsync.app.session import build_session
+    from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config
+
+    with progress(f"bench layout: {rows} rows x {repeat}", json_output=json_output):
+        spark = build_session(load_config(EMBEDDED_CONFIG_PATH))
+        try:
+            result = run_layout(spark, rows=rows, repeat=repeat)
+        finally:
+            spark.stop()
+    if json_output:
+        echo_json(result)
+        return
+    typer.echo(render_layout(result, rows=rows, repeat=repeat))

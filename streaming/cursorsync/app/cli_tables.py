@@ -1,0 +1,118 @@
+"""``cursorsync status``, ``lookup`` and ``resume``: the commands that read (and, for
+``resume``, write) the tables, without Spark or a broker."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cursorsync.app.cli_base import (
+    EXIT_NOT_FOUND,
+    ConfigOption,
+    JsonOption,
+    app,
+    load_config_file,
+    query_store,
+    user_errors,
+)
+from cursorsync.app.progress import progress
+
+# ------------------------------------------------------------------ queries
+
+
+@app.command()
+@user_errors
+def status(
+    config: ConfigOption,
+    topic: Annotated[
+        str | None,
+        typer.Option("--topic", "-t",
+                     help="Only this topic (all its partitions) or one <topic>-partition-N."),
+    ] = None,
+    subscription: Annotated[
+        str | None, typer.Option("--subscription", "-s", help="Only this subscription.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Where each subscription stands: source cursor, target cursor, lag, mapping coverage.
+
+    Reads the Delta tables only (no Spark, no broker).
+    """
+    from cursorsync.app.render import render_status_table, status_json
+    from cursorsync.app.status import subscription_status
+
+    cfg = load_config_file(config)
+    with progress("status: reading tables", json_output=json_output):
+        rows = subscription_status(
+            query_store(cfg), topic=topic, subscription=subscription,
+            source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
+        )
+    typer.echo(status_json(rows) if json_output else render_status_table(rows))
+
+
+@app.command()
+@user_errors
+def lookup(
+    config: ConfigOption,
+    topic: Annotated[
+        str, typer.Argument(metavar="TOPIC",
+                            help="persistent://tenant/ns/topic, or <topic>-partition-N.")
+    ],
+    position: Annotated[str, typer.Argument(metavar="LEDGER:ENTRY",
+                                            help="A source position, e.g. 123:45.")],
+    partition: Annotated[
+        int | None,
+        typer.Option("--partition", "-p", min=-1,
+                     help="Partition index (instead of a -partition-N suffix)."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Translate one source position to its target position using the mappings table.
+
+    Exit status 0 when mapped exactly, 1 when unmapped or the topic is unknown.
+    """
+    from cursorsync.app.render import lookup_json, render_lookup_table
+    from cursorsync.app.status import lookup as lookup_position
+    from cursorsync.core.positions import Position
+
+    pos = Position.parse(position)
+    cfg = load_config_file(config)
+    with progress("lookup: reading mappings", json_output=json_output):
+        result = lookup_position(
+            query_store(cfg), topic, pos, partition=partition,
+            source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
+        )
+    typer.echo(lookup_json(result) if json_output else render_lookup_table(result))
+    if result.outcome != "exact":
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+@app.command()
+@user_errors
+def resume(
+    config: ConfigOption,
+    topic: Annotated[
+        str, typer.Option("--topic", "-t", help="The topic (all its partitions) or one "
+                          "<topic>-partition-N.")
+    ],
+    subscription: Annotated[str, typer.Option("--subscription", "-s",
+                                              help="The halted subscription.")],
+) -> None:
+    """Clear a halt: a subscription's sync goes on after a source rewind.
+
+    The sync of a subscription halts when its source cursor moves back (rewind_policy
+    halt) and stays halted, across restarts, until this clears it. Reset the target
+    cursor first if the target must follow the source back: acks already sent cannot be
+    taken back. Exit status 2 when nothing is halted for the topic and subscription.
+    """
+    from cursorsync.sync.halts import resume as resume_halts
+    from cursorsync.tables import open_reader
+
+    cfg = load_config_file(config)
+    store = open_reader(cfg.tables.path, storage_options=dict(cfg.tables.storage_options))
+    resumed = resume_halts(store, source_cluster=cfg.clusters.source.name,
+                           target_cluster=cfg.clusters.target.name, topic=topic,
+                           subscription=subscription, operator="cursorsync resume")
+    for r in resumed:
+        typer.echo(f"resumed {r.key.concrete_topic()} {r.subscription}")

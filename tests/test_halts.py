@@ -1,0 +1,150 @@
+"""A halt after a source rewind lasts: across batches, restarts and both emission modes,
+until `cursorsync resume` clears it. Run with the real sync sink and a Delta table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from cursorsync.app.cli import app
+from cursorsync.app.settings import Config, parse_config
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.guard import SafePlan
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.pulsar.emitter import EmitResult
+from cursorsync.sync.halts import NothingHaltedError, halted, resume
+from cursorsync.sync.sink import SyncSink
+from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.tables import TableStore, open_store
+from cursorsync.tables.rows import mapping_rows
+
+KEY = PartitionKey("persistent://t/n/orders", 0)
+T0 = datetime(2026, 11, 24, tzinfo=UTC)
+
+
+class _Frame:
+    """What the sink reads of a Spark DataFrame: toArrow()."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+
+def _polled(mark_delete: str, at: datetime) -> _Frame:
+    """One pulsar-cursors row: the source cursor of `billing` on KEY."""
+    return _Frame(pa.Table.from_pylist([{
+        "topic": KEY.topic, "partition": KEY.partition, "subscription": "billing",
+        "mark_delete": mark_delete, "individually_deleted": "[]",
+        "ledgers": [{"ledger_id": 5, "entries": 20}], "observed_at": at}]))
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.sent: list[SafePlan] = []
+
+    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
+              ledgers: Ledgers | None = None) -> EmitResult:
+        self.sent.append(safe)
+        return EmitResult(safe.plan.to_ack.count_entries(ledgers), None, 1)
+
+
+def _config(tmp_path: Path) -> Config:
+    return parse_config({
+        "clusters": {"source": {"name": "A", "service_url": "pulsar://h:6650",
+                                "admin_url": "http://h:8080"},
+                     "target": {"name": "B", "service_url": "pulsar://h:6651",
+                                "admin_url": "http://h:8081"}},
+        "topics": [{"topic": KEY.topic, "subscriptions": ["billing"]}],
+        "tables": {"path": str(tmp_path / "tables")},
+        "spark": {"checkpoint_dir": str(tmp_path / "ckpt")},
+        "emission": {"rewind_policy": "halt"}})
+
+
+def _sink(config: Config, store: TableStore, emitter: _Emitter,
+          target: list[CursorState]) -> SyncSink:
+    """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
+    step = SyncStep(SyncConfig(rewind_policy="halt"), emitter, lambda t, s: target[0])
+    return SyncSink(config, store, step, None)
+
+
+def _outcome(store: TableStore, batch_id: int) -> str:
+    rows = store.read("sync_progress").to_pylist()
+    return next(r["outcome"] for r in rows if r["batch_id"] == batch_id)
+
+
+def test_a_halt_holds_across_batches_and_restarts_until_resumed(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    store = open_store("delta-rs", config.tables.path)
+    store.ensure_all()
+    store.append("mappings", mapping_rows(KEY, TopicMapping(SegmentSet.of(
+        [Segment(5, 0, 7, 0, 20)])), source_cluster="A", target_cluster="B", written_at=T0),
+        app_id="m", batch_id=0)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    emitter = _Emitter()
+    clusters: dict[str, Any] = {"source_cluster": "A", "target_cluster": "B"}
+
+    sink = _sink(config, store, emitter, target)
+    sink(_polled("5:9", T0), 0)
+    assert _outcome(store, 0) == "exact" and len(emitter.sent) == 1
+    target[0] = CursorState(Position(7, 9), ledgers=Ledgers.of([(7, 20)]))
+    # The source moves back: halted, and recorded as a halt.
+    sink(_polled("5:4", T0 + timedelta(seconds=1)), 1)
+    assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
+    assert halted(store, **clusters) == {(KEY, "billing")}
+    # The source moves on: still halted (the next batch does not forget).
+    sink(_polled("5:12", T0 + timedelta(seconds=2)), 2)
+    assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
+    # A restart: a new sink and step, nothing in memory; still halted.
+    restarted = _sink(config, store, emitter, target)
+    restarted(_polled("5:13", T0 + timedelta(seconds=3)), 3)
+    assert _outcome(store, 3) == "halted" and len(emitter.sent) == 1
+    # The operator resumes; the next batch syncs again.
+    with pytest.raises(NothingHaltedError, match="nothing is halted"):
+        resume(store, topic=KEY.topic, subscription="other", **clusters)
+    (cleared,) = resume(store, topic=KEY.concrete_topic(), subscription="billing", **clusters)
+    assert cleared.key == KEY and not cleared.halted
+    assert halted(store, **clusters) == set()
+    restarted(_polled("5:14", T0 + timedelta(seconds=4)), 4)
+    assert _outcome(store, 4) == "exact" and len(emitter.sent) == 2
+
+
+def test_a_rewind_during_a_restart_is_still_seen(tmp_path: Path) -> None:
+    """The previous state comes from cursor_states after a start, not from memory."""
+    config = _config(tmp_path)
+    store = open_store("delta-rs", config.tables.path)
+    store.ensure_all()
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    _sink(config, store, _Emitter(), target)(_polled("5:9", T0), 0)
+    _sink(config, store, _Emitter(), target)(_polled("5:2", T0 + timedelta(seconds=1)), 1)
+    assert _outcome(store, 1) == "halted"
+
+
+def test_resume_from_the_command_line(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    path = tmp_path / "config.yaml"
+    data = config.model_dump(mode="json", exclude_none=True, by_alias=True)
+    path.write_text(yaml.safe_dump(data))
+    store = open_store("delta-rs", config.tables.path)
+    store.ensure_all()
+    runner = CliRunner()
+    args = ["resume", "-c", str(path), "--topic", KEY.topic, "--subscription", "billing"]
+    nothing = runner.invoke(app, args)
+    assert nothing.exit_code == 2 and "nothing is halted" in nothing.stderr
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    sink = _sink(config, store, _Emitter(), target)
+    sink(_polled("5:9", T0), 0)
+    sink(_polled("5:2", T0 + timedelta(seconds=1)), 1)
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == f"resumed {KEY.concrete_topic()} billing"
