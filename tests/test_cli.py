@@ -32,7 +32,7 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
-from cursorsync.errors import RewindError
+from cursorsync.errors import TopicNotFoundError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
 from cursorsync_devtools.sim import Workload, run_failover
@@ -182,17 +182,17 @@ def test_run_logs_as_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_job_errors_are_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch) -> None:
-    def rewind(*args: Any, **kwargs: Any) -> None:
-        raise RewindError("subscription billing on orders moved back from 5:10 to 5:2")
+    def gone(*args: Any, **kwargs: Any) -> None:
+        raise TopicNotFoundError("topic persistent://t/n/orders does not exist on cluster b")
 
-    fake_module(monkeypatch, "cursorsync.app.job", "run_job", rewind)
+    fake_module(monkeypatch, "cursorsync.app.job", "run_job", gone)
     out = invoke("--log-level", "warning", "run", "-c", CONFIG)  # the config says INFO
     assert out.exit_code == 2
-    assert out.stderr == "error: subscription billing on orders moved back from 5:10 to 5:2\n"
+    assert out.stderr == "error: topic persistent://t/n/orders does not exist on cluster b\n"
     debug = invoke("--log-level", "debug", "run", "-c", CONFIG)
     assert debug.exit_code == 2
-    assert "Traceback" in debug.stderr and "RewindError" in debug.stderr
-    assert debug.stderr.rstrip().endswith("moved back from 5:10 to 5:2")
+    assert "Traceback" in debug.stderr and "TopicNotFoundError" in debug.stderr
+    assert debug.stderr.rstrip().endswith("does not exist on cluster b")
 
 
 def test_missing_job_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

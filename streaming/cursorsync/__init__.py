@@ -17,7 +17,6 @@ from cursorsync.errors import (
     CursorSyncError,
     MappingConflictError,
     PositionFormatError,
-    RewindError,
     TopicNotFoundError,
 )
 
@@ -36,7 +35,6 @@ __all__ = [
     "Position",
     "PositionFormatError",
     "RangeSet",
-    "RewindError",
     "Runs",
     "Segment",
     "SegmentSet",

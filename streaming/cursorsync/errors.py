@@ -36,6 +36,3 @@ class AdminError(CursorSyncError):
 class TopicNotFoundError(AdminError):
     """A configured topic does not exist (any more) on the named cluster."""
 
-
-class RewindError(CursorSyncError):
-    """A source cursor moved backwards and the rewind policy says to stop."""
