@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from cursorsync.app.clusters import source_options
 from cursorsync.app.settings import MAPPING_SUBSCRIPTION_PREFIX, Config
+from cursorsync.pulsar.selection import NamespaceRule, Selection, TopicRule
 
 
 def _topics_option(config: Config) -> dict[str, str]:
@@ -15,13 +16,12 @@ def _topics_option(config: Config) -> dict[str, str]:
     return {"namespace": ns.namespace, "topicPattern": ns.regex}
 
 
-def _subscriptions(config: Config) -> list[str]:
-    subs: list[str] = []
-    for t in config.topics:
-        subs += [s for s in t.subscriptions if s not in subs]
-    for n in config.namespaces:
-        subs += [s for s in n.subscriptions if s not in subs]
-    return subs
+def selection(config: Config) -> Selection:
+    """Exactly the (topic, subscription) pairs the configuration names."""
+    return Selection(
+        tuple(TopicRule(t.topic, tuple(t.subscriptions)) for t in config.topics),
+        tuple(NamespaceRule(n.namespace, n.regex, tuple(n.subscriptions))
+              for n in config.namespaces))
 
 
 def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]) -> Any:
@@ -52,7 +52,6 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
 
 def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
     """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled."""
-    opts = {**source_options(config.source), **_topics_option(config),
-            "subscriptions": ",".join(_subscriptions(config)),
+    opts = {**source_options(config.source), "selection": selection(config).to_option(),
             "stateDir": state_dir}
     return spark.readStream.format("pulsar-cursors").options(**opts).load()

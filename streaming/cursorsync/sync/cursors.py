@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.options import Options
+from cursorsync.pulsar.selection import Selection
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 
@@ -62,10 +63,7 @@ class CursorsOptions:
 
     cluster: str
     admin: AdminConfig
-    topics: tuple[str, ...]
-    namespace: str | None
-    topic_pattern: str | None
-    subscriptions: tuple[str, ...]
+    selection: Selection
     state_dir: str
     poll_interval_ms: int
     state_retention: int
@@ -76,17 +74,21 @@ class CursorsOptions:
         cluster = o.required("cluster")
         admin = o.admin(cluster, required=True)
         assert admin is not None
-        topics, namespace, pattern = o.topic_selection()
-        subs = o.get_list("subscriptions")
-        if not subs:
-            raise ConfigError("option subscriptions is required (a list, or * for every one)")
+        text = o.get_str("selection")
+        if text is not None:
+            selection = Selection.from_option(text)
+        else:
+            topics, namespace, pattern = o.topic_selection()
+            subs = o.get_list("subscriptions")
+            if not subs:
+                raise ConfigError("option subscriptions is required (a list, or * for every "
+                                  "one), or option selection")
+            selection = Selection.of(topics, namespace=namespace, pattern=pattern,
+                                     subscriptions=subs)
         return cls(
             cluster=cluster,
             admin=admin,
-            topics=topics,
-            namespace=namespace,
-            topic_pattern=pattern,
-            subscriptions=subs,
+            selection=selection,
             state_dir=o.required("stateDir"),
             poll_interval_ms=o.get_int("pollIntervalMs", 0, minimum=0) or 0,
             state_retention=o.get_int("stateRetention", 100, minimum=1) or 100,
@@ -110,7 +112,8 @@ def parse_offset(offset: Mapping[str, Any]) -> int:
 
 def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequence[str],
                     observed_at: datetime) -> list[Row]:
-    """One row per wanted subscription of one topic partition (``*`` = every subscription)."""
+    """One row per wanted subscription of one topic partition (``*`` = every subscription);
+    a wanted subscription the topic does not have yet gives no row."""
     topic = TopicName.parse(stats.topic)
     ledgers = [(int(i), int(n)) for i, n in
                zip(stats.ledgers.ids.tolist(), stats.ledgers.entries.tolist(), strict=True)]
@@ -203,13 +206,11 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         """One poll of every configured topic, concurrently."""
         o = self.options
         with AdminClient(o.admin) as admin:
-            explicit = [TopicName.parse(t) for t in o.topics]
+            explicit = [TopicName.parse(t.topic) for t in o.selection.topics]
             concrete = [t for t in explicit if t.partition >= 0]
             bases = [t for t in explicit if t.partition < 0]
-            if o.namespace is not None:
-                bases_or_parts = admin.expand_topics((), namespace=o.namespace,
-                                                     pattern=o.topic_pattern)
-                concrete.extend(bases_or_parts)
+            for n in o.selection.namespaces:
+                concrete.extend(admin.expand_topics((), namespace=n.namespace, pattern=n.regex))
             counts = admin.map_concurrently(admin.partitions, bases)
             stats: list[TopicInternalStats] = []
             partitioned = [t for t in bases if counts[str(t)] > 0]
@@ -223,7 +224,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         observed_at = datetime.now(tz=UTC)
         rows: list[Row] = []
         for s in sorted(stats, key=lambda s: s.topic):
-            rows.extend(rows_from_stats(o.cluster, s, o.subscriptions, observed_at))
+            rows.extend(rows_from_stats(o.cluster, s, o.selection.subscriptions_of(s.topic),
+                                        observed_at))
         return rows
 
     def initialOffset(self) -> dict[str, Any]:

@@ -22,11 +22,8 @@ from cursorsync_devtools.sim._failover import (
     run_failover,
     simulate,
 )
-from cursorsync_devtools.sim._partition import (
-    BuiltinTrace,
-    PartitionState,
-    SourceMessages,
-)
+from cursorsync_devtools.sim._partition import BuiltinTrace, PartitionState
+from cursorsync_devtools.sim._production import SourceMessages
 from cursorsync_devtools.sim._topics import (
     KIND_DATA,
     KIND_FOREIGN,

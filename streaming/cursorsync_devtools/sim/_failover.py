@@ -29,11 +29,8 @@ from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.translate import translate
-from cursorsync_devtools.sim._partition import (
-    PartitionState,
-    produce,
-    simulate_partition,
-)
+from cursorsync_devtools.sim._partition import PartitionState, simulate_partition
+from cursorsync_devtools.sim._production import produce
 from cursorsync_devtools.sim._topics import KIND_FOREIGN, REPLICATED
 from cursorsync_devtools.sim._workload import Workload
 

@@ -28,8 +28,9 @@ from typing import Any
 
 import pulsar
 
+from cursorsync_devtools.testbed.acking import consumer_type
 from cursorsync_devtools.testbed.testbed import TestBed
-from cursorsync_devtools.testbed.workload import WorkloadResult, consumer_type
+from cursorsync_devtools.testbed.workload import WorkloadResult
 
 log = logging.getLogger(__name__)
 

@@ -34,15 +34,10 @@ import numpy as np
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.pulsar.topics import TopicName
+from cursorsync_devtools.testbed.acking import AckChoice, Acker, Decisions
 from cursorsync_devtools.testbed.produce import Plan, entries_of, produce
 from cursorsync_devtools.testbed.testbed import TestBed, TestBedError
-from cursorsync_devtools.testbed.workload import (
-    AckChoice,
-    Acker,
-    Decisions,
-    WorkloadResult,
-    WorkloadSpec,
-)
+from cursorsync_devtools.testbed.workload import WorkloadResult, WorkloadSpec
 
 log = logging.getLogger(__name__)
 

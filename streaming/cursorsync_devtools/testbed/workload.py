@@ -27,7 +27,6 @@ other entry is (``verify_source_cursors``).
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import random
 import subprocess
@@ -43,19 +42,10 @@ import pulsar
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.pulsar.topics import TopicName
+from cursorsync_devtools.testbed.acking import AckChoice, Acker, Decisions, consumer_type
 from cursorsync_devtools.testbed.testbed import TestBed, TestBedError
 
 SUBSCRIPTION_TYPES = ("Shared", "Failover")
-_CONSUMER_TYPES = {"Shared": pulsar.ConsumerType.Shared,
-                   "Failover": pulsar.ConsumerType.Failover,
-                   "Exclusive": pulsar.ConsumerType.Exclusive,
-                   "Key_Shared": pulsar.ConsumerType.KeyShared}
-
-
-def consumer_type(kind: str) -> Any:
-    return _CONSUMER_TYPES[kind]
-
-
 def sync_subscription(kind: str) -> str:
     return f"sync-{kind.lower()}"
 
@@ -169,15 +159,6 @@ def _fraction(seed: int, *parts: object) -> float:
     return int.from_bytes(h, "big") / 2**64
 
 
-@dataclass(frozen=True)
-class AckChoice:
-    """What a subscription does with one entry's messages."""
-
-    kind: str  # prompt | late | never | partial
-    delay_s: float
-    acked_indexes: int  # partial: how many of the batch's first messages are acked
-
-
 def ack_choice(spec: WorkloadSpec, topic: str, entry_no: int, batch_size: int) -> AckChoice:
     """The seeded choice for the ``entry_no``-th entry of a topic partition."""
     r = _fraction(spec.seed, "ack", topic, entry_no)
@@ -198,88 +179,6 @@ def _plan(rng: random.Random, spec: WorkloadSpec) -> list[int]:
     """Entry sizes in order: 0 = one unbatched message, k = a batch of k."""
     return [rng.choice(spec.batch_sizes) if rng.random() < spec.batched_fraction else 0
             for _ in range(spec.entries_per_partition)]
-
-
-# ------------------------------------------------------------------ consumers
-
-
-#: message key -> (what its entry gets, the message's index in its batch or -1).
-Decisions = dict[str, tuple[AckChoice, int]]
-
-
-class Acker:
-    """One subscription's consumer on a: receives everything, acks per plan, on time."""
-
-    def __init__(self, bed: TestBed, topic: str, subscription: str, kind: str,
-                 replicated: bool, decisions: Decisions) -> None:
-        self.subscription = subscription
-        self.decisions = decisions
-        self.consumer = bed.client("a").subscribe(
-            topic, subscription, consumer_type=consumer_type(kind),
-            initial_position=pulsar.InitialPosition.Earliest,
-            replicate_subscription_state_enabled=replicated)
-        self.acked: dict[str, float] = {}
-        self.received = 0
-        self._due: list[tuple[float, int, Any]] = []
-        self._seq = 0
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"acker-{subscription}",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _decide(self, msg: Any) -> None:
-        found = self.decisions.get(msg.properties().get("key", ""))
-        if found is None:  # not the workload's: not ours to judge
-            return
-        choice, index = found
-        if choice.kind == "never" or (choice.kind == "partial"
-                                      and index >= choice.acked_indexes):
-            return
-        self._seq += 1
-        heapq.heappush(self._due, (time.monotonic() + choice.delay_s, self._seq, msg))
-
-    def _ack_due(self) -> None:
-        now = time.monotonic()
-        while self._due and self._due[0][0] <= now:
-            _, _, msg = heapq.heappop(self._due)
-            self.consumer.acknowledge(msg)
-            self.acked[msg.properties()["key"]] = time.time()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._ack_due()
-                try:
-                    msg = self.consumer.receive(50)
-                except pulsar.Timeout:
-                    continue
-                self.received += 1
-                self._decide(msg)
-            while self._due:
-                time.sleep(max(0.0, min(0.05, self._due[0][0] - time.monotonic())))
-                self._ack_due()
-        except BaseException as err:  # reported by finish()
-            self.error = err
-
-    def finish(self, expected: int, timeout_s: float) -> None:
-        """Wait until ``expected`` messages arrived and every planned ack went out; close."""
-        deadline = time.monotonic() + timeout_s
-        while self.received < expected and self.error is None:
-            if time.monotonic() > deadline:
-                raise TestBedError(f"subscription {self.subscription} on a received "
-                                   f"{self.received} of {expected} messages in {timeout_s} s")
-            time.sleep(0.05)
-        self._stop.set()
-        self._thread.join(timeout_s)
-        self.consumer.close()  # flushes grouped acks
-        if self.error is not None:
-            raise TestBedError(f"subscription {self.subscription} on a: {self.error}")
-
-
-# ------------------------------------------------------------------ producers
 
 
 def _message_fields(topic: str, n: int) -> tuple[str, bytes, dict[str, str], str]:
