@@ -55,7 +55,8 @@ class Selection:
     def __post_init__(self) -> None:
         if not self.topics and not self.namespaces:
             raise ConfigError("the selection names no topic and no namespace")
-        for rule in (*self.topics, *self.namespaces):
+        rules: list[TopicRule | NamespaceRule] = [*self.topics, *self.namespaces]
+        for rule in rules:
             if not rule.subscriptions:
                 raise ConfigError(f"{rule} names no subscription")
         for t in self.topics:
