@@ -60,15 +60,16 @@ def check_table_name(table: str) -> TableName:
 
 
 def schemas_dir() -> Path:
-    """Where the schema files are: ``$CURSORSYNC_SCHEMAS``, else the repository's ``schemas/``."""
+    """Where the schema files are: ``$CURSORSYNC_SCHEMAS``, else the package's own copy
+    (``cursorsync/tables/schemas``: in a checkout, a link to the repository's ``schemas/``;
+    in an installed wheel, the files themselves)."""
     env = os.environ.get(SCHEMAS_ENV)
     if env:
         path = Path(env)
         if not path.is_dir():
             raise TableSchemaError(f"{SCHEMAS_ENV}={env} is not a directory")
         return path
-    # streaming/cursorsync/tables/schema.py -> repository root is parents[3]
-    path = Path(__file__).resolve().parents[3] / "schemas"
+    path = Path(__file__).resolve().parent / "schemas"
     if not path.is_dir():
         raise TableSchemaError(
             f"no schemas directory at {path}; set {SCHEMAS_ENV} to the directory holding "
