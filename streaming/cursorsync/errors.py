@@ -33,6 +33,16 @@ class AdminError(CursorSyncError):
     """The Pulsar admin API could not be used: unreachable, refused, or returned malformed data."""
 
 
+class AdminUnavailableError(AdminError):
+    """The admin API gave no usable answer: unreachable, timing out or failing (5xx) after
+    every retry, or answering what cannot be parsed. The job treats it as passing: a poll
+    is skipped, a subscription waits for the next batch, a failed query is restarted."""
+
+
+class MalformedAdminOutputError(AdminUnavailableError):
+    """An admin answer that is not what Pulsar's admin API returns; names the field."""
+
+
 class TopicNotFoundError(AdminError):
     """A configured topic does not exist (any more) on the named cluster."""
 

@@ -108,13 +108,15 @@ class DemoReport:
 def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscriptions: Sequence[str],
                 strategies: Sequence[str] | None = None, base: Config | None = None,
                 spread: bool = False, identity_scope: str | None = None,
-                backend: str | None = None, spark_conf: dict[str, str] | None = None) -> Config:
-    """The embedded config with the test bed's URLs, the topics and the work dir filled in."""
+                backend: str | None = None, spark_conf: dict[str, str] | None = None,
+                admin_urls: dict[str, str] | None = None) -> Config:
+    """The embedded config with the test bed's URLs, the topics and the work dir filled in.
+
+    ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say)."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
-    cfg = cfg.with_cluster("source", service_url=bed.service_url("a"),
-                           admin_url=bed.admin_url("a"))
-    cfg = cfg.with_cluster("target", service_url=bed.service_url("b"),
-                           admin_url=bed.admin_url("b"))
+    admin = {c: (admin_urls or {}).get(c) or bed.admin_url(c) for c in ("a", "b")}
+    cfg = cfg.with_cluster("source", service_url=bed.service_url("a"), admin_url=admin["a"])
+    cfg = cfg.with_cluster("target", service_url=bed.service_url("b"), admin_url=admin["b"])
     data = cfg.model_dump(mode="json", by_alias=True)
     data["topics"] = [{"topic": bed.topic(t), "subscriptions": list(subscriptions)}
                       for t in topics]
@@ -206,7 +208,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          spec: Any = None, strategies: Sequence[str] | None = None,
          identity_scope: str | None = None, spread: bool = False,
          backend: str | None = None, spark_conf: dict[str, str] | None = None,
-         crash_sync_batch: int | None = None, timeout_s: float = 240.0) -> DemoReport:
+         crash_sync_batch: int | None = None, timeout_s: float = 240.0,
+         admin_urls: dict[str, str] | None = None) -> DemoReport:
     """Test bed, job, workload, catch-up, failover check (see the module doc).
 
     ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
@@ -227,7 +230,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     try:
         report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
                       spread=spread, backend=backend, spark_conf=spark_conf,
-                      crash_sync_batch=crash_sync_batch, timeout_s=timeout_s)
+                      crash_sync_batch=crash_sync_batch, timeout_s=timeout_s,
+                      admin_urls=admin_urls)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -239,8 +243,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
 def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          identity_scope: str | None, spread: bool, backend: str | None,
          spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
-         timeout_s: float) -> DemoReport:
-    from cursorsync.app.job import QueryFailedError, start_job
+         timeout_s: float, admin_urls: dict[str, str] | None = None) -> DemoReport:
+    from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
     from cursorsync_devtools.testbed.workload import (
@@ -262,7 +266,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
     config = demo_config(bed, root, topics=topics,
                          subscriptions=[sync_subscription(k) for k in spec.subscription_types],
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
-                         backend=backend, spark_conf=spark_conf)
+                         backend=backend, spark_conf=spark_conf, admin_urls=admin_urls)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
@@ -291,14 +295,10 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
             try:
                 job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
             except QueryFailedError as err:
-                if "injected crash" not in str(err) or restarts:
-                    raise
-                log.warning("the sync query died (%s): restarting from its checkpoint", err)
                 sync_batches += job.sync_sink.last_batch + 1
                 mapping_batches += job.mapping_sink.last_batch + 1
-                job.stop()
                 restarts += 1
-                job = start_job(config, spark=job.spark)
+                job = restart(job, config, err, restarts)
                 continue
             caught = caught_up(store, config, after=result.last_ack_at,
                                since_batch=since_batch if not restarts else 0,

@@ -30,6 +30,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,9 @@ class RunningJob:
         target_s = self.sync_sink.last_batch + n
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for q in self.queries:
-                if q.exception() is not None:
-                    raise query_failure(q.name, q.exception())
+            failure = failure_of(self)
+            if failure is not None:
+                raise failure
             status = self.queries[0].status
             # Idle once it has run a trigger (before that, its status says neither, too): a
             # job restarted from its checkpoint with nothing new runs no mapping batch at all.
@@ -154,8 +155,12 @@ class _ProgressPoller:
 
 
 def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
-              metrics: Metrics | None = None, dry_run: bool | None = None) -> RunningJob:
-    """Start both queries and return at once; :meth:`RunningJob.stop` ends them."""
+              metrics: Metrics | None = None, dry_run: bool | None = None,
+              serve_metrics: bool = True) -> RunningJob:
+    """Start both queries and return at once; :meth:`RunningJob.stop` ends them.
+
+    ``serve_metrics``: start the metrics endpoint too (a caller that restarts the job
+    serves its own ``metrics`` once instead)."""
     from cursorsync.app import sources
 
     config.require_resolved()
@@ -167,7 +172,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
                        storage_options=config.tables.storage_options or None)
     store.ensure_all()
     metrics = metrics or Metrics()
-    server = metrics.serve(config.metrics) if config.metrics.enabled else None
+    server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
     ckpt = Path(config.spark.checkpoint_dir)
     admin = admin_client(config.target)
     dry = config.emission.dry_run if dry_run is None else dry_run
@@ -212,6 +217,51 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
 class QueryFailedError(CursorSyncError):
     """A streaming query stopped with an error; the CLI prints its message."""
 
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        #: The type name of our error that stopped it, when one did.
+        self.kind = kind
+
+
+#: Failures an operator must fix first: restarting would fail the same way.
+FATAL_KINDS = frozenset({"ConfigError", "ConfigValidationError", "TableSchemaError",
+                         "AdminAuthError", "DeltaSparkUnavailableError"})
+#: Restarts in a row (no sync batch completed in between) before the job gives up.
+MAX_RESTARTS = 5
+#: Backoff before restart n (1-based): RESTART_BACKOFF_S * 2**(n-1), at most 60 s.
+RESTART_BACKOFF_S = 2.0
+
+
+def restart(job: RunningJob, config: Config, failure: QueryFailedError, attempt: int, *,
+            dry_run: bool | None = None, metrics: Metrics | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> RunningJob:
+    """Stop what is left of ``job`` and start it again from its checkpoints, after a backoff.
+
+    Safe at any point: each query resumes from its checkpoint, table writes are idempotent
+    per batch id and acks idempotent on the broker, so the failed batch is simply run again.
+    Raises ``failure`` itself when it is one an operator must fix, or after
+    :data:`MAX_RESTARTS` attempts.
+    """
+    if failure.kind in FATAL_KINDS or attempt > MAX_RESTARTS:
+        raise failure
+    job.stop()
+    wait = min(60.0, RESTART_BACKOFF_S * 2 ** (attempt - 1))
+    log.warning("restarting the job from its checkpoints in %.0f s (attempt %d of %d) after: "
+                "%s", wait, attempt, MAX_RESTARTS, failure)
+    if metrics is not None:
+        metrics.record_error("restart")
+    sleep(wait)
+    return start_job(config, spark=job.spark, metrics=metrics, dry_run=dry_run,
+                     serve_metrics=False)
+
+
+def failure_of(job: RunningJob) -> QueryFailedError | None:
+    """The failure of the first query that stopped with an error, if one did."""
+    for q in job.queries:
+        if q.exception() is not None:
+            return query_failure(q.name, q.exception())
+    return None
+
 
 #: Our error as a Python worker's traceback in a Spark exception ends it: "module.Error: text".
 _OUR_ERROR = re.compile(r"^cursorsync\w*(?:\.\w+)+\.(\w+): (.+)$", re.MULTILINE)
@@ -226,26 +276,39 @@ def query_failure(name: str, exc: Any) -> QueryFailedError:
     ours = _OUR_ERROR.findall(text)
     if ours:
         kind, message = ours[-1]
-        return QueryFailedError(f"query {name} failed: {message} [{kind}]")
+        return QueryFailedError(f"query {name} failed: {message} [{kind}]", kind)
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
     return QueryFailedError(f"query {name} failed: {first}")
 
 
 def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None = None,
             stop_event: threading.Event | None = None) -> None:
-    """The main job: run until stopped (Ctrl-C, the event) or, with ``once``, two batches."""
-    job = start_job(config, dry_run=dry_run_override)
+    """The main job: run until stopped (Ctrl-C, the event) or, with ``once``, two batches.
+
+    A query that fails is restarted with the other from the checkpoints (:func:`restart`).
+    """
+    metrics = Metrics()
+    server = metrics.serve(config.metrics) if config.metrics.enabled else None
+    job = start_job(config, dry_run=dry_run_override, metrics=metrics, serve_metrics=False)
+    attempt = 0
     try:
         if once:
             if not job.wait_batches(2, timeout_s=600):
                 log.warning("--once: the queries did not complete two batches in 10 minutes")
             return
         while not (stop_event and stop_event.is_set()):
-            for q in job.queries:
-                if q.exception() is not None:
-                    raise query_failure(q.name, q.exception())
-            time.sleep(1)
+            failure = failure_of(job)
+            if failure is None:
+                if job.sync_sink.last_batch >= 0:
+                    attempt = 0  # it made progress since the last restart
+                time.sleep(1)
+                continue
+            attempt += 1
+            job = restart(job, config, failure, attempt, dry_run=dry_run_override,
+                          metrics=metrics)
     except KeyboardInterrupt:
         log.warning("interrupted: stopping both queries")
     finally:
         job.stop()
+        if server is not None:
+            server.stop()

@@ -26,7 +26,12 @@ from tenacity import (
     wait_exponential,
 )
 
-from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
+from cursorsync.errors import (
+    AdminError,
+    AdminUnavailableError,
+    ConfigError,
+    TopicNotFoundError,
+)
 from cursorsync.pulsar.stats import (
     PartitionedInternalStats,
     TopicInternalStats,
@@ -194,7 +199,7 @@ class AdminClient:
         except RetryError as e:
             last = e.last_attempt.exception()
             detail = last.message if isinstance(last, _Retryable) else repr(last)
-            raise AdminError(
+            raise AdminUnavailableError(
                 f"cluster {self.cluster}: {what} failed after {cfg.attempts} attempts: {detail}"
             ) from last
 

@@ -8,7 +8,7 @@ the open ledger's count from ``lastConfirmedEntry`` when it points into that
 ledger, else from ``currentLedgerEntries``.
 
 Cursors named ``pulsar.repl.<cluster>`` belong to replicators, not
-subscriptions, and are kept apart. Anything malformed raises AdminError naming
+subscriptions, and are kept apart. Anything malformed raises MalformedAdminOutputError naming
 the topic and the field.
 """
 
@@ -23,7 +23,7 @@ from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.errors import AdminError, PositionFormatError
+from cursorsync.errors import MalformedAdminOutputError, PositionFormatError
 from cursorsync.pulsar.topics import TopicName
 
 REPLICATOR_CURSOR_PREFIX = "pulsar.repl."
@@ -68,22 +68,26 @@ class PartitionedInternalStats:
 
 
 def parse_json(what: str, text: str | bytes) -> Any:
-    """JSON or AdminError naming what was being read."""
+    """JSON, or MalformedAdminOutputError naming what was being read."""
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
-        raise AdminError(f"{what}: the admin API returned malformed JSON ({e})") from e
+        raise MalformedAdminOutputError(
+            f"{what}: the admin API returned malformed JSON ({e})"
+        ) from e
 
 
 def _field(topic: str, doc: Mapping[str, Any], name: str, kind: type | tuple[type, ...],
            where: str = "") -> Any:
     if not isinstance(doc, Mapping):
-        raise AdminError(f"{topic}: {where or 'response'} is not a JSON object")
+        raise MalformedAdminOutputError(f"{topic}: {where or 'response'} is not a JSON object")
     if name not in doc:
-        raise AdminError(f"{topic}: field {where + '.' if where else ''}{name} is missing")
+        raise MalformedAdminOutputError(
+            f"{topic}: field {where + '.' if where else ''}{name} is missing"
+        )
     value = doc[name]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise AdminError(
+        raise MalformedAdminOutputError(
             f"{topic}: field {where + '.' if where else ''}{name} has an unexpected type "
             f"({type(value).__name__}: {value!r})"
         )
@@ -103,7 +107,9 @@ def _position(topic: str, text: str, where: str) -> Position:
     try:
         return Position.parse(text)
     except PositionFormatError as e:
-        raise AdminError(f"{topic}: field {where} is not a position: {text!r}") from e
+        raise MalformedAdminOutputError(
+            f"{topic}: field {where} is not a position: {text!r}"
+        ) from e
 
 
 def parse_ledgers(topic: str, doc: Mapping[str, Any]) -> tuple[Ledgers, Position]:
@@ -125,11 +131,11 @@ def parse_ledgers(topic: str, doc: Mapping[str, Any]) -> tuple[Ledgers, Position
         pairs[-1] = (last_id, max(reported, live))
     ids = [p[0] for p in pairs]
     if len(set(ids)) != len(ids):
-        raise AdminError(f"{topic}: field ledgers lists a ledger id twice")
+        raise MalformedAdminOutputError(f"{topic}: field ledgers lists a ledger id twice")
     try:
         ledgers = Ledgers.of(pairs)
     except ValueError as e:
-        raise AdminError(f"{topic}: field ledgers is inconsistent: {e}") from e
+        raise MalformedAdminOutputError(f"{topic}: field ledgers is inconsistent: {e}") from e
     return ledgers, lce
 
 
@@ -140,11 +146,13 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
     idm_text = doc.get("individuallyDeletedMessages") if isinstance(doc, Mapping) else None
     idm_text = "[]" if idm_text is None else idm_text
     if not isinstance(idm_text, str):
-        raise AdminError(f"{topic}: field {where}.individuallyDeletedMessages is not a string")
+        raise MalformedAdminOutputError(
+            f"{topic}: field {where}.individuallyDeletedMessages is not a string"
+        )
     try:
         idm = RangeSet.parse(idm_text)
     except (PositionFormatError, ValueError) as e:
-        raise AdminError(
+        raise MalformedAdminOutputError(
             f"{topic}: field {where}.individuallyDeletedMessages is malformed: {idm_text!r}"
         ) from e
     rp_text = doc.get("readPosition")
@@ -153,7 +161,7 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
     props = doc.get("properties")
     props = {} if props is None else props
     if not isinstance(props, Mapping):
-        raise AdminError(f"{topic}: field {where}.properties is not an object")
+        raise MalformedAdminOutputError(f"{topic}: field {where}.properties is not an object")
     return CursorStats(
         name=name,
         state=CursorState(md, idm, ledgers),
@@ -169,12 +177,12 @@ def parse_internal_stats(topic: str | TopicName, doc: Any) -> TopicInternalStats
     """``GET .../internalStats`` of one topic partition."""
     name = str(topic)
     if not isinstance(doc, Mapping):
-        raise AdminError(f"{name}: internalStats is not a JSON object")
+        raise MalformedAdminOutputError(f"{name}: internalStats is not a JSON object")
     ledgers, lce = parse_ledgers(name, doc)
     cursors = doc.get("cursors")
     cursors = {} if cursors is None else cursors
     if not isinstance(cursors, Mapping):
-        raise AdminError(f"{name}: field cursors is not an object")
+        raise MalformedAdminOutputError(f"{name}: field cursors is not an object")
     subs: dict[str, CursorStats] = {}
     repls: dict[str, CursorStats] = {}
     for cname in sorted(cursors):
@@ -205,7 +213,9 @@ def parse_partitioned_internal_stats(topic: str | TopicName, doc: Any) -> Partit
             pname = TopicName.parse(key) if "/" in key else TopicName(
                 base.tenant, base.namespace, key)
         except ValueError as e:
-            raise AdminError(f"{name}: field partitions has a bad topic key {key!r}") from e
+            raise MalformedAdminOutputError(
+                f"{name}: field partitions has a bad topic key {key!r}"
+            ) from e
         out[str(pname)] = parse_internal_stats(pname, parts[key])
     return PartitionedInternalStats(name, n, out)
 
@@ -215,12 +225,14 @@ def parse_partitions(topic: str | TopicName, doc: Any) -> int:
     name = str(topic)
     n = _int_field(name, doc, "partitions")
     if n < 0:
-        raise AdminError(f"{name}: field partitions is negative ({n})")
+        raise MalformedAdminOutputError(f"{name}: field partitions is negative ({n})")
     return n
 
 
 def parse_topic_list(namespace: str, doc: Any) -> list[str]:
     """``GET /admin/v2/persistent/{tenant}/{namespace}[/partitioned]`` -> topic names."""
     if not isinstance(doc, list) or not all(isinstance(t, str) for t in doc):
-        raise AdminError(f"namespace {namespace}: the topic list is not a JSON list of strings")
+        raise MalformedAdminOutputError(
+            f"namespace {namespace}: the topic list is not a JSON list of strings"
+        )
     return list(doc)

@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
-from cursorsync.errors import ConfigError, CursorSyncError
+from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import Selection
@@ -236,7 +236,12 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         now = time.monotonic()
         if self._last_poll and (now - self._last_poll) * 1000 < self.options.poll_interval_ms:
             return iter(()), start
-        rows = self.poll()
+        try:
+            rows = self.poll()
+        except AdminUnavailableError as err:
+            # Nothing new this trigger: the next one polls again.
+            log.warning("cursor poll of cluster %s skipped: %s", self.options.cluster, err)
+            return iter(()), start
         self._last_poll = now
         self.store.write(seq + 1, rows)
         return iter(rows), make_offset(seq + 1)

@@ -32,6 +32,7 @@ class _Synced(NamedTuple):
     observed: list[ObservedCursor]
     rows: pa.Table  # sync_progress rows
     translate_seconds: float | None
+    unavailable: int = 0  # subscriptions skipped: the target's admin API did not answer
 
     def count(self, outcome: str) -> int:
         """Rows with this outcome (the same in both emission modes)."""
@@ -93,7 +94,7 @@ class SyncSink:
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
-        return _Synced(obs, rows, result.translate_seconds)
+        return _Synced(obs, rows, result.translate_seconds, result.unavailable)
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
         """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
@@ -133,4 +134,6 @@ class SyncSink:
             if emitted:
                 m.observe_sync_lag(sub, r["lag_ms"] / 1000)
                 m.mark_synced(sub)
+        for _ in range(done.unavailable):
+            m.record_error("admin")
         m.observe_batch("sync", batch_s)

@@ -44,7 +44,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
-from cursorsync.errors import CursorSyncError
+from cursorsync.errors import AdminUnavailableError, CursorSyncError
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,8 @@ class StepResult:
     refused: int
     halted: int
     translate_seconds: float
+    #: Subscriptions skipped because the target's admin API gave no usable answer.
+    unavailable: int = 0
 
 
 class SyncStep:
@@ -113,13 +115,19 @@ class SyncStep:
     def run(self, observed: Iterable[ObservedCursor],
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
         records: list[SyncRecord] = []
-        sent = refused = halted = 0
+        sent = refused = halted = unavailable = 0
         t_translate = 0.0
         for obs in _latest(observed):
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, TopicMapping())
-            target = self.read_target(topic, obs.subscription)
+            try:
+                target = self.read_target(topic, obs.subscription)
+            except AdminUnavailableError as err:
+                unavailable += 1
+                log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
+                            topic, obs.subscription, err)
+                continue
             if target is None:
                 log.info("skip %s/%s: the target has no such subscription yet",
                          topic, obs.subscription)
@@ -144,7 +152,7 @@ class SyncStep:
                                to_ack=RangeSet())
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
                                       obs.observed_at, datetime.now(UTC), result))
-        return StepResult(records, sent, refused, halted, t_translate)
+        return StepResult(records, sent, refused, halted, t_translate, unavailable)
 
 
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
