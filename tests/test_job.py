@@ -315,3 +315,35 @@ def test_a_query_stopped_while_writing_its_first_offsets_restarts(tmp_path: Path
         assert seen == [1]
     finally:
         spark.conf.unset(key)
+
+
+def test_restart_backs_off_and_gives_up_on_what_an_operator_must_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import cursorsync.app.job as job_module
+    from cursorsync.app.job import MAX_RESTARTS, QueryFailedError, restart
+
+    started: list[dict[str, object]] = []
+    monkeypatch.setattr(job_module, "start_job",
+                        lambda config, **kw: started.append(kw) or "new job")
+
+    class Old:
+        spark = "session"
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    waits: list[float] = []
+    transient = QueryFailedError("query cursorsync-sync failed: admin 503",
+                                 "AdminUnavailableError")
+    for attempt in range(1, MAX_RESTARTS + 1):
+        old = Old()
+        again = restart(old, None, transient, attempt, sleep=waits.append)  # type: ignore[arg-type]
+        assert again == "new job" and old.stopped
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0][:MAX_RESTARTS]
+    assert all(kw["spark"] == "session" and kw["serve_metrics"] is False for kw in started)
+    with pytest.raises(QueryFailedError, match="admin 503"):
+        restart(Old(), None, transient, MAX_RESTARTS + 1, sleep=waits.append)  # type: ignore[arg-type]
+    auth = QueryFailedError("query cursorsync-sync failed: refused", "AdminAuthError")
+    with pytest.raises(QueryFailedError, match="refused"):
+        restart(Old(), None, auth, 1, sleep=waits.append)  # type: ignore[arg-type]
