@@ -395,6 +395,12 @@ class TablesConfig(_Section):
     backend: TableBackend = "delta-rs"
     path: str = Field(min_length=1)
     storage_options: dict[str, str] = Field(default_factory=dict)
+    #: How often the job compacts and vacuums its tables and expires old history rows.
+    maintenance_interval_s: float = Field(default=3600.0, gt=0)
+    #: cursor_states rows older than this are deleted, but each key's newest row.
+    cursor_states_retention_s: float = Field(default=604800.0, gt=0)
+    #: sync_progress rows older than this are deleted, but each key's newest row.
+    sync_progress_retention_s: float = Field(default=2592000.0, gt=0)
 
     @field_validator("path")
     @classmethod
