@@ -120,7 +120,8 @@ def faulty_for(seconds: float, *, every: int = 3, hangs: int = 2) -> Plan:
                 start.append(time.monotonic())
             if time.monotonic() - start[0] > seconds or n % every:
                 return "pass"
-            kind = ("5xx", "malformed", "5xx", "hang")[(n // every) % 4]
+            turns: tuple[Fault, ...] = ("5xx", "malformed", "5xx", "hang")
+            kind = turns[(n // every) % 4]
             if kind == "hang":
                 if hung[0] >= hangs:
                     return "5xx"
