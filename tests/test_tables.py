@@ -52,6 +52,7 @@ from cursorsync.tables.rows import (
     topic_mappings,
 )
 from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
+from cursorsync.tables.store import TableWriteError
 from cursorsync_devtools.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
 from cursorsync_devtools.testbed.distribution import SetupError
 from spark_jvm import shut_down_jvm
@@ -794,3 +795,21 @@ def test_spark_ddl_and_arrow_rows_agree_with_the_schema_files() -> None:
     finally:
         if shared is None:
             spark.stop()
+
+
+def test_a_table_that_cannot_be_written_is_named(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine failing a commit (a full disk here) is one clear error naming the table
+    and where it lives."""
+    import cursorsync.tables.delta_rs as delta_rs
+
+    store = open_store("delta-rs", str(tmp_path / "tables"))
+    store.ensure_all()
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(delta_rs, "write_deltalake", full)
+    with pytest.raises(TableWriteError, match=r"cannot write table sync_progress at .*/tables/"
+                       r"sync_progress: .*No space left on device"):
+        store.append("sync_progress", make_progress(TOPICS[0], "s"), app_id="x", batch_id=0)

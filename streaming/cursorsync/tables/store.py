@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
+from cursorsync.errors import CursorSyncError
 from cursorsync.tables.schema import (
     TABLES,
     TableName,
@@ -36,6 +37,11 @@ from cursorsync.tables.schema import (
     topic_bucket,
     topic_buckets,
 )
+
+
+class TableWriteError(CursorSyncError):
+    """A table could not be written (the path unwritable, the object store refusing, a
+    commit failing); names the table and where it lives."""
 
 
 def _tuple(value: str | int | Iterable[str] | Iterable[int] | None) -> tuple[Any, ...] | None:
@@ -268,7 +274,14 @@ class TableStore(ABC):
         if batch_id < 0:
             raise ValueError(f"batch_id must be >= 0, got {batch_id}")
         schema = load_schema(table)
-        return self._append(schema, prepare_rows(schema, rows, batch_id), app_id, batch_id)
+        prepared = prepare_rows(schema, rows, batch_id)
+        try:
+            return self._append(schema, prepared, app_id, batch_id)
+        except CursorSyncError:
+            raise
+        except Exception as err:  # the engine's own error: say which table and where
+            raise TableWriteError(
+                f"cannot write table {table} at {self.uri(table)}: {err}") from err
 
     @abstractmethod
     def _append(self, schema: TableSchema, rows: pa.Table, app_id: str, batch_id: int) -> bool:
