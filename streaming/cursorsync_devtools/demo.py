@@ -280,7 +280,18 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                 if batch_id == crash_sync_batch:
                     raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
             job.sync_sink.crash_after_emit = crash
-        job.wait_batches(1, timeout_s=120)
+        def next_batch(timeout: float) -> None:
+            """One more batch; a failed query is restarted as ``cursorsync run`` does."""
+            nonlocal job, restarts, sync_batches, mapping_batches
+            try:
+                job.wait_batches(1, timeout_s=timeout)
+            except QueryFailedError as err:
+                sync_batches += job.sync_sink.last_batch + 1
+                mapping_batches += job.mapping_sink.last_batch + 1
+                restarts += 1
+                job = restart(job, config, err, restarts)
+
+        next_batch(120)
         log.info("demo: the job runs; starting the workload")
         result = run_workload(bed, spec)
         since_batch = job.sync_sink.last_batch
@@ -292,13 +303,9 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
             if time.monotonic() > deadline:
                 raise DemoError(f"the sync did not catch up within {timeout_s:.0f} s of the "
                                 f"workload's end; it waits on {caught}")
-            try:
-                job.wait_batches(1, timeout_s=max(1.0, deadline - time.monotonic()))
-            except QueryFailedError as err:
-                sync_batches += job.sync_sink.last_batch + 1
-                mapping_batches += job.mapping_sink.last_batch + 1
-                restarts += 1
-                job = restart(job, config, err, restarts)
+            before = restarts
+            next_batch(max(1.0, deadline - time.monotonic()))
+            if restarts != before:
                 continue
             caught = caught_up(store, config, after=result.last_ack_at,
                                since_batch=since_batch if not restarts else 0,

@@ -1,0 +1,117 @@
+"""A source cursor reset backwards on the real test bed: the sync of that subscription
+halts, stays halted while the source moves on, and goes on only after `resume`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from cursorsync.app.job import start_job
+from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
+from cursorsync.core.positions import Position
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.sync.halts import halted, resume
+from cursorsync.tables import TableStore, open_store
+from cursorsync_devtools.demo import demo_config
+from cursorsync_devtools.testbed import TestBed
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+SUB = "sync-shared"
+
+
+def _latest_outcome(store: TableStore, topic: str) -> str | None:
+    rows = [r for r in store.read("sync_progress").to_pylist() if r["topic"] == topic]
+    return max(rows, key=lambda r: (r["batch_id"], r["emitted_at"]))["outcome"] if rows else None
+
+
+def _md(bed: TestBed, cluster: str, topic: str) -> Position:
+    return Position.parse(bed.internal_stats(cluster, topic)["cursors"][SUB]["markDeletePosition"])
+
+
+def _last_data_entry(bed: TestBed, topic: str) -> Position:
+    """b's last dispatchable entry (markers after it do not count)."""
+    probe = bed.client("b").subscribe(topic, "probe", receiver_queue_size=0,
+                                      consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        mid = probe.get_last_message_id()
+    finally:
+        probe.unsubscribe()
+    return Position(mid.ledger_id(), mid.entry_id())
+
+
+def _until(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+def _send_and_ack(bed: TestBed, topic: str, consumer: Any, n: int) -> None:
+    producer = bed.client("a").create_producer(topic, batching_enabled=False)
+    for i in range(n):
+        producer.send(f"m{i}".encode())
+    producer.close()
+    _ack_all(consumer)
+
+
+def _ack_all(consumer: Any) -> None:
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=2000)
+        except pulsar.Timeout:
+            return
+        consumer.acknowledge(msg)
+
+
+def test_a_source_reset_backwards_halts_the_sync_until_resumed(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    topic = testbed.topic(topic_name("rewind"))
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+    consumer = testbed.client("a").subscribe(
+        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest)
+    _send_and_ack(testbed, topic, consumer, 20)
+    testbed.wait_replicated([topic])
+
+    data = load_config(EMBEDDED_CONFIG_PATH).model_dump(mode="json", by_alias=True)
+    data["emission"]["rewind_policy"] = "halt"
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB],
+                         base=parse_config(data))
+    store = open_store("delta-rs", config.tables.path)
+    clusters = {"source_cluster": "a", "target_cluster": "b"}
+    job = start_job(config)
+    try:
+        last = _last_data_entry(testbed, topic)
+        _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
+        synced = _md(testbed, "b", topic)
+        # Back to the 5th message: what the source had acked after it is unacked again.
+        acked = _md(testbed, "a", topic)
+        fifth = Position(acked.ledger, acked.entry - 15)
+        testbed.admin_call("a", "POST", TopicName.parse(topic).admin_path(
+            f"subscription/{SUB}/resetcursor"),
+            json={"ledgerId": fifth.ledger, "entryId": fifth.entry, "partitionIndex": -1})
+        _until("the sync halts", lambda: _latest_outcome(store, topic) == "halted")
+        assert len(halted(store, **clusters)) == 1
+        # The source moves on past where it was; the halt holds, b does not move.
+        _send_and_ack(testbed, topic, consumer, 5)
+        _ack_all(consumer)
+        testbed.wait_replicated([topic])
+        job.wait_batches(3, timeout_s=60)
+        assert _latest_outcome(store, topic) == "halted"
+        assert _md(testbed, "b", topic) == synced
+        # The operator resumes: the sync goes on and b follows a again.
+        resume(store, topic=topic, subscription=SUB, **clusters)
+        last = _last_data_entry(testbed, topic)
+        _until("b's cursor follows a's after resume", lambda: _md(testbed, "b", topic) >= last)
+        assert _latest_outcome(store, topic) in ("exact", "partial")
+    finally:
+        job.stop()
