@@ -158,7 +158,9 @@ def test_minimal_config_gets_documented_defaults() -> None:
     assert config.tables.backend == "delta-rs"
     assert config.tables.table_uri("mappings") == "/tmp/cursorsync/tables/mappings"
     assert config.metrics.port == 0 and not config.metrics.enabled
-    assert config.topics[0].partitioned == "auto"
+    assert config.tables.maintenance_interval_s == 3600.0
+    assert config.tables.cursor_states_retention_s == 7 * 86400.0
+    assert config.tables.sync_progress_retention_s == 30 * 86400.0
     assert config.logging.level == "INFO"
 
 
@@ -208,9 +210,10 @@ def test_config_is_immutable() -> None:
         ("tables.path", "s3a://bucket/t",
          "tables.path: 's3a://bucket/t': delta-rs does not understand s3a:// (a Hadoop scheme); "
          "use s3:// with delta-rs, or backend delta-spark"),
-        ("topics.0.partitioned", "maybe",
-         "topics[0].partitioned: 'maybe' is not a valid partitioned setting. "
-         "Valid values are: auto, true, false"),
+        ("tables.maintenance_interval_s", 0,
+         "tables.maintenance_interval_s: should be greater than 0, got 0"),
+        ("tables.cursor_states_retention_s", -1,
+         "tables.cursor_states_retention_s: should be greater than 0, got -1"),
         ("topics.0.topic", "orders",
          "topics[0].topic: 'orders' is not a full topic name. "
          "Expected persistent://tenant/namespace/topic"),
@@ -302,14 +305,15 @@ def test_bad_namespace_regex() -> None:
          "request_timeout_s, service_url"),
         ("clusters.target.auth.colour", "tls, token, token_file"),
         ("clusters.target.auth.tls.colour", "allow_insecure, ca_file, cert_file, key_file"),
-        ("topics.0.colour", "partitioned, subscriptions, topic"),
+        ("topics.0.colour", "subscriptions, topic"),
         ("namespaces.0.colour", "namespace, regex, subscriptions"),
         ("evidence.colour",
          "alignment_window, holes, identity_fields, identity_scope, source_position_property, "
          "strategies"),
         ("emission.colour", "ack_batch_size, dry_run, mode, rewind_policy, "
                             "spread_across_executors, subscription_type"),
-        ("tables.colour", "backend, path, storage_options"),
+        ("tables.colour", "backend, cursor_states_retention_s, maintenance_interval_s, path, "
+                          "storage_options, sync_progress_retention_s"),
         ("spark.colour", "app_name, checkpoint_dir, conf, entries_per_task, "
                          "mapping_trigger_interval_s, master, max_entries_per_batch, "
                          "ranges_per_task, trigger_interval_s"),

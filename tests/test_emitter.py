@@ -29,9 +29,9 @@ from cursorsync.pulsar.emitter import (
     EmitTopicNotFoundError,
     PulsarEmitter,
     SubscriptionBusyError,
-    SubscriptionType,
     TargetUnreachableError,
 )
+from cursorsync.pulsar.subscriptions import SubscriptionType
 from cursorsync_devtools.testbed import TestBed
 
 pulsar = pytest.importorskip("pulsar")

@@ -33,6 +33,10 @@ class ObservedCursor:
     observed_at: datetime
 
 
+#: What the sync does when a source cursor moves back: ``halt`` sends nothing more for that
+#: subscription until an operator resumes it; ``report`` records it and goes on.
+RewindPolicy = Literal["halt", "report"]
+
 #: What the sync step did with a plan: sent it (or would have, on a dry run), held it back
 #: because the source rewound (rewind_policy halt), refused it at the guard, or failed to
 #: send it.

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import pulsar
@@ -44,13 +44,11 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.client import ClientSettings
+from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SUBSCRIPTION_TYPES, SubscriptionType
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-SubscriptionType = Literal["Exclusive", "Failover", "Shared", "Key_Shared"]
-SUBSCRIPTION_TYPES: tuple[SubscriptionType, ...] = get_args(SubscriptionType)
-CUMULATIVE_TYPES = frozenset({"Exclusive", "Failover"})
 
 _CONSUMER_TYPES = {
     "Exclusive": pulsar.ConsumerType.Exclusive,

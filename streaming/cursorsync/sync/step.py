@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -42,13 +42,12 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import ObservedCursor, PartitionKey, Result, SyncRecord
+from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 
 log = logging.getLogger(__name__)
 
-RewindPolicy = Literal["halt", "report"]
 
 
 class EmitterLike(Protocol):

@@ -1,0 +1,98 @@
+"""Where the job runs and writes: the Delta tables, Spark, metrics, logging."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from cursorsync.app.settings.base import LogLevel, TableBackend, _invalid, _Section
+
+
+class TablesConfig(_Section):
+    """Where the Delta tables live and which writer writes them."""
+
+    backend: TableBackend = "delta-rs"
+    path: str = Field(min_length=1)
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    #: How often the job compacts and vacuums its tables and expires old history rows.
+    maintenance_interval_s: float = Field(default=3600.0, gt=0)
+    #: cursor_states rows older than this are deleted, but each key's newest row.
+    cursor_states_retention_s: float = Field(default=604800.0, gt=0)
+    #: sync_progress rows older than this are deleted, but each key's newest row.
+    sync_progress_retention_s: float = Field(default=2592000.0, gt=0)
+
+    @field_validator("path")
+    @classmethod
+    def _scheme_fits_backend(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("backend") == "delta-rs" and value.startswith("s3a://"):
+            raise _invalid(
+                f"{value!r}: delta-rs does not understand s3a:// (a Hadoop scheme); "
+                "use s3:// with delta-rs, or backend delta-spark"
+            )
+        return value
+
+    def table_uri(self, table: str) -> str:
+        """The URI of one table (``mappings``, ``cursor_states``, ``sync_progress``) under path."""
+        return f"{self.path.rstrip('/')}/{table}"
+
+
+def _spark_conf_value(value: Any) -> Any:
+    """Spark conf values are strings; YAML gives ints and bools, which Spark writes lower-case."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+class SparkConfig(_Section):
+    """The Spark application that runs the mapping and sync queries."""
+
+    master: str = "local[2]"
+    app_name: str = Field(default="cursorsync", min_length=1)
+    trigger_interval_s: float = Field(default=10.0, gt=0)
+    #: The mapping query's trigger (default: trigger_interval_s). A source ack can be
+    #: synced only once its entry is mapped, so a shorter one cuts the sync lag.
+    mapping_trigger_interval_s: float | None = Field(default=None, gt=0)
+    checkpoint_dir: str = Field(min_length=1)
+    conf: dict[str, str] = Field(default_factory=dict)
+    max_entries_per_batch: int = Field(default=100_000, ge=1)
+    #: Small ranges share a Spark task up to this many entries / ranges (see
+    #: cursorsync.mapping.entries.pack_ranges): a task per topic partition does not scale.
+    entries_per_task: int = Field(default=10_000, ge=1)
+    ranges_per_task: int = Field(default=32, ge=1)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: _spark_conf_value(v) for k, v in value.items()}
+        return value
+
+
+# --------------------------------------------------------------------------- metrics, logging
+
+
+class MetricsConfig(_Section):
+    """The Prometheus endpoint; port 0 turns it off."""
+
+    port: int = Field(default=0, ge=0, le=65535)
+    host: str = Field(default="127.0.0.1", min_length=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.port != 0
+
+
+class LoggingConfig(_Section):
+    """Log level and format (``json: true`` for one JSON object per line)."""
+
+    level: LogLevel = "INFO"
+    json_format: bool = Field(default=False, alias="json")
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value

@@ -1,0 +1,188 @@
+"""What to sync and how: the topics and namespaces with their subscriptions, the evidence
+that maps entries, and how acks are emitted."""
+
+from __future__ import annotations
+
+import re
+from typing import Self, get_args
+
+from pydantic import Field, field_validator, model_validator
+
+from cursorsync.app.settings.base import (
+    _NAMESPACE_RE,
+    _PARTITION_SUFFIX_RE,
+    _REPLICATOR_PREFIX,
+    _TOPIC_RE,
+    DEFAULT_SOURCE_POSITION_PROPERTY,
+    EmissionMode,
+    EvidenceStrategy,
+    Holes,
+    IdentityField,
+    IdentityScope,
+    _invalid,
+    _Section,
+)
+from cursorsync.core.records import RewindPolicy
+from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SubscriptionType
+
+#: The mapping query reads each cluster on durable subscriptions named
+#: ``cursorsync-mapping-<side>``; synced, they would ack what the mapping has not read.
+MAPPING_SUBSCRIPTION_PREFIX = "cursorsync-mapping"
+
+
+def _check_subscriptions(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for name in names:
+        if not name.strip():
+            raise _invalid("subscription names must not be empty")
+        if name.startswith(MAPPING_SUBSCRIPTION_PREFIX):
+            raise _invalid(
+                f"{name!r} is cursorsync's own mapping subscription, not one to sync "
+                f"(names starting with {MAPPING_SUBSCRIPTION_PREFIX!r} are reserved)"
+            )
+        if name.startswith(_REPLICATOR_PREFIX):
+            raise _invalid(
+                f"{name!r} is a replicator cursor, not a subscription "
+                f"(names starting with {_REPLICATOR_PREFIX!r} are reserved)"
+            )
+        if name in seen:
+            raise _invalid(f"subscription {name!r} is listed twice")
+        seen.add(name)
+    return names
+
+
+class TopicSpec(_Section):
+    """One topic and the subscriptions on it to keep in step."""
+
+    topic: str
+    subscriptions: list[str] = Field(min_length=1)
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        if value.startswith("non-persistent://"):
+            raise _invalid(f"{value!r} is non-persistent: only persistent topics have cursors")
+        if not _TOPIC_RE.fullmatch(value):
+            raise _invalid(
+                f"{value!r} is not a full topic name. Expected persistent://tenant/namespace/topic"
+            )
+        return value
+
+    @field_validator("subscriptions")
+    @classmethod
+    def _subscriptions(cls, value: list[str]) -> list[str]:
+        return _check_subscriptions(value)
+
+
+class NamespaceSpec(_Section):
+    """Every topic of a namespace whose local name matches ``regex`` (full match)."""
+
+    namespace: str
+    regex: str = ".*"
+    subscriptions: list[str] = Field(min_length=1)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _NAMESPACE_RE.fullmatch(value):
+            raise _invalid(f"{value!r} is not a namespace. Expected tenant/namespace")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise _invalid(f"{value!r} is not a valid regular expression: {exc}") from None
+        return value
+
+    @field_validator("subscriptions")
+    @classmethod
+    def _subscriptions(cls, value: list[str]) -> list[str]:
+        return _check_subscriptions(value)
+
+    def matches(self, topic: str) -> bool:
+        """Whether a full topic name is in this namespace and its local name matches.
+
+        A partition (``<name>-partition-<i>``) matches as its partitioned parent does.
+        """
+        prefix = f"persistent://{self.namespace}/"
+        if not topic.startswith(prefix):
+            return False
+        local = _PARTITION_SUFFIX_RE.sub("", topic[len(prefix) :])
+        return re.fullmatch(self.regex, local) is not None
+
+
+_ALL_IDENTITY_FIELDS: tuple[IdentityField, ...] = get_args(IdentityField)
+_ALL_STRATEGIES: tuple[EvidenceStrategy, ...] = get_args(EvidenceStrategy)
+_DEFAULT_STRATEGIES: tuple[EvidenceStrategy, ...] = ("position-property", "identity")
+
+
+class EvidenceConfig(_Section):
+    """How source entries are matched to target entries, strongest strategy first."""
+
+    # snapshot-marker evidence is not read yet (see the README); the builder refuses it.
+    strategies: list[EvidenceStrategy] = Field(
+        default_factory=lambda: list(_DEFAULT_STRATEGIES), min_length=1
+    )
+    source_position_property: str = Field(default=DEFAULT_SOURCE_POSITION_PROPERTY, min_length=1)
+    identity_fields: list[IdentityField] = Field(
+        default_factory=lambda: list(_ALL_IDENTITY_FIELDS), min_length=1
+    )
+    alignment_window: int = Field(default=10_000, ge=1)
+    #: Which entries identity evidence digests and matches. ``batched``: the source
+    #: brokers stamp the position property (>= 3.0.11 / 3.3.6 / 4.0.4), which consumers
+    #: see on every unbatched replica, so only batched entries need identity; the source
+    #: stream then hands on only batched entries. An unbatched replica without the
+    #: stamp stays unmapped (a duplicate after failover, never a loss).
+    identity_scope: IdentityScope = "all"
+    #: What to do with the entry ids a target reader skips: broker markers, or the
+    #: chunks of a chunked message before its last one. ``verified``: ask the target's
+    #: admin API (one raw-entry request per skipped id, stopping at a run's first
+    #: non-marker) and ack only markers, after the entry before them; chunked messages
+    #: are never mapped. ``unacked``: ack none (the target's markDeletePosition then
+    #: stops at the first marker). Nothing takes a skipped id for a marker unchecked: a
+    #: chunk acked that way would lose its message after a failover.
+    holes: Holes = "verified"
+
+    @property
+    def claims_holes(self) -> bool:
+        """Skipped target ids may be acked, once the target's admin API says they are
+        markers."""
+        return self.holes != "unacked"
+
+    @model_validator(mode="after")
+    def _scope_needs_both(self) -> Self:
+        if self.identity_scope == "batched" and not {"position-property", "identity"} <= set(
+                self.strategies):
+            raise _invalid("identity_scope batched needs both position-property and identity "
+                           "in strategies (the property maps the unbatched entries)")
+        return self
+
+    @field_validator("strategies", "identity_fields")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        dupes = sorted({v for v in value if value.count(v) > 1})
+        if dupes:
+            raise _invalid(f"{', '.join(dupes)} listed more than once")
+        return value
+
+
+class EmissionConfig(_Section):
+    """How acks are sent to the target subscriptions."""
+
+    mode: EmissionMode = "cumulative-where-allowed"
+    dry_run: bool = False
+    subscription_type: SubscriptionType = "Shared"
+    ack_batch_size: int = Field(default=1000, ge=1)
+    spread_across_executors: bool = False
+    rewind_policy: RewindPolicy = "halt"
+
+    @property
+    def cumulative(self) -> bool:
+        """Whether cumulative acks will be used (the broker refuses them on Shared/Key_Shared)."""
+        return (
+            self.mode == "cumulative-where-allowed"
+            and self.subscription_type in CUMULATIVE_TYPES
+        )
