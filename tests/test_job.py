@@ -194,7 +194,7 @@ def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
         "recent call last):\n"
         '  File "/x/cursorsync/sources/entries.py", line 582, in read_entries\n'
         "    raise EntriesReadError(\n"
-        "cursorsync.mapping.entries.EntriesReadError: cluster B topic t range (0:1..0:3]: "
+        "cursorsync.mapping.entries_options.EntriesReadError: cluster B topic t range (0:1..0:3]: "
         "entry 0:3 is the last chunk of a chunked message\n"
         "\n"
         "=== Streaming Query ===\n"
@@ -226,7 +226,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     the batch and again when the sink restarts from the checkpoint's builder state."""
     from cursorsync.app.metrics import Metrics
     from cursorsync.app.settings import parse_config
-    from cursorsync.mapping.entries import packed_batches
+    from cursorsync.mapping.entries_rows import packed_batches
     from cursorsync.mapping.sink import MappingSink
 
     asked: list[list[list[int]]] = []

@@ -24,35 +24,34 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-import cursorsync.mapping.entries as entries
+import cursorsync.mapping.entries_read as entries_read
+import cursorsync.mapping.entries_tasks as entries_tasks
 from admin_stub import Reply, StubAdmin
 from cursorsync.app.sources import register
 from cursorsync.core.identity import MessageIdentity, entry_digest, message_digest
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.errors import ConfigError
-from cursorsync.mapping.entries import (
-    BEFORE_ALL,
+from cursorsync.mapping.entries import PulsarEntriesDataSource, PulsarEntriesStreamReader
+from cursorsync.mapping.entries_options import (
     EVIDENCE_COLUMNS,
     PACKED_SCHEMA,
     EntriesOptions,
-    EntriesPartition,
     EntriesReadError,
-    PulsarEntriesDataSource,
-    PulsarEntriesStreamReader,
+    schema_of,
+)
+from cursorsync.mapping.entries_read import read_entries
+from cursorsync.mapping.entries_rows import arrow_batches, packed_batches, unpack
+from cursorsync.mapping.entries_tasks import (
+    BEFORE_ALL,
+    EntriesPartition,
     allocate,
-    arrow_batches,
-    batch_size_of,
-    first_chunk_of,
     make_offset,
     pack_ranges,
-    packed_batches,
     parse_offset,
-    read_entries,
-    schema_of,
-    unpack,
 )
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.cursors import (
     CursorsOptions,
@@ -576,13 +575,13 @@ def test_a_range_across_ledgers_has_the_size_the_driver_counted() -> None:
     assert dataclasses.replace(r, entries=100).entry_count() == 100
     assert _range(0, "7:9", "7:19").entry_count() == 10  # one ledger: ids are dense
     ledgers = Ledgers.of([(3, 10), (5, 0), (7, 60)])
-    first_after = entries._first_entry_after
+    first_after = entries_tasks.first_entry_after
     assert first_after(ledgers, BEFORE_ALL) == Position(3, 0)
     assert first_after(ledgers, Position(3, 4)) == Position(3, 5)
     assert first_after(ledgers, Position(3, 9)) == Position(7, 0)  # past an empty ledger
     assert first_after(ledgers, Position(3, 99)) == Position(7, 0)  # past a closed ledger's end
     assert first_after(ledgers, Position(7, 59)) is None
-    nth = entries._nth_entry_after
+    nth = entries_tasks.nth_entry_after
     assert nth(ledgers, BEFORE_ALL, 1) == Position(3, 0)
     assert nth(ledgers, Position(3, 4), 5) == Position(3, 9)
     assert nth(ledgers, Position(3, 4), 6) == Position(7, 0)  # across an empty ledger
@@ -924,20 +923,20 @@ def test_worker_keeps_a_bounded_number_of_clients_least_recently_used_out() -> N
         def close(self) -> None:
             self.closed = True
 
-    saved = dict(entries._CLIENTS)
-    entries._CLIENTS.clear()
+    saved = dict(entries_read._CLIENTS)
+    entries_read._CLIENTS.clear()
     try:
-        made = [Settings(i) for i in range(entries.CLIENTS_KEPT + 2)]
-        for s in made[:entries.CLIENTS_KEPT]:
-            assert entries._client(s) is s  # type: ignore[arg-type]
-        entries._client(made[0])  # type: ignore[arg-type] - used again: now the newest
-        entries._client(made[-2])  # type: ignore[arg-type]
-        entries._client(made[-1])  # type: ignore[arg-type]
+        made = [Settings(i) for i in range(entries_read.CLIENTS_KEPT + 2)]
+        for s in made[:entries_read.CLIENTS_KEPT]:
+            assert entries_read._client(s) is s  # type: ignore[arg-type]
+        entries_read._client(made[0])  # type: ignore[arg-type] - used again: now the newest
+        entries_read._client(made[-2])  # type: ignore[arg-type]
+        entries_read._client(made[-1])  # type: ignore[arg-type]
         assert [s.closed for s in made[:3]] == [False, True, True]
-        assert len(entries._CLIENTS) == entries.CLIENTS_KEPT
+        assert len(entries_read._CLIENTS) == entries_read.CLIENTS_KEPT
     finally:
-        entries._CLIENTS.clear()
-        entries._CLIENTS.update(saved)
+        entries_read._CLIENTS.clear()
+        entries_read._CLIENTS.update(saved)
 
 
 def test_the_tail_check_comes_after_each_silence_of_tail_check_ms(
@@ -951,7 +950,7 @@ def test_the_tail_check_comes_after_each_silence_of_tail_check_ms(
         checks.append(after)
         return after == (1, 1)  # what is left after 1:1 is markers only
 
-    monkeypatch.setattr(entries, "_nothing_to_deliver", nothing_to_deliver)
+    monkeypatch.setattr(entries_read, "_nothing_to_deliver", nothing_to_deliver)
     part = _scripted([None] * 5 + [_Msg(_Id(1, 0)), _Msg(_Id(1, 1))], "1:3",
                      read_timeout_ms=10_000, tail_check_ms=200)
     client = part.client
@@ -963,7 +962,7 @@ def test_the_tail_check_comes_after_each_silence_of_tail_check_ms(
 def test_the_tail_check_waits_while_a_batch_is_incomplete(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside a batch of known size the rest of it is due: no lookup, the read times out."""
-    monkeypatch.setattr(entries, "_nothing_to_deliver", lambda *_: pytest.fail("looked up"))
+    monkeypatch.setattr(entries_read, "_nothing_to_deliver", lambda *_: pytest.fail("looked up"))
     part = _scripted([_Msg(_Id(1, 0, 0, 3)), _Msg(_Id(1, 0, 1, 3))], "1:1",
                      read_timeout_ms=500, tail_check_ms=100)
     with pytest.raises(EntriesReadError, match="partial range"):
@@ -976,11 +975,11 @@ def test_a_worker_freezes_its_heap_at_its_first_two_tasks_only() -> None:
     task's garbage cycles would be kept for ever. In a fresh process: the freeze is global."""
     code = (
         "import gc\n"
-        "from cursorsync.mapping.entries import _freeze_worker_heap\n"
+        "from cursorsync.mapping.entries_read import freeze_worker_heap\n"
         "counts, kept = [], []\n"
         "for i in range(4):\n"
         "    kept.append([[j] for j in range(1000)])  # what a task loads and keeps\n"
-        "    _freeze_worker_heap()\n"
+        "    freeze_worker_heap()\n"
         "    counts.append(gc.get_freeze_count())\n"
         "print(counts[0] > 0, counts[1] > counts[0] + 900, counts[2] == counts[1] == counts[3])\n"
     )

@@ -26,14 +26,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from cursorsync.mapping.entries import (
+from cursorsync.mapping.entries_options import (
     ARROW_BATCH_ROWS,
     EVIDENCE_COLUMNS,
     output_schema,
-    packed_batches,
     schema_of,
-    unpack,
 )
+from cursorsync.mapping.entries_rows import packed_batches, unpack
 
 SOURCE_NAME = "cursorsync-bench-rows"
 LAYOUTS = ("rows", "arrow")

@@ -5,7 +5,8 @@ Register both with :func:`register`, then ``spark.readStream.format(name)``.
 
 from typing import Any
 
-from cursorsync.mapping.entries import EntriesOptions, PulsarEntriesDataSource
+from cursorsync.mapping.entries import PulsarEntriesDataSource
+from cursorsync.mapping.entries_options import EntriesOptions
 from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsDataSource
 
 

@@ -9,13 +9,6 @@ from cursorsync.app.settings import MAPPING_SUBSCRIPTION_PREFIX, Config
 from cursorsync.pulsar.selection import NamespaceRule, Selection, TopicRule
 
 
-def _topics_option(config: Config) -> dict[str, str]:
-    if config.topics:
-        return {"topics": ",".join(t.topic for t in config.topics)}
-    ns = config.namespaces[0]
-    return {"namespace": ns.namespace, "topicPattern": ns.regex}
-
-
 def selection(config: Config) -> Selection:
     """Exactly the (topic, subscription) pairs the configuration names."""
     return Selection(
@@ -27,7 +20,7 @@ def selection(config: Config) -> Selection:
 def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]) -> Any:
     """The ``pulsar-entries`` stream of one side, with the options the builder needs."""
     cluster = config.source if side == "source" else config.target
-    opts = {**source_options(cluster), **_topics_option(config),
+    opts = {**source_options(cluster), "selection": selection(config).to_option(),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
             "entriesPerTask": str(config.spark.entries_per_task),
             "rangesPerTask": str(config.spark.ranges_per_task),

@@ -15,7 +15,8 @@ import pyarrow as pa
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.mapping.builder import BuilderConfig, HoleCheck, MappingBuilder
-from cursorsync.mapping.entries import EVIDENCE_COLUMNS, unpack
+from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
+from cursorsync.mapping.entries_rows import unpack
 from cursorsync.tables.mappings import load_mappings
 from cursorsync.tables.rows import mapping_rows, row_schema
 from cursorsync.tables.store import TableStore

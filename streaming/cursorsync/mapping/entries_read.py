@@ -1,0 +1,227 @@
+"""Executors reading ``pulsar-entries`` ranges: a pulsar-client Reader per range, every
+entry exactly once, and the admin API asked about the ids a reader never delivers."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from cursorsync.core.identity import Digester
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.mapping.entries_options import READ_POLL_MS, SCHEMA, EntriesReadError, Row
+from cursorsync.mapping.entries_rows import MESSAGE_FIELD_COLUMNS, Entry, row_values
+from cursorsync.mapping.entries_tasks import EntriesPartition
+from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.client import ClientSettings
+from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
+from cursorsync.pulsar.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+
+#: One pulsar-client per connection settings and worker process. PySpark reuses its
+#: workers, so a task does not pay for a client's start and shutdown (about 10 ms
+#: each); readers are still opened and closed per task. At most CLIENTS_KEPT are kept
+#: (settings change when a token does): the least recently used one is closed.
+_CLIENTS: dict[Any, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+CLIENTS_KEPT = 8
+
+
+def _client(settings: ClientSettings) -> Any:
+    """This worker's client for ``settings`` (opened once, the least recently used closed)."""
+    with _CLIENTS_LOCK:
+        c = _CLIENTS.pop(settings, None)
+        if c is None:
+            if not _CLIENTS:
+                atexit.register(_close_clients)
+            c = settings.connect()
+            while len(_CLIENTS) >= CLIENTS_KEPT:
+                oldest = next(iter(_CLIENTS))
+                with contextlib.suppress(Exception):  # its tasks are done; best effort
+                    _CLIENTS.pop(oldest).close()
+        _CLIENTS[settings] = c  # most recently used last
+        return c
+
+
+def _close_clients() -> None:
+    """At exit, while our logger still exists: a client destroyed later logs at DEBUG to
+    stdout (seen after ``--json`` output)."""
+    with _CLIENTS_LOCK:
+        for c in _CLIENTS.values():
+            with contextlib.suppress(Exception):  # best effort, at exit
+                c.close()
+        _CLIENTS.clear()
+
+
+def read_entries(part: EntriesPartition) -> Iterator[Row]:
+    """Every message of the entries in (start, end] of one topic partition, in order.
+
+    Deterministic: the same (start, end] always yields the same rows while the
+    entries are retained (the driver's subscription holds them until commit).
+    The batch size from a batched message's id says when its entry ends.
+    Messages delivered again (a reader's stream is in order, so anything at or
+    before an entry already yielded, or a batch index already seen) are dropped:
+    every entry is yielded once. An entry first seen behind one already yielded
+    fails the task (a reader delivers in order; skipping it would be a hole).
+    Positions are (ledger, entry) tuples here: this loop runs once per message.
+    """
+    import pulsar
+
+    topic = TopicName.parse(part.topic)
+    where_ = (str(topic.base), topic.partition)
+    wide = not MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
+    digest = Digester(part.identity_fields, (part.source_position_property,))
+    start = Position.parse(part.start)
+    end_pos = Position.parse(part.end)
+    if end_pos <= start:
+        return
+    end = (end_pos.ledger, end_pos.entry)
+    where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
+    client = _client(part.client)
+    start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
+    reader = client.create_reader(part.topic, start_id,
+                                  receiver_queue_size=part.receiver_queue_size)
+    try:
+        before = (start.ledger, start.entry)  # exclusive: not this range's
+        done_to = before  # the last entry yielded, or the start
+        yielded: set[tuple[int, int]] = set()
+        current: Entry | None = None
+        waited = 0
+        checked_at = 0  # ``waited`` at the last tail check of this silence
+        while True:
+            if current is not None and current.complete:
+                yield from row_values(part, where_, current, wide, digest)
+                done_to = current.pos
+                yielded.add(done_to)
+                current = None
+                if done_to >= end:
+                    return
+            mid_batch = current is not None and current.size is not None
+            try:
+                # The receiver queue is usually full: ask the broker whether anything is
+                # left only when it runs dry, not once per entry (a round trip each).
+                msg = reader.read_next(READ_POLL_MS)
+            except pulsar.Timeout as e:
+                # Never return part of (start, end]: end is at or before the latest entry
+                # the driver saw, so entries are missing, not absent, and a skipped entry
+                # would later look like a marker hole to the mapping builder (and be acked).
+                # Unless the admin API says nothing left is for a reader to deliver.
+                waited += READ_POLL_MS
+                incomplete = current is not None and (current.size is None
+                                                      or not current.complete)
+                if waited - checked_at >= part.tail_check_ms and not (
+                        incomplete and current is not None and current.size is not None):
+                    checked_at = waited
+                    after = current.pos if current is not None else done_to
+                    if _nothing_to_deliver(part, after, end):
+                        if current is not None:
+                            yield from row_values(part, where_, current, wide, digest)
+                        return
+                if waited >= part.read_timeout_ms:
+                    more = "" if mid_batch else (
+                        f" (the broker says more available: {reader.has_message_available()})")
+                    raise EntriesReadError(
+                        f"{where}: stopped before {end_pos}: no message within "
+                        f"{part.read_timeout_ms} ms{more}; the task fails rather than "
+                        f"return a partial range"
+                    ) from e
+                continue
+            waited = checked_at = 0
+            mid = msg.message_id()
+            pos = (mid.ledger_id(), mid.entry_id())
+            if pos <= done_to:
+                if pos <= before or pos in yielded:
+                    continue  # the start entry (batch index -1 compares low) or a re-delivery
+                # Never yielded yet behind one that was: skipping it would leave a hole the
+                # builder takes for a marker (and acks), so fail the task instead.
+                raise EntriesReadError(f"{where}: entry {pos[0]}:{pos[1]} arrived after "
+                                       f"{done_to[0]}:{done_to[1]}, out of order")
+            if pos > end:
+                break
+            if current is not None:
+                if pos == current.pos:
+                    current.add(mid, msg)
+                    continue
+                # An entry ends here when its size is unknown, or when its batch was not
+                # delivered whole: its digest then matches nothing, so it stays unmapped.
+                yield from row_values(part, where_, current, wide, digest)
+                done_to = current.pos
+                yielded.add(done_to)
+            index = mid.batch_index()
+            first = first_chunk_of(mid) if index < 0 else None
+            current = Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
+                             chunked=first is not None)
+        if current is not None:
+            if current.size is not None and not current.complete:
+                raise EntriesReadError(
+                    f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
+                    f"{len(current.messages)} of its {current.size} messages"
+                )
+            yield from row_values(part, where_, current, wide, digest)
+    finally:
+        reader.close()
+
+
+def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
+                        end: tuple[int, int]) -> bool:
+    """Whether every entry in (after, end] is one a reader of this range never delivers: a
+    marker, or a chunk (of a chunked message begun before the reader's start or ended after
+    the range's end). The entries are those of the topic's ledger list: an id past a closed
+    ledger's end, or in a ledger no longer listed, is none (the broker answers the first
+    with a 500). An end past the last stored entry is not complete: what is not written
+    yet may be a message. Looked up on the admin API, stopping at the first other entry;
+    False without an admin API."""
+    if part.admin is None or after >= end:
+        return after >= end
+    with AdminClient(part.admin) as admin:
+        ledgers = admin.internal_stats(part.topic).ledgers
+        last = ledgers.last_position()
+        if last is None or Position(*end) > last:
+            return False
+        for pos in RangeSet.of((Position(*after), Position(*end))).iter_entries(ledgers):
+            raw = admin.raw_entry(part.topic, pos.ledger, pos.entry)
+            if raw is None or raw.is_marker:
+                continue
+            if raw.chunk_id is None:
+                return False
+    log.info("cluster %s topic %s: (%d:%d..%d:%d] holds only markers and chunks; the range "
+             "is complete", part.cluster, part.topic, *after, *end)
+    return True
+
+
+#: Heap freezes left in this worker process (see freeze_worker_heap).
+_FREEZES_LEFT = 2
+
+
+def freeze_worker_heap() -> None:
+    """Keep the worker's long-lived objects out of the cyclic collector.
+
+    A reused PySpark worker runs a full ``gc.collect()`` after every task, over every
+    object it holds (pyspark, pyarrow, pandas, pulsar...), the largest single cost of a
+    warm worker. Those objects live as long as the process, so they are collected once
+    and frozen, twice: at the first task, after our imports, and at the second, because
+    the first task's own work loads more (pyspark imports pandas and hundreds of other
+    modules while it serializes the first batch). After that the heap a task starts
+    with stays the same size, so there is nothing more to freeze. Each task's garbage is
+    still collected after it; only the second freeze can catch objects of its own task,
+    once, which bounds what it may keep.
+    """
+    global _FREEZES_LEFT
+    if not _FREEZES_LEFT:
+        return
+    import pulsar  # noqa: F401 - loaded before the freeze: it lives as long as the worker
+
+    to_arrow_schema(SCHEMA, timezone="UTC")
+    gc.collect()
+    gc.freeze()
+    _FREEZES_LEFT -= 1

@@ -1,0 +1,179 @@
+"""``pulsar-entries``' rows: what each message or entry becomes (ids, fields, digests), and
+those rows as Arrow record batches, packed one per Spark row for ``layout=arrow``."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from cursorsync.core.identity import Digester, entry_digest
+from cursorsync.mapping.entries_options import (
+    ARROW_BATCH_ROWS,
+    COLUMNS,
+    PACKED_SCHEMA,
+    EntriesReadError,
+    Row,
+    schema_of,
+)
+from cursorsync.mapping.entries_tasks import EntriesPartition
+
+#: Columns that need a message's own fields beyond its id and properties.
+MESSAGE_FIELD_COLUMNS = frozenset({"producer_name", "publish_time", "event_time",
+                                    "partition_key", "ordering_key", "identity", "payload_size"})
+
+
+#: A message's replicated fields, in Digester argument order: producer name, sequence id
+#: (the Python client has no accessor), publish time, event time, partition key,
+#: ordering key, properties, payload.
+_Fields = tuple[str, None, int, int | None, str | None, bytes | None, dict[str, str], bytes]
+
+
+def _fields_of(msg: Any, props: dict[str, str]) -> _Fields:
+    okey = msg.ordering_key() or None
+    return (msg.producer_name(), None, msg.publish_timestamp(), msg.event_timestamp() or None,
+            msg.partition_key() or None,
+            okey.encode("utf-8") if isinstance(okey, str) else okey, props, msg.data())
+
+
+def row_values(part: EntriesPartition, where: tuple[str, int], entry: Entry,
+                wide: bool, digest: Digester) -> list[Row]:
+    """Rows of one entry's messages (all of them, in batch order, or the first with
+    rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
+    per read; ``wide`` says the selected columns need each message's own fields.
+
+    A digest is only used to align entries without the source-position property, and
+    it is the most expensive part of a row, so it is computed only where usable; the
+    other fields are only extracted where a selected column or the digest needs them.
+    """
+    prop = part.source_position_property
+    # A chunked message carries no evidence: it is never mapped,
+    # so never acked on the target, and comes again whole after a failover.
+    identity = (part.identity and not entry.chunked
+                and (entry.batched or not part.identity_batched_only))
+    if part.identity_rows_only and not identity:
+        return []  # an entry identity evidence will not use: no row at all
+    per_entry = part.per_entry
+    digests: list[bytes | None] = []
+    rows: list[tuple[Any, _Fields | None, dict[str, str], bytes | None]] = []
+    for i, msg in enumerate(entry.messages):
+        props = msg.properties()  # a new dict per call
+        # On the target, a stamped entry is mapped by its stamp; on the source side
+        # (identity_rows_only) a stamp from a third cluster means nothing here.
+        digest_it = identity and (part.identity_rows_only or not part.position_evidence
+                                  or prop not in props)
+        row_wanted = i == 0 or not per_entry
+        fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
+        d = digest(*fields) if digest_it and fields is not None else None
+        digests.append(d)
+        if row_wanted:
+            rows.append((entry.ids[i], fields, props, d))
+        if not identity and per_entry:
+            break  # one row, no entry digest: the other messages add nothing
+    edigest = (entry_digest(digests)  # type: ignore[arg-type]  # no None in it: checked
+               if identity and None not in digests else None)
+    if part.identity_rows_only and edigest is None:
+        return []
+    size = len(entry.messages)
+    ledger, entry_id = entry.pos
+    chunked = entry.chunked
+    out: list[Row] = []
+    for mid, f, props, d in rows:
+        if f is None:
+            out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
+                        size, None, None, None, props, None, None,
+                        None if chunked else props.get(prop), d, edigest,
+                        None))
+            continue
+        okey = f[5]
+        out.append((
+            part.cluster, where[0], where[1], ledger, entry_id,
+            mid.batch_index(), size, f[0], f[2], f[3], props, f[4],
+            None if okey is None else okey.decode(),
+            None if chunked else props.get(prop), d, edigest, len(f[7]),
+        ))
+    return out
+
+
+class Entry:
+    """The messages of one entry read so far, each batch index once (a plain class: one is
+    made per entry read)."""
+
+    __slots__ = ("_seen", "batched", "chunked", "ids", "messages", "pos", "size")
+
+    def __init__(self, pos: tuple[int, int], size: int | None, mid: Any, msg: Any,
+                 index: int, chunked: bool = False) -> None:
+        self.pos = pos
+        self.size = size
+        self.batched = index >= 0
+        self.chunked = chunked  # a chunked message's last chunk, handed on without evidence
+        self.ids = [mid]
+        self.messages = [msg]
+        self._seen = {index}
+
+    def add(self, mid: Any, msg: Any) -> None:
+        index = mid.batch_index()
+        if index in self._seen:
+            return  # re-delivered within the entry
+        self._seen.add(index)
+        self.ids.append(mid)
+        self.messages.append(msg)
+
+    @property
+    def complete(self) -> bool:
+        return self.size is not None and len(self.messages) >= self.size
+
+
+def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
+                  size: int = ARROW_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Rows -> Arrow record batches of the selected columns.
+
+    Spark converts tuples a read() yields cell by cell in Python (a converter
+    call per column per row); a record batch it passes through as it is.
+    """
+    schema = to_arrow_schema(schema_of(columns), timezone="UTC")
+    picks = [COLUMNS.index(c) for c in schema.names]
+    while True:
+        chunk = list(itertools.islice(rows, size))
+        if not chunk:
+            return
+        cols = list(zip(*chunk, strict=True))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(cols[i], type=f.type) for i, f in zip(picks, schema, strict=True)],
+            schema=schema)
+
+
+def packed_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
+    """Each record batch as one row holding its Arrow IPC stream (``layout=arrow``).
+
+    The stream is written into one buffer and handed on without a copy.
+    """
+    schema = to_arrow_schema(PACKED_SCHEMA, timezone="UTC")
+    for rb in batches:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rb.schema) as w:
+            w.write_batch(rb)
+        blob = sink.getvalue()
+        offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([cluster]), pa.array([rb.num_rows], pa.int64()),
+             pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])], schema=schema)
+
+
+def unpack(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The rows of a ``layout=arrow`` batch (``PACKED_SCHEMA`` rows), as one table of the
+    selected columns; EntriesReadError if a row holds other columns (executors running
+    another cursorsync version than the driver)."""
+    schema = to_arrow_schema(schema_of(columns), timezone="UTC")
+    parts = [pa.ipc.open_stream(blob.as_buffer()).read_all()
+             for chunk in table.column("arrow").chunks for blob in chunk]
+    for part in parts:
+        if not part.schema.equals(schema):
+            raise EntriesReadError(
+                f"pulsar-entries layout=arrow: a row holds columns {part.schema.names}, "
+                f"expected {schema.names}; are the executors on another cursorsync version "
+                f"than the driver?")
+    return pa.concat_tables(parts) if parts else schema.empty_table()
