@@ -379,8 +379,8 @@ def test_exclusive_subscription_held_by_another_consumer(
     _produce(client_b, topic, [0, 0])
     holder = client_b.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
     try:
-        em = PulsarEmitter(testbed.service_url("b"), subscription_type="Exclusive",
-                           operation_timeout_seconds=2)
+        em = PulsarEmitter(ClientSettings(testbed.service_url("b"), operation_timeout_s=2),
+                           subscription_type="Exclusive")
         safe, _ = _plan(0, 2, 1)
         with pytest.raises(SubscriptionBusyError, match=f"{topic} subscription 'sub'") as err:
             em.apply(topic, "sub", safe, cumulative=True)
