@@ -115,3 +115,41 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
         assert _latest_outcome(store, topic) in ("exact", "partial")
     finally:
         job.stop()
+
+
+def test_a_target_subscription_deleted_under_the_job_comes_back(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The target subscription is deleted (forced, with the emitter attached) while the job
+    runs: the sync starts it again from a fresh target cursor, at Earliest, and b's
+    cursor follows a's again; nothing acked on b that a has not acked."""
+    topic = testbed.topic(topic_name("dropped"))
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+    consumer = testbed.client("a").subscribe(
+        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest)
+    _send_and_ack(testbed, topic, consumer, 10)
+    testbed.wait_replicated([topic])
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
+    job = start_job(config)
+    try:
+        last = _last_data_entry(testbed, topic)
+        _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
+        testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path(
+            f"subscription/{SUB}?force=true"))
+        _send_and_ack(testbed, topic, consumer, 10)
+        testbed.wait_replicated([topic])
+        last = _last_data_entry(testbed, topic)
+        _until("the subscription is back and follows a's",
+               lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
+               and _md(testbed, "b", topic) >= last)
+    finally:
+        job.stop()
+    # b redelivers nothing a has acked, and a has acked everything.
+    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            reader.receive(timeout_millis=2000)
+    finally:
+        reader.close()
