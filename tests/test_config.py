@@ -316,7 +316,7 @@ def test_bad_namespace_regex() -> None:
                           "storage_options, sync_progress_retention_s"),
         ("spark.colour", "app_name, checkpoint_dir, conf, entries_per_task, "
                          "mapping_trigger_interval_s, master, max_entries_per_batch, "
-                         "ranges_per_task, trigger_interval_s"),
+                         "ranges_per_task, topic_discovery_interval_s, trigger_interval_s"),
         ("metrics.colour", "host, port"),
         ("logging.colour", "json, level"),
     ],

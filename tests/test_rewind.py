@@ -153,3 +153,41 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
             reader.receive(timeout_millis=2000)
     finally:
         reader.close()
+
+
+def test_more_partitions_under_the_job_are_synced(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A partitioned topic grows from 2 to 3 partitions while the job runs: the new
+    partition's acks wait until the mapping discovers it, then b follows a there too."""
+    topic = testbed.topic(topic_name("growing"))
+    testbed.create_topic(topic, partitions=2)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+    consumer = testbed.client("a").subscribe(
+        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest)
+    _send_and_ack(testbed, topic, consumer, 10)
+    data = load_config(EMBEDDED_CONFIG_PATH).model_dump(mode="json", by_alias=True)
+    data["spark"]["topic_discovery_interval_s"] = 2
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB],
+                         base=parse_config(data))
+    job = start_job(config)
+    try:
+        job.wait_batches(2, timeout_s=90)
+        for cluster in ("a", "b"):
+            testbed.admin_call(cluster, "POST", TopicName.parse(topic).admin_path("partitions"),
+                               json=3)
+        new = f"{topic}-partition-2"
+        testbed.client("b").subscribe(new, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                      initial_position=pulsar.InitialPosition.Earliest).close()
+        consumer.close()
+        consumer = testbed.client("a").subscribe(
+            topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest)
+        _send_and_ack(testbed, topic, consumer, 30)
+        testbed.wait_replicated([topic])
+        last = _last_data_entry(testbed, new)
+        assert last.entry >= 0, "the new partition got messages"
+        _until("b follows a on the new partition", lambda: _md(testbed, "b", new) >= last)
+    finally:
+        job.stop()

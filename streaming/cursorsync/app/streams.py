@@ -24,6 +24,7 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
             "entriesPerTask": str(config.spark.entries_per_task),
             "rangesPerTask": str(config.spark.ranges_per_task),
+            "discoveryIntervalMs": str(round(config.spark.topic_discovery_interval_s * 1000)),
             "identityFields": ",".join(config.evidence.identity_fields),
             "identity": str("identity" in config.evidence.strategies).lower(),
             "positionEvidence": str("position-property" in config.evidence.strategies).lower(),

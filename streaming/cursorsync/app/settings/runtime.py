@@ -63,6 +63,9 @@ class SparkConfig(_Section):
     #: cursorsync.mapping.entries.pack_ranges): a task per topic partition does not scale.
     entries_per_task: int = Field(default=10_000, ge=1)
     ranges_per_task: int = Field(default=32, ge=1)
+    #: How often the mapping looks for new topics and partitions (a namespace's new
+    #: topics, a partition count raised). Until then their acks wait, unmapped.
+    topic_discovery_interval_s: float = Field(default=60.0, gt=0)
 
     @field_validator("conf", mode="before")
     @classmethod
