@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,85 @@ def test_the_job_killed_at_a_seeded_point(
              crash_sync_batch=batch)
     safe(r)
     assert r.restarts == 1, (batch, r.table())
+
+
+@pytest.mark.parametrize("cluster", ["b"])
+def test_a_broker_killed_and_restarted_under_the_job(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
+        cluster: str) -> None:
+    """The target broker is SIGKILLed while the job runs and comes back on its stored
+    state; the job goes on by itself (skipped polls, restarted queries), b follows a
+    again, and b redelivers nothing a acked."""
+    import pulsar
+
+    from cursorsync.app.job import failure_of, restart, start_job
+    from cursorsync_devtools.demo import demo_config
+
+    sub = "sync-shared"
+    topic = testbed.topic(topic_name(f"crash-{cluster}"))
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+
+    def produce_and_ack(n: int) -> None:
+        client = testbed.client("a")
+        consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(n):
+            producer.send(f"m{i}".encode())
+        producer.close()
+        while True:
+            try:
+                consumer.acknowledge(consumer.receive(timeout_millis=2000))
+            except pulsar.Timeout:
+                break
+        consumer.close()
+        client.close()
+
+    def b_follows_a(timeout_s: float) -> None:
+        testbed.wait_replicated([topic], timeout_s=timeout_s)
+        a_md = testbed.internal_stats("a", topic)["cursors"][sub]["markDeletePosition"]
+        assert a_md == str(testbed.last_entry("a", topic)), a_md
+        deadline = time.monotonic() + timeout_s
+        while True:
+            probe = testbed.client("b").subscribe(
+                topic, "probe", receiver_queue_size=0, consumer_type=pulsar.ConsumerType.Shared)
+            last = probe.get_last_message_id()
+            probe.unsubscribe()
+            md = testbed.internal_stats("b", topic)["cursors"][sub]["markDeletePosition"]
+            led, ent = (int(x) for x in md.split(":"))
+            if (led, ent) >= (last.ledger_id(), last.entry_id()):
+                return
+            assert time.monotonic() < deadline, f"b at {md}, last {last}"
+            time.sleep(0.5)
+
+    produce_and_ack(10)
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[sub])
+    job = start_job(config)
+    try:
+        b_follows_a(90)
+        testbed.crash_and_restart(cluster)
+        produce_and_ack(10)
+        deadline = time.monotonic() + 240
+        attempt = 0
+        while True:
+            failure = failure_of(job)
+            if failure is not None:  # what `cursorsync run` does
+                attempt += 1
+                job = restart(job, config, failure, attempt)
+            try:
+                b_follows_a(5)
+                break
+            except Exception as err:  # b or a still coming back, or b not there yet
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"b did not follow a after the restart: {err}") \
+                        from err
+    finally:
+        job.stop()
+    check = testbed.client("b").subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            check.receive(timeout_millis=2000)
+    finally:
+        check.close()

@@ -122,6 +122,7 @@ class Standalone:
         self.dir = Path(spec.work_dir) / spec.cluster
         self.broker_port = 0
         self.web_port = 0
+        self.bookie_port = 0
         self.log_path = self.dir / "logs" / "standalone.out"
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_at = 0.0
@@ -141,19 +142,24 @@ class Standalone:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def launch(self) -> None:
-        """Start the JVM and return at once; :meth:`wait_ready` waits for it to answer."""
+    def launch(self, *, keep_state: bool = False) -> None:
+        """Start the JVM and return at once; :meth:`wait_ready` waits for it to answer.
+
+        ``keep_state``: start again on the stored state of the last start, on its ports
+        (the state names them: its bookie, the other cluster's registration). Otherwise
+        each start begins with no state, on free ports.
+        """
         if self._proc is not None:
             raise StandaloneError(f"cluster {self.cluster}: already started")
         home = ensure_pulsar(*([self.spec.pulsar_version] if self.spec.pulsar_version else []))
         java = require_java()
-        # A cluster's stored state names the ports of its last start (its bookie, the
-        # other cluster's registration), so each start begins with none.
-        for state in ("metadata", "bookkeeper", "data"):
-            shutil.rmtree(self.dir / state, ignore_errors=True)
+        if not keep_state or not self.broker_port:
+            for state in ("metadata", "bookkeeper", "data"):
+                shutil.rmtree(self.dir / state, ignore_errors=True)
+            self.broker_port, self.web_port = free_port(), free_port()
+            self.bookie_port = free_port()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        self.broker_port, self.web_port = free_port(), free_port()
         conf = self.dir / "standalone.conf"
         write_conf(home / "conf" / "standalone.conf", conf, {
             **BASE_SETTINGS, "clusterName": self.cluster,
@@ -171,7 +177,7 @@ class Standalone:
                "--no-stream-storage", "--advertised-address", LOOPBACK,
                "--metadata-dir", str(self.dir / "metadata"),
                "--bookkeeper-dir", str(self.dir / "bookkeeper"),
-               "--bookkeeper-port", str(free_port())]
+               "--bookkeeper-port", str(self.bookie_port)]
         with self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, env=env, cwd=self.dir,
@@ -224,6 +230,15 @@ class Standalone:
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed broker: nothing flushed, nothing closed cleanly."""
+        proc, self._proc = self._proc, None
+        _RUNNING.discard(self)
+        if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)

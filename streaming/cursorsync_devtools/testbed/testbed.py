@@ -118,6 +118,14 @@ class TestBed:
             raise
         return self
 
+    def crash_and_restart(self, cluster: str) -> float:
+        """SIGKILL one cluster's standalone and start it again on its stored state and
+        ports, as a broker that crashed and came back; seconds until it answered."""
+        c = self._cluster(cluster)
+        c.kill()
+        c.launch(keep_state=True)
+        return c.wait_ready()
+
     def stop(self) -> None:
         """Close clients, stop both clusters (in parallel), remove a temporary work dir."""
         for client in list(self._clients):
