@@ -67,6 +67,33 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
 
     Deterministic: the same (start, end] always yields the same rows while the
     entries are retained (the driver's subscription holds them until commit).
+    """
+    import pulsar
+
+    topic = TopicName.parse(part.topic)
+    where = (str(topic.base), topic.partition)
+    wide = not MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
+    digest = Digester(part.identity_fields, (part.source_position_property,))
+    start = Position.parse(part.start)
+    end = Position.parse(part.end)
+    if end <= start:
+        return
+    client = _client(part.client)
+    start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
+    reader = client.create_reader(part.topic, start_id,
+                                  receiver_queue_size=part.receiver_queue_size)
+    try:
+        for entry in _whole_entries(part, reader, start, end):
+            yield from row_values(part, where, entry, wide, digest)
+    finally:
+        reader.close()
+
+
+def _whole_entries(part: EntriesPartition, reader: Any, start: Position,
+                   end_pos: Position) -> Iterator[Entry]:
+    """The entries in (start, end_pos] as ``reader`` delivers them, each once and whole.
+
     The batch size from a batched message's id says when its entry ends.
     Messages delivered again (a reader's stream is in order, so anything at or
     before an entry already yielded, or a batch index already seen) are dropped:
@@ -76,100 +103,84 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     """
     import pulsar
 
-    topic = TopicName.parse(part.topic)
-    where_ = (str(topic.base), topic.partition)
-    wide = not MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
-    digest = Digester(part.identity_fields, (part.source_position_property,))
-    start = Position.parse(part.start)
-    end_pos = Position.parse(part.end)
-    if end_pos <= start:
-        return
     end = (end_pos.ledger, end_pos.entry)
     where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
-    client = _client(part.client)
-    start_id = (pulsar.MessageId.earliest if start.ledger < 0
-                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-    reader = client.create_reader(part.topic, start_id,
-                                  receiver_queue_size=part.receiver_queue_size)
-    try:
-        before = (start.ledger, start.entry)  # exclusive: not this range's
-        done_to = before  # the last entry yielded, or the start
-        yielded: set[tuple[int, int]] = set()
-        current: Entry | None = None
-        waited = 0
-        checked_at = 0  # ``waited`` at the last tail check of this silence
-        while True:
-            if current is not None and current.complete:
-                yield from row_values(part, where_, current, wide, digest)
-                done_to = current.pos
-                yielded.add(done_to)
-                current = None
-                if done_to >= end:
+    before = (start.ledger, start.entry)  # exclusive: not this range's
+    done_to = before  # the last entry yielded, or the start
+    yielded: set[tuple[int, int]] = set()
+    current: Entry | None = None
+    waited = 0
+    checked_at = 0  # ``waited`` at the last tail check of this silence
+    while True:
+        if current is not None and current.complete:
+            yield current
+            done_to = current.pos
+            yielded.add(done_to)
+            current = None
+            if done_to >= end:
+                return
+        mid_batch = current is not None and current.size is not None
+        try:
+            # The receiver queue is usually full: ask the broker whether anything is
+            # left only when it runs dry, not once per entry (a round trip each).
+            msg = reader.read_next(READ_POLL_MS)
+        except pulsar.Timeout as e:
+            # Never return part of (start, end]: end is at or before the latest entry
+            # the driver saw, so entries are missing, not absent, and a skipped entry
+            # would later look like a marker hole to the mapping builder (and be acked).
+            # Unless the admin API says nothing left is for a reader to deliver.
+            waited += READ_POLL_MS
+            incomplete = current is not None and (current.size is None
+                                                  or not current.complete)
+            if waited - checked_at >= part.tail_check_ms and not (
+                    incomplete and current is not None and current.size is not None):
+                checked_at = waited
+                after = current.pos if current is not None else done_to
+                if _nothing_to_deliver(part, after, end):
+                    if current is not None:
+                        yield current
                     return
-            mid_batch = current is not None and current.size is not None
-            try:
-                # The receiver queue is usually full: ask the broker whether anything is
-                # left only when it runs dry, not once per entry (a round trip each).
-                msg = reader.read_next(READ_POLL_MS)
-            except pulsar.Timeout as e:
-                # Never return part of (start, end]: end is at or before the latest entry
-                # the driver saw, so entries are missing, not absent, and a skipped entry
-                # would later look like a marker hole to the mapping builder (and be acked).
-                # Unless the admin API says nothing left is for a reader to deliver.
-                waited += READ_POLL_MS
-                incomplete = current is not None and (current.size is None
-                                                      or not current.complete)
-                if waited - checked_at >= part.tail_check_ms and not (
-                        incomplete and current is not None and current.size is not None):
-                    checked_at = waited
-                    after = current.pos if current is not None else done_to
-                    if _nothing_to_deliver(part, after, end):
-                        if current is not None:
-                            yield from row_values(part, where_, current, wide, digest)
-                        return
-                if waited >= part.read_timeout_ms:
-                    more = "" if mid_batch else (
-                        f" (the broker says more available: {reader.has_message_available()})")
-                    raise EntriesReadError(
-                        f"{where}: stopped before {end_pos}: no message within "
-                        f"{part.read_timeout_ms} ms{more}; the task fails rather than "
-                        f"return a partial range"
-                    ) from e
-                continue
-            waited = checked_at = 0
-            mid = msg.message_id()
-            pos = (mid.ledger_id(), mid.entry_id())
-            if pos <= done_to:
-                if pos <= before or pos in yielded:
-                    continue  # the start entry (batch index -1 compares low) or a re-delivery
-                # Never yielded yet behind one that was: skipping it would leave a hole the
-                # builder takes for a marker (and acks), so fail the task instead.
-                raise EntriesReadError(f"{where}: entry {pos[0]}:{pos[1]} arrived after "
-                                       f"{done_to[0]}:{done_to[1]}, out of order")
-            if pos > end:
-                break
-            if current is not None:
-                if pos == current.pos:
-                    current.add(mid, msg)
-                    continue
-                # An entry ends here when its size is unknown, or when its batch was not
-                # delivered whole: its digest then matches nothing, so it stays unmapped.
-                yield from row_values(part, where_, current, wide, digest)
-                done_to = current.pos
-                yielded.add(done_to)
-            index = mid.batch_index()
-            first = first_chunk_of(mid) if index < 0 else None
-            current = Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
-                             chunked=first is not None)
-        if current is not None:
-            if current.size is not None and not current.complete:
+            if waited >= part.read_timeout_ms:
+                more = "" if mid_batch else (
+                    f" (the broker says more available: {reader.has_message_available()})")
                 raise EntriesReadError(
-                    f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
-                    f"{len(current.messages)} of its {current.size} messages"
-                )
-            yield from row_values(part, where_, current, wide, digest)
-    finally:
-        reader.close()
+                    f"{where}: stopped before {end_pos}: no message within "
+                    f"{part.read_timeout_ms} ms{more}; the task fails rather than "
+                    f"return a partial range"
+                ) from e
+            continue
+        waited = checked_at = 0
+        mid = msg.message_id()
+        pos = (mid.ledger_id(), mid.entry_id())
+        if pos <= done_to:
+            if pos <= before or pos in yielded:
+                continue  # the start entry (batch index -1 compares low) or a re-delivery
+            # Never yielded yet behind one that was: skipping it would leave a hole the
+            # builder takes for a marker (and acks), so fail the task instead.
+            raise EntriesReadError(f"{where}: entry {pos[0]}:{pos[1]} arrived after "
+                                   f"{done_to[0]}:{done_to[1]}, out of order")
+        if pos > end:
+            break
+        if current is not None:
+            if pos == current.pos:
+                current.add(mid, msg)
+                continue
+            # An entry ends here when its size is unknown, or when its batch was not
+            # delivered whole: its digest then matches nothing, so it stays unmapped.
+            yield current
+            done_to = current.pos
+            yielded.add(done_to)
+        index = mid.batch_index()
+        first = first_chunk_of(mid) if index < 0 else None
+        current = Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
+                        chunked=first is not None)
+    if current is not None:
+        if current.size is not None and not current.complete:
+            raise EntriesReadError(
+                f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
+                f"{len(current.messages)} of its {current.size} messages"
+            )
+        yield current
 
 
 def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],
