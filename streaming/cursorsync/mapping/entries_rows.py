@@ -39,44 +39,21 @@ def _fields_of(msg: Any, props: dict[str, str]) -> _Fields:
             okey.encode("utf-8") if isinstance(okey, str) else okey, props, msg.data())
 
 
+#: A message picked for a row: its id, its fields (None where nothing needs them), its
+#: properties and its digest.
+_Picked = tuple[Any, _Fields | None, dict[str, str], bytes | None]
+
+
 def row_values(part: EntriesPartition, where: tuple[str, int], entry: Entry,
-                wide: bool, digest: Digester) -> list[Row]:
+               wide: bool, digest: Digester) -> list[Row]:
     """Rows of one entry's messages (all of them, in batch order, or the first with
     rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
-    per read; ``wide`` says the selected columns need each message's own fields.
-
-    A digest is only used to align entries without the source-position property, and
-    it is the most expensive part of a row, so it is computed only where usable; the
-    other fields are only extracted where a selected column or the digest needs them.
-    """
-    prop = part.source_position_property
-    # A chunked message carries no evidence: it is never mapped,
-    # so never acked on the target, and comes again whole after a failover.
-    identity = (part.identity and not entry.chunked
-                and (entry.batched or not part.identity_batched_only))
-    if part.identity_rows_only and not identity:
-        return []  # an entry identity evidence will not use: no row at all
-    per_entry = part.per_entry
-    digests: list[bytes | None] = []
-    rows: list[tuple[Any, _Fields | None, dict[str, str], bytes | None]] = []
-    for i, msg in enumerate(entry.messages):
-        props = msg.properties()  # a new dict per call
-        # On the target, a stamped entry is mapped by its stamp; on the source side
-        # (identity_rows_only) a stamp from a third cluster means nothing here.
-        digest_it = identity and (part.identity_rows_only or not part.position_evidence
-                                  or prop not in props)
-        row_wanted = i == 0 or not per_entry
-        fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
-        d = digest(*fields) if digest_it and fields is not None else None
-        digests.append(d)
-        if row_wanted:
-            rows.append((entry.ids[i], fields, props, d))
-        if not identity and per_entry:
-            break  # one row, no entry digest: the other messages add nothing
-    edigest = (entry_digest(digests)  # type: ignore[arg-type]  # no None in it: checked
-               if identity and None not in digests else None)
-    if part.identity_rows_only and edigest is None:
+    per read; ``wide`` says the selected columns need each message's own fields."""
+    picked = _picked_messages(part, entry, wide, digest)
+    if picked is None:
         return []
+    rows, edigest = picked
+    prop = part.source_position_property
     size = len(entry.messages)
     ledger, entry_id = entry.pos
     chunked = entry.chunked
@@ -96,6 +73,46 @@ def row_values(part: EntriesPartition, where: tuple[str, int], entry: Entry,
             None if chunked else props.get(prop), d, edigest, len(f[7]),
         ))
     return out
+
+
+def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digest: Digester,
+                     ) -> tuple[list[_Picked], bytes | None] | None:
+    """The messages of ``entry`` that get a row, and the entry's digest; None when the
+    entry gets no row at all.
+
+    A digest is only used to align entries without the source-position property, and
+    it is the most expensive part of a row, so it is computed only where usable; the
+    other fields are only extracted where a selected column or the digest needs them.
+    """
+    prop = part.source_position_property
+    # A chunked message carries no evidence: it is never mapped,
+    # so never acked on the target, and comes again whole after a failover.
+    identity = (part.identity and not entry.chunked
+                and (entry.batched or not part.identity_batched_only))
+    if part.identity_rows_only and not identity:
+        return None  # an entry identity evidence will not use: no row at all
+    per_entry = part.per_entry
+    digests: list[bytes | None] = []
+    rows: list[_Picked] = []
+    for i, msg in enumerate(entry.messages):
+        props = msg.properties()  # a new dict per call
+        # On the target, a stamped entry is mapped by its stamp; on the source side
+        # (identity_rows_only) a stamp from a third cluster means nothing here.
+        digest_it = identity and (part.identity_rows_only or not part.position_evidence
+                                  or prop not in props)
+        row_wanted = i == 0 or not per_entry
+        fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
+        d = digest(*fields) if digest_it and fields is not None else None
+        digests.append(d)
+        if row_wanted:
+            rows.append((entry.ids[i], fields, props, d))
+        if not identity and per_entry:
+            break  # one row, no entry digest: the other messages add nothing
+    edigest = (entry_digest(digests)  # type: ignore[arg-type]  # no None in it: checked
+               if identity and None not in digests else None)
+    if part.identity_rows_only and edigest is None:
+        return None
+    return rows, edigest
 
 
 class Entry:
