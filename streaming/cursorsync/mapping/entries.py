@@ -217,24 +217,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _limit(self, begin: Mapping[str, Position], latest: Mapping[str, Position],
                budget: int) -> dict[str, Position]:
-        available: dict[str, int | None] = {}
-        first: dict[str, Position] = {}
-        for t, hi in latest.items():
-            lo = begin.get(t, BEFORE_ALL)
-            if hi <= lo:
-                available[t] = 0
-            elif lo.ledger == hi.ledger:
-                first[t] = Position(lo.ledger, lo.entry + 1)
-                available[t] = hi.entry - lo.entry
-            else:
-                ledgers = self._ledger_list(t)
-                self._ledgers[t] = (lo, ledgers)
-                nxt = first_entry_after(ledgers, lo)
-                if nxt is None or nxt > hi:
-                    available[t] = 0
-                    continue
-                first[t] = nxt
-                available[t] = RangeSet.of((lo, hi)).count_entries(ledgers)
+        """Where each topic's share of ``budget`` entries after ``begin`` ends."""
+        available, first = self._available(begin, latest)
         shares = allocate(available, budget)
         out: dict[str, Position] = {}
         for t, hi in latest.items():
@@ -253,6 +237,31 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 f = first[t]
                 out[t] = min(hi, Position(f.ledger, f.entry + k - 1))
         return out
+
+    def _available(self, begin: Mapping[str, Position], latest: Mapping[str, Position],
+                   ) -> tuple[dict[str, int | None], dict[str, Position]]:
+        """Per topic, the entries in (begin, latest] and the first of them (topics with
+        none have no first); a range across ledgers is counted on the ledger list, kept
+        for :meth:`_limit` and the size hints."""
+        available: dict[str, int | None] = {}
+        first: dict[str, Position] = {}
+        for t, hi in latest.items():
+            lo = begin.get(t, BEFORE_ALL)
+            if hi <= lo:
+                available[t] = 0
+            elif lo.ledger == hi.ledger:
+                first[t] = Position(lo.ledger, lo.entry + 1)
+                available[t] = hi.entry - lo.entry
+            else:
+                ledgers = self._ledger_list(t)
+                self._ledgers[t] = (lo, ledgers)
+                nxt = first_entry_after(ledgers, lo)
+                if nxt is None or nxt > hi:
+                    available[t] = 0
+                    continue
+                first[t] = nxt
+                available[t] = RangeSet.of((lo, hi)).count_entries(ledgers)
+        return available, first
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None
