@@ -229,7 +229,7 @@ class PulsarEmitter:
         if not isinstance(safe, SafePlan):
             kind = "a bare AckPlan" if isinstance(safe, AckPlan) else type(safe).__name__
             raise TypeError(
-                f"apply() takes a SafePlan from cursorsync.core.translate.guard(), got {kind}: "
+                f"apply() takes a SafePlan from cursorsync.core.guard.guard(), got {kind}: "
                 "every ack must pass the safety guard"
             )
         if cumulative and self.subscription_type not in CUMULATIVE_TYPES:
