@@ -18,7 +18,7 @@ from cursorsync.core.ranges import RangeSet
 class World:
     source_ledgers: Ledgers
     target_ledgers: Ledgers
-    truth: dict[Position, Position]          # every replicated source entry -> its target entry
+    origin: dict[Position, Position]         # every replicated target entry -> its source entry
     skippable: set[Position]
     foreign: set[Position]
     unreplicated: set[Position]
@@ -51,20 +51,32 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
                    for e in range(n)]
 
     # The target stream: replicated entries in order, with markers and foreign entries between.
+    # The replicator may start again (a source broker crash) a few entries back and send
+    # copies of entries the target holds already.
     p_repl = draw(st.sampled_from([1.0, 0.9, 0.6]))
     p_marker = draw(st.sampled_from([0.0, 0.1, 0.3]))
     p_foreign = draw(st.sampled_from([0.0, 0.1]))
+    p_restart = draw(st.sampled_from([0.0, 0.0, 0.05, 0.2]))
     stream: list[tuple[str, Position | None]] = []
     unreplicated: set[Position] = set()
-    for p in src_entries:
+    sent: dict[int, bool] = {}  # per source index: replicated as data, or never
+    i, restarts = 0, 0
+    while i < len(src_entries):
+        p = src_entries[i]
         while draw(st.floats(0, 1)) < p_marker:
             stream.append(("skip", None))
         if draw(st.floats(0, 1)) < p_foreign:
             stream.append(("foreign", None))
-        if draw(st.floats(0, 1)) < p_repl:
+        if i not in sent:
+            sent[i] = draw(st.floats(0, 1)) < p_repl
+        if sent[i]:
             stream.append(("repl", p))
         else:
             unreplicated.add(p)
+        i += 1
+        if restarts < 2 and draw(st.floats(0, 1)) < p_restart:
+            i = draw(st.integers(max(0, i - 8), i))
+            restarts += 1
     if draw(st.booleans()):
         stream.append(("skip", None))
     # Roll target ledgers at random sizes (empty ledgers allowed).
@@ -78,13 +90,13 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     target_ledgers = Ledgers.of(zip(tgt_ids, tgt_counts, strict=True))
     tgt_positions = [Position(lg, e) for lg, n in zip(tgt_ids, tgt_counts, strict=True)
                      for e in range(n)]
-    truth: dict[Position, Position] = {}
+    origin: dict[Position, Position] = {}
     skippable: set[Position] = set()
     foreign: set[Position] = set()
     for (kind, src), tp in zip(stream, tgt_positions, strict=True):
         if kind == "repl":
             assert src is not None
-            truth[src] = tp
+            origin[tp] = src
         elif kind == "skip":
             skippable.add(tp)
         else:
@@ -92,7 +104,7 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
 
     # Evidence: a random subset of the true pairs (missing / partial evidence).
     keep_p = draw(st.sampled_from([1.0, 1.0, 0.8, 0.4, 0.0]))
-    kept = [(s, t) for s, t in sorted(truth.items()) if draw(st.floats(0, 1)) < keep_p]
+    kept = [(s, t) for t, s in sorted(origin.items()) if draw(st.floats(0, 1)) < keep_p]
     segs = SegmentSet.from_pairs(
         np.array([s.ledger for s, _ in kept], np.int64),
         np.array([s.entry for s, _ in kept], np.int64),
@@ -117,8 +129,8 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     tgt_acked: set[Position] = set()
     if draw(st.booleans()):
         earlier = {p for p in src_acked if draw(st.booleans())}
-        tgt_acked |= {truth[p] for p in earlier if p in truth}
+        tgt_acked |= {t for t, s in origin.items() if s in earlier and draw(st.booleans())}
     tgt_acked |= {p for p in foreign if draw(st.floats(0, 1)) < 0.5}
     target = acked_state(Position(tgt_ids[0], -1), tgt_acked, target_ledgers)
-    return World(source_ledgers, target_ledgers, truth, skippable, foreign, unreplicated,
+    return World(source_ledgers, target_ledgers, origin, skippable, foreign, unreplicated,
                  mapping, source, target)

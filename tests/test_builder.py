@@ -124,12 +124,15 @@ def test_state_round_trips_through_json_for_replay() -> None:
     assert first.given_up_target == 0 and len(first.mappings[KEY].segments) == 2
 
 
-def test_conflicting_evidence_is_dropped_not_guessed() -> None:
+def test_a_copy_sent_again_is_mapped_and_conflicting_evidence_is_dropped_not_guessed() -> None:
     b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
     b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1")]))
-    out = b.process(rows([("B", 9, 2, "1:0", "m0-again")]))  # claims 1:0 a second time
+    out = b.process(rows([("B", 9, 2, "1:0", "m0")]))  # the replicator sent 1:0 again
+    assert out.conflicts == 0
+    assert b.known[KEY].segments.copies(P("1:0")) == [P("9:0"), P("9:2")]
+    out = b.process(rows([("B", 9, 1, "1:7", "m7")]))  # a second source for 9:1
     assert out.conflicts == 1
-    assert b.known[KEY].lookup(P("1:0")) == P("9:0")
+    assert b.known[KEY].lookup(P("1:1")) == P("9:1") and b.known[KEY].lookup(P("1:7")) is None
 
 
 def test_window_ages_out_unmatched_entries() -> None:

@@ -38,22 +38,46 @@ def test_duplicate_evidence_is_idempotent_and_union_merges() -> None:
     assert list(a | b) == [Segment(1, 0, 5, 0, 15)]
 
 
-@pytest.mark.parametrize(("segs", "why"), [
-    ([Segment(1, 0, 5, 0, 10), Segment(1, 5, 5, 20, 3)], "overlap on the source"),
-    ([Segment(1, 0, 5, 0, 10), Segment(2, 0, 5, 5, 3)], "overlap on the target"),
-    ([Segment(1, 0, 5, 10, 3), Segment(2, 0, 5, 0, 3)], "target order disagrees"),
-    ([Segment(1, 0, 6, 0, 3), Segment(2, 0, 5, 0, 3)], "target order disagrees"),
+@pytest.mark.parametrize("segs", [
+    [Segment(1, 0, 5, 0, 10), Segment(2, 0, 5, 5, 3)],
+    [Segment(1, 0, 5, 0, 10), Segment(1, 0, 5, 9, 3)],
+    [Segment(1, 0, 5, 0, 3), Segment(2, 0, 5, 20, 3), Segment(3, 0, 5, 1, 30)],
 ])
-def test_conflicts_name_the_segments(segs: list[Segment], why: str) -> None:
+def test_two_sources_for_one_target_entry_conflict_and_name_the_segments(
+        segs: list[Segment]) -> None:
     with pytest.raises(MappingConflictError) as err:
         SegmentSet.of(segs)
-    assert why in str(err.value)
-    assert str(segs[0]) in str(err.value) and str(segs[1]) in str(err.value)
+    assert "overlap on the target" in str(err.value)
+    assert str(segs[0]) in str(err.value) and str(segs[-1]) in str(err.value)
+
+
+def test_copies_sent_again_map_one_source_entry_to_several_target_entries() -> None:
+    """A source broker crash: the replicator sends 3:1..3:9 again after 17:0..17:9 and
+    then goes on with 3:10. Each target entry keeps one source; lookup gives the first
+    copy, ``copies`` every one."""
+    pairs = [(3, e, 17, e) for e in range(10)] + [(3, e, 17, 9 + e) for e in range(1, 15)]
+    sl, se, tl, te = (A([p[i] for p in pairs]) for i in range(4))
+    segs = SegmentSet.from_pairs(sl, se, tl, te)
+    assert [str(s) for s in segs] == ["3:0+10->17:0 (position-property)",
+                                      "3:1+14->17:10 (position-property)"]
+    assert not segs.conflicts()
+    assert segs.lookup(P("3:4")) == P("17:4")
+    assert segs.copies(P("3:4")) == [P("17:4"), P("17:13")]
+    assert segs.copies(P("3:0")) == [P("17:0")] and segs.copies(P("3:12")) == [P("17:21")]
+    assert segs.copies(P("3:15")) == [] and segs.lookup(P("3:15")) is None
+    # The same evidence in two batches, split anywhere, unions to the same set.
+    half = len(pairs) // 2
+    a = SegmentSet.from_pairs(sl[:half], se[:half], tl[:half], te[:half])
+    b = SegmentSet.from_pairs(sl[half:], se[half:], tl[half:], te[half:])
+    assert (a | b) == segs == (b | a)
 
 
 def test_contradicting_pairs_for_one_entry_conflict() -> None:
+    """Two sources for target 5:0 contradict; one source at 5:0 and 5:1 is a copy."""
     with pytest.raises(MappingConflictError):
-        SegmentSet.from_pairs(A([1, 1]), A([0, 0]), A([5, 5]), A([0, 1]))
+        SegmentSet.from_pairs(A([1, 1]), A([0, 1]), A([5, 5]), A([0, 0]))
+    assert SegmentSet.from_pairs(A([1, 1]), A([0, 0]), A([5, 5]), A([0, 1])).copies(
+        P("1:0")) == [P("5:0"), P("5:1")]
 
 
 @given(st.lists(st.integers(0, 40), unique=True, max_size=40), st.integers(0, 3))

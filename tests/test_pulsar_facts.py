@@ -246,3 +246,26 @@ def test_chunks_as_large_as_the_target_limit_are_dropped_by_the_replicator(
         reader = bed.client("b").create_reader(t, pulsar.MessageId.earliest)
         with pytest.raises(pulsar.Timeout):
             reader.read_next(3000)
+
+
+def test_a_source_broker_crash_makes_the_replicator_send_entries_again(tmp_path: Path) -> None:
+    """Mapping model: replication is at least once. The replicator's cursor on a persists
+    its position at most once per 10 s (managedLedgerDefaultMarkDeleteRateLimit 0.1) and
+    on the periodic cursor flush, turned off here so that the test does not depend on
+    when it runs. After a SIGKILL of a, the replicator starts again from the persisted
+    position and b gets a second copy of every entry after it, stamped with the same
+    source position: one source entry, two target entries. Pulsar 4.0.8."""
+    slow_flush = {"managedLedgerCursorPositionFlushSeconds": "3600"}
+    with TestBed(TestBedConfig(work_dir=tmp_path, settings={"a": slow_flush})) as bed:
+        (t,) = bed.create_topic("sent-again")
+        producer = bed.client("a").create_producer(t, batching_enabled=False)
+        source = [Position(m.ledger_id(), m.entry_id())
+                  for m in (producer.send(b"m%d" % i) for i in range(20))]
+        bed.wait_replicated([t])
+        assert len(all_entries(bed, "b", t)) == 20
+        bed.crash_and_restart("a")
+        bed.wait_replicated([t])
+        stamps = [Position.parse(m.properties()[STAMP]) for m in read_all(bed.client("b"), t)]
+    again = stamps[20:]
+    assert stamps[:20] == source
+    assert again and again == source[len(source) - len(again):], stamps

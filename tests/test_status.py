@@ -202,6 +202,23 @@ def test_lookup_unmapped_names_the_nearest_mapped_positions(store: TableStore) -
     assert (first.mapped_before, first.mapped_after) == (None, Position(10, 0))
 
 
+def test_lookup_names_every_copy_a_replicator_sent_again(tmp_path: Path) -> None:
+    s = open_store("delta-rs", str(tmp_path / "copies"))
+    key = PartitionKey(ORDERS, -1)
+    s.append("mappings", mapping_rows(key, TopicMapping(SegmentSet.of([
+        Segment(3, 0, 17, 0, 10), Segment(3, 1, 17, 10, 20)])), **CLUSTERS, written_at=T0),
+        app_id="mapping", batch_id=0)
+    r = lookup(s, ORDERS, Position(3, 4))
+    assert r.outcome == "exact" and r.copies == (Position(17, 4), Position(17, 13))
+    assert r.target == Position(17, 4) and r.segment == Segment(3, 0, 17, 0, 10)
+    fields = dict(line.split(None, 1) for line in render_lookup_table(r).splitlines())
+    assert fields["copies"].strip() == "17:4, 17:13"
+    assert json.loads(lookup_json(r))["copies"] == ["17:4", "17:13"]
+    beyond = lookup(s, ORDERS, Position(3, 21))
+    assert (beyond.outcome, beyond.mapped_before, beyond.mapped_after) == (
+        "unmapped", Position(3, 20), None)
+
+
 def test_lookup_unknown_topic_hints_at_partitions(store: TableStore) -> None:
     r = lookup(store, PAYMENTS, Position(7, 1))
     assert r.outcome == "unknown-topic" and r.known_partitions == (0, 1)

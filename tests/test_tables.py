@@ -768,9 +768,9 @@ def test_topic_mappings_refuses_rows_that_disagree() -> None:
     kw = {"source_cluster": "A", "target_cluster": "B", "written_at": NOW}
     rows = pa.concat_tables([
         mapping_rows(key, TopicMapping(SegmentSet.of([Segment(1, 0, 10, 0, 5)])), **kw),
-        mapping_rows(key, TopicMapping(SegmentSet.of([Segment(1, 2, 10, 7, 5)])), **kw),
+        mapping_rows(key, TopicMapping(SegmentSet.of([Segment(2, 0, 10, 3, 5)])), **kw),
     ])
-    with pytest.raises(MappingConflictError, match="overlap on the source"):
+    with pytest.raises(MappingConflictError, match="overlap on the target"):
         topic_mappings(rows)
 
 

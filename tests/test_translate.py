@@ -47,7 +47,7 @@ def test_safety_against_ground_truth(w: World) -> None:
     """No deliverable target entry is acked unless its true source entry is acked."""
     plan = translate(w.source, w.mapping, w.target)
     src_acked = set(w.source.acked().canonical(w.source_ledgers).iter_entries(w.source_ledgers))
-    back = {t: s for s, t in w.truth.items()}
+    back = w.origin
     for t in entries(plan.to_ack, w):
         if t in w.skippable:
             continue
@@ -70,18 +70,18 @@ def test_safety_against_ground_truth(w: World) -> None:
 def test_progress_with_full_evidence(w: World) -> None:
     """With every pair known, every target counterpart of a source ack is acked."""
     full = SegmentSet.from_pairs(
-        np.array([s.ledger for s in w.truth], np.int64),
-        np.array([s.entry for s in w.truth], np.int64),
-        np.array([t.ledger for t in w.truth.values()], np.int64),
-        np.array([t.entry for t in w.truth.values()], np.int64))
+        np.array([s.ledger for s in w.origin.values()], np.int64),
+        np.array([s.entry for s in w.origin.values()], np.int64),
+        np.array([t.ledger for t in w.origin], np.int64),
+        np.array([t.entry for t in w.origin], np.int64))
     mapping = TopicMapping(full, w.mapping.skippable, w.mapping.foreign, w.mapping.unreplicated)
     plan = translate(w.source, mapping, w.target)
     after = (RangeSet.up_to(plan.mark_delete) | plan.individually_deleted)
     acked_t = set(after.canonical(w.target_ledgers).iter_entries(w.target_ledgers))
     src_acked = set(w.source.acked().canonical(w.source_ledgers).iter_entries(w.source_ledgers))
-    for s in src_acked:
-        if s in w.truth:
-            assert w.truth[s] in acked_t
+    for t, s in w.origin.items():
+        if s in src_acked:
+            assert t in acked_t, f"{t}, a copy of acked {s}, is not acked"
     assert plan.unmapped_acked_entries == 0
 
 
@@ -210,7 +210,7 @@ def test_implied_unreplicated_never_holds_a_replicated_entry(w: World) -> None:
     from cursorsync.core.translate import implied_unreplicated
 
     implied = implied_unreplicated(w.mapping, w.target_ledgers)
-    assert not set(implied.iter_entries(w.source_ledgers)) & set(w.truth)
+    assert not set(implied.iter_entries(w.source_ledgers)) & set(w.origin.values())
 
 
 @SETTINGS
@@ -220,13 +220,13 @@ def test_implied_unreplicated_finds_every_gap_full_evidence_explains(w: World) -
     entry between two replicated ones is implied: the plan can be exact."""
     from cursorsync.core.translate import implied_unreplicated
 
-    if w.mapping.segments.entry_count() != len(w.truth) or w.foreign or not w.truth:
+    if w.mapping.segments.entry_count() != len(w.origin) or w.foreign or not w.origin:
         return
     skips = Runs.from_positions(np.array([p.ledger for p in w.skippable], np.int64),
                                 np.array([p.entry for p in w.skippable], np.int64))
     mapping = TopicMapping(w.mapping.segments, skips)
     implied = set(implied_unreplicated(mapping, w.target_ledgers).iter_entries(w.source_ledgers))
-    lo, hi = min(w.truth), max(w.truth)
+    lo, hi = min(w.origin.values()), max(w.origin.values())
     assert {p for p in w.unreplicated if lo < p < hi} <= implied
 
 

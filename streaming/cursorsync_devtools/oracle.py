@@ -57,20 +57,20 @@ def oracle_translate(
     src_acked = _acked(source_md, source_ranges, src_universe)
     current = _acked(target_md, target_ranges, tgt_universe)
 
-    fwd: dict[Position, Position] = {}
+    # Target entry -> its source entry; a source entry may have several copies.
+    back: dict[Position, Position] = {}
     for seg in mapping.segments:
         for k in range(seg.count):
-            fwd[Position(seg.source_ledger, seg.source_entry + k)] = Position(
-                seg.target_ledger, seg.target_entry + k)
+            back[Position(seg.target_ledger, seg.target_entry + k)] = Position(
+                seg.source_ledger, seg.source_entry + k)
+    mapped_sources = set(back.values())
     skippable = {Position(int(lg), int(e) + k) for lg, e, n in mapping.skippable.rows.tolist()
                  for k in range(int(n))}
     unreplicated = {Position(int(lg), int(e) + k) for lg, e, n in mapping.unreplicated.rows.tolist()
                     for k in range(int(n))}
 
     after = set(current)
-    for p in src_acked:
-        if p in fwd:
-            after.add(fwd[p])
+    after |= {t for t, s in back.items() if s in src_acked}
     # Skippable closure in target order: acked when the entry before it is acked.
     changed = True
     while changed:
@@ -89,39 +89,36 @@ def oracle_translate(
         md = max(md, p)
 
     unmapped = 0
-    if mapping.segments.rows.size:
-        first = Position(int(mapping.segments.rows[0, 0]), int(mapping.segments.rows[0, 1]))
-        first_target = Position(int(mapping.segments.rows[0, 2]),
-                                int(mapping.segments.rows[0, 3]))
+    if back:
+        first = min(mapped_sources)
+        first_target = min(back)
         foreign = {Position(int(lg), int(e) + k) for lg, e, n in mapping.foreign.rows.tolist()
                    for k in range(int(n))}
         # Before the first segment, acks wait for evidence unless every target entry before
         # the first mapped one is a skippable or foreign entry (replication starts there).
         starts_mapped = all(q in skippable or q in foreign
                             for q in tgt_universe if q < first_target)
-        implied = implied_unreplicated(fwd, skippable, tgt_universe)
+        implied = implied_unreplicated(back, skippable, tgt_universe)
         unmapped = sum(1 for p in src_acked
-                       if (p >= first or not starts_mapped) and p not in fwd
+                       if (p >= first or not starts_mapped) and p not in mapped_sources
                        and p not in unreplicated and not implied(p))
     return OraclePlan(md, frozenset(after), frozenset(after - current), unmapped)
 
 
-def implied_unreplicated(fwd: dict[Position, Position], skippable: set[Position],
+def implied_unreplicated(back: dict[Position, Position], skippable: set[Position],
                          tgt_universe: list[Position]) -> Callable[[Position], bool]:
-    """Per entry: whether a source position lies strictly between two consecutive mapped
-    source entries whose target entries both exist and have only skippable entries
-    between them."""
+    """Per entry: whether a source position lies strictly between the sources s1 < s2 of
+    two mapped target entries t1 < t2 that are next to each other among mapped target
+    entries, both exist, and have only skippable entries between them."""
     index = {p: i for i, p in enumerate(tgt_universe)}
-    mapped = sorted(fwd)
-    quiet: set[Position] = set()  # s1 of each qualifying (s1, s2)
-    for s1, s2 in pairwise(mapped):
-        t1, t2 = fwd[s1], fwd[s2]
-        if t1 in index and t2 in index and all(
+    quiet: list[tuple[Position, Position]] = []  # (s1, s2) of each qualifying pair
+    for t1, t2 in pairwise(sorted(back)):
+        s1, s2 = back[t1], back[t2]
+        if s1 < s2 and t1 in index and t2 in index and all(
                 p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
-            quiet.add(s1)
+            quiet.append((s1, s2))
 
     def between(p: Position) -> bool:
-        i = bisect_right(mapped, p)
-        return 0 < i < len(mapped) and mapped[i - 1] in quiet
+        return any(s1 < p < s2 for s1, s2 in quiet)
 
     return between

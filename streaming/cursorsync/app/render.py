@@ -77,6 +77,7 @@ def render_lookup_table(result: LookupResult) -> str:
         ("source", result.source),
         ("outcome", result.outcome),
         ("target", result.target),
+        ("copies", ", ".join(str(c) for c in result.copies) if len(result.copies) > 1 else None),
         ("evidence", result.evidence),
         ("segment", None if seg is None else
          f"{seg.source_ledger}:{seg.source_entry}+{seg.count} -> "

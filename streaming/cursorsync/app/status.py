@@ -293,7 +293,9 @@ def _coverage_of(mapping: TopicMapping) -> tuple[int, int, Position | None]:
 class LookupResult:
     """What the mappings table says about one source position.
 
-    ``exact``: ``target``, ``evidence`` and the covering ``segment`` are set.
+    ``exact``: ``target`` (the first copy), ``evidence`` and the covering ``segment``
+    are set, and ``copies`` holds every target copy (more than one where the
+    replicator sent the entry again).
     ``unmapped``: ``mapped_before`` / ``mapped_after`` are the nearest mapped
     source positions on either side (None when there is none), ``reason`` says
     whether it may still be mapped. ``unknown-topic``: no mapping rows for the
@@ -312,6 +314,7 @@ class LookupResult:
     mapped_after: Position | None = None
     reason: str = ""
     known_partitions: tuple[int, ...] = field(default_factory=tuple)
+    copies: tuple[Position, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -321,6 +324,7 @@ class LookupResult:
             "source": str(self.source),
             "outcome": self.outcome,
             "target": _pos(self.target),
+            "copies": [str(c) for c in self.copies],
             "evidence": self.evidence,
             "segment": None if self.segment is None else {
                 "source": f"{self.segment.source_ledger}:{self.segment.source_entry}",
@@ -384,24 +388,24 @@ def _lookup_in(
     key: PartitionKey, mapping: TopicMapping, position: Position, present: tuple[int, ...]
 ) -> LookupResult:
     segs = mapping.segments
+    found = segs.covering(position)
+    if found:
+        seg = segs[found[0]]
+        copies = tuple(t for i in found if (t := segs[i].lookup(position)) is not None)
+        return LookupResult(key.topic, key.partition, position, "exact", target=copies[0],
+                            evidence=seg.evidence, segment=seg, known_partitions=present,
+                            copies=copies)
     rows = segs.rows
-    sl, se, counts = rows[:, 0], rows[:, 1], rows[:, 4]
-    # Segments are sorted by source start and never overlap on the source: the last one
-    # starting at or before the position is the only one that can cover it, and every
-    # segment starting before an uncovered position ends before it.
-    at_or_before = int(((sl < position.ledger)
-                        | ((sl == position.ledger) & (se <= position.entry))).sum())
-    if at_or_before:
-        seg = segs[at_or_before - 1]
-        target = seg.lookup(position)
-        if target is not None:
-            return LookupResult(key.topic, key.partition, position, "exact", target=target,
-                                evidence=seg.evidence, segment=seg, known_partitions=present)
-    n_before = at_or_before
-    mapped_before = (Position(int(sl[n_before - 1]),
-                              int(se[n_before - 1] + counts[n_before - 1] - 1))
-                     if n_before else None)
-    mapped_after = Position(int(sl[n_before]), int(se[n_before])) if n_before < len(rows) else None
+    sl, se, last = rows[:, 0], rows[:, 1], rows[:, 1] + rows[:, 4] - 1
+    ends_before = (sl < position.ledger) | ((sl == position.ledger) & (last < position.entry))
+    starts_after = ~ends_before  # not covering it, so starting after it
+    mapped_before = mapped_after = None
+    if ends_before.any():
+        i = np.flatnonzero(ends_before)[np.lexsort((last[ends_before], sl[ends_before]))[-1]]
+        mapped_before = Position(int(sl[i]), int(last[i]))
+    if starts_after.any():
+        i = np.flatnonzero(starts_after)[np.lexsort((se[starts_after], sl[starts_after]))[0]]
+        mapped_after = Position(int(sl[i]), int(se[i]))
     if position in mapping.unreplicated.ranges():
         reason = ("the source entry is recorded as never replicated (marker, or not sent to "
                   "this cluster): it is never mapped, and never acked on the target")

@@ -5,6 +5,11 @@ are the entries from ``target_ledger:target_entry`` on the target, in order.
 Evidence (pairs of source -> target positions) collapses into segments, so a
 steady stream costs a handful of segments per ledger, not one per message.
 
+Every target entry has at most one source entry; a source entry may have several
+target copies. Pulsar's replicator is at least once: after a source broker
+crash it sends again, from its last persisted position, entries the target
+already holds, and each copy carries the same source position.
+
 The store (:class:`TopicMapping`) only stores and looks up; translation lives
 in :mod:`cursorsync.core.translate`, emission elsewhere.
 """
@@ -70,12 +75,13 @@ class Segment:
 
 
 class SegmentSet:
-    """Segments of one topic partition, sorted by source position.
+    """Segments of one topic partition, sorted by source position (then target).
 
-    Invariant (:meth:`conflicts` is empty): monotone and non-overlapping on
-    both sides, i.e. source order and target order agree and no entry is
-    claimed twice on either side. Arrays, not objects, so that translation
-    never loops over segments in Python.
+    Invariant (:meth:`conflicts` is empty): no target entry is claimed twice, so
+    each target entry has one source. Source entries may be claimed more than once
+    (copies a replicator sent again), and then target order and source order need
+    not agree. Arrays, not objects, so that translation never loops over segments
+    in Python.
     """
 
     __slots__ = ("_a", "_ev")
@@ -85,7 +91,7 @@ class SegmentSet:
         a = np.empty((0, 5), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
         a = a.reshape(-1, 5)
         ev = np.zeros(len(a), np.int8) if evidence is None else np.asarray(evidence, np.int8)
-        order = np.lexsort((a[:, 1], a[:, 0]))
+        order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
         a, ev = a[order], ev[order]
         a.setflags(write=False)
         ev.setflags(write=False)
@@ -120,9 +126,10 @@ class SegmentSet:
     ) -> SegmentSet:
         """Collapse (source -> target) entry pairs into runs: one segment per unbroken run.
 
-        A run breaks where either side changes ledger or skips an entry, or the
-        evidence changes. Duplicate identical pairs are dropped; differing
-        claims on one entry are left for validation to name.
+        Runs follow the target: a run breaks where either side changes ledger or
+        skips an entry, or the evidence changes. Duplicate identical pairs are
+        dropped; two sources claimed for one target entry are left for validation
+        to name.
         """
         sl = np.asarray(source_ledger, np.int64)
         se = np.asarray(source_entry, np.int64)
@@ -134,7 +141,7 @@ class SegmentSet:
             ev = np.asarray(evidence, np.int8)
         if len(sl) == 0:
             return cls(validate=validate)
-        order = np.lexsort((te, tl, se, sl))
+        order = np.lexsort((se, sl, te, tl))
         sl, se, tl, te, ev = sl[order], se[order], tl[order], te[order], ev[order]
         dup = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1])
                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1])))
@@ -187,51 +194,41 @@ class SegmentSet:
 
     # -- invariant
     def conflicts(self) -> list[tuple[int, int, str]]:
-        """Pairs of segment indexes that overlap or disagree on order, with the side at fault.
+        """Pairs of segment indexes that claim one target entry.
 
-        Checked between neighbours in source order (overlap on the source) and
-        between neighbours in target order (overlap on the target, and order
-        disagreement, which shows up as target order differing from source order).
+        Neighbours in target order are enough: if any two segments of a ledger overlap,
+        the first of them overlaps the one right after it.
         """
         a = self._a
-        n = len(a)
-        out: list[tuple[int, int, str]] = []
-        if n < 2:
-            return out
-        # Source side: next segment must start after this one ends (same ledger) or later ledger.
-        same = a[1:, 0] == a[:-1, 0]
-        overlap = same & (a[1:, 1] < a[:-1, 1] + a[:-1, 4])
-        out += [(int(i), int(i) + 1, "overlap on the source") for i in np.flatnonzero(overlap)]
-        # Target side, in source order: each target start must come after the previous end.
-        tl, te, cnt = a[:, 2], a[:, 3], a[:, 4]
-        later_ledger = tl[1:] > tl[:-1]
-        same_t = tl[1:] == tl[:-1]
-        ok = later_ledger | (same_t & (te[1:] >= te[:-1] + cnt[:-1]))
-        for k in np.flatnonzero(~ok).tolist():
-            i = int(k)
-            why = ("overlap on the target" if same_t[i] and te[i + 1] > te[i] - cnt[i + 1]
-                   and te[i + 1] < te[i] + cnt[i] else "target order disagrees with source order")
-            out.append((i, i + 1, why))
-        return out
+        if len(a) < 2:
+            return []
+        order = np.lexsort((a[:, 3], a[:, 2]))
+        tl, te, cnt = a[order, 2], a[order, 3], a[order, 4]
+        clash = (tl[1:] == tl[:-1]) & (te[1:] < te[:-1] + cnt[:-1])
+        return [(int(order[k]), int(order[k + 1]), "overlap on the target")
+                for k in np.flatnonzero(clash).tolist()]
 
     # -- lookup and combination
     def lookup(self, position: Position) -> Position | None:
-        """Source position -> target position, or None when not mapped (never extrapolated)."""
-        i = self._find(position)
-        if i < 0:
-            return None
-        return self[i].lookup(position)
+        """Source position -> its first target copy, or None when not mapped (never
+        extrapolated)."""
+        found = self.covering(position)
+        return self[found[0]].lookup(position) if found else None
 
-    def _find(self, position: Position) -> int:
+    def copies(self, position: Position) -> list[Position]:
+        """Every target copy of a source position, in target order."""
+        return [t for i in self.covering(position) if (t := self[i].lookup(position))]
+
+    def covering(self, position: Position) -> list[int]:
+        """Indexes of the segments that map ``position``, in target order."""
         a = self._a
-        if len(a) == 0:
-            return -1
         lo = int(np.searchsorted(a[:, 0], position.ledger, side="left"))
         hi = int(np.searchsorted(a[:, 0], position.ledger, side="right"))
-        if lo == hi:
-            return -1
-        j = lo + int(np.searchsorted(a[lo:hi, 1], position.entry, side="right")) - 1
-        return j if j >= lo else -1
+        # Segments of the ledger starting at or before the entry; copies may start earlier.
+        hi = lo + int(np.searchsorted(a[lo:hi, 1], position.entry, side="right"))
+        cand = lo + np.flatnonzero(a[lo:hi, 1] + a[lo:hi, 4] > position.entry)
+        order = np.lexsort((a[cand, 3], a[cand, 2]))
+        return [int(i) for i in cand[order]]
 
     def union(self, other: SegmentSet) -> SegmentSet:
         """Both sets of evidence; identical segments merge, contradictions raise."""
@@ -246,8 +243,10 @@ class SegmentSet:
 
 
 def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
-    """Re-collapse segment rows (expanding only to run boundaries, never to entries)."""
-    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0]))
+    """Re-collapse segment rows (expanding only to run boundaries, never to entries).
+
+    In target order, where a copy sent again never sits between two halves of a run."""
+    order = np.lexsort((rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 2]))
     rows, ev = rows[order], ev[order]
     key = np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1) | (ev[1:] != ev[:-1])))
     rows, ev = rows[key], ev[key]

@@ -33,12 +33,15 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     """Source positions that cannot have a data counterpart on the target.
 
     Replication keeps the order of a topic partition and sends every entry it sends
-    in that order. So when two consecutive segments map source entries s1 < s2 to
-    target entries t1 < t2, and every target entry strictly between t1 and t2 is a
-    known skippable one (a marker), then no source entry strictly between s1 and s2
-    was replicated as data: each was never replicated (a local snapshot marker, an
-    entry that came from another cluster) or arrived as one of those markers. Such
-    entries are not "unmapped yet", and the unmapped count leaves them out.
+    in that order; after a restart it starts again at or before the first entry it
+    has not had confirmed. So when two segments next to each other in target order
+    end at t1 (from s1) and start at t2 (from s2), with s1 < s2, and every target
+    entry strictly between t1 and t2 is a known skippable one (a marker), then no
+    source entry strictly between s1 and s2 was replicated as data: each was never
+    replicated (a local snapshot marker, an entry that came from another cluster) or
+    arrived as one of those markers. Such entries are not "unmapped yet", and the
+    unmapped count leaves them out. Where the source goes back (a copy sent again),
+    the pair says nothing.
 
     Only counting uses this; nothing is acked because of it. A gap is judged only when
     both its target ends are entries of ``target_ledgers`` (a stale list says nothing
@@ -47,10 +50,13 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     rows = mapping.segments.rows
     if len(rows) < 2 or target_ledgers is None or not len(target_ledgers.ids):
         return RangeSet()
+    rows = rows[np.lexsort((rows[:, 3], rows[:, 2]))]
     sl, se, tl, te, n = (rows[:, i] for i in range(5))
     t_end_l, t_end_e = tl[:-1], te[:-1] + n[:-1] - 1
     t_next_l, t_next_e = tl[1:], te[1:]
-    known = (_exists(target_ledgers, t_end_l, t_end_e)
+    s_end_e = se[:-1] + n[:-1] - 1
+    forward = (sl[1:] > sl[:-1]) | ((sl[1:] == sl[:-1]) & (se[1:] > s_end_e))
+    known = (forward & _exists(target_ledgers, t_end_l, t_end_e)
              & _exists(target_ledgers, t_next_l, t_next_e))
     gaps = np.stack([t_end_l, t_end_e, t_next_l, t_next_e - 1], axis=1)
     rest = RangeSet(gaps[known]) - mapping.skippable.ranges()
@@ -68,7 +74,6 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     take = known & ~blocked
     if not take.any():
         return RangeSet()
-    s_end_e = se[:-1] + n[:-1] - 1
     src = np.stack([sl[:-1], s_end_e, sl[1:], se[1:] - 1], axis=1)[take]
     return RangeSet(src)
 
@@ -160,7 +165,8 @@ def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None)
     list) is not known."""
     if target_ledgers is None or not len(target_ledgers.ids):
         return False
-    first = mapping.segments.rows[0]
+    rows = mapping.segments.rows
+    first = rows[np.lexsort((rows[:, 3], rows[:, 2]))[0]]
     before = (RangeSet.up_to(Position(int(first[2]), int(first[3]) - 1))
               - mapping.skippable.ranges() - mapping.foreign.ranges())
     return before.count_entries(target_ledgers) == 0

@@ -118,13 +118,32 @@ class TestBed:
             raise
         return self
 
-    def crash_and_restart(self, cluster: str) -> float:
+    def crash_and_restart(self, cluster: str, *, writable_timeout_s: float = 120.0) -> float:
         """SIGKILL one cluster's standalone and start it again on its stored state and
-        ports, as a broker that crashed and came back; seconds until it answered."""
+        ports, as a broker that crashed and came back; seconds until it took a write.
+
+        Its admin API answers before its bookie takes writes again, so this waits for a
+        message sent to a topic outside the replicated namespace."""
         c = self._cluster(cluster)
         c.kill()
+        started = time.monotonic()
         c.launch(keep_state=True)
-        return c.wait_ready()
+        c.wait_ready()
+        deadline = started + writable_timeout_s
+        probe = f"persistent://public/default/testbed-restart-probe-{int(started * 1000)}"
+        while True:
+            client = self.client(cluster, operation_timeout_seconds=10)
+            try:
+                client.create_producer(probe, send_timeout_millis=10_000).send(b"probe")
+                return time.monotonic() - started
+            except Exception as err:  # pulsar.Timeout and friends: the bookie not back yet
+                if time.monotonic() > deadline:
+                    raise TestBedError(
+                        f"cluster {cluster}: restarted, but took no write within "
+                        f"{writable_timeout_s:.0f} s ({err}); its log: {c.log_path}") from err
+                time.sleep(1.0)
+            finally:
+                client.close()
 
     def stop(self) -> None:
         """Close clients, stop both clusters (in parallel), remove a temporary work dir."""
@@ -208,8 +227,9 @@ class TestBed:
         self._cluster(cluster)
         r = self._http[cluster].request(method, path, json=json)
         if r.status_code not in set(ok):
-            raise TestBedError(f"cluster {cluster}: {method} {path} answered {r.status_code}: "
-                               f"{r.text[:500]}")
+            log = f" (its log: {self.clusters[cluster].log_path})" if r.status_code >= 500 else ""
+            raise TestBedError(f"cluster {cluster}: {method} {path} answered {r.status_code}"
+                               f"{log}: {r.text[:500]}")
         return r.json() if r.content and "json" in r.headers.get("content-type", "") else None
 
     def internal_stats(self, cluster: str, topic: str) -> dict[str, Any]:
