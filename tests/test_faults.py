@@ -67,6 +67,72 @@ def test_the_job_killed_at_a_seeded_point(
     assert r.restarts == 1, (batch, r.table())
 
 
+SUB = "sync-shared"
+
+
+def shared_topic(testbed: TestBed, name: str) -> str:
+    """A topic with the Shared subscription SUB on b from its start, as the job finds it."""
+    import pulsar
+
+    topic = testbed.topic(name)
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+    return topic
+
+
+def produce_and_ack(testbed: TestBed, topic: str, n: int) -> None:
+    """n messages on a, all received and acked there by SUB."""
+    import pulsar
+
+    client = testbed.client("a")
+    consumer = client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(n):
+        producer.send(f"m{i}".encode())
+    producer.close()
+    while True:
+        try:
+            consumer.acknowledge(consumer.receive(timeout_millis=2000))
+        except pulsar.Timeout:
+            break
+    consumer.close()
+    client.close()
+
+
+def b_follows_a(testbed: TestBed, topic: str, timeout_s: float) -> None:
+    """a's SUB has acked everything, and b's SUB reaches b's last entry within the time."""
+    import pulsar
+
+    testbed.wait_replicated([topic], timeout_s=timeout_s)
+    a_md = testbed.internal_stats("a", topic)["cursors"][SUB]["markDeletePosition"]
+    assert a_md == str(testbed.last_entry("a", topic)), a_md
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = testbed.client("b").subscribe(
+            topic, "probe", receiver_queue_size=0, consumer_type=pulsar.ConsumerType.Shared)
+        last = probe.get_last_message_id()
+        probe.unsubscribe()
+        md = testbed.internal_stats("b", topic)["cursors"][SUB]["markDeletePosition"]
+        led, ent = (int(x) for x in md.split(":"))
+        if (led, ent) >= (last.ledger_id(), last.entry_id()):
+            return
+        assert time.monotonic() < deadline, f"b at {md}, last {last}"
+        time.sleep(0.5)
+
+
+def nothing_redelivered_on_b(testbed: TestBed, topic: str) -> None:
+    import pulsar
+
+    check = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            check.receive(timeout_millis=2000)
+    finally:
+        check.close()
+
+
 @pytest.mark.parametrize("cluster", ["a", "b"])
 def test_a_broker_killed_and_restarted_under_the_job(
         own_testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
@@ -75,58 +141,20 @@ def test_a_broker_killed_and_restarted_under_the_job(
     job goes on by itself (skipped polls, restarted queries), b follows a again, and b
     redelivers nothing a acked. When a crashes, its replicator sends entries again, and
     b's second copies are acked with the first."""
-    testbed = own_testbed
     import pulsar
 
     from cursorsync.app.job import failure_of, restart, start_job
     from cursorsync_devtools.demo import demo_config
 
-    sub = "sync-shared"
-    topic = testbed.topic(topic_name(f"crash-{cluster}"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-
-    def produce_and_ack(n: int) -> None:
-        client = testbed.client("a")
-        consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
-                                    initial_position=pulsar.InitialPosition.Earliest)
-        producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(n):
-            producer.send(f"m{i}".encode())
-        producer.close()
-        while True:
-            try:
-                consumer.acknowledge(consumer.receive(timeout_millis=2000))
-            except pulsar.Timeout:
-                break
-        consumer.close()
-        client.close()
-
-    def b_follows_a(timeout_s: float) -> None:
-        testbed.wait_replicated([topic], timeout_s=timeout_s)
-        a_md = testbed.internal_stats("a", topic)["cursors"][sub]["markDeletePosition"]
-        assert a_md == str(testbed.last_entry("a", topic)), a_md
-        deadline = time.monotonic() + timeout_s
-        while True:
-            probe = testbed.client("b").subscribe(
-                topic, "probe", receiver_queue_size=0, consumer_type=pulsar.ConsumerType.Shared)
-            last = probe.get_last_message_id()
-            probe.unsubscribe()
-            md = testbed.internal_stats("b", topic)["cursors"][sub]["markDeletePosition"]
-            led, ent = (int(x) for x in md.split(":"))
-            if (led, ent) >= (last.ledger_id(), last.entry_id()):
-                return
-            assert time.monotonic() < deadline, f"b at {md}, last {last}"
-            time.sleep(0.5)
-
-    produce_and_ack(10)
-    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[sub])
+    testbed = own_testbed
+    topic = shared_topic(testbed, topic_name(f"crash-{cluster}"))
+    produce_and_ack(testbed, topic, 10)
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     job = start_job(config)
     try:
-        b_follows_a(90)
+        b_follows_a(testbed, topic, 90)
         testbed.crash_and_restart(cluster)
-        produce_and_ack(10)
+        produce_and_ack(testbed, topic, 10)
         deadline = time.monotonic() + 240
         attempt = 0
         while True:
@@ -135,7 +163,7 @@ def test_a_broker_killed_and_restarted_under_the_job(
                 attempt += 1
                 job = restart(job, config, failure, attempt)
             try:
-                b_follows_a(5)
+                b_follows_a(testbed, topic, 5)
                 break
             except Exception as err:  # b or a still coming back, or b not there yet
                 if time.monotonic() > deadline:
@@ -143,12 +171,7 @@ def test_a_broker_killed_and_restarted_under_the_job(
                         from err
     finally:
         job.stop()
-    check = testbed.client("b").subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        with pytest.raises(pulsar.Timeout):
-            check.receive(timeout_millis=2000)
-    finally:
-        check.close()
+    nothing_redelivered_on_b(testbed, topic)
     if cluster == "a":  # the replicator sent entries again: b holds copies, all acked
         reader = testbed.client("b").create_reader(topic, pulsar.MessageId.earliest)
         copies = 0
@@ -157,3 +180,56 @@ def test_a_broker_killed_and_restarted_under_the_job(
             copies += 1
         reader.close()
         assert copies > 20, copies
+
+
+def test_an_unwritable_table_stops_the_job_and_it_resumes_once_fixed(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The sync_progress table's log becomes a file while the job runs: the sync query
+    fails naming the table and its path; past its restarts the job gives up with that
+    error, and a restart that meets the table first stops with one line naming it. With
+    the log back, a new job resumes from its checkpoints: b follows a and redelivers
+    nothing a acked."""
+    from cursorsync.app.job import MAX_RESTARTS, QueryFailedError, failure_of, restart, start_job
+    from cursorsync.tables.store import TableWriteError
+    from cursorsync_devtools.demo import demo_config
+
+    topic = shared_topic(testbed, topic_name("tables"))
+    produce_and_ack(testbed, topic, 10)
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
+    log_dir = Path(config.tables.path) / "sync_progress" / "_delta_log"
+
+    def next_failure(job: Any) -> QueryFailedError:
+        deadline = time.monotonic() + 120
+        while (failure := failure_of(job)) is None:
+            assert time.monotonic() < deadline, "the sync went on with its table unwritable"
+            time.sleep(0.5)
+        return failure
+
+    job = start_job(config)
+    try:
+        b_follows_a(testbed, topic, 90)
+        aside = log_dir.with_name("_delta_log.aside")
+        log_dir.rename(aside)
+        log_dir.write_text("not a Delta log")
+        produce_and_ack(testbed, topic, 10)
+        failure = next_failure(job)
+        assert failure.kind == "TableWriteError", failure
+        assert f"cannot write table sync_progress at {log_dir.parent}" in str(failure), failure
+        with pytest.raises(QueryFailedError, match="cannot write table sync_progress"):
+            restart(job, config, failure, MAX_RESTARTS + 1, sleep=lambda _: None)
+        # A restart meets the table first: one line naming it, no engine traceback.
+        with pytest.raises(TableWriteError) as err:
+            job = restart(job, config, failure, 1, sleep=lambda _: None)
+        assert str(err.value).startswith(
+            f"cannot create or open table sync_progress at {log_dir.parent}: "), err.value
+        assert "\n" not in str(err.value) and "\x1b" not in str(err.value), err.value
+    finally:
+        job.stop()
+    log_dir.unlink()
+    aside.rename(log_dir)
+    job = start_job(config)
+    try:
+        b_follows_a(testbed, topic, 120)
+    finally:
+        job.stop()
+    nothing_redelivered_on_b(testbed, topic)

@@ -70,7 +70,7 @@ class DeltaRsStore(TableStore):
     def exists(self, table: TableName) -> bool:
         return DeltaTable.is_deltatable(self.uri(table), storage_options=self._storage or None)
 
-    def ensure(self, table: TableName) -> None:
+    def _ensure(self, table: TableName) -> None:
         schema = load_schema(check_table_name(table))
         if not self.exists(table):
             try:

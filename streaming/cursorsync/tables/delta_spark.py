@@ -198,7 +198,7 @@ class DeltaSparkStore(TableStore):
 
         return bool(SparkDeltaTable.isDeltaTable(self._spark, self.uri(table)))
 
-    def ensure(self, table: TableName) -> None:
+    def _ensure(self, table: TableName) -> None:
         schema = load_schema(check_table_name(table))
         parts = ", ".join(f"`{c}`" for c in schema.partition_by)
         self._spark.sql(

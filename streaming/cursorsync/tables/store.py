@@ -15,6 +15,7 @@ before ``sync_progress`` replays into ``sync_progress`` only.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,6 +43,17 @@ from cursorsync.tables.schema import (
 class TableWriteError(CursorSyncError):
     """A table could not be written (the path unwritable, the object store refusing, a
     commit failing); names the table and where it lives."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def engine_message(err: BaseException) -> str:
+    """A storage engine's error on one line: delta-rs reports causes on indented,
+    coloured lines."""
+    text = _ANSI.sub("", str(err))
+    lines = (line.strip().lstrip("\u21b3").strip() for line in text.splitlines())
+    return ": ".join(line for line in lines if line) or type(err).__name__
 
 
 def _tuple(value: str | int | Iterable[str] | Iterable[int] | None) -> tuple[Any, ...] | None:
@@ -243,9 +255,21 @@ class TableStore(ABC):
     def exists(self, table: TableName) -> bool:
         """Whether the table has been created."""
 
-    @abstractmethod
     def ensure(self, table: TableName) -> None:
-        """Create the table from its schema file if absent; fail if it exists but differs."""
+        """Create the table from its schema file if absent; fail if it exists but differs.
+
+        TableWriteError names the table and where when the engine cannot."""
+        try:
+            self._ensure(table)
+        except CursorSyncError:
+            raise
+        except Exception as err:
+            raise TableWriteError(f"cannot create or open table {table} at {self.uri(table)}: "
+                                  f"{engine_message(err)}") from err
+
+    @abstractmethod
+    def _ensure(self, table: TableName) -> None:
+        """:meth:`ensure` without the error wrapping."""
 
     def ensure_all(self) -> None:
         for table in TABLES:
@@ -281,7 +305,8 @@ class TableStore(ABC):
             raise
         except Exception as err:  # the engine's own error: say which table and where
             raise TableWriteError(
-                f"cannot write table {table} at {self.uri(table)}: {err}") from err
+                f"cannot write table {table} at {self.uri(table)}: {engine_message(err)}"
+            ) from err
 
     @abstractmethod
     def _append(self, schema: TableSchema, rows: pa.Table, app_id: str, batch_id: int) -> bool:
