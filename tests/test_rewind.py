@@ -155,6 +155,46 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
         reader.close()
 
 
+def test_a_target_topic_deleted_under_the_job_comes_back(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The target topic is deleted (forced) while the job runs: Pulsar creates it again at
+    once (the replicator from a, the job's reader), empty, on new ledgers. The sync starts
+    the subscription again on it and b's cursor follows a's over what is replicated from
+    then on; nothing acked on b that a has not acked."""
+    topic = testbed.topic(topic_name("deleted-on-b"))
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+    consumer = testbed.client("a").subscribe(
+        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest)
+    _send_and_ack(testbed, topic, consumer, 10)
+    testbed.wait_replicated([topic])
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
+    job = start_job(config)
+    try:
+        last = _last_data_entry(testbed, topic)
+        _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
+        before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
+        testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
+        _send_and_ack(testbed, topic, consumer, 10)
+        testbed.wait_replicated([topic])
+        after = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
+        assert min(after) > max(before), (before, after)
+        last = _last_data_entry(testbed, topic)
+        _until("the subscription is back on the new topic and follows a's",
+               lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
+               and _md(testbed, "b", topic) >= last)
+    finally:
+        job.stop()
+    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            reader.receive(timeout_millis=2000)
+    finally:
+        reader.close()
+
+
 def test_more_partitions_under_the_job_are_synced(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """A partitioned topic grows from 2 to 3 partitions while the job runs: the new
