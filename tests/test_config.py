@@ -59,7 +59,7 @@ def with_change(path: str, value: Any) -> dict[str, Any]:
 
 def test_embedded_config_loads_with_embedded_markers() -> None:
     config = load_config(CONF / "embedded.yaml")
-    assert EMBEDDED_CONFIG_PATH == CONF / "embedded.yaml"
+    assert EMBEDDED_CONFIG_PATH.read_text() == (CONF / "embedded.yaml").read_text()
     assert config.source.name == "a" and config.target.name == "b"
     assert config.source.is_embedded and config.target.is_embedded
     assert config.tables.backend == "delta-rs"
