@@ -30,8 +30,8 @@ def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complet
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A virtualenv with the cursorsync wheel installed; its bin directory."""
     tmp = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-                  "--no-build-isolation", "-q", "-w", str(tmp / "dist")], cwd=tmp, timeout=300)
+    built = _run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+                  "-w", str(tmp / "dist")], cwd=tmp, timeout=300)
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp / "dist").glob("cursorsync-*.whl")
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "venv")],
