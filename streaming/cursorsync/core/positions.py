@@ -38,10 +38,14 @@ class Position:
     @classmethod
     def parse(cls, text: str) -> Position:
         """Parse ``L:E`` (entry may be -1)."""
-        m = _POSITION_RE.fullmatch(text.strip())
+        m = _POSITION_RE.fullmatch(text)
         if m is None:
-            raise PositionFormatError(text, 0, "ledgerId:entryId")
-        return cls(int(m.group(1)), int(m.group(2)))
+            raise PositionFormatError(text, *_locate_position_error(text))
+        try:
+            return cls(int(m.group(1)), int(m.group(2)))
+        except ValueError:
+            bad = next(g for g in (1, 2) if not _fits(m.group(g)))
+            raise PositionFormatError(text, m.start(bad), "a 64-bit id") from None
 
     def __str__(self) -> str:
         return f"{self.ledger}:{self.entry}"
@@ -69,10 +73,10 @@ class MessageId:
 
 
 _NUM = r"-?\d+"
-_POSITION_RE = re.compile(rf"({_NUM})\s*:\s*({_NUM})")
+_POSITION_RE = re.compile(rf"\s*({_NUM})\s*:\s*({_NUM})\s*")
 _SEP = r"(?:\.\.|‥|…)"
 _RANGE = rf"\(\s*{_NUM}\s*:\s*{_NUM}\s*{_SEP}\s*{_NUM}\s*:\s*{_NUM}\s*\]"
-_RANGE_LIST_RE = re.compile(rf"\s*\[\s*(?:{_RANGE}(?:\s*,\s*{_RANGE})*)?\s*\]\s*")
+_RANGE_LIST_RE = re.compile(rf"\s*\[\s*(?:{_RANGE}(?:\s*,\s*{_RANGE})*\s*)?\]\s*")
 _INT_RE = re.compile(_NUM)
 
 
@@ -86,11 +90,12 @@ def parse_range_bounds(text: str) -> npt.NDArray[np.int64]:
     if _RANGE_LIST_RE.fullmatch(text) is None:
         offset, expected = _locate_error(text)
         raise PositionFormatError(text, offset, expected)
-    numbers = [int(tok) for tok in _INT_RE.findall(text)]
-    if any(n < INT64_MIN or n > INT64_MAX for n in numbers):
-        bad = next(n for n in numbers if n < INT64_MIN or n > INT64_MAX)
-        raise PositionFormatError(text, text.find(str(bad)), "a 64-bit id")
-    arr = np.array(numbers, dtype=np.int64)
+    tokens = _INT_RE.findall(text)
+    try:
+        arr = np.fromiter(map(int, tokens), dtype=np.int64, count=len(tokens))
+    except (ValueError, OverflowError):
+        bad = next(m for m in _INT_RE.finditer(text) if not _fits(m.group()))
+        raise PositionFormatError(text, bad.start(), "a 64-bit id") from None
     return arr.reshape(-1, 4)
 
 
@@ -100,52 +105,74 @@ def format_range_bounds(bounds: npt.NDArray[np.int64]) -> str:
     return "[" + ",".join(f"({a}:{b}..{c}:{d}]" for a, b, c, d in rows) + "]"
 
 
+def _fits(token: str) -> bool:
+    """Whether an integer token is a 64-bit id (``int`` refuses thousands of digits)."""
+    try:
+        return INT64_MIN <= int(token) <= INT64_MAX
+    except ValueError:
+        return False
+
+
+def _skip_ws(text: str, j: int) -> int:
+    while j < len(text) and text[j].isspace():
+        j += 1
+    return j
+
+
+def _expect(text: str, j: int, pattern: str, what: str) -> int:
+    m = re.compile(pattern).match(text, j)
+    if m is None:
+        raise _Located(j, what)
+    return m.end()
+
+
+def _locate_position_error(text: str) -> tuple[int, str]:
+    """Walk ``L:E`` by hand to find the first offending offset (slow path, errors only)."""
+    try:
+        i = _expect(text, _skip_ws(text, 0), _NUM, "a ledger id")
+        i = _expect(text, _skip_ws(text, i), ":", "':'")
+        i = _expect(text, _skip_ws(text, i), _NUM, "an entry id")
+        i = _skip_ws(text, i)
+        if i != len(text):
+            raise _Located(i, "end of text")
+    except _Located as loc:
+        return loc.offset, loc.expected
+    return 0, "ledgerId:entryId"
+
+
 def _locate_error(text: str) -> tuple[int, str]:
     """Walk the grammar by hand to find the first offending offset (slow path, errors only)."""
-    i = 0
     n = len(text)
-
-    def skip_ws(j: int) -> int:
-        while j < n and text[j].isspace():
-            j += 1
-        return j
-
-    def expect(j: int, pattern: str, what: str) -> int:
-        m = re.compile(pattern).match(text, j)
-        if m is None:
-            raise _Located(j, what)
-        return m.end()
-
     try:
-        i = skip_ws(i)
-        i = expect(i, r"\[", "'['")
-        i = skip_ws(i)
+        i = _skip_ws(text, 0)
+        i = _expect(text, i, r"\[", "'['")
+        i = _skip_ws(text, i)
         if i < n and text[i] == "]":
-            i = skip_ws(i + 1)
+            i = _skip_ws(text, i + 1)
             if i != n:
                 raise _Located(i, "end of text")
             return i, "end of text"
         first = True
         while True:
-            i = skip_ws(i)
+            i = _skip_ws(text, i)
             if not first:
                 if i < n and text[i] == "]":
-                    i = skip_ws(i + 1)
+                    i = _skip_ws(text, i + 1)
                     if i != n:
                         raise _Located(i, "end of text")
                     break
-                i = expect(i, r",", "',' or ']'")
-                i = skip_ws(i)
+                i = _expect(text, i, r",", "',' or ']'")
+                i = _skip_ws(text, i)
             first = False
-            i = expect(i, r"\(", "'('")
-            i = skip_ws(i)
-            i = expect(i, rf"{_NUM}\s*:\s*{_NUM}", "ledgerId:entryId")
-            i = skip_ws(i)
-            i = expect(i, _SEP, "'..'")
-            i = skip_ws(i)
-            i = expect(i, rf"{_NUM}\s*:\s*{_NUM}", "ledgerId:entryId")
-            i = skip_ws(i)
-            i = expect(i, r"\]", "']' closing the range")
+            i = _expect(text, i, r"\(", "'('")
+            i = _skip_ws(text, i)
+            i = _expect(text, i, rf"{_NUM}\s*:\s*{_NUM}", "ledgerId:entryId")
+            i = _skip_ws(text, i)
+            i = _expect(text, i, _SEP, "'..'")
+            i = _skip_ws(text, i)
+            i = _expect(text, i, rf"{_NUM}\s*:\s*{_NUM}", "ledgerId:entryId")
+            i = _skip_ws(text, i)
+            i = _expect(text, i, r"\]", "']' closing the range")
     except _Located as loc:
         return loc.offset, loc.expected
     return min(i, n), "a range list"
