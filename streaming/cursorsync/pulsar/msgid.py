@@ -13,12 +13,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+#: A varint holds at most 64 bits: 10 bytes of 7.
+_MAX_VARINT_BYTES = 10
+
 
 def read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    """The varint at byte ``i`` and the offset after it; ValueError naming the byte when
+    ``buf`` ends inside it or it runs past 64 bits."""
+    start = i
     shift = value = 0
     while True:
         if i >= len(buf):
-            raise ValueError("truncated varint")
+            raise ValueError(f"truncated varint at byte {start}")
+        if i - start == _MAX_VARINT_BYTES:
+            raise ValueError(f"varint at byte {start} is longer than {_MAX_VARINT_BYTES} bytes")
         b = buf[i]
         i += 1
         value |= (b & 0x7F) << shift
@@ -30,22 +38,31 @@ def read_varint(buf: bytes, i: int) -> tuple[int, int]:
 def fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
     """The top-level (field number, value) pairs of a protobuf message: an int for a
     varint, the bytes of a length-delimited field; fixed-size fields are skipped. Raises
-    ValueError on bytes that are not a protobuf message."""
+    ValueError naming the byte on bytes that are not a protobuf message."""
     i = 0
     while i < len(buf):
+        start = i
         key, i = read_varint(buf, i)
         field_no, wire = key >> 3, key & 7
+        if field_no == 0:
+            raise ValueError(f"field number 0 at byte {start}: not a protobuf field")
         if wire == 0:
             value, i = read_varint(buf, i)
             yield field_no, value
-        elif wire == 2:
+            continue
+        if wire == 2:
             n, i = read_varint(buf, i)
-            yield field_no, buf[i:i + n]
-            i += n
         elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
+            n = 8 if wire == 1 else 4
         else:
-            raise ValueError(f"wire type {wire}")
+            raise ValueError(
+                f"field {field_no} at byte {start}: wire type {wire} is not supported")
+        if i + n > len(buf):
+            raise ValueError(f"field {field_no} at byte {start}: its {n} bytes run past the "
+                             f"end of the {len(buf)}-byte message")
+        if wire == 2:
+            yield field_no, buf[i:i + n]
+        i += n
 
 
 def batch_size_of(message_id: Any) -> int | None:
