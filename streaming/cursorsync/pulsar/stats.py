@@ -14,6 +14,7 @@ the topic and the field.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.positions import Position
+from cursorsync.core.positions import INT64_MAX, INT64_MIN, Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import MalformedAdminOutputError, PositionFormatError
 from cursorsync.pulsar.topics import TopicName
@@ -75,6 +76,10 @@ def parse_json(what: str, text: str | bytes) -> Any:
         raise MalformedAdminOutputError(
             f"{what}: the admin API returned malformed JSON ({e})"
         ) from e
+    except RecursionError:
+        raise MalformedAdminOutputError(
+            f"{what}: the admin API returned JSON nested too deeply to read"
+        ) from None
 
 
 def _field(topic: str, doc: Mapping[str, Any], name: str, kind: type | tuple[type, ...],
@@ -100,7 +105,18 @@ def _int_field(topic: str, doc: Mapping[str, Any], name: str, where: str = "",
         return default
     value = _field(topic, doc, name, int, where)
     assert isinstance(value, int)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise MalformedAdminOutputError(
+            f"{topic}: field {where + '.' if where else ''}{name} does not fit in a 64-bit "
+            f"long ({value})"
+        )
     return value
+
+
+def _optional(topic: str, doc: Mapping[str, Any], name: str, kind: type,
+              where: str = "") -> Any:
+    """A field that may be absent or null (None then), else of ``kind``."""
+    return None if doc.get(name) is None else _field(topic, doc, name, kind, where)
 
 
 def _position(topic: str, text: str, where: str) -> Position:
@@ -121,6 +137,10 @@ def parse_ledgers(topic: str, doc: Mapping[str, Any]) -> tuple[Ledgers, Position
         where = f"ledgers[{i}]"
         pairs.append((_int_field(topic, row, "ledgerId", where),
                       _int_field(topic, row, "entries", where, default=0)))
+        if pairs[-1][1] < 0:
+            raise MalformedAdminOutputError(
+                f"{topic}: field {where}.entries is negative ({pairs[-1][1]})"
+            )
     pairs.sort()
     if pairs:
         last_id, reported = pairs[-1]
@@ -128,10 +148,17 @@ def parse_ledgers(topic: str, doc: Mapping[str, Any]) -> tuple[Ledgers, Position
             live = lce.entry + 1
         else:
             live = _int_field(topic, doc, "currentLedgerEntries", default=0)
+        if live > INT64_MAX:
+            raise MalformedAdminOutputError(
+                f"{topic}: field lastConfirmedEntry {lce} leaves no room for its entry count"
+            )
         pairs[-1] = (last_id, max(reported, live))
     ids = [p[0] for p in pairs]
     if len(set(ids)) != len(ids):
-        raise MalformedAdminOutputError(f"{topic}: field ledgers lists a ledger id twice")
+        twice = next(a for a, b in itertools.pairwise(ids) if a == b)
+        raise MalformedAdminOutputError(
+            f"{topic}: field ledgers lists ledger id {twice} twice"
+        )
     try:
         ledgers = Ledgers.of(pairs)
     except ValueError as e:
@@ -155,9 +182,9 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
         raise MalformedAdminOutputError(
             f"{topic}: field {where}.individuallyDeletedMessages is malformed: {idm_text!r}"
         ) from e
-    rp_text = doc.get("readPosition")
-    read_position = (_position(topic, rp_text, f"{where}.readPosition")
-                     if isinstance(rp_text, str) else None)
+    rp_text = _optional(topic, doc, "readPosition", str, where)
+    read_position = (None if rp_text is None
+                     else _position(topic, rp_text, f"{where}.readPosition"))
     props = doc.get("properties")
     props = {} if props is None else props
     if not isinstance(props, Mapping):
@@ -188,13 +215,13 @@ def parse_internal_stats(topic: str | TopicName, doc: Any) -> TopicInternalStats
     for cname in sorted(cursors):
         cs = parse_cursor(name, cname, cursors[cname], ledgers)
         (repls if cs.is_replicator else subs)[cname] = cs
-    state = doc.get("state")
+    state = _optional(name, doc, "state", str)
     return TopicInternalStats(
         topic=name,
         ledgers=ledgers,
         last_confirmed_entry=lce,
         entries_added_counter=_int_field(name, doc, "entriesAddedCounter", default=0),
-        state=state if isinstance(state, str) else "",
+        state=state or "",
         subscriptions=subs,
         replicators=repls,
     )
@@ -209,6 +236,8 @@ def parse_partitioned_internal_stats(topic: str | TopicName, doc: Any) -> Partit
     parts = _field(name, doc, "partitions", Mapping)
     out: dict[str, TopicInternalStats] = {}
     for key in sorted(parts):
+        if not key:
+            raise MalformedAdminOutputError(f"{name}: field partitions has an empty topic key")
         try:
             pname = TopicName.parse(key) if "/" in key else TopicName(
                 base.tenant, base.namespace, key)
