@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             f"config file not found: {str(file)!r} (conf/embedded.yaml and "
             "conf/production.example.yaml in the source tree are examples)"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(file)!r} is not UTF-8 text: byte {exc.start} is "
+            f"{exc.object[exc.start]:#04x}"
+        ) from None
     except IsADirectoryError:
         raise ConfigError(f"config path {str(file)!r} is a directory, not a YAML file") from None
     except OSError as exc:
@@ -51,6 +56,8 @@ def load_config_text(text: str, *, source: str = "<string>") -> Config:
         raise ConfigError(f"{where}: bad YAML: {what}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: bad YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: bad YAML: collections nested too deeply") from None
     if data is None:
         raise ConfigError(f"{source}: the file is empty; expected the sections {_SECTION_LIST}")
     if not isinstance(data, dict):
@@ -88,7 +95,8 @@ def _expand_env(value: Any, loc: Loc, problems: list[tuple[str, Loc]]) -> Any:
     if isinstance(value, str):
         return _expand_string(value, loc, problems)
     if isinstance(value, Mapping):
-        return {k: _expand_env(v, (*loc, k), problems) for k, v in value.items()}
+        return {k: _expand_env(v, (*loc, k if isinstance(k, str) else str(k)), problems)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_expand_env(v, (*loc, i), problems) for i, v in enumerate(value)]
     return value
@@ -122,6 +130,12 @@ def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> 
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark,
+                f"found unhashable key (a {type(key).__name__}); keys are names",
+                key_node.start_mark,
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 f"while reading a mapping (first {key!r} on line {seen[key]})",

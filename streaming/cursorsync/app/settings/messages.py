@@ -29,13 +29,15 @@ class ConfigValidationError(ConfigError):
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """``topics[0].subscriptions`` for a key path."""
+    """``topics[0].subscriptions`` for a key path; a key that would not show (empty, blank,
+    control characters) is quoted."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            name = part if part and part.isprintable() and part.strip() == part else repr(part)
+            out += f".{name}" if out else name
     return out or "(top level)"
 
 
@@ -129,6 +131,9 @@ def describe(err: Mapping[str, Any], root: type[BaseModel], prefix: Loc = ()) ->
         return f"{path}: unknown key{valid}"
     if kind == "missing":
         return f"{path}: required key is missing"
+    if kind == "invalid_key":
+        key = "null" if loc[-1] is None else _yaml_word(loc[-1])
+        return f"{format_loc(loc[:-1])}: key {key} is not a string; keys are names"
     if kind == "literal_error" and get_origin(annotation) is Literal:
         key = next((p for p in reversed(loc) if isinstance(p, str)), "value")
         noun = _NOUNS.get(key, key.replace("_", " "))
