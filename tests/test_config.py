@@ -292,6 +292,11 @@ def test_bad_namespace_regex() -> None:
         "namespaces[0].regex: '(' is not a valid regular expression: "
         "missing ), unterminated subpattern at position 0",
     )
+    huge = problems_of(with_change(
+        "namespaces", [{"namespace": "t/ns", "regex": "a{4294967296}", "subscriptions": ["s"]}]
+    ))
+    assert huge == ("namespaces[0].regex: 'a{4294967296}' is not a valid regular expression: "
+                    "too large or nested too deeply",)
 
 
 @pytest.mark.parametrize(

@@ -132,3 +132,10 @@ def test_single_range_fast_path_matches_sets(a: RangeSet, one: RangeSet) -> None
         out = a._with_one(r, op)
         assert out.is_canonical()
         assert out == RangeSet(out.bounds.copy())
+
+
+def test_parse_refuses_a_range_that_does_not_end_after_it_starts() -> None:
+    assert RangeSet.parse("[(1:5..1:6],(1:8..1:9]]") == RangeSet.of(("1:5", "1:6"), ("1:8", "1:9"))
+    for text in ("[(1:5..1:6],(5:3..5:1]]", "[(5:3..5:3]]", "[(6:0..5:9]]"):
+        with pytest.raises(ValueError, match="does not end after it starts"):
+            RangeSet.parse(text)

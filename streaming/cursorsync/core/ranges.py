@@ -141,8 +141,16 @@ class RangeSet:
 
     @classmethod
     def parse(cls, text: str) -> RangeSet:
-        """From an admin-stats string such as ``[(1:5..1:6],(1:8..1:9]]``."""
-        return cls(parse_range_bounds(text))
+        """From an admin-stats string such as ``[(1:5..1:6],(1:8..1:9]]``; ValueError names a
+        range whose end is not after its start (Pulsar writes none)."""
+        b = parse_range_bounds(text)
+        backwards = (b[:, 2] < b[:, 0]) | ((b[:, 2] == b[:, 0]) & (b[:, 3] <= b[:, 1]))
+        if backwards.any():
+            i = int(np.flatnonzero(backwards)[0])
+            lo, hi = b[i].tolist()[:2], b[i].tolist()[2:]
+            raise ValueError(f"range {i} of {text[:200]!r}, ({lo[0]}:{lo[1]}..{hi[0]}:{hi[1]}],"
+                             " does not end after it starts")
+        return cls(b)
 
     @classmethod
     def up_to(cls, position: Position) -> RangeSet:

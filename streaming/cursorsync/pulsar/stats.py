@@ -179,8 +179,9 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
     try:
         idm = RangeSet.parse(idm_text)
     except (PositionFormatError, ValueError) as e:
+        shown = idm_text if len(idm_text) <= 200 else f"{idm_text[:200]}..."
         raise MalformedAdminOutputError(
-            f"{topic}: field {where}.individuallyDeletedMessages is malformed: {idm_text!r}"
+            f"{topic}: field {where}.individuallyDeletedMessages is malformed: {shown!r} ({e})"
         ) from e
     rp_text = _optional(topic, doc, "readPosition", str, where)
     read_position = (None if rp_text is None

@@ -95,6 +95,9 @@ class NamespaceSpec(_Section):
             re.compile(value)
         except re.error as exc:
             raise _invalid(f"{value!r} is not a valid regular expression: {exc}") from None
+        except (OverflowError, RecursionError):  # a repeat count or nesting past re's limits
+            raise _invalid(f"{value!r} is not a valid regular expression: too large or "
+                           "nested too deeply") from None
         return value
 
     @field_validator("subscriptions")
