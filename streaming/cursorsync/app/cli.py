@@ -2,7 +2,8 @@
 
 Commands::
 
-    cursorsync run -c FILE [--dry-run | --no-dry-run] [--once]
+    cursorsync run -c FILE [--dry-run | --no-dry-run] [--once] [--skip-check]
+    cursorsync check -c FILE
     cursorsync demo [--json] [--seconds N] [--evidence S,S] [--work-dir DIR] [--keep]
     cursorsync status -c FILE [--topic T] [--subscription S] [--json]
     cursorsync lookup -c FILE TOPIC LEDGER:ENTRY [--partition I] [--json]

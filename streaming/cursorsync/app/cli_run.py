@@ -1,4 +1,4 @@
-"""``cursorsync run``: the job itself."""
+"""``cursorsync run``: the job itself, and ``cursorsync check``: the preflight it runs first."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from cursorsync.app.cli_base import (
     user_errors,
 )
 from cursorsync.app.logs import configure_logging
+from cursorsync.app.settings import Config
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,14 @@ def run(
     once: Annotated[
         bool, typer.Option("--once", help="Process what is available now, then stop."),
     ] = False,
+    skip_check: Annotated[
+        bool, typer.Option("--skip-check", help="Start without the preflight (`check`)."),
+    ] = False,
 ) -> None:
-    """Run the sync job (the Spark application) with a config file."""
+    """Run the sync job (the Spark application) with a config file, after the preflight."""
     cfg = load_config_file(config)
+    if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
+        _preflight(cfg, quiet=True)
     state = cli_state()
     configure_logging(
         state.log_level or cfg.logging.level,
@@ -44,3 +50,36 @@ def run(
     log.info("starting cursorsync job", extra={"config": str(config), "once": once,
                                                "dry_run_override": dry_run})
     run_job(cfg, once=once, dry_run_override=dry_run)
+
+
+@app.command()
+@user_errors
+def check(config: ConfigOption) -> None:
+    """The preflight: both clusters' admin APIs and brokers with the configured auth, the
+    topics and subscriptions, single-entry reads, the tables path. One line per check;
+    exit 2 on any problem."""
+    _preflight(load_config_file(config), quiet=False)
+
+
+def _resolved(cfg: Config) -> bool:
+    from cursorsync.app.settings import EMBEDDED
+
+    return all(getattr(c, key) != EMBEDDED for c in (cfg.source, cfg.target)
+               for key in ("service_url", "admin_url"))
+
+
+def _preflight(cfg: Config, *, quiet: bool) -> None:
+    """Print the findings (only the bad ones when ``quiet``); exit 2 on a problem."""
+    from cursorsync.app.preflight import check as run_checks
+    from cursorsync.app.preflight import problems, render
+
+    cfg.require_resolved()
+    findings = run_checks(cfg)
+    bad = problems(findings)
+    shown = [f for f in findings if f.status != "ok"] if quiet else findings
+    if shown:
+        typer.echo(render(shown), err=bool(bad))
+    if bad:
+        typer.echo(f"error: the preflight found {len(bad)} problem(s); nothing was started",
+                   err=True)
+        raise typer.Exit(2)

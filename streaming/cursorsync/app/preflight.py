@@ -1,0 +1,172 @@
+"""The preflight: what ``cursorsync check`` and the start of ``cursorsync run`` verify.
+
+Each check reaches one real thing (an admin API, a broker, a topic, a subscription,
+the tables path) with short timeouts and one attempt, and says in one line what it
+found, naming the thing. A problem stops ``run`` before Spark starts: an unreachable
+cluster is one line, not a Spark traceback after several seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from cursorsync.app.clusters import admin_config, client_settings
+from cursorsync.app.settings import ClusterConfig, Config
+from cursorsync.errors import CursorSyncError, TopicNotFoundError
+from cursorsync.pulsar.admin import AdminAuthError, AdminClient
+from cursorsync.pulsar.topics import TopicName
+
+Status = Literal["ok", "warning", "problem"]
+#: Seconds each request of the preflight may take (the job's own timeouts are longer).
+TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's result: its status, what was checked, and what was found."""
+
+    status: Status
+    what: str
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:<8} {self.what}" + (f": {self.detail}" if self.detail else "")
+
+
+def check(config: Config) -> list[Finding]:
+    """Every check, the two clusters' in parallel; the tables path last."""
+    with ThreadPoolExecutor(2) as pool:
+        per_cluster = list(pool.map(lambda role: _cluster(config, role), ("source", "target")))
+    return [f for found in per_cluster for f in found] + [_tables(config)]
+
+
+def problems(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.status == "problem"]
+
+
+def render(findings: list[Finding]) -> str:
+    return "\n".join(f.line() for f in findings)
+
+
+def _quick(cluster: ClusterConfig) -> AdminClient:
+    cfg = admin_config(cluster)
+    return AdminClient(replace(cfg, attempts=1, timeout_s=min(cfg.timeout_s, TIMEOUT_S)))
+
+
+def _cluster(config: Config, role: Literal["source", "target"]) -> list[Finding]:
+    cluster = config.source if role == "source" else config.target
+    name = f"{role} cluster {cluster.name}"
+    try:
+        admin = _quick(cluster)
+    except CursorSyncError as err:
+        return [Finding("problem", f"{name} admin API", str(err))]
+    with admin:
+        try:
+            admin.get_json("/admin/v2/clusters", "cluster list")
+        except CursorSyncError as err:
+            return [Finding("problem", f"{name} admin API {cluster.admin_url}", str(err))]
+        out = [Finding("ok", f"{name} admin API {cluster.admin_url}")]
+        topics = _topics(admin, config, role, name, out)
+        out.append(_broker(cluster, name, topics[0] if topics else None))
+        if role == "target" and topics and config.evidence.holes == "verified":
+            out.append(_raw_entries(admin, name, topics[0]))
+    return out
+
+
+def _topics(admin: AdminClient, config: Config, role: str, name: str,
+            out: list[Finding]) -> list[TopicName]:
+    """Each configured topic's first partition, present; subscriptions on the source."""
+    found: list[TopicName] = []
+    for spec in config.topics:
+        topic = TopicName.parse(spec.topic)
+        try:
+            n = admin.partitions(topic) if topic.partition < 0 else 0
+            first = topic.with_partition(0) if n > 0 else topic
+            cursors = admin.internal_stats(first).subscriptions
+        except TopicNotFoundError:
+            out.append(Finding("problem", f"topic {topic} on the {name}", "not found"))
+            continue
+        except CursorSyncError as err:
+            out.append(Finding("problem", f"topic {topic} on the {name}", str(err)))
+            continue
+        found.append(first)
+        if role == "source":
+            missing = [s for s in spec.subscriptions if s not in cursors]
+            for sub in missing:
+                out.append(Finding("problem", f"subscription {sub} of {topic} on the {name}",
+                                   "not found (nothing to follow)"))
+            if not missing:
+                out.append(Finding("ok", f"topic {topic} on the {name}",
+                                   f"subscriptions {', '.join(spec.subscriptions)}"))
+        else:
+            missing = [s for s in spec.subscriptions if s not in cursors]
+            out.append(Finding("ok", f"topic {topic} on the {name}",
+                               f"the job creates {', '.join(missing)} at the earliest entry"
+                               if missing else ""))
+    for ns in config.namespaces:
+        try:
+            matched = admin.expand_topics(namespace=ns.namespace, pattern=ns.regex)
+        except CursorSyncError as err:
+            out.append(Finding("problem", f"namespace {ns.namespace} on the {name}", str(err)))
+            continue
+        if matched:
+            out.append(Finding("ok", f"namespace {ns.namespace} on the {name}",
+                               f"{len(matched)} topic partitions match {ns.regex!r}"))
+            found.append(matched[0])
+        else:
+            out.append(Finding("warning", f"namespace {ns.namespace} on the {name}",
+                               f"no topic matches {ns.regex!r} yet"))
+    return found
+
+
+def _broker(cluster: ClusterConfig, name: str, topic: TopicName | None) -> Finding:
+    """A client with the configured auth asks the broker for a topic's partitions."""
+    what = f"{name} broker {cluster.service_url}"
+    settings = replace(client_settings(cluster), operation_timeout_s=int(TIMEOUT_S),
+                       connection_timeout_ms=int(TIMEOUT_S * 1000))
+    client: Any = None
+    try:
+        client = settings.connect()
+        client.get_topic_partitions(str(topic.base if topic else "persistent://public/default/x"))
+    except Exception as err:  # pulsar's own errors (Timeout, ConnectError, AuthenticationError)
+        return Finding("problem", what, f"{type(err).__name__}: {err}")
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+    return Finding("ok", what)
+
+
+def _raw_entries(admin: AdminClient, name: str, topic: TopicName) -> Finding:
+    """The hole check reads single entries (evidence.holes: verified)."""
+    what = f"single-entry reads on the {name} (evidence.holes: verified)"
+    try:
+        admin.raw_entry(topic, 0, 0)
+    except AdminAuthError as err:
+        return Finding("problem", what, str(err))
+    except CursorSyncError:
+        pass  # any answer but a refusal shows the permission
+    return Finding("ok", what)
+
+
+def _tables(config: Config) -> Finding:
+    path = config.tables.path
+    scheme = urlparse(path).scheme
+    what = f"tables path {path}"
+    if scheme not in ("", "file"):
+        return Finding("warning", what, f"not checked: {scheme}:// is reached by the table "
+                                        "engine at start")
+    root = Path(urlparse(path).path if scheme == "file" else path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".cursorsync-check-"):
+            pass
+    except OSError as err:
+        return Finding("problem", what, f"not writable: {err.strerror or err}")
+    return Finding("ok", what)
