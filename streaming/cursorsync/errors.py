@@ -11,7 +11,7 @@ class PositionFormatError(CursorSyncError, ValueError):
     """A position or range string is not in Pulsar's format; names the text and the offset."""
 
     def __init__(self, text: str, offset: int, expected: str) -> None:
-        snippet = text[max(0, offset - 20) : offset + 20]
+        snippet = text if len(text) <= 60 else text[max(0, offset - 20) : offset + 20]
         super().__init__(
             f"malformed position text at offset {offset}: expected {expected}, "
             f"found {text[offset:offset + 12]!r} (context: {snippet!r})"
@@ -22,7 +22,7 @@ class PositionFormatError(CursorSyncError, ValueError):
 
 
 class MappingConflictError(CursorSyncError, ValueError):
-    """Segments overlap or run backwards on one side; names the conflicting segments."""
+    """Segments claim one target entry for two sources; names the conflicting segments."""
 
 
 class ConfigError(CursorSyncError, ValueError):
