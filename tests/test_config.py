@@ -164,6 +164,18 @@ def test_minimal_config_gets_documented_defaults() -> None:
     assert config.logging.level == "INFO"
 
 
+def test_master_is_spark_submits_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cursorsync.app.session import master_of
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert parse_config(MINIMAL).spark.master is None
+    assert master_of(parse_config(MINIMAL)) == "local[2]"
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")  # what spark-submit's driver sees
+    assert master_of(parse_config(MINIMAL)) is None
+    configured = parse_config(with_change("spark.master", "spark://10.0.0.1:7077"))
+    assert master_of(configured) == "spark://10.0.0.1:7077"
+
+
 def test_cumulative_only_where_the_broker_allows_it() -> None:
     for sub_type, expected in [("Exclusive", True), ("Failover", True),
                                ("Shared", False), ("Key_Shared", False)]:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cursorsync.app.session import LOCAL_MASTER
 from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
 from cursorsync_devtools.testbed.cpu import CpuSampler
@@ -275,7 +276,7 @@ def _baseline(bed: Any, config: Any, spec: E2ESpec, messages: Mapping[str, int],
 
     clusters = ["b", "a"] if spec.identity else ["b"]
     reads = [(bed.service_url(c), topic, n) for c in clusters for topic, n in messages.items()]
-    rate = reader_rate(reads, processes=spark_cores(config.spark.master),
+    rate = reader_rate(reads, processes=spark_cores(config.spark.master or LOCAL_MASTER),
                        receiver_queue_size=config.target.receiver_queue_size)
     return {"clusters": clusters, "readers": rate.readers, "processes": rate.processes,
             "messages_read": rate.messages, "entries_read": entries * len(clusters),

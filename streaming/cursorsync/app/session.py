@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,31 @@ def driver_java_options(config: Config) -> str:
 RESTARTABLE_CONF = {"spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false"}
 
 
+#: The master of a job that is not launched by spark-submit and names none.
+LOCAL_MASTER = "local[2]"
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a driver spark-submit started: its JVM hands Python the gateway to use."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def master_of(config: Config) -> str | None:
+    """The master to set: the configured one; else spark-submit's (None); else local."""
+    if config.spark.master:
+        return config.spark.master
+    return None if launched_by_spark_submit() else LOCAL_MASTER
+
+
 def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
 
-    b = (SparkSession.builder.master(config.spark.master).appName(config.spark.app_name)
+    b = SparkSession.builder.appName(config.spark.app_name)
+    master = master_of(config)
+    if master is not None:
+        b = b.master(master)
+    b = (b
          .config(DRIVER_JAVA_OPTIONS, driver_java_options(config))
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.shuffle.partitions", "2")

@@ -50,7 +50,9 @@ def _spark_conf_value(value: Any) -> Any:
 class SparkConfig(_Section):
     """The Spark application that runs the mapping and sync queries."""
 
-    master: str = "local[2]"
+    #: None: the master spark-submit was given when it launched the job (the chart's
+    #: SparkApplication, a standalone cluster), else ``local[2]``. A value always wins.
+    master: str | None = None
     app_name: str = Field(default="cursorsync", min_length=1)
     trigger_interval_s: float = Field(default=10.0, gt=0)
     #: The mapping query's trigger (default: trigger_interval_s). A source ack can be
