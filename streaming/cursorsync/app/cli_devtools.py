@@ -149,6 +149,32 @@ def bench_e2e(
     typer.echo(out)
 
 
+@bench_app.command("soak")
+@user_errors
+def bench_soak(
+    minutes: Annotated[
+        float, typer.Option("--minutes", min=0.5, help="How long the live traffic runs.")
+    ] = 30.0,
+    restart: Annotated[
+        str, typer.Option("--restart", help="The cluster whose broker is restarted "
+                          "halfway: a, b, or none.")
+    ] = "b",
+    crash: Annotated[
+        bool, typer.Option("--crash", help="SIGKILL the broker instead of stopping it.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """`cursorsync run` under live traffic (late acks, holes) with a broker restart halfway:
+    its memory and sync lag per window, then the failover counts."""
+    if restart not in ("a", "b", "none"):
+        raise typer.BadParameter(f"{restart}: use a, b or none", param_hint="--restart")
+    run_soak = load_lazily(f"{DEVTOOLS}.soak", "run_soak", "cursorsync bench soak")
+    with progress(f"bench soak: {minutes:g} min", json_output=json_output):
+        out = run_soak(minutes=minutes, json_output=json_output,
+                       restart=None if restart == "none" else restart, crash=crash)
+    typer.echo(out)
+
+
 @bench_app.command("layout")
 @user_errors
 def bench_layout(

@@ -55,6 +55,9 @@ class LiveSpec:
     #: Share of entries acked late, by a delay drawn from ``late_delay_s``: out of order.
     late_fraction: float = 0.1
     late_delay_s: tuple[float, float] = (0.3, 2.0)
+    #: Share of entries never acked: holes for good (the built-in's markDeletePosition
+    #: stops at the first one, so its lag is undefined past it).
+    never_fraction: float = 0.0
     seed: int = 23
 
     def plan(self, partitions: Sequence[str]) -> Plan:
@@ -64,16 +67,20 @@ class LiveSpec:
                        batch_size=self.batch_size, seed=self.seed)
 
     def decisions(self, plan: Plan) -> Decisions:
-        """Per message key, its entry's ack choice: prompt, or late by a seeded delay."""
+        """Per message key, its entry's ack choice: prompt, late by a seeded delay, or
+        never."""
         rng = random.Random(self.seed)
         out: Decisions = {}
         choice = AckChoice("prompt", 0.0, 1)
         for _, key, size, index in plan.messages():
             if index <= 0:  # an entry starts
-                late = rng.random() < self.late_fraction
-                choice = AckChoice("late" if late else "prompt",
-                                   rng.uniform(*self.late_delay_s) if late else 0.0,
-                                   max(1, size))
+                draw = rng.random()
+                if draw < self.never_fraction:
+                    choice = AckChoice("never", 0.0, 0)
+                elif draw < self.never_fraction + self.late_fraction:
+                    choice = AckChoice("late", rng.uniform(*self.late_delay_s), max(1, size))
+                else:
+                    choice = AckChoice("prompt", 0.0, max(1, size))
             out[key] = (choice, index)
         return out
 
@@ -203,6 +210,17 @@ def lag_of(result: WorkloadResult, subscription: str, on_target: Mapping[str, Po
     """The lag of every entry ``subscription`` acked on a, as the same subscription's cursor
     on b covered it. ``on_target``: message key -> entry on b; ``changes``: the cursor's
     changes on b (:attr:`CursorPoller.changes`)."""
+    _, lag = lag_by_ack_time(result, subscription, on_target, changes,
+                             individual=individual)
+    covered = ~np.isnan(lag)
+    return Lag(lag[covered].tolist(), int((~covered).sum()))
+
+
+def lag_by_ack_time(result: WorkloadResult, subscription: str,
+                    on_target: Mapping[str, Position], changes: Changes, *,
+                    individual: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per entry acked on a: when it was acked, and its lag (NaN: never covered on b).
+    See :func:`lag_of`."""
     acked = result.acked.get(subscription, {})
     per_partition: dict[str, list[tuple[float, Position]]] = {}
     for (topic, pos), messages in entries_of(result.messages).items():
@@ -214,16 +232,15 @@ def lag_of(result: WorkloadResult, subscription: str, on_target: Mapping[str, Po
                                f"on b: {sorted(targets)}")
         per_partition.setdefault(topic, []).append(
             (max(acked[m.key] for m in messages), targets.pop()))
-    samples: list[float] = []
-    never = 0
+    times: list[np.ndarray] = [np.zeros(0)]
+    lags: list[np.ndarray] = [np.zeros(0)]
     for topic, entries in per_partition.items():
         first = first_covered(changes.get((topic, subscription), []),
                               [p for _, p in entries], individual=individual)
         acked_at = np.array([t for t, _ in entries])
-        covered = ~np.isnan(first)
-        samples += (first[covered] - acked_at[covered]).tolist()
-        never += int((~covered).sum())
-    return Lag(samples, never)
+        times.append(acked_at)
+        lags.append(first - acked_at)
+    return np.concatenate(times), np.concatenate(lags)
 
 
 def uncovered(result: WorkloadResult, subscription: str, on_target: Mapping[str, Position],
