@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import pytest
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
 
 _names = itertools.count()
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +49,33 @@ def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{base}-{suffix}-{next(_names)}"
 
     return make
+
+
+def run_outside(args: list[str], cwd: Path, timeout: float = 120
+                ) -> subprocess.CompletedProcess[str]:
+    """A command with no PYTHONPATH (nothing from the checkout) and no CURSORSYNC_CONFIG."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CURSORSYNC_CONFIG")}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A virtualenv with the cursorsync wheel installed; its bin directory.
+
+    It sees this interpreter's site-packages for the dependencies (installing pyspark and
+    the rest again would take minutes and prove nothing about cursorsync); cursorsync
+    itself comes from the wheel."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = run_outside([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+                         "-w", str(tmp / "dist")], cwd=tmp, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp / "dist").glob("cursorsync-*.whl")
+    made = run_outside([sys.executable, "-m", "venv", "--system-site-packages",
+                        str(tmp / "venv")], cwd=tmp)
+    assert made.returncode == 0, made.stderr
+    bin_dir = tmp / "venv" / "bin"
+    installed = run_outside([str(bin_dir / "python"), "-m", "pip", "install", "-q",
+                             "--no-deps", "--no-index", str(wheel)], cwd=tmp, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    yield bin_dir

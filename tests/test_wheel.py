@@ -9,42 +9,14 @@ runs from a directory outside the checkout.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_outside
 
 
-def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CURSORSYNC_CONFIG")}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A virtualenv with the cursorsync wheel installed; its bin directory."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
-                  "-w", str(tmp / "dist")], cwd=tmp, timeout=300)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp / "dist").glob("cursorsync-*.whl")
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "venv")],
-                cwd=tmp)
-    assert made.returncode == 0, made.stderr
-    bin_dir = tmp / "venv" / "bin"
-    installed = _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                      "--no-index", str(wheel)], cwd=tmp, timeout=300)
-    assert installed.returncode == 0, installed.stderr
-    yield bin_dir
-
-
-def test_the_package_and_its_data_come_from_the_wheel(venv: Path, tmp_path: Path) -> None:
+def test_the_package_and_its_data_come_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
     probe = (
         "import json, cursorsync, cursorsync_devtools\n"
         "from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config\n"
@@ -58,10 +30,10 @@ def test_the_package_and_its_data_come_from_the_wheel(venv: Path, tmp_path: Path
         "                  'tables': {t: load_schema(t).version for t in TABLES},\n"
         "                  'java': driver_java_options(cfg)}))\n"
     )
-    r = _run([str(venv / "python"), "-c", probe], cwd=tmp_path)
+    r = run_outside([str(wheel_venv / "python"), "-c", probe], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    venv_root = str(venv.parent)
+    venv_root = str(wheel_venv.parent)
     for key in ("package", "devtools", "config"):
         assert got[key].startswith(venv_root), (key, got[key])
     assert not got["config"].startswith(str(ROOT))
@@ -71,24 +43,25 @@ def test_the_package_and_its_data_come_from_the_wheel(venv: Path, tmp_path: Path
     assert log4j.startswith(venv_root) and Path(log4j).is_file()
 
 
-def test_the_cli_runs_from_the_wheel(venv: Path, tmp_path: Path) -> None:
-    r = _run([str(venv / "cursorsync"), "--help"], cwd=tmp_path)
+def test_the_cli_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
+    r = run_outside([str(wheel_venv / "cursorsync"), "--help"], cwd=tmp_path)
     assert r.returncode == 0 and "demo" in r.stdout and "run" in r.stdout, r.stderr
-    config = _run([str(venv / "python"), "-c",
+    config = run_outside([str(wheel_venv / "python"), "-c",
                    "from cursorsync.app.settings import EMBEDDED_CONFIG_PATH as p; print(p)"],
                   cwd=tmp_path).stdout.strip()
     # The tables commands read Delta tables with no Spark and no broker: an empty status.
-    r = _run([str(venv / "cursorsync"), "status", "-c", config, "--json"], cwd=tmp_path)
+    r = run_outside([str(wheel_venv / "cursorsync"), "status", "-c", config, "--json"],
+                    cwd=tmp_path)
     assert r.returncode in (0, 2), r.stderr
     assert "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.integration
 @pytest.mark.spark
-def test_the_demo_runs_from_the_wheel(venv: Path, tmp_path: Path) -> None:
+def test_the_demo_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
     """`cursorsync demo` from the installed wheel, outside the checkout: the local test bed,
     the workload, the sync, the failover count. Nothing lost."""
-    r = _run([str(venv / "cursorsync"), "demo", "--json", "--seconds", "3",
+    r = run_outside([str(wheel_venv / "cursorsync"), "demo", "--json", "--seconds", "3",
               "--work-dir", str(tmp_path / "demo")], cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout)

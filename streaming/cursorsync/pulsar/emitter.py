@@ -27,6 +27,7 @@ planned again at the next sync because the target cursor will not show it.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -177,6 +178,11 @@ def _reachable(service_url: str, timeout_s: float = 1.0) -> bool:
 # ---------------------------------------------------------------------- emitter
 
 
+def emitter_name() -> str:
+    """This process's emitter consumer name: ``cursorsync-emitter-<host>-<pid>``."""
+    return f"cursorsync-emitter-{socket.gethostname()}-{os.getpid()}"
+
+
 class PulsarEmitter:
     """Acks guarded plans on the target cluster with pulsar-client consumers (see module doc)."""
 
@@ -186,10 +192,13 @@ class PulsarEmitter:
         *,
         subscription_type: SubscriptionType = "Shared",
         ack_batch_size: int = 1000,
-        consumer_name: str = "cursorsync-emitter",
+        consumer_name: str | None = None,
         client: pulsar.Client | None = None,
     ) -> None:
-        """``target``: how to reach the target cluster (a bare service URL means no auth)."""
+        """``target``: how to reach the target cluster (a bare service URL means no auth).
+        ``consumer_name``: default ``cursorsync-emitter-<host>-<pid>``, so the target's
+        subscription stats show which process holds each consumer (the driver, or an
+        executor's Python worker)."""
         settings = target if isinstance(target, ClientSettings) else ClientSettings(target)
         if subscription_type not in SUBSCRIPTION_TYPES:
             raise ConfigError(
@@ -201,7 +210,7 @@ class PulsarEmitter:
         self.service_url = settings.service_url
         self.subscription_type: SubscriptionType = subscription_type
         self.ack_batch_size = ack_batch_size
-        self.consumer_name = consumer_name
+        self.consumer_name = consumer_name or emitter_name()
         self.operation_timeout_seconds = settings.operation_timeout_s
         self._owns_client = client is None
         if client is None:
