@@ -334,16 +334,27 @@ def test_restart_backs_off_and_gives_up_on_what_an_operator_must_fix(
             self.stopped = True
 
     waits: list[float] = []
-    transient = QueryFailedError("query cursorsync-sync failed: admin 503",
-                                 "AdminUnavailableError")
+    failing = QueryFailedError("query cursorsync-sync failed: table locked", "TableWriteError")
     for attempt in range(1, MAX_RESTARTS + 1):
         old = Old()
-        again = restart(old, None, transient, attempt, sleep=waits.append)  # type: ignore[arg-type]
+        again = restart(old, None, failing, attempt, sleep=waits.append)  # type: ignore[arg-type]
         assert again == "new job" and old.stopped
     assert waits == [2.0, 4.0, 8.0, 16.0, 32.0][:MAX_RESTARTS]
     assert all(kw["spark"] == "session" and kw["serve_metrics"] is False for kw in started)
-    with pytest.raises(QueryFailedError, match="admin 503"):
-        restart(Old(), None, transient, MAX_RESTARTS + 1, sleep=waits.append)  # type: ignore[arg-type]
+    with pytest.raises(QueryFailedError, match="table locked"):
+        restart(Old(), None, failing, MAX_RESTARTS + 1, sleep=waits.append)  # type: ignore[arg-type]
+    # A cluster that does not answer is waited out, a minute apart, however long it takes.
+    unavailable = QueryFailedError("query cursorsync-sync failed: cluster b: unreachable",
+                                   "AdminUnavailableError")
+    waits.clear()
+    for attempt in (1, MAX_RESTARTS + 1, 1000, 10_000):
+        assert restart(Old(), None, unavailable, attempt,  # type: ignore[arg-type]
+                       sleep=waits.append) == "new job"
+    assert waits == [2.0, 60.0, 60.0, 60.0]
+    malformed = QueryFailedError("query cursorsync-sync failed: bad JSON",
+                                 "MalformedAdminOutputError")
+    with pytest.raises(QueryFailedError, match="bad JSON"):
+        restart(Old(), None, malformed, MAX_RESTARTS + 1, sleep=waits.append)  # type: ignore[arg-type]
     auth = QueryFailedError("query cursorsync-sync failed: refused", "AdminAuthError")
     with pytest.raises(QueryFailedError, match="refused"):
         restart(Old(), None, auth, 1, sleep=waits.append)  # type: ignore[arg-type]

@@ -226,10 +226,15 @@ class QueryFailedError(CursorSyncError):
 #: Failures an operator must fix first: restarting would fail the same way.
 FATAL_KINDS = frozenset({"ConfigError", "ConfigValidationError", "TableSchemaError",
                          "AdminAuthError", "DeltaSparkUnavailableError"})
-#: Restarts in a row (no sync batch completed in between) before the job gives up.
+#: A cluster that gives no answer (down, restarting, unreachable): waited out for as long
+#: as it takes, since it comes back by itself; each restart is logged and counted.
+UNAVAILABLE_KINDS = frozenset({"AdminUnavailableError"})
+#: Restarts in a row (no sync batch completed in between) before the job gives up on any
+#: other failure.
 MAX_RESTARTS = 5
 #: Backoff before restart n (1-based): RESTART_BACKOFF_S * 2**(n-1), at most 60 s.
 RESTART_BACKOFF_S = 2.0
+MAX_BACKOFF_S = 60.0
 
 
 def restart(job: RunningJob, config: Config, failure: QueryFailedError, attempt: int, *,
@@ -240,14 +245,16 @@ def restart(job: RunningJob, config: Config, failure: QueryFailedError, attempt:
     Safe at any point: each query resumes from its checkpoint, table writes are idempotent
     per batch id and acks idempotent on the broker, so the failed batch is simply run again.
     Raises ``failure`` itself when it is one an operator must fix, or after
-    :data:`MAX_RESTARTS` attempts.
+    :data:`MAX_RESTARTS` attempts unless it is an unavailable cluster.
     """
-    if failure.kind in FATAL_KINDS or attempt > MAX_RESTARTS:
+    waits_out = failure.kind in UNAVAILABLE_KINDS
+    if failure.kind in FATAL_KINDS or (attempt > MAX_RESTARTS and not waits_out):
         raise failure
     job.stop()
-    wait = min(60.0, RESTART_BACKOFF_S * 2 ** (attempt - 1))
-    log.warning("restarting the job from its checkpoints in %.0f s (attempt %d of %d) after: "
-                "%s", wait, attempt, MAX_RESTARTS, failure)
+    wait = min(MAX_BACKOFF_S, RESTART_BACKOFF_S * 2 ** min(attempt - 1, 10))
+    budget = "until it answers" if waits_out else f"of {MAX_RESTARTS}"
+    log.warning("restarting the job from its checkpoints in %.0f s (attempt %d %s) after: "
+                "%s", wait, attempt, budget, failure)
     if metrics is not None:
         metrics.record_error("restart")
     sleep(wait)
