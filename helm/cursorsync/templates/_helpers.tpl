@@ -90,13 +90,6 @@ Checks the values cannot express in the schema; each fails rendering with the re
 */}}
 {{- define "cursorsync.validate" -}}
 {{- $cfg := .Values.config }}
-{{- if and $cfg.spark (hasKey $cfg.spark "master") }}
-{{- fail "config.spark.master must be left unset: the job runs on the master spark-submit gives it (the SparkApplication's)" }}
-{{- end }}
-{{- $port := (.Values.config.metrics | default dict).port | default 0 | int }}
-{{- if eq $port 0 }}
-{{- fail "config.metrics.port must be set (e.g. 9108): the metrics Service and the alerts need the job's /metrics" }}
-{{- end }}
 {{- $mounts := list }}
 {{- range .Values.secrets.tokens }}{{ $mounts = append $mounts .mountPath }}{{ end }}
 {{- if .Values.secrets.tls.secretName }}{{ $mounts = append $mounts .Values.secrets.tls.mountPath }}{{ end }}
