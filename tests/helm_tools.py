@@ -59,15 +59,16 @@ PROMETHEUS_OPERATOR = (
 GO_PROXY = "https://proxy.golang.org"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cursorsync" / "crds"
 
+_SPARK_CRDS = "charts/spark-operator-chart/crds"
+_PROMETHEUS_CRDS = "example/prometheus-operator-crd"
 #: (apiVersion, kind) -> (module, path of its CRD inside the module).
 CRD_FILES: dict[tuple[str, str], tuple[tuple[str, str, str], str]] = {
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): (
-        SPARK_OPERATOR, "charts/spark-operator-chart/crds/sparkoperator.k8s.io_sparkapplications.yaml"),
+        SPARK_OPERATOR, f"{_SPARK_CRDS}/sparkoperator.k8s.io_sparkapplications.yaml"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): (
-        PROMETHEUS_OPERATOR, "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"),
+        PROMETHEUS_OPERATOR, f"{_PROMETHEUS_CRDS}/monitoring.coreos.com_servicemonitors.yaml"),
     ("monitoring.coreos.com/v1", "PrometheusRule"): (
-        PROMETHEUS_OPERATOR,
-        "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"),
+        PROMETHEUS_OPERATOR, f"{_PROMETHEUS_CRDS}/monitoring.coreos.com_prometheusrules.yaml"),
 }
 
 
@@ -286,7 +287,8 @@ def crd_validator(api_version: str, kind: str) -> jsonschema.protocols.Validator
     schema = openapi_to_jsonschema(served["schema"]["openAPIV3Schema"])
     # metadata is checked against Kubernetes' own ObjectMeta (see validate_manifest).
     schema["properties"]["metadata"] = {"type": "object"}
-    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    validator_class = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft7Validator)
     validator_class.check_schema(schema)
     validator: jsonschema.protocols.Validator = validator_class(schema)
     return validator

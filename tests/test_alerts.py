@@ -182,11 +182,11 @@ def expressions(default_rules: list[dict[str, Any]]) -> dict[str, str]:
     return exprs
 
 
-def test_alerts_and_dashboard_name_only_exposed_metrics_and_labels(
-        default_rules: list[dict[str, Any]]) -> None:
-    samples, _ = exposed()
+def reference_problems(exprs: dict[str, str], samples: dict[str, set[str]]) -> list[str]:
+    """What each expression names that the job does not expose: metrics, label matchers,
+    grouping labels, label_values() labels."""
     problems = []
-    for where, expr in expressions(default_rules).items():
+    for where, expr in exprs.items():
         used: set[str] = set()
         for metric, labels, _ in promql_references(expr):
             if metric not in samples:
@@ -203,7 +203,24 @@ def test_alerts_and_dashboard_name_only_exposed_metrics_and_labels(
         for variable in re.findall(r"label_values\([^,]*,\s*(\w+)\)", expr):
             if variable not in used | TARGET_LABELS:
                 problems.append(f"{where}: label_values of unknown label {variable}")
-    assert problems == []
+    return problems
+
+
+def test_alerts_and_dashboard_name_only_exposed_metrics_and_labels(
+        default_rules: list[dict[str, Any]]) -> None:
+    samples, _ = exposed()
+    assert reference_problems(expressions(default_rules), samples) == []
+
+
+def test_the_cross_check_sees_a_wrong_name_or_label() -> None:
+    samples, _ = exposed()
+    problems = reference_problems({
+        "metric": "rate(cursorsync_sync_lag_second_bucket[5m])",
+        "label": 'cursorsync_errors_total{stage="emit", subscription="s"}',
+        "grouping": "sum by (topic) (cursorsync_acks_sent_total)",
+        "fine": 'sum by (kind) (rate(cursorsync_acks_sent_total{job="j"}[5m]))',
+    }, samples)
+    assert [p.split(":")[0] for p in problems] == ["metric", "label", "grouping"]
 
 
 def test_label_values_the_alerts_match_are_ones_the_job_records(

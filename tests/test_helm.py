@@ -25,7 +25,8 @@ PYPROJECT = tomllib.loads((ht.ROOT / "pyproject.toml").read_text(encoding="utf-8
 
 def pinned(package: str) -> str:
     """The version pyproject.toml pins a dependency to."""
-    spec = next(d for d in PYPROJECT["project"]["dependencies"] if d.startswith(f"{package}=="))
+    spec: str = next(d for d in PYPROJECT["project"]["dependencies"]
+                     if d.startswith(f"{package}=="))
     return spec.split("==")[1]
 
 
