@@ -147,6 +147,8 @@ def metric_sum(scraped: Mapping[str, float], name: str, **labels: str) -> float:
 class Sample:
     at: float
     rss_mib: dict[str, float]
+    #: Per query, the job's cumulative (batches, seconds in batches); empty on a miss.
+    batches: dict[str, tuple[float, float]]
 
 
 # ------------------------------------------------------------------ the job process
@@ -320,7 +322,7 @@ def _live(bed: Any, job: JobProcess, spec: SoakSpec, live: Any, run_live: Any,
 
     def sampler() -> None:
         while not done.is_set():
-            samples.append(Sample(time.time(), tree_rss(job.pid)))
+            samples.append(Sample(time.time(), tree_rss(job.pid), _batches(job.metrics_url)))
             done.wait(spec.sample_interval_s)
 
     worker = threading.Thread(target=workload, name="soak-workload", daemon=True)
@@ -346,6 +348,26 @@ def _live(bed: Any, job: JobProcess, spec: SoakSpec, live: Any, run_live: Any,
     if "error" in out:
         raise SoakError(f"the live workload failed: {out['error']}") from out["error"]
     return out["result"], samples, restart
+
+
+def _batches(url: str) -> dict[str, tuple[float, float]]:
+    try:
+        m = scrape(url)
+    except httpx.HTTPError:
+        return {}  # the job restarting its queries: a gap in the series
+    return {q: (metric_sum(m, "cursorsync_batch_duration_seconds_count", query=q),
+                metric_sum(m, "cursorsync_batch_duration_seconds_sum", query=q))
+            for q in ("mapping", "sync")}
+
+
+def _batch_means(samples: list[Sample]) -> dict[str, float | None]:
+    """Per query, the mean batch duration between the first and last of ``samples``."""
+    got = [s.batches for s in samples if s.batches]
+    out: dict[str, float | None] = {}
+    for q in ("mapping", "sync"):
+        n = got[-1][q][0] - got[0][q][0] if len(got) > 1 else 0
+        out[q] = round((got[-1][q][1] - got[0][q][1]) / n, 3) if n > 0 else None
+    return out
 
 
 def _settle(bed: Any, job: JobProcess, spec: SoakSpec, result: Any,
@@ -399,6 +421,7 @@ def _report(bed: Any, spec: SoakSpec, result: Any, samples: list[Sample],
             "lag_max_s": _pct(covered, 100),
             "rss_mib": {k: round(float(np.mean([r[k] for r in rss])), 1) for k in rss[0]}
             if rss else {},
+            "batch_s": _batch_means([s for s in samples if lo <= s.at < hi]),
             "restart": bool(restart.get("at") and lo <= restart["at"] < hi)})
     errors = {k.split('"')[1]: v for k, v in last.items()
               if k.startswith("cursorsync_errors_total{")}
@@ -448,10 +471,11 @@ def table(report: Mapping[str, Any]) -> str:
                      f"{w['from_s']}-{w['to_s']}", w["entries"], _s(w["lag_p50_s"]),
                      _s(w["lag_p99_s"]), _s(w["lag_max_s"]), w["never_covered"],
                      _mib(rss.get("total")), _mib(rss.get("jvm")), _mib(rss.get("driver")),
-                     _mib(rss.get("workers"))))
+                     _mib(rss.get("workers")), _s(w["batch_s"].get("mapping")),
+                     _s(w["batch_s"].get("sync"))))
     windows = format_table(("WINDOW", "ACKED AT S", "ENTRIES", "LAG P50", "LAG P99",
-                            "LAG MAX", "UNCOVERED", "RSS MIB", "JVM", "DRIVER", "WORKERS"),
-                           rows, right=range(2, 11))
+                            "LAG MAX", "UNCOVERED", "RSS MIB", "JVM", "DRIVER", "WORKERS",
+                            "MAPPING BATCH", "SYNC BATCH"), rows, right=range(2, 13))
     job = report["job"]
     f = report["failover"]
     tail = (f"* the window with the broker restart; window 1 (Spark warming up) is the "
