@@ -3,7 +3,7 @@
 The sync batch (one row per observed cursor) is repartitioned by topic
 partition; each Spark task translates, guards and emits for its partitions
 with its own admin client and emitter, reading each partition's mapping and
-previous cursor state from the Delta tables, and returns ``sync_progress``
+previous cursor state from the Delta tables (with delta-rs), and returns ``sync_progress``
 rows. The driver only writes the tables. Every task runs the same
 :class:`cursorsync.sync.step.SyncStep`, so the safety guard is the same code.
 
@@ -25,7 +25,7 @@ from cursorsync.core.records import PartitionKey
 from cursorsync.sync.halts import halted
 from cursorsync.sync.observed import observations, previous_states, target_reader
 from cursorsync.sync.step import MarkerCache, SyncConfig, SyncStep
-from cursorsync.tables import TableStore, open_store
+from cursorsync.tables import TableStore, open_reader
 from cursorsync.tables.mappings import load_mappings
 from cursorsync.tables.rows import row_schema, sync_progress_rows
 
@@ -52,8 +52,10 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         obs = observations(pa.concat_tables(parts))
         if not obs:
             return
-        store = open_store(config.tables.backend, config.tables.path,
-                           storage_options=config.tables.storage_options or None)
+        # Tasks only read the tables (the driver writes them), with delta-rs whichever
+        # backend writes: an executor has no SparkSession for delta-spark.
+        store = open_reader(config.tables.path,
+                            storage_options=config.tables.storage_options or None)
         admin = admin_client(config.target)
         source_admin = admin_client(config.source)
         emitter = None if dry_run else target_emitter(config)
