@@ -12,8 +12,8 @@
 5. Meanwhile, every ``sample_interval_s``: the job's memory (resident set of its process
    tree: the driver, Spark's JVM, the Python workers) and its own metrics; b's cursor is
    polled for the lag of every acked entry (:mod:`cursorsync_devtools.testbed.lag`).
-6. After the last ack, until b covers everything a acked; the job is stopped (SIGINT,
-   as Ctrl-C) and b's subscription is drained: duplicates and losses are counted
+6. After the last ack, until b covers everything a acked; the job is stopped (SIGTERM,
+   as systemd or Kubernetes stop it) and b's subscription is drained: duplicates and losses are counted
    (:mod:`cursorsync_devtools.testbed.failover`).
 
 The report splits the run into windows by ack time. The first window is the baseline
@@ -200,10 +200,10 @@ class JobProcess:
                         f"ends:\n{self.tail()}")
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
-        """Ctrl-C (SIGINT), as an operator stops it; SIGKILL if it does not end in time."""
+        """SIGTERM, as systemd or Kubernetes stops it; SIGKILL if it does not end in time."""
         if self.process is None or self.process.poll() is not None:
             return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGINT)
+        self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -483,7 +483,7 @@ def table(report: Mapping[str, Any]) -> str:
             f"the last one; peak RSS {report['rss_mib_peak']:,.0f} MiB\n"
             f"job: {job['sync_batches']:.0f} sync batches, {job['acks_sent']:,.0f} acks sent, "
             f"outcomes {_kv(job['outcomes'])}, errors {_kv(job['errors']) or 'none'}; "
-            f"exit code {job['exit_code']} on Ctrl-C\n"
+            f"exit code {job['exit_code']} on SIGTERM\n"
             f"failover to b: {f['messages']:,} messages, {f['acked_on_source']:,} acked on a, "
             f"{f['deliveries']:,} deliveries on b, {f['duplicates']} duplicates "
             f"({f['unexplained']} unexplained), {f['losses']} losses")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -290,7 +291,8 @@ def query_failure(name: str, exc: Any) -> QueryFailedError:
 
 def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None = None,
             stop_event: threading.Event | None = None) -> None:
-    """The main job: run until stopped (Ctrl-C, the event) or, with ``once``, two batches.
+    """The main job: run until stopped (Ctrl-C, SIGTERM, the event) or, with ``once``, two
+    batches.
 
     A query that fails is restarted with the other from the checkpoints (:func:`restart`).
     """
@@ -298,6 +300,7 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
     server = metrics.serve(config.metrics) if config.metrics.enabled else None
     job = start_job(config, dry_run=dry_run_override, metrics=metrics, serve_metrics=False)
     attempt = 0
+    previous_handler = _stop_on_sigterm()
     try:
         if once:
             if not job.wait_batches(2, timeout_s=600):
@@ -319,3 +322,18 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
         job.stop()
         if server is not None:
             server.stop()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM (systemd, Kubernetes, ``kill``) stops the job as Ctrl-C does, with both
+    queries stopped, rather than ending the process mid-batch. Only the main thread can
+    take signals; elsewhere nothing changes (None)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupt)
