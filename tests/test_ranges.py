@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cursorsync.core import keys as keys_mod
 from cursorsync.core.cursor import fold
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
@@ -139,3 +140,125 @@ def test_parse_refuses_a_range_that_does_not_end_after_it_starts() -> None:
     for text in ("[(1:5..1:6],(5:3..5:1]]", "[(5:3..5:3]]", "[(6:0..5:9]]"):
         with pytest.raises(ValueError, match="does not end after it starts"):
             RangeSet.parse(text)
+
+
+# ------------------------------------------- every algebra method, and every key layout
+
+
+@st.composite
+def key_sets(draw: st.DrawFn, max_ranges: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical (lo, hi] intervals of integer keys, sized to cross every size threshold
+    (dense and sparse, so that walks meet few or many runs)."""
+    span = draw(st.sampled_from([5, 10, 40])) * max_ranges
+    n = draw(st.integers(0, max_ranges))
+    edges = sorted(draw(st.sets(st.integers(0, span), min_size=2 * n, max_size=2 * n)))
+    lo, hi = np.array(edges[0::2], np.int64), np.array(edges[1::2], np.int64)
+    if len(lo) > 1 and draw(st.booleans()):  # let some neighbours touch, then merge them
+        lo, hi = keys_mod.merge(lo, np.maximum(hi, np.roll(lo, -1) * (np.arange(len(lo)) % 3
+                                                                            == 0)))
+    return lo, hi
+
+
+def key_members(lo: np.ndarray, hi: np.ndarray) -> set[int]:
+    return {k for a, b in zip(lo.tolist(), hi.tolist(), strict=True) for k in range(a + 1, b + 1)}
+
+
+def assert_canonical_keys(lo: np.ndarray, hi: np.ndarray) -> None:
+    assert (lo < hi).all() and (hi[:-1] < lo[1:]).all()
+
+
+@settings(max_examples=300)
+@given(key_sets(), key_sets())
+def test_every_algebra_method_matches_sets(a: tuple[np.ndarray, np.ndarray],
+                                           b: tuple[np.ndarray, np.ndarray]) -> None:
+    """The walks that _algebra picks by size, each on any sizes, against sets of keys."""
+    (alo, ahi), (blo, bhi) = a, b
+    sa, sb = key_members(alo, ahi), key_members(blo, bhi)
+    results = {
+        "sweep or": (keys_mod.combine(alo, ahi, blo, bhi, "or"), sa | sb),
+        "sweep and": (keys_mod.combine(alo, ahi, blo, bhi, "and"), sa & sb),
+        "sweep sub": (keys_mod.combine(alo, ahi, blo, bhi, "sub"), sa - sb),
+        "dispatch or": (keys_mod.algebra(alo, ahi, blo, bhi, "or"), sa | sb),
+        "dispatch and": (keys_mod.algebra(alo, ahi, blo, bhi, "and"), sa & sb),
+        "dispatch sub": (keys_mod.algebra(alo, ahi, blo, bhi, "sub"), sa - sb),
+        "walk and": (keys_mod.clip_runs(blo, bhi, alo, ahi)[:2], sa & sb),
+        "walk complement": (keys_mod.clip_runs(*keys_mod._complement(blo, bhi), alo, ahi)[:2],
+                            sa - sb),
+    }
+    if len(alo):
+        results["walk union"] = (keys_mod._union_small(alo, ahi, blo, bhi), sa | sb)
+    if len(blo):
+        results["walk gaps"] = (keys_mod._subtract_from(alo, ahi, blo, bhi), sa - sb)
+    for name, ((lo, hi), want) in results.items():
+        assert key_members(lo, hi) == want, name
+        assert_canonical_keys(lo, hi)
+
+
+@given(key_sets(), key_sets())
+def test_merge_canonicalises_any_intervals(a: tuple[np.ndarray, np.ndarray],
+                                           b: tuple[np.ndarray, np.ndarray]) -> None:
+    lo = np.concatenate((a[0], b[0], b[1]))
+    hi = np.concatenate((a[1], b[1], b[0] + 3))  # some empty, some overlapping, unsorted
+    want = key_members(lo, hi)
+    got = keys_mod.merge(lo, hi)
+    assert key_members(*got) == want
+    assert_canonical_keys(*got)
+
+
+def _relabel(rs: RangeSet, ledger_of: dict[int, int]) -> RangeSet:
+    b = rs.bounds.copy()
+    for col in (0, 2):
+        b[:, col] = [ledger_of[x] for x in b[:, col].tolist()]
+    return RangeSet(b)
+
+
+#: Ledger labels that keep the order: as drawn, across a boundary between key bases, and
+#: spread too wide for based keys (the exact key-space fallback). Ledger -1 stays.
+LABELS = {
+    "plain": {lg: lg for lg in [-1, *LEDGERS]},
+    "across bases": {-1: -1, 0: 2**30 - 2, 3: 2**30 - 1, 7: 2**30 + 4},
+    "too wide": {-1: -1, 0: 5, 3: 5 + 2**33, 7: 2**40},
+}
+
+
+@settings(max_examples=150)
+@given(rangesets(), rangesets(), st.sampled_from(list(LABELS)),
+       st.sampled_from(list(UNIVERSE)))
+def test_results_do_not_depend_on_the_key_layout(a: RangeSet, b: RangeSet, labels: str,
+                                                 md: Position) -> None:
+    to = LABELS[labels]
+    a, b = RangeSet.up_to(md) | a, b
+    ra, rb = _relabel(a, to), _relabel(b, to)
+    for got, want in ((ra | rb, a | b), (ra & rb, a & b), (ra - rb, a - b), (rb - ra, b - a)):
+        assert got == _relabel(want, to)
+        assert got.is_canonical()
+    points = list(UNIVERSE)
+    moved = [Position(to[p.ledger], p.entry) for p in points]
+    assert ra.contains_many(moved).tolist() == a.contains_many(points).tolist()
+    ledgers = Ledgers.of([(0, 4), (3, 0), (7, 6)])
+    moved_ledgers = Ledgers.of([(to[0], 4), (to[3], 0), (to[7], 6)])
+    assert ra.canonical(moved_ledgers) == _relabel(a.canonical(ledgers), to)
+    assert ra.count_entries(moved_ledgers) == a.count_entries(ledgers)
+
+
+def test_key_layout_corners() -> None:
+    # Canonical bounds with many ranges in ledger -1 before the first real ledger.
+    rows = [(-1, 2 * i, -1, 2 * i + 1) for i in range(6)] + [(5, 0, 5, 3)]
+    rs = RangeSet(np.array(rows, np.int64), _canonical=True)
+    assert rs | RangeSet.parse("[(5:2..5:7]]") == RangeSet(np.array(
+        [*rows[:-1], (5, 0, 5, 7)], np.int64))
+    # An empty set meets a range of another key base.
+    far = 2**30 + 5
+    one = RangeSet.of((Position(far, 1), Position(far, 4)))
+    assert RangeSet()._with_one(one.bounds[0], "or") == one
+    assert not RangeSet()._with_one(one.bounds[0], "and")
+    # Two sets that each have based keys, but no base holds both: the exact fallback.
+    near = RangeSet.of(("3:1", "3:9"), ("4:0", "4:2"))
+    wide = RangeSet.of((Position(2**40, 0), Position(2**40, 5)))
+    both = near | wide
+    assert str(both) == f"[(3:1..3:9],(4:0..4:2],({2**40}:0..{2**40}:5]]"
+    assert both - wide == near and not (near & wide)
+    assert both.canonical(Ledgers.of([(3, 10), (4, 3), (2**40, 6)])).count_entries(
+        Ledgers.of([(3, 10), (4, 3), (2**40, 6)])) == 8 + 2 + 5
+    # A ledger list with nothing in it moves nothing.
+    assert near.canonical(Ledgers.of([])) == near

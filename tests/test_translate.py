@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core_strategies import World, worlds
 from cursorsync.core.cursor import CursorState
@@ -15,7 +17,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.translate import is_monotone, translate
+from cursorsync.core.translate import is_monotone, translate, unmapped_source
 from cursorsync_devtools.oracle import oracle_translate
 
 P = Position.parse
@@ -246,3 +248,68 @@ def test_acks_before_the_first_segment_wait_for_evidence_unless_replication_star
     assert plan.unmapped_acked_entries == 0 and plan.outcome == "exact"
     unknown = CursorState(Position(7, -1), RangeSet(), None)
     assert translate(source, markers, unknown).outcome == "partial"
+
+
+# ---------------------------------------------------------------- key layouts
+
+Relabel = Callable[[np.ndarray], np.ndarray]
+
+#: Order-keeping ledger relabellings (ledger -1 stays): ids across a boundary between key
+#: bases, and ids spread too wide for based keys (the exact key-space fallback).
+LAYOUTS: dict[str, Callable[[int], Relabel]] = {
+    "as drawn": lambda low: lambda ids: ids,
+    "across bases": lambda low: lambda ids: np.where(ids == -1, -1, ids - low + 2**30 - 2),
+    "too wide": lambda low: lambda ids: np.where(ids == -1, -1, (ids - low) * 2**31 + 7),
+}
+
+
+def _moved_ranges(rs: RangeSet, f: Relabel) -> RangeSet:
+    b = rs.bounds.copy()
+    b[:, 0], b[:, 2] = f(b[:, 0]), f(b[:, 2])
+    return RangeSet(b)
+
+
+def _moved_position(p: Position, f: Relabel) -> Position:
+    return Position(int(f(np.array([p.ledger]))[0]), p.entry)
+
+
+def _moved_cursor(c: CursorState, f: Relabel) -> CursorState:
+    assert c.ledgers is not None
+    return CursorState(_moved_position(c.mark_delete, f), _moved_ranges(c.individually_deleted, f),
+                       Ledgers(f(c.ledgers.ids), c.ledgers.entries))
+
+
+def _moved_runs(r: Runs, f: Relabel) -> Runs:
+    rows = r.rows.copy()
+    rows[:, 0] = f(rows[:, 0])
+    return Runs(rows)
+
+
+@SETTINGS
+@given(worlds(), st.sampled_from(list(LAYOUTS)), st.sampled_from(list(LAYOUTS)))
+def test_plans_do_not_depend_on_the_key_layout(w: World, src_layout: str, tgt_layout: str) -> None:
+    fs = LAYOUTS[src_layout](int(w.source_ledgers.ids[0]))
+    ft = LAYOUTS[tgt_layout](int(w.target_ledgers.ids[0]))
+    rows = w.mapping.segments.rows.copy()
+    rows[:, 0], rows[:, 2] = fs(rows[:, 0]), ft(rows[:, 2])
+    mapping = TopicMapping(SegmentSet(rows, w.mapping.segments.evidence_codes),
+                           _moved_runs(w.mapping.skippable, ft), _moved_runs(w.mapping.foreign, ft),
+                           _moved_runs(w.mapping.unreplicated, fs))
+    source, target = _moved_cursor(w.source, fs), _moved_cursor(w.target, ft)
+    plan = translate(w.source, w.mapping, w.target)
+    moved = translate(source, mapping, target)
+    assert moved.mark_delete == _moved_position(plan.mark_delete, ft)
+    assert moved.individually_deleted == _moved_ranges(plan.individually_deleted, ft)
+    assert moved.to_ack == _moved_ranges(plan.to_ack, ft)
+    assert moved.unmapped_acked_entries == plan.unmapped_acked_entries
+    assert moved.skippable_acked_entries == plan.skippable_acked_entries
+    assert moved.outcome == plan.outcome
+    assert unmapped_source(source, mapping, target.ledgers) == _moved_ranges(
+        unmapped_source(w.source, w.mapping, w.target.ledgers), fs)
+    assert not check_safe(moved, source, mapping, target)
+
+
+def test_safe_target_acks_with_segments_too_far_apart_for_one_key_base() -> None:
+    segs = SegmentSet.of([Segment(3, 0, 7, 0, 5), Segment(2**40, 0, 7, 5, 5)])
+    got = safe_target_acks(RangeSet.of(("3:1", "3:5"), (f"{2**40}:3", f"{2**40}:4")), segs)
+    assert str(got) == "[(7:1..7:4],(7:8..7:9]]"

@@ -84,11 +84,9 @@ def fold(
     if ledgers is not None and len(ledgers.ids):
         fl, fe = ledgers.canonical(np.array([mark_delete.ledger]), np.array([mark_delete.entry]))
         floor = Position(int(fl[0]), int(fe[0]))
-    b = everything.bounds
     new_md = mark_delete
-    if len(b):
-        lo0 = Position(int(b[0, 0]), int(b[0, 1]))
-        hi0 = Position(int(b[0, 2]), int(b[0, 3]))
+    if everything:
+        lo0, hi0 = everything._range(0)
         if lo0 <= floor <= hi0:
             new_md = max(hi0, mark_delete)
     return new_md, everything.after(new_md)

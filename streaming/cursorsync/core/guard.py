@@ -17,7 +17,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.keys import keyspace, to_keys
+from cursorsync.core.keys import (
+    I64,
+    base_for,
+    clip_runs,
+    fits,
+    keyspace,
+    ledger_of,
+    merge,
+    pack,
+    rebase,
+    to_keys,
+)
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
@@ -35,6 +46,10 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     rows = segments.rows
     if len(rows) == 0 or not source_acked:
         return RangeSet()
+    keyed = _keyed_target_acks(source_acked, rows)
+    if keyed is not None:
+        return keyed
+    # Positions based keys cannot hold: exact keys over the ledgers in play.
     s = source_acked.bounds
     sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
     seg_bounds = np.stack([sl, se - 1, sl, se + cnt - 1], axis=1)
@@ -58,6 +73,38 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     shift = (te - se)[seg]
     tls = tl[seg]
     return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
+
+
+def _keyed_target_acks(source_acked: RangeSet, rows: I64) -> RangeSet | None:
+    """:func:`safe_target_acks` on based keys, or None when they cannot hold the positions.
+
+    Each segment takes the acked ranges that meet its source run, clipped to the run; a
+    segment stays within one ledger on each side, so a key moves to the target by adding
+    the difference of the segment's first keys.
+    """
+    keyed = source_acked._keys()
+    if keyed is None:
+        return None
+    s_lo, s_hi, s_base = keyed
+    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
+    low = int(sl.min())
+    base = min(s_base, base_for(low))
+    top = ledger_of(int(s_hi[-1]), s_base)
+    if not fits(base, low, max(int(sl.max()), top), int(se.min()) - 1,
+                int((se + cnt).max()) - 1):
+        return None
+    t_low = int(tl.min())
+    t_base = base_for(t_low)
+    if not fits(t_base, t_low, int(tl.max()), int(te.min()) - 1, int((te + cnt).max()) - 1):
+        return None
+    s_lo, s_hi = rebase(s_lo, s_base, base), rebase(s_hi, s_base, base)
+    g_lo = pack(sl, se - 1, base, minus_one=False)
+    g_hi = pack(sl, se + cnt - 1, base, minus_one=False)
+    lo, hi, counts = clip_runs(g_lo, g_hi, s_lo, s_hi)
+    shift = np.repeat(pack(tl, te, t_base, minus_one=False) - (g_lo + 1), counts)
+    lo += shift
+    hi += shift
+    return RangeSet._from_keys(*merge(lo, hi), t_base)
 
 
 def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,

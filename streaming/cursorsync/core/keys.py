@@ -1,8 +1,22 @@
-"""Positions packed into one order-preserving integer key each.
+"""Positions packed into one order-preserving integer key each, and interval algebra on
+the keys.
 
 Range algebra (:mod:`cursorsync.core.ranges`) and the translation's segment
 joins run on these keys, so a comparison of two positions is one integer
 comparison in a vectorised numpy pass.
+
+Two packings:
+
+* **Based keys** (:func:`pack`): ``(ledger - base + 1) << 32 | (entry + 1)``,
+  with ledger ``-1`` (where ``MIN_POSITION`` lives) at 0. Needing no look-up of
+  the ledgers in play, they are computed once per range set and kept, and sets
+  of one topic share a base, so the algebra runs on them directly. They hold
+  entries up to ``2**32 - 2`` and ledgers within :data:`LEDGER_SPAN` of the base.
+* **Key spaces** (:class:`KeySpace`): ranks of the ledgers in play, for any
+  int64 position: the exact fallback when based keys cannot hold the values.
+
+The algebra (:func:`algebra`, :func:`merge`, :func:`clip_runs`) takes canonical
+``(lo, hi]`` interval arrays: sorted, non-empty, neither overlapping nor touching.
 """
 
 from __future__ import annotations
@@ -19,6 +33,283 @@ Keys = npt.NDArray[Any]  # int64, or object (Python ints) when ids are too wide 
 #: No ranges: the (0, 4) bounds array.
 EMPTY_BOUNDS = np.empty((0, 4), dtype=np.int64)
 
+# ------------------------------------------------------------------ based keys
+
+ENTRY_BITS = 32
+ENTRY_MASK = (1 << ENTRY_BITS) - 1
+#: Largest entry id a based key holds.
+MAX_KEYED_ENTRY = ENTRY_MASK - 1
+#: Ledgers base .. base + LEDGER_SPAN - 1 (and -1) fit; the top ledger slot stays free so
+#: that no key reaches KEY_ABOVE.
+LEDGER_SPAN = 2**31 - 2
+#: Bases are multiples of this, so that range sets of one topic get the same base.
+BASE_ALIGN = 1 << 30
+#: Below and above every based key: open ends for complements.
+KEY_BELOW = -1
+KEY_ABOVE = 2**63 - 1
+
+
+def base_for(min_ledger: int) -> int:
+    """The base for sets whose smallest ledger other than -1 is ``min_ledger``."""
+    return (max(min_ledger, 0) // BASE_ALIGN) * BASE_ALIGN
+
+
+def fits(base: int, min_ledger: int, max_ledger: int, min_entry: int, max_entry: int) -> bool:
+    """Do positions within these extremes have based keys? ``min_ledger`` ignores -1."""
+    return (base <= min_ledger and max_ledger < base + LEDGER_SPAN
+            and min_entry >= -1 and max_entry <= MAX_KEYED_ENTRY)
+
+
+def pack(ledgers: I64, entries: I64, base: int, *, minus_one: bool = True) -> I64:
+    """Based keys of positions that fit (:func:`fits`). ``minus_one=False`` promises that no
+    ledger is -1, which saves a pass."""
+    high = ledgers + (1 - base)
+    if minus_one and base != 0:
+        high = np.where(ledgers == -1, 0, high)
+    high <<= ENTRY_BITS
+    high |= entries + 1
+    return high
+
+
+def unpack(keys: I64, base: int) -> tuple[I64, I64]:
+    """(ledgers, entries) of based keys."""
+    high = keys >> ENTRY_BITS
+    ledgers = high + (base - 1)
+    if base != 0:
+        ledgers[high == 0] = -1
+    return ledgers, (keys & ENTRY_MASK) - 1
+
+
+def rebase(keys: I64, base: int, to: int) -> I64:
+    """The same positions (sorted keys) as keys of base ``to`` (<= ``base``); ledger -1
+    stays at 0."""
+    if to == base:
+        return keys
+    out = keys.copy()
+    out[int(np.searchsorted(keys, 1 << ENTRY_BITS)):] += (base - to) << ENTRY_BITS
+    return out
+
+
+def ledger_of(key: int, base: int) -> int:
+    high = key >> ENTRY_BITS
+    return -1 if high == 0 else high + base - 1
+
+
+# ------------------------------------------------------- interval algebra on keys
+
+#: An operand at least this many times smaller than the other is walked range by range
+#: (binary searches into the larger, then work in proportion to the output); operands
+#: of similar size take one merged sweep.
+_SMALL = 8
+#: Up to this many runs are copied as slices; more are gathered through one index array.
+_FEW_RUNS = 16
+
+
+def merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
+    """Canonicalise (lo, hi] key intervals: drop empties, sort, merge overlaps and touches.
+
+    Canonical input costs one comparison per interval; sorted input whose neighbours
+    at most touch (a monotone map of canonical bounds, runs cut at segment ends) two and
+    a copy; only unsorted input is sorted.
+    """
+    keep = lo < hi
+    if not keep.all():
+        lo, hi = lo[keep], hi[keep]
+    if len(lo) < 2:
+        return lo, hi
+    gap = hi[:-1] < lo[1:]
+    if gap.all():
+        return lo, hi
+    if (hi[:-1] <= lo[1:]).all():
+        # Sorted, and neighbours at most touch: each touching pair joins.
+        return lo[np.append(True, gap)], hi[np.append(gap, True)]
+    if not (lo[1:] >= lo[:-1]).all():
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    # A new interval starts where it begins strictly after everything before it ends.
+    starts = np.concatenate(([True], lo[1:] > reach[:-1]))
+    idx = np.flatnonzero(starts)
+    ends = np.concatenate((idx[1:] - 1, [len(lo) - 1]))
+    return lo[idx], reach[ends]
+
+
+def combine(
+    alo: Keys, ahi: Keys, blo: Keys, bhi: Keys, op: str
+) -> tuple[Keys, Keys]:
+    """Boolean combination of two canonical key interval sets, by an event sweep.
+
+    Each set's bounds interleave into one sorted run, so a stable sort of the
+    two runs is a linear merge; running coverage counts then say, for the gap
+    after each distinct key, whether it is in A and in B.
+    """
+    na = len(alo)
+    keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
+                           np.stack([blo, bhi], axis=1).ravel()))
+    if len(keys) == 0:
+        return alo[:0], ahi[:0]
+    da = np.zeros(len(keys), dtype=np.int8)
+    db = np.zeros(len(keys), dtype=np.int8)
+    da[0:2 * na:2], da[1:2 * na:2] = 1, -1
+    db[2 * na::2], db[2 * na + 1::2] = 1, -1
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    ca = np.cumsum(da[order], dtype=np.int32)
+    cb = np.cumsum(db[order], dtype=np.int32)
+    # Coverage after the last event at each distinct key holds until the next key.
+    last = np.concatenate((keys[1:] != keys[:-1], [True]))
+    keys, ca, cb = keys[last], ca[last], cb[last]
+    ina, inb = ca > 0, cb > 0
+    if op == "and":
+        sel = ina & inb
+    elif op == "or":
+        sel = ina | inb
+    else:  # "sub"
+        sel = ina & ~inb
+    sel = sel[:-1]  # nothing is covered after the last key
+    idx = np.flatnonzero(sel)
+    if len(idx) == 0:
+        return keys[:0], keys[:0]
+    run_start = np.concatenate(([True], idx[1:] != idx[:-1] + 1))
+    starts = idx[run_start]
+    ends = idx[np.concatenate((run_start[1:], [True]))]
+    return keys[starts], keys[ends + 1]
+
+
+def _aranges(starts: I64, stops: I64) -> I64:
+    """starts[0]..stops[0]-1, then starts[1]..stops[1]-1, and so on, in one array."""
+    counts = stops - starts
+    offsets = np.cumsum(counts) - counts
+    out: I64 = np.arange(int(counts.sum()), dtype=np.int64)
+    out += np.repeat(starts - offsets, counts)
+    return out
+
+
+def _take_runs(a: I64, starts: I64, stops: I64) -> I64:
+    """A new array of a[starts[0]:stops[0]], a[starts[1]:stops[1]], ..."""
+    if len(starts) <= _FEW_RUNS:
+        return np.concatenate([a[:0], *(a[i:j] for i, j in zip(starts.tolist(), stops.tolist(),
+                                                               strict=True))])
+    return a[_aranges(starts, stops)]
+
+
+def clip_runs(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64, I64]:
+    """For each interval of A (any, walked one by one), the intervals of canonical B that
+    meet it, clipped to it; and how many each interval of A got.
+
+    Only the first and the last interval of each run can stick out of A's interval: the
+    ones between lie inside it, as B's intervals neither overlap nor touch.
+    """
+    j0 = np.searchsorted(bhi, alo, side="right")  # first of B that ends after A starts
+    j1 = np.searchsorted(blo, ahi, side="left")   # first of B that starts at or after A ends
+    counts = np.maximum(j1 - j0, 0)  # an empty interval of A meets nothing
+    j1 = j0 + counts
+    lo, hi = _take_runs(blo, j0, j1), _take_runs(bhi, j0, j1)
+    ends = np.cumsum(counts)
+    meet = counts > 0
+    first, last = (ends - counts)[meet], ends[meet] - 1
+    lo[first] = np.maximum(lo[first], alo[meet])
+    hi[last] = np.minimum(hi[last], ahi[meet])
+    return lo, hi, counts
+
+
+def _complement(lo: I64, hi: I64) -> tuple[I64, I64]:
+    """Every key outside the canonical intervals, as canonical intervals (open ends at
+    KEY_BELOW and KEY_ABOVE, which no interval of keys reaches)."""
+    return np.concatenate(([KEY_BELOW], hi)), np.concatenate((lo, [KEY_ABOVE]))
+
+
+def _subtract_from(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64]:
+    """A - B walking A (the small side): for each interval of A, the gaps of B inside it.
+
+    Gap k lies between B's intervals k-1 and k; the first and the last gap met can be
+    cut short by A's interval, or emptied when A's interval starts or ends inside B.
+    """
+    m = len(blo)
+    j0 = np.searchsorted(bhi, alo, side="right")
+    j1 = np.searchsorted(blo, ahi, side="left")
+    k = _aranges(j0, j1 + 1)
+    glo = bhi[np.maximum(k - 1, 0)]
+    glo[k == 0] = KEY_BELOW
+    ghi = blo[np.minimum(k, m - 1)]
+    ghi[k == m] = KEY_ABOVE
+    counts = j1 - j0 + 1
+    last = np.cumsum(counts) - 1
+    first = last - counts + 1
+    glo[first] = np.maximum(glo[first], alo)
+    ghi[last] = np.minimum(ghi[last], ahi)
+    keep = glo < ghi
+    return glo[keep], ghi[keep]
+
+
+def _union_small(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64]:
+    """A | B walking B (the small side): each interval of B swallows the intervals of A it
+    meets or touches, and the rest of A is copied around them."""
+    n = len(alo)
+    if not len(blo) or not n:
+        return (alo, ahi) if n else (blo, bhi)
+    i0 = np.searchsorted(ahi, blo, side="left")   # first of A that reaches B's start
+    i1 = np.searchsorted(alo, bhi, side="right")  # first of A that starts after B's end
+    meet = i1 > i0
+    wlo = np.where(meet, np.minimum(blo, alo[np.minimum(i0, n - 1)]), blo)
+    whi = np.where(meet, np.maximum(bhi, ahi[np.maximum(i1 - 1, 0)]), bhi)
+    # Widened intervals that share an interval of A, or meet, are one; both bounds are
+    # non-decreasing, so a group ends where the next one starts after its end.
+    g = np.flatnonzero(np.concatenate(([True], wlo[1:] > whi[:-1])))
+    gend = np.append(g[1:], len(wlo)) - 1
+    glo, ghi, s, e = wlo[g], whi[gend], i0[g], i1[gend]
+    keep_from, keep_to = np.append(0, e), np.append(s, n)
+    if len(g) <= _FEW_RUNS:
+        cuts = list(zip(keep_from.tolist(), keep_to.tolist(), strict=True))
+        lo_parts, hi_parts = [alo[cuts[0][0]:cuts[0][1]]], [ahi[cuts[0][0]:cuts[0][1]]]
+        for r, (i, j) in enumerate(cuts[1:]):
+            lo_parts += [glo[r:r + 1], alo[i:j]]
+            hi_parts += [ghi[r:r + 1], ahi[i:j]]
+        return np.concatenate(lo_parts), np.concatenate(hi_parts)
+    kept = _aranges(keep_from, keep_to)
+    dropped = e - s
+    at = s - (np.cumsum(dropped) - dropped)
+    return np.insert(alo[kept], at, glo), np.insert(ahi[kept], at, ghi)
+
+
+def algebra(alo: I64, ahi: I64, blo: I64, bhi: I64, op: str) -> tuple[I64, I64]:
+    """A op B on canonical based keys, by the cheapest exact method for the sizes."""
+    n, m = len(alo), len(blo)
+    if op != "sub" and n < m:
+        alo, ahi, blo, bhi, n, m = blo, bhi, alo, ahi, m, n
+    if m == 0 or n == 0:
+        return (alo[:0], ahi[:0]) if op == "and" else (alo, ahi)
+    if ahi[-1] < blo[0] or bhi[-1] < alo[0]:  # apart, not even touching
+        if op == "and":
+            return alo[:0], ahi[:0]
+        if op == "sub":
+            return alo, ahi
+        first = ahi[-1] < blo[0]
+        return ((np.concatenate((alo, blo)), np.concatenate((ahi, bhi))) if first
+                else (np.concatenate((blo, alo)), np.concatenate((bhi, ahi))))
+    if m * _SMALL <= n:
+        if op == "or":
+            return _union_small(alo, ahi, blo, bhi)
+        if op == "and":
+            return clip_runs(blo, bhi, alo, ahi)[:2]
+        return clip_runs(*_complement(blo, bhi), alo, ahi)[:2]
+    if op == "sub" and n * _SMALL <= m:
+        return _subtract_from(alo, ahi, blo, bhi)
+    lo, hi = combine(alo, ahi, blo, bhi, op)
+    return lo, hi
+
+
+def covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
+    """For each point key p: is there an interval with lo < p <= hi (lo, hi canonical)."""
+    if len(lo) == 0:
+        return np.zeros(len(points), dtype=bool)
+    j = np.searchsorted(hi, points, side="left")
+    inside = j < len(hi)
+    jj = np.minimum(j, len(hi) - 1)
+    return inside & (lo[jj] < points)
+
+
+# ------------------------------------------------------------------ key spaces
 
 
 class KeySpace:

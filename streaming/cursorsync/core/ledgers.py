@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cursorsync.core.keys import I64
+from cursorsync.core.keys import I64, base_for, fits, pack
 from cursorsync.core.positions import Position
 
 
@@ -84,6 +84,37 @@ class Ledgers:
         out_l[open_] = ledgers[open_]
         out_e[open_] = entries[open_]
         return out_l, out_e
+
+    def key_base(self, base: int) -> int | None:
+        """The base (<= ``base``) whose keys hold every listed ledger's entries and ``-1``, or
+        None when no base does (ids below 0, spans or entry counts too wide)."""
+        if not len(self.ids):
+            return base
+        to = min(base, base_for(int(self.ids[0])))
+        top_entry = int(self.entries.max()) - 1
+        return to if fits(to, int(self.ids[0]), int(self.ids[-1]), -1, top_entry) else None
+
+    def canonical_keys(self, keys: I64, base: int) -> I64:
+        """:meth:`canonical` of sorted based keys (:mod:`cursorsync.core.keys`), ``base`` from
+        :meth:`key_base`: a binary search per ledger, not per key, then two passes."""
+        nonempty = self.entries > 0
+        ids = self.ids[nonempty]
+        if len(ids) == 0 or len(keys) == 0:
+            return keys
+        starts = pack(ids, np.zeros_like(ids), base, minus_one=False)
+        ends = pack(ids, self.entries[nonempty] - 1, base, minus_one=False)
+        # Keys from starts[j] to starts[j + 1] are in ledger j or in the gap after it: the
+        # last entry at or before each is the key itself or the ledger's last entry.
+        at = np.searchsorted(keys, starts, side="left")
+        out = np.empty_like(keys)
+        out[:at[0]] = int(pack(ids[:1], np.array([-1]), base, minus_one=False)[0])
+        spans = np.diff(np.append(at, len(keys)))
+        np.minimum(keys[at[0]:], np.repeat(ends, spans), out=out[at[0]:])
+        # The open ledger (from its entry 0) and beyond stay as they are.
+        top = int(pack(self.ids[-1:], np.zeros(1, np.int64), base, minus_one=False)[0])
+        t = int(np.searchsorted(keys, top, side="left"))
+        out[t:] = keys[t:]
+        return out
 
     def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
         """How many existing entries lie at or before each position (past the last ledger: all)."""

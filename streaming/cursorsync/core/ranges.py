@@ -3,8 +3,11 @@
 A RangeSet is immutable and canonical: ranges sorted, non-empty, and neither
 overlapping nor touching in position space, so equal sets are equal values.
 Every operation is vectorised with numpy over the ranges (never over entries):
-positions are packed into one comparable integer key per bound, relative to
-the ledgers in play, and the interval algebra runs on the keys.
+positions are packed into one comparable integer key per bound and the interval
+algebra runs on the keys. A set keeps its based keys (:mod:`cursorsync.core.keys`)
+and derives its bounds array only when asked, so a chain of operations on
+cursor-sized sets costs a few linear passes each; positions that based keys
+cannot hold go through an exact key space per operation.
 
 Position space is not entry space: ``(1:9..2:-1]`` holds no entry, and
 ``(1:5..1:9]`` and ``(2:-1..2:3]`` are contiguous entries when ledger 1 ends at
@@ -20,7 +23,25 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import numpy.typing as npt
 
-from cursorsync.core.keys import EMPTY_BOUNDS, I64, Keys, KeySpace, from_keys, keyspace, to_keys
+from cursorsync.core.keys import (
+    EMPTY_BOUNDS,
+    I64,
+    LEDGER_SPAN,
+    KeySpace,
+    algebra,
+    base_for,
+    combine,
+    covers,
+    fits,
+    from_keys,
+    keyspace,
+    ledger_of,
+    merge,
+    pack,
+    rebase,
+    to_keys,
+    unpack,
+)
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import (
     MIN_POSITION,
@@ -30,84 +51,81 @@ from cursorsync.core.positions import (
 )
 
 _EMPTY = EMPTY_BOUNDS
+_NO_KEYS = np.empty(0, dtype=np.int64)
+_NO_KEYS.setflags(write=False)
+#: (lo keys, hi keys, base) of a canonical set.
+Based = tuple[I64, I64, int]
 
 
-def _merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
-    """Canonicalise (lo, hi] key intervals: drop empties, sort, merge overlaps and touches."""
-    keep = lo < hi
-    lo, hi = lo[keep], hi[keep]
-    if len(lo) == 0:
-        return lo, hi
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    reach = np.maximum.accumulate(hi)
-    # A new interval starts where it begins strictly after everything before it ends.
-    starts = np.concatenate(([True], lo[1:] > reach[:-1]))
-    idx = np.flatnonzero(starts)
-    ends = np.concatenate((idx[1:] - 1, [len(lo) - 1]))
-    return lo[idx], reach[ends]
+def _extremes(ledgers: I64, entries: I64) -> tuple[int | None, int, int, int]:
+    """(smallest ledger but -1 or None, largest ledger, smallest entry, largest entry)."""
+    low, top = int(ledgers.min()), int(ledgers.max())
+    if low == -1:
+        rest = ledgers[ledgers != -1]
+        return (int(rest.min()) if rest.size else None), top, int(entries.min()), int(
+            entries.max())
+    return low, top, int(entries.min()), int(entries.max())
 
 
-def _combine(
-    alo: Keys, ahi: Keys, blo: Keys, bhi: Keys, op: str
-) -> tuple[Keys, Keys]:
-    """Boolean combination of two canonical key interval sets, by an event sweep.
-
-    Each set's bounds interleave into one sorted run, so a stable sort of the
-    two runs is a linear merge; running coverage counts then say, for the gap
-    after each distinct key, whether it is in A and in B.
-    """
-    na = len(alo)
-    keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
-                           np.stack([blo, bhi], axis=1).ravel()))
-    if len(keys) == 0:
-        return alo[:0], ahi[:0]
-    da = np.zeros(len(keys), dtype=np.int8)
-    db = np.zeros(len(keys), dtype=np.int8)
-    da[0:2 * na:2], da[1:2 * na:2] = 1, -1
-    db[2 * na::2], db[2 * na + 1::2] = 1, -1
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    ca = np.cumsum(da[order], dtype=np.int32)
-    cb = np.cumsum(db[order], dtype=np.int32)
-    # Coverage after the last event at each distinct key holds until the next key.
-    last = np.concatenate((keys[1:] != keys[:-1], [True]))
-    keys, ca, cb = keys[last], ca[last], cb[last]
-    ina, inb = ca > 0, cb > 0
-    if op == "and":
-        sel = ina & inb
-    elif op == "or":
-        sel = ina | inb
-    else:  # "sub"
-        sel = ina & ~inb
-    sel = sel[:-1]  # nothing is covered after the last key
-    idx = np.flatnonzero(sel)
-    if len(idx) == 0:
-        return keys[:0], keys[:0]
-    run_start = np.concatenate(([True], idx[1:] != idx[:-1] + 1))
-    starts = idx[run_start]
-    ends = idx[np.concatenate((run_start[1:], [True]))]
-    return keys[starts], keys[ends + 1]
+def _pack_any(ledgers: I64, entries: I64, base: int | None = None) -> tuple[I64, int] | None:
+    """Based keys of arbitrary positions (in ``base`` if given), or None if they do not fit."""
+    low, top, e_low, e_top = _extremes(ledgers, entries)
+    if base is None:
+        base = base_for(top if low is None else low)
+    if not fits(base, base if low is None else low, top, e_low, e_top):
+        return None
+    return pack(ledgers, entries, base), base
 
 
-def _covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
-    """For each point key p: is there an interval with lo < p <= hi (lo, hi canonical)."""
-    if len(lo) == 0:
-        return np.zeros(len(points), dtype=bool)
-    j = np.searchsorted(hi, points, side="left")
-    inside = j < len(hi)
-    jj = np.minimum(j, len(hi) - 1)
-    return inside & (lo[jj] < points)
+def _based_bounds(b: I64, *, canonical: bool) -> Based | None:
+    """Based keys of (n, 4) bounds, or None if they do not fit. Canonical bounds run in
+    position order, so their ledgers are read off the ends, not searched."""
+    if len(b) == 0:
+        return _NO_KEYS, _NO_KEYS, 0
+    if not canonical:
+        packed = _pack_any(b[:, 0::2], b[:, 1::2])
+        if packed is None:
+            return None
+        keys, base = packed
+        return keys[:, 0].copy(), keys[:, 1].copy(), base
+    ledgers = b.reshape(-1)[::2]  # lo, hi, lo, hi, ...: non-decreasing
+    i = 0
+    while i < len(ledgers) and i < 4 and ledgers[i] == -1:
+        i += 1
+    if i == 4:
+        i = int(np.searchsorted(np.ascontiguousarray(ledgers), -1, side="right"))
+    top = int(ledgers[-1])
+    low = int(ledgers[i]) if i < len(ledgers) else 0
+    base = base_for(low)
+    entries = b[:, 1::2]
+    if not fits(base, low, top, int(entries.min()), int(entries.max())):
+        return None
+    minus_one = int(ledgers[0]) == -1
+    return (pack(b[:, 0], b[:, 1], base, minus_one=minus_one),
+            pack(b[:, 2], b[:, 3], base, minus_one=minus_one), base)
 
 
-def _search(ledgers: I64, entries: I64, pos: tuple[int, int], side: str) -> int:
-    """searchsorted for one position in position-sorted (ledger, entry) columns."""
-    lo = int(np.searchsorted(ledgers, pos[0], side="left"))
-    hi = int(np.searchsorted(ledgers, pos[0], side="right"))
-    return lo + int(np.searchsorted(entries[lo:hi], pos[1], side=side))  # type: ignore[call-overload]
+def _common(a: Based | None, b: Based | None) -> tuple[I64, I64, I64, I64, int] | None:
+    """Both sets as keys of one base (the lower; the other's keys shifted), if it holds both."""
+    if a is None or b is None:
+        return None
+    (alo, ahi, abase), (blo, bhi, bbase) = a, b
+    if abase == bbase or not len(blo):
+        return alo, ahi, blo, bhi, abase
+    if not len(alo):
+        return alo, ahi, blo, bhi, bbase
+    to = min(abase, bbase)
+    xhi, xbase = (ahi, abase) if abase > to else (bhi, bbase)
+    if ledger_of(int(xhi[-1]), xbase) >= to + LEDGER_SPAN:
+        return None
+    if abase > to:
+        return rebase(alo, abase, to), rebase(ahi, abase, to), blo, bhi, to
+    return alo, ahi, rebase(blo, bbase, to), rebase(bhi, bbase, to), to
 
 
 # ----------------------------------------------------------------------- rangeset
+
+_UNKNOWN, _KEYED, _UNKEYED = 0, 1, 2
 
 
 class RangeSet:
@@ -116,18 +134,59 @@ class RangeSet:
     Invariant (checked by :meth:`is_canonical`): rows sorted by lo, lo < hi,
     and hi[i] < lo[i+1] (no overlap, no touch). Operators have named twins:
     ``|`` union, ``&`` intersection, ``-`` difference, ``in`` contains.
+
+    Held as bounds, as based keys, or both: each is derived from the other on first use
+    and kept (``_state`` says whether keys are known, or cannot hold the positions).
     """
 
-    __slots__ = ("_b",)
+    __slots__ = ("_b", "_base", "_hi", "_lo", "_state")
 
     def __init__(self, bounds: I64 | None = None, *, _canonical: bool = False) -> None:
-        b = _EMPTY if bounds is None else np.asarray(bounds, dtype=np.int64).reshape(-1, 4)
-        if not _canonical and len(b):
+        self._b: I64 | None = None
+        self._lo: I64 = _NO_KEYS
+        self._hi: I64 = _NO_KEYS
+        self._base = 0
+        self._state = _KEYED
+        if bounds is None:
+            return
+        b = np.asarray(bounds, dtype=np.int64).reshape(-1, 4)
+        if not len(b):
+            return
+        based = None if _canonical else _based_bounds(b, canonical=False)
+        if based is not None:
+            lo, hi = merge(based[0], based[1])
+            self._set_keys(lo, hi, based[2])
+            return
+        if not _canonical:
             ks = keyspace(b)
-            lo, hi = _merge(*to_keys(ks, b))
+            lo, hi = merge(*to_keys(ks, b))
             b = from_keys(ks, lo, hi)
         b.setflags(write=False)
-        self._b: I64 = b
+        self._b = b
+        self._state = _UNKNOWN
+
+    @classmethod
+    def _from_keys(cls, lo: I64, hi: I64, base: int) -> RangeSet:
+        """From canonical based keys (taken, not copied)."""
+        rs = cls()
+        rs._set_keys(lo, hi, base)
+        return rs
+
+    def _set_keys(self, lo: I64, hi: I64, base: int) -> None:
+        lo.setflags(write=False)
+        hi.setflags(write=False)
+        self._lo, self._hi, self._base, self._state = lo, hi, base, _KEYED
+
+    def _keys(self) -> Based | None:
+        """The based keys, or None when they cannot hold these positions."""
+        if self._state == _UNKNOWN:
+            assert self._b is not None
+            based = _based_bounds(self._b, canonical=True)
+            if based is None:
+                self._state = _UNKEYED
+            else:
+                self._set_keys(*based)
+        return (self._lo, self._hi, self._base) if self._state == _KEYED else None
 
     # -- construction
     @classmethod
@@ -173,98 +232,95 @@ class RangeSet:
     @property
     def bounds(self) -> I64:
         """(n, 4) read-only array: lo ledger, lo entry, hi ledger, hi entry."""
+        if self._b is None:
+            b = _EMPTY
+            if len(self._lo):
+                b = np.empty((len(self._lo), 4), dtype=np.int64)
+                b[:, 0], b[:, 1] = unpack(self._lo, self._base)
+                b[:, 2], b[:, 3] = unpack(self._hi, self._base)
+            b.setflags(write=False)
+            self._b = b
         return self._b
 
     def __len__(self) -> int:
-        return len(self._b)
+        return len(self._lo) if self._state == _KEYED else len(self.bounds)
 
     def __bool__(self) -> bool:
-        return len(self._b) > 0
+        return len(self) > 0
 
     def __iter__(self) -> Iterator[tuple[Position, Position]]:
-        for a, b, c, d in self._b.tolist():
+        for a, b, c, d in self.bounds.tolist():
             yield Position(a, b), Position(c, d)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RangeSet) and np.array_equal(self._b, other._b)
+        if not isinstance(other, RangeSet):
+            return False
+        a, b = self._keys(), other._keys()
+        if a is not None and b is not None and a[2] == b[2]:
+            return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        return np.array_equal(self.bounds, other.bounds)
 
     def __hash__(self) -> int:
-        return hash(self._b.tobytes())
+        return hash(self.bounds.tobytes())
 
     def __repr__(self) -> str:
         text = str(self)
         return f"RangeSet({text if len(text) < 200 else text[:200] + '...'})"
 
     def __str__(self) -> str:
-        return format_range_bounds(self._b)
+        return format_range_bounds(self.bounds)
+
+    def _range(self, i: int) -> tuple[Position, Position]:
+        """Range ``i`` without deriving the whole bounds array."""
+        if self._b is None:
+            ll, le = unpack(self._lo[i:i + 1], self._base)
+            hl, he = unpack(self._hi[i:i + 1], self._base)
+            return Position(int(ll[0]), int(le[0])), Position(int(hl[0]), int(he[0]))
+        a, b, c, d = self._b[i].tolist()
+        return Position(a, b), Position(c, d)
 
     def is_canonical(self) -> bool:
-        if len(self._b) == 0:
+        if not self:
             return True
-        ks = keyspace(self._b)
-        lo, hi = to_keys(ks, self._b)
+        keyed = self._keys()
+        if keyed is not None:
+            lo, hi, _ = keyed
+        else:
+            ks = keyspace(self.bounds)
+            lo, hi = to_keys(ks, self.bounds)
         return bool((lo < hi).all() and (hi[:-1] < lo[1:]).all())
 
     # -- algebra
     def _binary(self, other: RangeSet, op: str) -> RangeSet:
-        if len(other) == 1 and len(self) > 64:
-            return self._with_one(other._b[0], op)
-        ks = keyspace(self._b, other._b)
-        alo, ahi = to_keys(ks, self._b)
-        blo, bhi = to_keys(ks, other._b)
-        lo, hi = _combine(alo, ahi, blo, bhi, op)
+        both = _common(self._keys(), other._keys())
+        if both is not None:
+            alo, ahi, blo, bhi, base = both
+            lo, hi = algebra(alo, ahi, blo, bhi, op)
+            return RangeSet._from_keys(lo, hi, base)
+        # Positions based keys cannot hold: exact keys over the ledgers in play.
+        ks = keyspace(self.bounds, other.bounds)
+        alo, ahi = to_keys(ks, self.bounds)
+        blo, bhi = to_keys(ks, other.bounds)
+        lo, hi = combine(alo, ahi, blo, bhi, op)
         return RangeSet(from_keys(ks, lo, hi), _canonical=True)
 
     def _with_one(self, r: I64, op: str) -> RangeSet:
-        """self op (a..b] in O(log n) searches plus one copy: cursor-sized sets meet single
-        ranges (a markDeletePosition, a horizon) on every sync."""
-        b = self._b
-        a_pos = (int(r[0]), int(r[1]))
-        z_pos = (int(r[2]), int(r[3]))
-        if op == "or":
-            i0 = _search(b[:, 2], b[:, 3], a_pos, "left")    # first hi >= a (touch merges)
-            i1 = _search(b[:, 0], b[:, 1], z_pos, "right")   # first lo > b
-        else:
-            i0 = _search(b[:, 2], b[:, 3], a_pos, "right")   # first hi > a (overlap)
-            i1 = _search(b[:, 0], b[:, 1], z_pos, "left")    # first lo >= b
-        mid = b[i0:i1]
-        if op == "or":
-            lo = min(a_pos, (int(mid[0, 0]), int(mid[0, 1]))) if len(mid) else a_pos
-            hi = max(z_pos, (int(mid[-1, 2]), int(mid[-1, 3]))) if len(mid) else z_pos
-            piece = np.array([[lo[0], lo[1], hi[0], hi[1]]], dtype=np.int64)
-            out = np.concatenate((b[:i0], piece, b[i1:]))
-        elif op == "and":
-            out = mid.copy()
-            if len(out):
-                if (int(out[0, 0]), int(out[0, 1])) < a_pos:
-                    out[0, 0:2] = a_pos
-                if (int(out[-1, 2]), int(out[-1, 3])) > z_pos:
-                    out[-1, 2:4] = z_pos
-        else:  # difference
-            keep = []
-            if len(mid):
-                if (int(mid[0, 0]), int(mid[0, 1])) < a_pos:
-                    keep.append([mid[0, 0], mid[0, 1], a_pos[0], a_pos[1]])
-                if (int(mid[-1, 2]), int(mid[-1, 3])) > z_pos:
-                    keep.append([z_pos[0], z_pos[1], mid[-1, 2], mid[-1, 3]])
-            piece = np.array(keep, dtype=np.int64).reshape(-1, 4)
-            out = np.concatenate((b[:i0], piece, b[i1:]))
-        return RangeSet(out, _canonical=True)
+        """self op (a..b], the row ``r`` of a canonical bounds array: cursor-sized sets meet
+        single ranges (a markDeletePosition, a horizon) on every sync, which costs binary
+        searches and one copy (:func:`algebra`)."""
+        return self._binary(RangeSet(np.asarray(r, dtype=np.int64).reshape(1, 4),
+                                     _canonical=True), op)
 
     def union(self, other: RangeSet) -> RangeSet:
         if not other:
             return self
         if not self:
             return other
-        if len(self) == 1 and len(other) > 1:
-            return other._binary(self, "or")
         return self._binary(other, "or")
 
     def intersection(self, other: RangeSet) -> RangeSet:
         if not self or not other:
             return RangeSet()
-        if len(self) == 1 and len(other) > 1:
-            return other._binary(self, "and")
         return self._binary(other, "and")
 
     def difference(self, other: RangeSet) -> RangeSet:
@@ -290,21 +346,35 @@ class RangeSet:
         return self.contains_arrays(pl, pe)
 
     def contains_arrays(self, ledgers: I64, entries: I64) -> npt.NDArray[np.bool_]:
-        if len(self._b) == 0 or len(ledgers) == 0:
+        if not self or len(ledgers) == 0:
             return np.zeros(len(ledgers), dtype=bool)
-        ks = KeySpace(
-            [self._b[:, 0], self._b[:, 2], ledgers], [self._b[:, 1], self._b[:, 3], entries]
-        )
-        lo, hi = to_keys(ks, self._b)
-        return _covers(lo, hi, ks.pack(ledgers, entries))
+        keyed = self._keys()
+        if keyed is not None:
+            points = _pack_any(ledgers, entries, keyed[2])
+            if points is not None:
+                return covers(keyed[0], keyed[1], points[0])
+        b = self.bounds
+        ks = KeySpace([b[:, 0], b[:, 2], ledgers], [b[:, 1], b[:, 3], entries])
+        lo, hi = to_keys(ks, b)
+        return covers(lo, hi, ks.pack(ledgers, entries))
 
     # -- ledger-aware views
     def canonical(self, ledgers: Ledgers | None) -> RangeSet:
         """The same entries with bounds moved onto existing entries, so ledger ends fold."""
         if ledgers is None or not self:
             return self
-        ll, le = ledgers.canonical(self._b[:, 0], self._b[:, 1])
-        hl, he = ledgers.canonical(self._b[:, 2], self._b[:, 3])
+        keyed = self._keys()
+        if keyed is not None:
+            lo, hi, base = keyed
+            to = ledgers.key_base(base)
+            if to is not None and ledger_of(int(hi[-1]), base) < to + LEDGER_SPAN:
+                lo, hi = rebase(lo, base, to), rebase(hi, base, to)
+                # The map is monotone: bounds stay sorted, and ranges can only empty or touch.
+                lo, hi = merge(ledgers.canonical_keys(lo, to), ledgers.canonical_keys(hi, to))
+                return RangeSet._from_keys(lo, hi, to)
+        b = self.bounds
+        ll, le = ledgers.canonical(b[:, 0], b[:, 1])
+        hl, he = ledgers.canonical(b[:, 2], b[:, 3])
         return RangeSet(np.stack([ll, le, hl, he], axis=1))
 
     def count_entries(self, ledgers: Ledgers | None = None) -> int:
@@ -314,7 +384,7 @@ class RangeSet:
         counted); without, ranges that span ledgers count only the entries of
         their last ledger, so the result is a lower bound.
         """
-        b = self._b
+        b = self.bounds
         if len(b) == 0:
             return 0
         if ledgers is not None and len(ledgers.ids):
@@ -331,7 +401,7 @@ class RangeSet:
         counts); without, ranges must stay within one ledger.
         """
         if ledgers is None:
-            for a, b, c, d in self._b.tolist():
+            for a, b, c, d in self.bounds.tolist():
                 if a != c:
                     raise ValueError(
                         f"range ({a}:{b}..{c}:{d}] spans ledgers; its entries need the ledger list"
@@ -340,7 +410,7 @@ class RangeSet:
                     yield Position(a, e)
             return
         known = list(zip(ledgers.ids.tolist(), ledgers.entries.tolist(), strict=True))
-        for a, b, c, d in self._b.tolist():
+        for a, b, c, d in self.bounds.tolist():
             for lid, n in known:
                 if lid < a or lid > c:
                     continue

@@ -126,7 +126,7 @@ def translate(
     to_ack = after - current
 
     segs = mapping.segments.rows
-    unmapped = unmapped_source(source, mapping, target.ledgers).count_entries(source.ledgers)
+    unmapped = _unmapped(source_acked, mapping, target.ledgers).count_entries(source.ledgers)
     rewound = 0
     if previous_source is not None:
         rewound = (previous_source.acked() - source_acked).count_entries(source.ledgers)
@@ -148,14 +148,20 @@ def unmapped_source(source: CursorState, mapping: TopicMapping,
     its first mapped entry is data (:func:`_stream_starts_mapped`): then they precede
     replication and have no counterpart to wait for.
     """
+    return _unmapped(source.acked(), mapping, target_ledgers)
+
+
+def _unmapped(acked: RangeSet, mapping: TopicMapping,
+              target_ledgers: Ledgers | None) -> RangeSet:
+    """:func:`unmapped_source` of the source's acked positions."""
     segs = mapping.segments.rows
     if not len(segs):
         return RangeSet()
-    horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
-    acked = source.acked()
-    later = acked.after(horizon)
-    early = RangeSet() if _stream_starts_mapped(mapping, target_ledgers) else acked - later
-    return ((early | later) - mapping.segments.source_ranges()
+    if _stream_starts_mapped(mapping, target_ledgers):
+        # Only the acks after the first segment's start can wait for evidence.
+        horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
+        acked = acked.after(horizon)
+    return (acked - mapping.segments.source_ranges()
             - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
 
 
