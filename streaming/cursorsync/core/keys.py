@@ -63,12 +63,27 @@ def fits(base: int, min_ledger: int, max_ledger: int, min_entry: int, max_entry:
 def pack(ledgers: I64, entries: I64, base: int, *, minus_one: bool = True) -> I64:
     """Based keys of positions that fit (:func:`fits`). ``minus_one=False`` promises that no
     ledger is -1, which saves a pass."""
+    return pack_next(ledgers, entries + 1, base, minus_one=minus_one)
+
+
+def pack_next(ledgers: I64, next_entries: I64, base: int, *, minus_one: bool = True) -> I64:
+    """:func:`pack` of (ledger, entry) given entry + 1, which :func:`next_entries_fit` can
+    check on the way."""
     high = ledgers + (1 - base)
     if minus_one and base != 0:
         high = np.where(ledgers == -1, 0, high)
     high <<= ENTRY_BITS
-    high |= entries + 1
+    high |= next_entries
     return high
+
+
+def next_entries_fit(*next_entries: I64) -> bool:
+    """Are all entry + 1 in [0, 2**32), so entries in [-1, MAX_KEYED_ENTRY]? One OR over
+    each array: a value outside sets a bit above the low 32 (a negative one, all of them)."""
+    bits = 0
+    for a in next_entries:
+        bits |= int(np.bitwise_or.reduce(a, axis=None)) if a.size else 0
+    return bits >> ENTRY_BITS == 0
 
 
 def unpack(keys: I64, base: int) -> tuple[I64, I64]:
@@ -185,12 +200,13 @@ def _aranges(starts: I64, stops: I64) -> I64:
     return out
 
 
-def _take_runs(a: I64, starts: I64, stops: I64) -> I64:
-    """A new array of a[starts[0]:stops[0]], a[starts[1]:stops[1]], ..."""
+def _take_runs(starts: I64, stops: I64, *arrays: I64) -> list[I64]:
+    """For each array, a new one of a[starts[0]:stops[0]], a[starts[1]:stops[1]], ..."""
     if len(starts) <= _FEW_RUNS:
-        return np.concatenate([a[:0], *(a[i:j] for i, j in zip(starts.tolist(), stops.tolist(),
-                                                               strict=True))])
-    return a[_aranges(starts, stops)]
+        cuts = list(zip(starts.tolist(), stops.tolist(), strict=True))
+        return [np.concatenate([a[:0], *(a[i:j] for i, j in cuts)]) for a in arrays]
+    at = _aranges(starts, stops)
+    return [a[at] for a in arrays]
 
 
 def clip_runs(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64, I64]:
@@ -204,7 +220,7 @@ def clip_runs(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64, I64]:
     j1 = np.searchsorted(blo, ahi, side="left")   # first of B that starts at or after A ends
     counts = np.maximum(j1 - j0, 0)  # an empty interval of A meets nothing
     j1 = j0 + counts
-    lo, hi = _take_runs(blo, j0, j1), _take_runs(bhi, j0, j1)
+    lo, hi = _take_runs(j0, j1, blo, bhi)
     ends = np.cumsum(counts)
     meet = counts > 0
     first, last = (ends - counts)[meet], ends[meet] - 1

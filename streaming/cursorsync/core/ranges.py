@@ -37,7 +37,9 @@ from cursorsync.core.keys import (
     keyspace,
     ledger_of,
     merge,
+    next_entries_fit,
     pack,
+    pack_next,
     rebase,
     to_keys,
     unpack,
@@ -97,12 +99,12 @@ def _based_bounds(b: I64, *, canonical: bool) -> Based | None:
     top = int(ledgers[-1])
     low = int(ledgers[i]) if i < len(ledgers) else 0
     base = base_for(low)
-    entries = b[:, 1::2]
-    if not fits(base, low, top, int(entries.min()), int(entries.max())):
+    lo_next, hi_next = b[:, 1] + 1, b[:, 3] + 1
+    if not (fits(base, low, top, -1, -1) and next_entries_fit(lo_next, hi_next)):
         return None
     minus_one = int(ledgers[0]) == -1
-    return (pack(b[:, 0], b[:, 1], base, minus_one=minus_one),
-            pack(b[:, 2], b[:, 3], base, minus_one=minus_one), base)
+    return (pack_next(b[:, 0], lo_next, base, minus_one=minus_one),
+            pack_next(b[:, 2], hi_next, base, minus_one=minus_one), base)
 
 
 def _common(a: Based | None, b: Based | None) -> tuple[I64, I64, I64, I64, int] | None:

@@ -157,12 +157,13 @@ def _unmapped(acked: RangeSet, mapping: TopicMapping,
     segs = mapping.segments.rows
     if not len(segs):
         return RangeSet()
+    # What the segments and known runs explain goes first: what is left is small.
+    rest = (acked - mapping.segments.source_ranges()
+            - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
     if _stream_starts_mapped(mapping, target_ledgers):
         # Only the acks after the first segment's start can wait for evidence.
-        horizon = Position(int(segs[0, 0]), int(segs[0, 1]) - 1)
-        acked = acked.after(horizon)
-    return (acked - mapping.segments.source_ranges()
-            - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
+        rest = rest.after(Position(int(segs[0, 0]), int(segs[0, 1]) - 1))
+    return rest
 
 
 def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None) -> bool:
