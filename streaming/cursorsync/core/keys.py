@@ -154,41 +154,33 @@ def combine(
 ) -> tuple[Keys, Keys]:
     """Boolean combination of two canonical key interval sets, by an event sweep.
 
-    Each set's bounds interleave into one sorted run, so a stable sort of the
-    two runs is a linear merge; running coverage counts then say, for the gap
-    after each distinct key, whether it is in A and in B.
+    Events count +1/-1 for A's lo/hi and +2/-2 for B's, so the running sum is
+    (in A) + 2 * (in B). A stable sort of the four sorted runs (every lo before
+    every hi) orders equal keys lo first, so at one key the sum only rises, then
+    only falls: where the selection starts and ends alternate, and an interval
+    opened and closed at the same key is empty and dropped.
     """
-    na = len(alo)
-    keys = np.concatenate((np.stack([alo, ahi], axis=1).ravel(),
-                           np.stack([blo, bhi], axis=1).ravel()))
-    if len(keys) == 0:
+    na, nb = len(alo), len(blo)
+    if na + nb == 0:
         return alo[:0], ahi[:0]
-    da = np.zeros(len(keys), dtype=np.int8)
-    db = np.zeros(len(keys), dtype=np.int8)
-    da[0:2 * na:2], da[1:2 * na:2] = 1, -1
-    db[2 * na::2], db[2 * na + 1::2] = 1, -1
+    keys = np.concatenate((alo, blo, ahi, bhi))
+    code = np.repeat(np.array([1, 2, -1, -2], dtype=np.int8), [na, nb, na, nb])
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    ca = np.cumsum(da[order], dtype=np.int32)
-    cb = np.cumsum(db[order], dtype=np.int32)
-    # Coverage after the last event at each distinct key holds until the next key.
-    last = np.concatenate((keys[1:] != keys[:-1], [True]))
-    keys, ca, cb = keys[last], ca[last], cb[last]
-    ina, inb = ca > 0, cb > 0
+    cover = np.cumsum(code[order], dtype=np.int8)
     if op == "and":
-        sel = ina & inb
+        sel = cover == 3
     elif op == "or":
-        sel = ina | inb
+        sel = cover > 0
     else:  # "sub"
-        sel = ina & ~inb
-    sel = sel[:-1]  # nothing is covered after the last key
-    idx = np.flatnonzero(sel)
-    if len(idx) == 0:
-        return keys[:0], keys[:0]
-    run_start = np.concatenate(([True], idx[1:] != idx[:-1] + 1))
-    starts = idx[run_start]
-    ends = idx[np.concatenate((run_start[1:], [True]))]
-    return keys[starts], keys[ends + 1]
+        sel = cover == 1
+    # Nothing is selected before the first event or after the last.
+    edges = np.flatnonzero(sel[1:] != sel[:-1]) + 1
+    if sel[0]:
+        edges = np.append(0, edges)
+    lo, hi = keys[edges[0::2]], keys[edges[1::2]]
+    keep = lo < hi
+    return lo[keep], hi[keep]
 
 
 def _aranges(starts: I64, stops: I64) -> I64:
