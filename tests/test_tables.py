@@ -625,6 +625,27 @@ def test_append_checks_arguments(tmp_path: Path) -> None:
     assert not store.exists("mappings")  # nothing was created by the refusals
 
 
+def test_filters_match_names_with_quotes_and_backslashes(make_store: StoreFactory) -> None:
+    # Pulsar allows both in subscription names; each engine has its own string escapes.
+    store = make_store()
+    odd = ["it's", "a\\b", "q\"uote", "plain"]
+    assert store.append("cursor_states", make_cursor_states(TOPICS[0], odd),
+                        app_id="sync", batch_id=0)
+    for name in odd:
+        rows = store.read("cursor_states", RowFilter.of(subscription=name))
+        assert rows.column("subscription").to_pylist() == [name]
+    assert store.read("cursor_states", RowFilter.of(subscription=odd)).num_rows == len(odd)
+
+
+def test_row_filter_as_datafusion_sql() -> None:
+    schema = load_schema("cursor_states")
+    sql = RowFilter.of(topic="it's", subscription=["a\\b"], max_batch_id=3).sql(
+        schema, dialect="datafusion")
+    bucket = topic_bucket("it's", schema.topic_buckets)
+    assert sql == (f'"topic_bucket" IN ({bucket}) AND "topic" IN (\'it\'\'s\') AND '
+                   '"subscription" IN (\'a\\b\') AND "batch_id" <= 3')
+
+
 def test_row_filter_as_spark_sql() -> None:
     schema = load_schema("cursor_states")
     sql = RowFilter.of(topic="it's", subscription=["a", "b"], min_batch_id=3).sql(schema)

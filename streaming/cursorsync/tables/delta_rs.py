@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from cursorsync.tables.schema import (
@@ -142,8 +142,14 @@ class DeltaRsStore(TableStore):
         dt = self._open(table)
         if dt is None:
             return self._cast_read(schema, schema.arrow().empty_table(), columns)
-        expr = filter.arrow_expression(schema) if filter is not None else None
-        data = dt.to_pyarrow_dataset().to_table(filter=expr)
+        # DataFusion prunes files on the log's statistics in Rust: the cost of a selective
+        # read (the sync's "batches since the last one") stays small as files accumulate,
+        # where a pyarrow dataset builds an expression per file first.
+        wanted = columns if columns is not None else schema.column_names
+        select = ", ".join(f'"{c}"' for c in wanted if c in schema.column_names)
+        where = filter.sql(schema, dialect="datafusion") if filter is not None else None
+        query = f"SELECT {select or '*'} FROM t" + (f" WHERE {where}" if where else "")
+        data = pa.table(QueryBuilder().register("t", dt).execute(query).read_all())
         return self._cast_read(schema, data, columns)
 
     def table_batch(self, table: TableName, app_id: str) -> int | None:

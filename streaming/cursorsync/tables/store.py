@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -140,23 +140,34 @@ class RowFilter:
             expr = term if expr is None else expr & term
         return expr
 
-    def sql(self, schema: TableSchema) -> str | None:
-        """The filter as a Spark SQL boolean expression (None when it keeps every row)."""
+    def sql(self, schema: TableSchema, *, dialect: SqlDialect = "spark") -> str | None:
+        """The filter as a SQL boolean expression for Spark or DataFusion (delta-rs's
+        query engine); None when it keeps every row."""
+        quote = _IDENTIFIER_QUOTES[dialect]
         terms = []
         for column, op, value in self._conditions(schema):
+            name = f"{quote}{column}{quote}"
             if op == "in":
-                items = ", ".join(_sql_literal(v) for v in value) or "NULL"
-                terms.append(f"`{column}` IN ({items})")
+                items = ", ".join(_sql_literal(v, dialect) for v in value) or "NULL"
+                terms.append(f"{name} IN ({items})")
             else:
-                terms.append(f"`{column}` {op} {_sql_literal(value)}")
+                terms.append(f"{name} {op} {_sql_literal(value, dialect)}")
         return " AND ".join(terms) if terms else None
 
 
-def _sql_literal(value: Any) -> str:
+#: Spark SQL quotes identifiers with backticks and escapes with backslashes in strings;
+#: DataFusion follows standard SQL (double quotes, a quote doubled, backslash literal).
+SqlDialect = Literal["spark", "datafusion"]
+_IDENTIFIER_QUOTES: dict[str, str] = {"spark": "`", "datafusion": '"'}
+
+
+def _sql_literal(value: Any, dialect: SqlDialect = "spark") -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, int):
         return str(value)
+    if dialect == "datafusion":
+        return "'" + str(value).replace("'", "''") + "'"
     return _sql_string(str(value))
 
 
