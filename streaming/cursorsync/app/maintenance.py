@@ -11,6 +11,11 @@ the executors read a subscription's previous state from it.
 A maintenance failure is logged and counted (``cursorsync_errors_total{stage="tables"}``)
 and tried again one interval later; it never stops the sync, because
 nothing it does is needed for the next batch.
+
+Between two runs, each batch appends a small file to each table it writes (at a 0.5 s
+trigger, 7,200 an hour). Every ``compact_every_batches`` batches the tables are compacted
+(nothing else), so appends, checkpoints and reads keep working over a bounded number of
+files.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ class TableMaintenance:
     """Runs maintenance of ``tables`` when :meth:`run_if_due` finds an interval has passed.
 
     The first run comes one interval after start: a job that restarts often does not
-    rewrite its tables at every start.
+    rewrite its tables at every start. In between, every ``compact_every_batches`` calls
+    (one per batch) compact the tables.
     """
 
     def __init__(self, store: TableStore, tables: tuple[TableName, ...], config: TablesConfig,
@@ -52,6 +58,7 @@ class TableMaintenance:
         self._clock = clock
         self._now = now
         self.next_at = clock() + config.maintenance_interval_s
+        self.batches = 0  # since the last compaction
 
     def retention_s(self, table: TableName) -> float | None:
         """How long ``table``'s rows are kept; None for a table kept whole."""
@@ -62,13 +69,41 @@ class TableMaintenance:
         return None
 
     def run_if_due(self) -> bool:
-        """Maintain every table if the interval has passed; True when it ran."""
-        if self._clock() < self.next_at:
+        """Called after each batch: maintain every table if the interval has passed, else
+        compact them if ``compact_every_batches`` batches have passed; True when either
+        ran."""
+        self.batches += 1
+        if self._clock() >= self.next_at:
+            self.next_at = self._clock() + self.config.maintenance_interval_s
+            self.batches = 0
+            for table in self.tables:
+                self.run(table)
+            return True
+        every = self.config.compact_every_batches
+        if not every or self.batches < every:
             return False
-        self.next_at = self._clock() + self.config.maintenance_interval_s
+        self.batches = 0
         for table in self.tables:
-            self.run(table)
+            self.compact(table)
         return True
+
+    def compact(self, table: TableName) -> None:
+        """Compact ``table`` alone; a failure is logged and counted."""
+        t0 = time.perf_counter()
+        try:
+            if not self.store.exists(table):
+                return
+            stats = self.store.compact(table)
+        except Exception as err:
+            log.warning("compaction of table %s failed (tried again in %d batches): %s",
+                        table, self.config.compact_every_batches, err)
+            if self.metrics:
+                self.metrics.record_error("tables")
+            return
+        counts = stats.get("metrics", stats)  # delta-spark nests them, delta-rs does not
+        log.info("compacted table %s in %.1f s: %s files into %s", table,
+                 time.perf_counter() - t0, counts.get("numFilesRemoved", "?"),
+                 counts.get("numFilesAdded", "?"))
 
     def run(self, table: TableName) -> None:
         """Expire (history tables), compact and vacuum ``table``; failures are logged."""

@@ -18,6 +18,10 @@ class TablesConfig(_Section):
     storage_options: dict[str, str] = Field(default_factory=dict)
     #: How often the job compacts and vacuums its tables and expires old history rows.
     maintenance_interval_s: float = Field(default=3600.0, gt=0)
+    #: Each query also compacts its tables after this many of its batches (each adds a
+    #: file per table), so the number of files stays bounded between maintenance runs;
+    #: 0 compacts only every maintenance_interval_s.
+    compact_every_batches: int = Field(default=600, ge=0)
     #: cursor_states rows older than this are deleted, but each key's newest row.
     cursor_states_retention_s: float = Field(default=604800.0, gt=0)
     #: sync_progress rows older than this are deleted, but each key's newest row.
