@@ -10,7 +10,7 @@ if not __package__:
     _here = os.path.dirname(os.path.realpath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != _here]
 
-from cursorsync.app.cli import main  # noqa: E402
+from cursorsync.app.cli import main
 
 if __name__ == "__main__":
     main()

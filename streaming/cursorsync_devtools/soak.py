@@ -13,8 +13,8 @@
    tree: the driver, Spark's JVM, the Python workers) and its own metrics; b's cursor is
    polled for the lag of every acked entry (:mod:`cursorsync_devtools.testbed.lag`).
 6. After the last ack, until b covers everything a acked; the job is stopped (SIGTERM,
-   as systemd or Kubernetes stop it) and b's subscription is drained: duplicates and losses are counted
-   (:mod:`cursorsync_devtools.testbed.failover`).
+   as systemd or Kubernetes stop it) and b's subscription is drained: duplicates and
+   losses are counted (:mod:`cursorsync_devtools.testbed.failover`).
 
 The report splits the run into windows by ack time. The first window is the baseline
 the later ones are read against: lag and memory are flat when the last window looks
