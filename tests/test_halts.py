@@ -3,6 +3,7 @@ until `cursorsync resume` clears it. Run with the real sync sink and a Delta tab
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.records import PartitionKey
+from cursorsync.core.records import PartitionKey, RewindPolicy
+from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.halts import NothingHaltedError, halted, resume
 from cursorsync.sync.sink import SyncSink
@@ -41,12 +43,13 @@ class _Frame:
         return self.table
 
 
-def _polled(mark_delete: str, at: datetime) -> _Frame:
+def _polled(mark_delete: str, at: datetime, ledgers: tuple[tuple[int, int], ...] = ((5, 20),),
+            individually_deleted: str = "[]") -> _Frame:
     """One pulsar-cursors row: the source cursor of `billing` on KEY."""
     return _Frame(pa.Table.from_pylist([{
         "topic": KEY.topic, "partition": KEY.partition, "subscription": "billing",
-        "mark_delete": mark_delete, "individually_deleted": "[]",
-        "ledgers": [{"ledger_id": 5, "entries": 20}], "observed_at": at}]))
+        "mark_delete": mark_delete, "individually_deleted": individually_deleted,
+        "ledgers": [{"ledger_id": i, "entries": n} for i, n in ledgers], "observed_at": at}]))
 
 
 class _Emitter:
@@ -72,9 +75,11 @@ def _config(tmp_path: Path) -> Config:
 
 
 def _sink(config: Config, store: TableStore, emitter: _Emitter,
-          target: list[CursorState]) -> SyncSink:
+          target: list[CursorState], created_at: Callable[[str], datetime] | None = None,
+          rewind_policy: RewindPolicy = "halt") -> SyncSink:
     """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
-    step = SyncStep(SyncConfig(rewind_policy="halt"), emitter, lambda t, s: target[0])
+    step = SyncStep(SyncConfig(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],
+                    source_created_at=created_at)
     return SyncSink(config, store, step, None)
 
 
@@ -128,6 +133,94 @@ def test_a_rewind_during_a_restart_is_still_seen(tmp_path: Path) -> None:
     _sink(config, store, _Emitter(), target)(_polled("5:9", T0), 0)
     _sink(config, store, _Emitter(), target)(_polled("5:2", T0 + timedelta(seconds=1)), 1)
     assert _outcome(store, 1) == "halted"
+
+
+def _store_with_mapping(config: Config) -> TableStore:
+    store = open_store("delta-rs", config.tables.path)
+    store.ensure_all()
+    store.append("mappings", mapping_rows(KEY, TopicMapping(SegmentSet.of(
+        [Segment(5, 0, 7, 0, 20)])), source_cluster="A", target_cluster="B", written_at=T0),
+        app_id="m", batch_id=0)
+    return store
+
+
+@pytest.mark.parametrize("policy", ["halt", "report"])
+def test_a_source_topic_created_again_halts_whatever_the_policy(
+        tmp_path: Path, policy: RewindPolicy) -> None:
+    """Deleted and created again, the source topic is on a new ledger and its cursor's
+    markDeletePosition covers the old ledger, where 5:5..5:19 were never acked: their copies
+    on the target stay unacked, and the halt lasts across a restart."""
+    config = _config(tmp_path)
+    store = _store_with_mapping(config)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    emitter = _Emitter()
+    created = [T0 - timedelta(days=30)]
+    sink = _sink(config, store, emitter, target, lambda t: created[0], policy)
+    sink(_polled("5:4", T0), 0)
+    assert _outcome(store, 0) == "exact" and len(emitter.sent) == 1
+    target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
+
+    created[0] = T0 + timedelta(seconds=2)
+    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
+    assert halted(store, source_cluster="A", target_cluster="B") == {(KEY, "billing")}
+    (row,) = [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
+    assert row["rewound_entries"] == 15
+    restarted = _sink(config, store, emitter, target, lambda t: created[0], policy)
+    restarted(_polled("9:3", T0 + timedelta(seconds=4), ledgers=((9, 8),)), 2)
+    assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
+
+
+def test_ledgers_trimmed_after_their_entries_were_acked_go_on(tmp_path: Path) -> None:
+    """The same observations, but the source topic is older than the last one: the ledger
+    went by trimming, once its entries were acked, so the sync follows."""
+    config = _config(tmp_path)
+    store = _store_with_mapping(config)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    emitter = _Emitter()
+    sink = _sink(config, store, emitter, target, lambda t: T0 - timedelta(minutes=5))
+    sink(_polled("5:4", T0), 0)
+    target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
+    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    assert _outcome(store, 1) == "exact" and len(emitter.sent) == 2
+    assert emitter.sent[1].plan.mark_delete == Position(7, 19)
+
+
+def test_when_the_source_cannot_say_nothing_is_sent_and_the_evidence_stays(
+        tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    store = _store_with_mapping(config)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    emitter = _Emitter()
+    answer: list[datetime | Exception] = [T0 - timedelta(days=1)]
+
+    def created_at(topic: str) -> datetime:
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    sink = _sink(config, store, emitter, target, created_at)
+    sink(_polled("5:4", T0), 0)
+    target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
+    answer[0] = AdminUnavailableError("cluster A: internal-info failed after 3 attempts")
+    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    assert len(emitter.sent) == 1
+    assert not [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
+    # The next answer still compares with the observation before the topic went.
+    answer[0] = T0 + timedelta(seconds=2)
+    sink(_polled("9:2", T0 + timedelta(seconds=4), ledgers=((9, 5),)), 2)
+    assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
+
+
+def test_without_a_way_to_ask_vanished_unacked_entries_are_not_acked(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    store = _store_with_mapping(config)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    emitter = _Emitter()
+    sink = _sink(config, store, emitter, target, None)
+    sink(_polled("5:4", T0), 0)
+    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
 
 
 def test_resume_from_the_command_line(tmp_path: Path) -> None:

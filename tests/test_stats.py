@@ -10,7 +10,7 @@ import pytest
 
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.errors import AdminError
+from cursorsync.errors import AdminError, MalformedAdminOutputError
 from cursorsync.pulsar.stats import (
     parse_internal_stats,
     parse_json,
@@ -210,3 +210,19 @@ def test_malformed_json_names_what() -> None:
 def test_partitioned_missing_metadata() -> None:
     with pytest.raises(AdminError, match="metadata"):
         parse_partitioned_internal_stats("persistent://acme/orders/events", {"partitions": {}})
+
+
+def test_creation_date_from_internal_info() -> None:
+    from datetime import UTC, datetime
+
+    from cursorsync.pulsar.stats import parse_creation_date
+
+    doc = {"version": 39, "creationDate": "2026-11-25T06:59:13.775Z", "ledgers": []}
+    assert parse_creation_date("persistent://t/n/x", doc) == datetime(
+        2026, 11, 25, 6, 59, 13, 775000, tzinfo=UTC)
+    for bad, says in [({}, "field creationDate is missing"),
+                      ({"creationDate": 5}, "field creationDate has an unexpected type"),
+                      ({"creationDate": "yesterday"}, "creationDate is not an ISO 8601 time"),
+                      ([], "response is not a JSON object")]:
+        with pytest.raises(MalformedAdminOutputError, match=says):
+            parse_creation_date("persistent://t/n/x", bad)

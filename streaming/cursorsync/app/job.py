@@ -182,7 +182,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
-                    target_reader(admin), source_marker_lookup(source_admin, config))
+                    target_reader(admin), source_marker_lookup(source_admin, config),
+                    source_admin.created_at)
     hole_check = None
     if config.evidence.holes == "verified":
         from cursorsync.mapping.hole_check import AdminHoleCheck

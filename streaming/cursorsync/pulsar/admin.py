@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ from cursorsync.errors import (
 from cursorsync.pulsar.stats import (
     PartitionedInternalStats,
     TopicInternalStats,
+    parse_creation_date,
     parse_internal_stats,
     parse_json,
     parse_partitioned_internal_stats,
@@ -216,6 +218,13 @@ class AdminClient:
         doc = self.get_json(t.admin_path("partitioned-internalStats"),
                             f"partitioned-internalStats of {t}", str(t))
         return parse_partitioned_internal_stats(t, doc)
+
+    def created_at(self, topic: str | TopicName) -> datetime:
+        """When the topic partition's managed ledger was created (``creationDate`` of its
+        internal-info): a topic deleted and created again has a later one."""
+        t = _topic(topic)
+        doc = self.get_json(t.admin_path("internal-info"), f"internal-info of {t}", str(t))
+        return parse_creation_date(t, doc)
 
     def partitions(self, topic: str | TopicName) -> int:
         """Partition count from the partitioned-topic metadata (0: not partitioned)."""

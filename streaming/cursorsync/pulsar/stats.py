@@ -18,6 +18,7 @@ import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cursorsync.core.cursor import CursorState
@@ -257,6 +258,19 @@ def parse_partitions(topic: str | TopicName, doc: Any) -> int:
     if n < 0:
         raise MalformedAdminOutputError(f"{name}: field partitions is negative ({n})")
     return n
+
+
+def parse_creation_date(topic: str | TopicName, doc: Any) -> datetime:
+    """``GET .../internal-info`` -> the managed ledger's ``creationDate`` (ISO 8601, UTC)."""
+    name = str(topic)
+    text = _field(name, doc, "creationDate", str)
+    assert isinstance(text, str)
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise MalformedAdminOutputError(
+            f"{name}: field creationDate is not an ISO 8601 time ({text[:40]!r})") from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def parse_topic_list(namespace: str, doc: Any) -> list[str]:

@@ -62,7 +62,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
                             emitter, target_reader(admin),
-                            source_marker_lookup(source_admin, config))
+                            source_marker_lookup(source_admin, config), source_admin.created_at)
             step.halted = halted(store, source_cluster=config.source.name,
                                  target_cluster=config.target.name)
             step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,

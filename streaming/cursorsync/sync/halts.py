@@ -42,7 +42,8 @@ def new_halts(progress: pa.Table, known: Halted) -> list[HaltRecord]:
         if r["outcome"] == "halted" and key not in known:
             out.append(HaltRecord(
                 key[0], key[1], True,
-                f"the source cursor moved back over {r['rewound_entries']} entries",
+                f"the source cursor moved back over or lost {r['rewound_entries']} entries "
+                "(a rewind, or its topic deleted and created again)",
                 r["rewound_entries"], r["emitted_at"]))
     return out
 

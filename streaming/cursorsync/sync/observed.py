@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC
-from typing import Any
 
 import pyarrow as pa
 
@@ -54,10 +53,10 @@ def target_reader(admin: AdminClient) -> Callable[[str, str], CursorState | None
 
 def previous_states(store: TableStore, obs: list[ObservedCursor], batch_id: int, *,
                     source_cluster: str, target_cluster: str,
-                    ) -> dict[tuple[PartitionKey, str], CursorState]:
-    """The last cursor state each observed (partition, subscription) had before this batch,
+                    ) -> dict[tuple[PartitionKey, str], ObservedCursor]:
+    """The last observation of each observed (partition, subscription) before this batch,
     from ``cursor_states``: what a rewind is measured against after a restart."""
-    prev: dict[tuple[PartitionKey, str], tuple[Any, CursorState]] = {}
+    prev: dict[tuple[PartitionKey, str], ObservedCursor] = {}
     if batch_id == 0 or not store.exists("cursor_states"):
         return {}
     for topic in sorted({o.key.topic for o in obs}):
@@ -66,6 +65,6 @@ def previous_states(store: TableStore, obs: list[ObservedCursor], batch_id: int,
             max_batch_id=batch_id - 1))
         for seen in cursor_states(rows):
             k = (seen.key, seen.subscription)
-            if k not in prev or seen.observed_at >= prev[k][0]:
-                prev[k] = (seen.observed_at, seen.state)
-    return {k: v[1] for k, v in prev.items()}
+            if k not in prev or seen.observed_at >= prev[k].observed_at:
+                prev[k] = seen
+    return prev

@@ -14,7 +14,11 @@ logged with its reason and the others going on:
    traffic they are simply not mapped yet;
 2. a source that moved backwards: ``halt`` emits nothing for it from then on, until an
    operator resumes it (:mod:`cursorsync.sync.halts`); ``report`` goes on (acks
-   already sent cannot be taken back either way);
+   already sent cannot be taken back either way). A source cursor that covers entries
+   it showed unacked only because their ledgers are gone is asked about: if the
+   source topic was created after the last observation (deleted and created again),
+   those entries were never acked, and the subscription halts whatever the policy;
+   if the source cannot say, nothing is sent this batch;
 3. :func:`cursorsync.core.guard.guard`: the safety rule, or nothing is sent;
 4. emit (unless dry-run);
 5. record every outcome: emitted, halted, refused or failed (:class:`SyncRecord`), so the
@@ -31,11 +35,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
 
+from cursorsync.core.continuity import count_vanished, vanished_unacked
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
@@ -59,6 +64,11 @@ class EmitterLike(Protocol):
 TargetReader = Callable[[str, str], CursorState | None]
 #: Which of these source entries of a concrete topic are markers (asked of the source).
 MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: When the source's managed ledger was created, for a concrete topic (asked of the source).
+SourceCreatedAt = Callable[[str], datetime]
+#: A source topic created later than this before the last observation of its cursor is
+#: taken as created after it: the broker's and this host's clocks may differ by as much.
+CLOCK_SKEW = timedelta(seconds=60)
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
 #: Unmapped entries past the last mapped one are looked up once the mapping of their
@@ -99,12 +109,15 @@ class SyncStep:
     """Holds what the loop must remember between batches: the previous source states."""
 
     def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
-                 read_target: TargetReader, lookup_markers: MarkerLookup | None = None) -> None:
+                 read_target: TargetReader, lookup_markers: MarkerLookup | None = None,
+                 source_created_at: SourceCreatedAt | None = None) -> None:
         self.config = config
         self.emitter = emitter
         self.read_target = read_target
         self.lookup_markers = lookup_markers
-        self.previous: dict[tuple[PartitionKey, str], CursorState] = {}
+        #: Without it, entries that vanished unacked are never taken as acked.
+        self.source_created_at = source_created_at
+        self.previous: dict[tuple[PartitionKey, str], ObservedCursor] = {}
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
         self.halted: set[tuple[PartitionKey, str]] = set()
         self.markers = MarkerCache()
@@ -131,16 +144,23 @@ class SyncStep:
                 log.info("skip %s/%s: the target has no such subscription yet",
                          topic, obs.subscription)
                 continue
+            prev = self.previous.get(k)
+            lost = self._lost(obs, prev, topic)
+            if lost is None:
+                unavailable += 1
+                continue  # the previous observation stays, as the evidence
+            previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
             mapping = self._with_markers(obs.key, mapping)
-            plan = translate(obs.state, mapping, target, previous_source=self.previous.get(k))
+            plan = translate(obs.state, mapping, target, previous_source=previous_source)
             if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
                 mapping = self._with_markers(obs.key, mapping)
-                plan = translate(obs.state, mapping, target,
-                                 previous_source=self.previous.get(k))
+                plan = translate(obs.state, mapping, target, previous_source=previous_source)
             t_translate += time.perf_counter() - t0
-            self.previous[k] = obs.state
-            result, acks = self._emit(obs, topic, plan, mapping, target)
+            self.previous[k] = obs
+            if lost:
+                plan = replace(plan, rewound_entries=plan.rewound_entries + lost)
+            result, acks = self._emit(obs, topic, plan, mapping, target, lost=lost)
             refused += result == "refused"
             halted += result == "halted"
             sent += acks
@@ -154,12 +174,40 @@ class SyncStep:
         return StepResult(records, sent, refused, halted, t_translate, unavailable)
 
 
+    def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
+        """How many entries the previous observation showed unacked went with a source topic
+        deleted and created since (0: none, or they went by trimming); None when the source
+        cannot say now."""
+        if prev is None:
+            return 0
+        gone = vanished_unacked(prev.state, obs.state)
+        if not gone:
+            return 0
+        count = max(count_vanished(prev.state, gone), 1)
+        if self.source_created_at is None:
+            return count
+        try:
+            created = self.source_created_at(topic)
+        except CursorSyncError as err:
+            log.warning("skip %s/%s this batch: %d entries it showed unacked are in ledgers "
+                        "now gone, and when the source topic was created cannot be read: %s",
+                        topic, obs.subscription, count, err)
+            return None
+        return count if created > prev.observed_at - CLOCK_SKEW else 0
+
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
-              target: CursorState) -> tuple[Result, int]:
+              target: CursorState, *, lost: int = 0) -> tuple[Result, int]:
         """Halt, guard, send: what became of the plan, and the acks sent."""
         if (obs.key, obs.subscription) in self.halted:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
+            return "halted", 0
+        if lost:
+            log.error("skip %s/%s: the source topic was deleted and created again since the "
+                      "last sync; %d entries its cursor showed unacked went with it, and their "
+                      "copies on the target must stay unacked. Halted until an operator "
+                      "resumes it (resuming lets the new cursor's markDeletePosition cover "
+                      "those copies)", topic, obs.subscription, lost)
             return "halted", 0
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
