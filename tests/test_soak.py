@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cursorsync_devtools.soak import SoakSpec, soak, table
+from cursorsync_devtools.soak import SoakSpec, soak
+from cursorsync_devtools.soak_table import table
 
 pytestmark = pytest.mark.integration
 
