@@ -241,3 +241,39 @@ def test_resume_from_the_command_line(tmp_path: Path) -> None:
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     assert done.stdout.strip() == f"resumed {KEY.concrete_topic()} billing"
+
+
+def test_previous_states_read_recent_batches_and_history_only_when_needed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Executors look up each cursor's previous state every batch: the last few batches
+    hold it, and the whole history is read only for a cursor that is not in them."""
+    from cursorsync.core.records import ObservedCursor
+    from cursorsync.sync import observed
+    from cursorsync.tables.rows import cursor_state_rows
+
+    monkeypatch.setattr(observed, "RECENT_BATCHES", 3)
+    store = open_store("delta-rs", str(tmp_path / "tables"))
+    clusters: dict[str, Any] = {"source_cluster": "A", "target_cluster": "B"}
+
+    def seen(sub: str, md: str, batch: int) -> ObservedCursor:
+        return ObservedCursor(KEY, sub, CursorState.parse(md), T0 + timedelta(seconds=batch))
+
+    for batch in range(10):
+        rows = [seen("busy", f"5:{batch}", batch)] + ([seen("quiet", "5:2", batch)]
+                                                       if batch == 1 else [])
+        store.append("cursor_states", cursor_state_rows(rows, **clusters), app_id="s",
+                     batch_id=batch)
+    reads: list[Any] = []
+    read = store.read
+    monkeypatch.setattr(store, "read", lambda t, f=None, **kw: reads.append(f) or read(t, f, **kw))
+
+    prev = observed.previous_states(store, [seen("busy", "5:20", 10)], 10, **clusters)
+    assert prev[(KEY, "busy")].state.mark_delete == Position(5, 9)
+    assert [f.min_batch_id for f in reads] == [7]
+    reads.clear()
+    prev = observed.previous_states(store, [seen("busy", "5:20", 10), seen("quiet", "5:3", 10),
+                                            seen("new", "5:0", 10)], 10, **clusters)
+    assert prev[(KEY, "busy")].state.mark_delete == Position(5, 9)
+    assert prev[(KEY, "quiet")].state.mark_delete == Position(5, 2)
+    assert (KEY, "new") not in prev
+    assert [f.min_batch_id for f in reads] == [7, None]
