@@ -231,3 +231,63 @@ def test_more_partitions_under_the_job_are_synced(
         _until("b follows a on the new partition", lambda: _md(testbed, "b", new) >= last)
     finally:
         job.stop()
+
+
+def test_a_source_topic_deleted_and_created_again_halts_the_sync(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """Six messages are never acked on a; then a's topic is deleted (forced) and created
+    again, with the subscription, on new ledgers: the new cursor's markDeletePosition
+    covers the old ledgers. Their copies on b stay unacked, and the sync halts."""
+    topic = testbed.topic(topic_name("deleted-on-a"))
+    testbed.create_topic(topic)
+    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest).close()
+
+    def subscribe_on_a() -> Any:
+        return testbed.client("a").subscribe(
+            topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest)
+
+    consumer = subscribe_on_a()
+    producer = testbed.client("a").create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"old-{i}".encode())
+    producer.close()
+    for _ in range(10):
+        msg = consumer.receive(timeout_millis=10_000)
+        if int(msg.data().decode().split("-")[1]) < 4:
+            consumer.acknowledge(msg)
+    testbed.wait_replicated([topic])
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
+    store = open_store("delta-rs", config.tables.path)
+    clusters = {"source_cluster": config.source.name, "target_cluster": config.target.name}
+    job = start_job(config)
+    try:
+        def synced() -> bool:
+            rows = [r for r in store.read("sync_progress").to_pylist() if r["topic"] == topic]
+            return sum(r["acks_sent"] for r in rows) >= 4 and _latest_outcome(
+                store, topic) == "exact"
+
+        _until("b's cursor follows a's over the four acked messages", synced)
+        consumer.close()
+        testbed.admin_call("a", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
+        consumer = subscribe_on_a()  # the topic and its subscription, created again
+        _send_and_ack(testbed, topic, consumer, 3)
+        _until("the sync of the subscription halts",
+               lambda: any(k[1] == SUB for k in halted(store, **clusters)))
+        assert _latest_outcome(store, topic) == "halted"
+    finally:
+        consumer.close()
+        job.stop()
+    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
+    got = set()
+    try:
+        while True:
+            try:
+                got.add(reader.receive(timeout_millis=3000).data().decode())
+            except pulsar.Timeout:
+                break
+    finally:
+        reader.close()
+    assert {f"old-{i}" for i in range(4, 10)} <= got, got
+    assert not {f"old-{i}" for i in range(4)} & got, got
