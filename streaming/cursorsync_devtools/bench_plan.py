@@ -1,0 +1,189 @@
+"""``cursorsync bench plan``: one sync batch for many topic partitions on the driver, no
+brokers.
+
+The mappings of ``partitions`` topic partitions (topics of 100 partitions, two segments
+each: a ledger rollover on the source) are written to a Delta table with delta-rs, then
+loaded as the sync query loads them. Cursor states for one subscription per partition:
+most idle (everything acked on both sides), an ``active`` fraction with acks to send, of
+which a ``holes`` fraction has acknowledgement holes. Two sync batches run through the
+real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
+sent): the first has no previous states, the second compares with them, as every batch of
+a running job does. The target's admin API is a function that answers from memory and
+counts the requests: the job makes one per (partition, subscription) and batch.
+"""
+
+from __future__ import annotations
+
+import resource
+import tempfile
+import time
+import tracemalloc
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.tables import open_store
+from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.rows import mapping_rows
+
+PARTITIONS_PER_TOPIC = 100
+ENTRIES = 1_000  # per source ledger; two source ledgers per partition
+SUBSCRIPTION = "bench"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    keys: list[PartitionKey]
+    source_first: np.ndarray  # each partition's first source ledger id
+    target_ledger: np.ndarray  # each partition's one target ledger id
+
+
+def _layout(partitions: int) -> _Layout:
+    keys = [PartitionKey(f"persistent://bench/ns/t{i // PARTITIONS_PER_TOPIC}",
+                         i % PARTITIONS_PER_TOPIC) for i in range(partitions)]
+    idx = np.arange(partitions, dtype=np.int64)
+    return _Layout(keys, 10_000 + 3 * idx, 10_000 + 3 * idx + 2)
+
+
+def _template(layout: _Layout) -> TopicMapping:
+    s0, t0 = int(layout.source_first[0]), int(layout.target_ledger[0])
+    return TopicMapping(SegmentSet.of([Segment(s0, 0, t0, 0, ENTRIES),
+                                       Segment(s0 + 1, 0, t0, ENTRIES, ENTRIES)]))
+
+
+def write_mappings(store: Any, layout: _Layout, *, appends: int = 10) -> int:
+    """Every partition's rows, from one partition's rows with its ids shifted; returns how
+    many rows were written."""
+    t = mapping_rows(layout.keys[0], _template(layout), source_cluster="a",
+                     target_cluster="b", written_at=NOW)
+    per, n = t.num_rows, len(layout.keys)
+    rows = t.take(pa.array(np.tile(np.arange(per), n)))
+    shift_s = np.repeat(layout.source_first - layout.source_first[0], per)
+    shift_t = np.repeat(layout.target_ledger - layout.target_ledger[0], per)
+    columns = {
+        "topic": pa.array(np.repeat([k.topic for k in layout.keys], per), pa.string()),
+        "partition": pa.array(np.repeat([k.partition for k in layout.keys], per), pa.int32()),
+        "source_ledger": pa.array(rows["source_ledger"].to_numpy(zero_copy_only=False)
+                                  + shift_s, pa.int64()),
+        "target_ledger": pa.array(rows["target_ledger"].to_numpy(zero_copy_only=False)
+                                  + shift_t, pa.int64()),
+    }
+    for name, values in columns.items():
+        rows = rows.set_column(rows.schema.get_field_index(name), name, values)
+    step = -(-rows.num_rows // appends)
+    for b in range(appends):
+        store.append("mappings", rows.slice(b * step, step), app_id="bench-mapping", batch_id=b)
+    return rows.num_rows
+
+
+def _observations(layout: _Layout, *, active: float, holes: float, seed: int, moved: int,
+                  ) -> tuple[list[ObservedCursor], dict[PartitionKey, CursorState], int, int]:
+    """Source cursors, the target cursors the admin API reports for them, and how many
+    partitions are active and have holes."""
+    rng = np.random.default_rng(seed)
+    n = len(layout.keys)
+    is_active = rng.random(n) < active
+    has_holes = is_active & (rng.random(n) < holes)
+    obs, targets = [], {}
+    at = datetime.fromtimestamp(NOW.timestamp() + moved, UTC)
+    for i, key in enumerate(layout.keys):
+        s0, t = int(layout.source_first[i]), int(layout.target_ledger[i])
+        ledgers = Ledgers.of([(s0, ENTRIES), (s0 + 1, ENTRIES)])
+        target_ledgers = Ledgers.of([(t, 2 * ENTRIES)])
+        if not is_active[i]:
+            state = CursorState(Position(s0 + 1, ENTRIES - 1), RangeSet(), ledgers)
+            target = CursorState(Position(t, 2 * ENTRIES - 1), RangeSet(), target_ledgers)
+        else:
+            md = 100 + moved
+            idm = RangeSet()
+            if has_holes[i]:
+                lo = np.arange(200, 400, 10, dtype=np.int64)  # past md, where they stay
+                idm = RangeSet(np.stack([np.full(20, s0), lo, np.full(20, s0), lo + 8], axis=1))
+            state = CursorState(Position(s0, md), idm, ledgers)
+            target = CursorState(Position(t, 99), RangeSet(), target_ledgers)
+        obs.append(ObservedCursor(key, SUBSCRIPTION, state, at))
+        targets[key] = target
+    return obs, targets, int(is_active.sum()), int(has_holes.sum())
+
+
+def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
+               seed: int = 1) -> dict[str, Any]:
+    """Time the mapping load and two sync batches for ``partitions`` topic partitions."""
+    layout = _layout(partitions)
+    with tempfile.TemporaryDirectory(prefix="cursorsync-bench-plan-") as root:
+        store = open_store("delta-rs", root)
+        t0 = time.perf_counter()
+        written = write_mappings(store, layout)
+        write_s = time.perf_counter() - t0
+
+        rss0 = _rss_mib()
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        mappings = MappingStore(store, "a", "b").refresh()
+        load_s = time.perf_counter() - t0
+        _, load_peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+
+        requests = [0]
+        targets: dict[PartitionKey, CursorState] = {}
+
+        def read_target(topic: str, subscription: str) -> CursorState:
+            requests[0] += 1
+            base, _, part = topic.rpartition("-partition-")
+            return targets[PartitionKey(base, int(part))]
+
+        step = SyncStep(SyncConfig(dry_run=True), None, read_target)
+        batches = []
+        for moved in (0, 5):
+            obs, targets, n_active, n_holes = _observations(
+                layout, active=active, holes=holes, seed=seed, moved=moved)
+            requests[0] = 0
+            t0 = time.perf_counter()
+            result = step.run(obs, mappings)
+            seconds = time.perf_counter() - t0
+            outcomes: dict[str, int] = {}
+            for r in result.records:
+                outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+            batches.append({
+                "seconds": round(seconds, 3),
+                "translate_seconds": round(result.translate_seconds, 3),
+                "target_requests": requests[0],
+                "sync_progress_rows": len(result.records),
+                "acks_planned_entries": sum(r.plan.to_ack.count_entries() for r in
+                                            result.records),
+                "outcomes": outcomes,
+            })
+        rss1 = _rss_mib()
+    steady = batches[-1]
+    return {
+        "benchmark": "plan",
+        "partitions": partitions,
+        "active_partitions": n_active,
+        "partitions_with_holes": n_holes,
+        "mapping_rows_written": written,
+        "mapping_write_seconds": round(write_s, 2),
+        "mapping_load_seconds": round(load_s, 3),
+        "mapping_load_peak_traced_mb": round(load_peak / 2**20, 1),
+        "delta_rows_read": written,
+        "batches": batches,
+        "seconds_per_batch": steady["seconds"],
+        "microseconds_per_partition": round(steady["seconds"] / partitions * 1e6, 1),
+        "driver_rss_mib_after": round(rss1),
+        "driver_rss_mib_growth": round(rss1 - rss0),
+    }
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20

@@ -1,0 +1,32 @@
+"""``cursorsync bench plan``, small: the synthetic batch is what it says (idle partitions
+exact with nothing to send, active ones acked up to their holes), figures out."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from cursorsync_devtools.bench_plan import bench_plan
+
+
+def test_a_small_plan_run_syncs_every_partition_and_reports(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    out = bench_plan(300, active=0.2, holes=0.5, seed=3)
+    json.dumps(out)  # what --json prints
+    assert out["partitions"] == 300 and out["mapping_rows_written"] == 600
+    first, second = out["batches"]
+    for batch in (first, second):
+        # One target request and one sync_progress row per (partition, subscription).
+        assert batch["target_requests"] == batch["sync_progress_rows"] == 300
+        assert batch["outcomes"] == {"exact": 300}  # no rewind, nothing refused
+    # The target stays at 99 on active partitions: the source's md (100, then 105) is one
+    # entry, then six, past it; 20 acked ranges of 8 entries each where there are holes.
+    a, h = out["active_partitions"], out["partitions_with_holes"]
+    assert 0 < h < a < 300
+    assert first["acks_planned_entries"] == a * 1 + h * 160
+    assert second["acks_planned_entries"] == a * 6 + h * 160
+    assert out["seconds_per_batch"] > 0 and out["microseconds_per_partition"] > 0
+    assert "rewind" not in caplog.text
