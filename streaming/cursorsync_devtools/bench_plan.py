@@ -84,7 +84,7 @@ def write_mappings(store: Any, layout: _Layout, *, appends: int = 10) -> int:
     step = -(-rows.num_rows // appends)
     for b in range(appends):
         store.append("mappings", rows.slice(b * step, step), app_id="bench-mapping", batch_id=b)
-    return rows.num_rows
+    return int(rows.num_rows)
 
 
 def _observations(layout: _Layout, *, active: float, holes: float, seed: int, moved: int,
@@ -165,7 +165,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 "outcomes": outcomes,
             })
         rss1 = _rss_mib()
-    steady = batches[-1]
+    steady_s = float(batches[-1]["seconds"])
     return {
         "benchmark": "plan",
         "partitions": partitions,
@@ -177,8 +177,8 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         "mapping_load_peak_traced_mb": round(load_peak / 2**20, 1),
         "delta_rows_read": written,
         "batches": batches,
-        "seconds_per_batch": steady["seconds"],
-        "microseconds_per_partition": round(steady["seconds"] / partitions * 1e6, 1),
+        "seconds_per_batch": steady_s,
+        "microseconds_per_partition": round(steady_s / partitions * 1e6, 1),
         "driver_rss_mib_after": round(rss1),
         "driver_rss_mib_growth": round(rss1 - rss0),
     }
