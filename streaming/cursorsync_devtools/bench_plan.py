@@ -144,7 +144,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             return targets[PartitionKey(base, int(part))]
 
         step = SyncStep(SyncConfig(dry_run=True), None, read_target)
-        batches = []
+        batches: list[dict[str, Any]] = []
         for moved in (0, 5):
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
