@@ -103,14 +103,16 @@ def topic_mappings(rows: pa.Table) -> dict[PartitionKey, TopicMapping]:
     out: dict[PartitionKey, TopicMapping] = {}
     if rows.num_rows == 0:
         return out
+    # One sort, then each partition's rows are one contiguous slice: a take per partition
+    # costs a pass over every chunk of the table, quadratic in partitions.
+    rows = rows.sort_by([("topic", "ascending"), ("partition", "ascending")]).combine_chunks()
     topics = rows.column("topic").to_pylist()
-    partitions = rows.column("partition").to_pylist()
-    groups: dict[PartitionKey, list[int]] = {}
-    for i, k in enumerate(zip(topics, partitions, strict=True)):
-        groups.setdefault(PartitionKey(*k), []).append(i)
-    for key, idx in groups.items():
-        part = rows.take(pa.array(idx, pa.int64()))
-        out[key] = _one_mapping(part)
+    partitions = rows.column("partition").to_numpy()
+    starts = [0] + [i for i in range(1, len(topics))
+                    if topics[i] != topics[i - 1] or partitions[i] != partitions[i - 1]]
+    for start, end in zip(starts, [*starts[1:], len(topics)], strict=True):
+        key = PartitionKey(topics[start], int(partitions[start]))
+        out[key] = _one_mapping(rows.slice(start, end - start))
     return out
 
 
