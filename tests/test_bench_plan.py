@@ -30,3 +30,14 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert second["acks_planned_entries"] == a * 6 + h * 160
     assert out["seconds_per_batch"] > 0 and out["microseconds_per_partition"] > 0
     assert "rewind" not in caplog.text
+
+
+def test_bench_plan_from_the_command_line() -> None:
+    from typer.testing import CliRunner
+
+    from cursorsync.app.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "plan", "--partitions", "50", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["partitions"] == 50 and out["batches"][-1]["target_requests"] == 50

@@ -83,6 +83,34 @@ def bench_translate(
     typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
 
 
+@bench_app.command("plan")
+@user_errors
+def bench_plan(
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Topic partitions, one subscription each.")
+    ] = 10_000,
+    active: Annotated[
+        float, typer.Option("--active", min=0, max=1,
+                            help="Fraction of partitions whose cursors move.")
+    ] = 0.05,
+    json_output: JsonOption = False,
+) -> None:
+    """One sync batch for many partitions on the driver, no brokers: the mapping load from
+    Delta, translation and guard, target requests."""
+    run_bench = load_lazily(f"{DEVTOOLS}.bench_plan", "bench_plan", "cursorsync bench plan")
+    with progress(f"bench plan: {partitions} partitions", json_output=json_output):
+        result = run_bench(partitions, active=active)
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    last = result["batches"][-1]
+    rows = [(k, v) for k, v in result.items() if k != "batches"]
+    rows += [(f"steady batch: {k}", v) for k, v in last.items()]
+    typer.echo(format_table(("FIGURE", "VALUE"), rows))
+
+
 @bench_app.command("failover")
 @user_errors
 def bench_failover(
