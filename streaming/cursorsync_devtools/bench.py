@@ -5,6 +5,13 @@
 on both sides and a marker every 1000 target entries. The per-entry oracle
 runs on a subset it can finish (stated in the output) for the speedup, and
 its plan is checked equal to the fast one on that subset.
+
+``mapping_rows``: a steady stream on one partition (one ledger each side, a
+share of its entries batched, so mapped by ``identity`` between entries mapped
+by ``position-property``) fed to the :class:`MappingBuilder` in micro-batches,
+as the mapping query feeds it; counts the segment rows the batches write, and
+beside them the rows the same mapping needs when segments join across
+evidence kinds (per batch, and with one open tail carried across batches).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.translate import translate
+from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync_devtools.oracle import oracle_translate
 
 SOURCE_LEDGER_ENTRIES = 50_000
@@ -142,4 +150,59 @@ def bench_translate(ranges: int, *, oracle_entries: int = 200_000) -> dict[str, 
         "oracle_seconds_extrapolated_full": round(oracle_per_entry * inp.entries, 1),
         "speedup_extrapolated_full": round(oracle_per_entry * inp.entries / seconds, 1),
         "oracle_agrees_on_subset": agree,
+    }
+
+
+def _entry_rows(first: int, last: int, batched: np.ndarray) -> Any:
+    """``pulsar-entries`` rows for entries ``first..last-1``: the target's copy of
+    each (stamped unless batched), and the source's own for the batched ones."""
+    import pyarrow as pa
+
+    idx = np.arange(first, last)
+    b = idx[batched[first:last]]
+    digests = [i.to_bytes(16, "big") for i in b.tolist()]
+    n_t, n_s = len(idx), len(b)
+    stamps = [None if batched[i] else f"3:{i}" for i in idx.tolist()]
+    ident = dict(zip(b.tolist(), digests, strict=True))
+    return pa.table({
+        "cluster": ["B"] * n_t + ["A"] * n_s,
+        "topic": ["bench"] * (n_t + n_s),
+        "partition": pa.array([0] * (n_t + n_s), pa.int32()),
+        "ledger": pa.array([7] * n_t + [3] * n_s, pa.int64()),
+        "entry": pa.array(np.concatenate((idx, b)), pa.int64()),
+        "batch_index": pa.array([-1] * (n_t + n_s), pa.int32()),
+        "source_position": pa.array(stamps + [None] * n_s, pa.string()),
+        "entry_identity": pa.array([ident.get(i) for i in idx.tolist()] + digests, pa.binary()),
+    })
+
+
+def _joined(rows: np.ndarray) -> int:
+    """Segments left when one evidence stands for every row, so evidence never breaks a run."""
+    if len(rows) < 2:
+        return len(rows)
+    return len(SegmentSet(rows[:1]) | SegmentSet(rows[1:], validate=False))
+
+
+def bench_mapping_rows(entries: int = 50_000, *, batched_share: float = 0.2,
+                       batch_entries: int = 500, seed: int = 1) -> dict[str, Any]:
+    """Segment rows per mapped entry for a steady stream (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    batched = rng.random(entries) < batched_share
+    builder = MappingBuilder(BuilderConfig("A", "B"))
+    written = joined_per_batch = 0
+    for first in range(0, entries, batch_entries):
+        out = builder.process(_entry_rows(first, min(entries, first + batch_entries), batched))
+        for m in out.mappings.values():
+            written += len(m.segments)
+            joined_per_batch += _joined(m.segments.rows)
+    known = next(iter(builder.known.values())).segments
+    mapped = known.entry_count()
+    joined = _joined(known.rows)
+    return {
+        "entries": entries, "batched_share": batched_share, "batch_entries": batch_entries,
+        "mapped": mapped, "rows_written": written, "rows_per_entry": written / entries,
+        "rows_joined_per_batch": joined_per_batch,
+        "rows_joined_per_batch_per_entry": joined_per_batch / entries,
+        "rows_joined_tail_carried": joined,
+        "rows_joined_tail_carried_per_entry": joined / entries,
     }
