@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, align_identities, holes
+from cursorsync.core.mapping import (
+    Runs,
+    Segment,
+    SegmentSet,
+    align_identities,
+    evidence_code,
+    holes,
+)
 from cursorsync.core.positions import Position
 from cursorsync.errors import MappingConflictError
 
@@ -120,3 +127,22 @@ def test_identity_alignment_is_order_preserving_and_unique(a: list[int], b: list
     assert list(s) == sorted(s) and list(t) == sorted(t)
     for i, j in zip(s, t, strict=True):
         assert src[i] == tgt[j] and src.count(src[i]) == 1 and tgt.count(tgt[j]) == 1
+
+
+def test_adjacent_runs_join_whatever_evidence_and_keep_every_kind() -> None:
+    """Evidence alternating entry by entry is one segment whose summary names both kinds;
+    rows that agree merge their kinds, and a contradiction still raises."""
+    n = 25
+    idx = np.arange(n, dtype=np.int64)
+    codes = np.where(idx % 2 == 1, evidence_code("identity"),
+                     evidence_code("position-property")).astype(np.int8)
+    segs = SegmentSet.from_pairs(np.full(n, 3), idx, np.full(n, 7), idx, codes)
+    assert [str(s) for s in segs] == ["3:0+25->7:0 (position-property,identity)"]
+    # Written in two batches as two rows, by two kinds: one segment again.
+    first = SegmentSet.of([Segment(3, 0, 7, 0, 10, "position-property")])
+    second = SegmentSet.of([Segment(3, 10, 7, 10, 15, "identity")])
+    assert first | second == segs
+    # The same row read with another kind is the same segment, not a conflict.
+    assert len(first | SegmentSet.of([Segment(3, 0, 7, 0, 10, "identity")])) == 1
+    with pytest.raises(MappingConflictError):
+        first | SegmentSet.of([Segment(4, 0, 7, 5, 1, "identity")])

@@ -10,8 +10,9 @@ its plan is checked equal to the fast one on that subset.
 share of its entries batched, so mapped by ``identity`` between entries mapped
 by ``position-property``) fed to the :class:`MappingBuilder` in micro-batches,
 as the mapping query feeds it; counts the segment rows the batches write, and
-beside them the rows the same mapping needs when segments join across
-evidence kinds (per batch, and with one open tail carried across batches).
+beside them the rows the same mapping needs with one evidence for every row
+(per batch, and with one open tail carried across batches, which the builder
+does not do: each batch starts its own segments).
 """
 
 from __future__ import annotations

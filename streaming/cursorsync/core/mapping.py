@@ -42,6 +42,20 @@ def evidence_code(evidence: Evidence) -> int:
         ) from None
 
 
+def evidence_mask(evidence: str) -> int:
+    """A segment's evidence summary (kinds joined by commas) -> its bit-set (bit i is
+    ``EVIDENCE[i]``). Evidence summarises a segment; it never breaks one."""
+    mask = 0
+    for kind in evidence.split(","):
+        mask |= 1 << evidence_code(kind)  # type: ignore[arg-type]
+    return mask
+
+
+def evidence_names(mask: int) -> str:
+    """The kinds present in an evidence bit-set, in :data:`EVIDENCE` order, joined by commas."""
+    return ",".join(e for i, e in enumerate(EVIDENCE) if mask >> i & 1)
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class Segment:
     """``count`` entries from source ``ledger:entry`` map one to one onto target ones."""
@@ -51,7 +65,8 @@ class Segment:
     target_ledger: int
     target_entry: int
     count: int
-    evidence: Evidence = "position-property"
+    #: The evidence kinds that produced the segment's entries, joined by commas.
+    evidence: str = "position-property"
 
     def __post_init__(self) -> None:
         if self.count <= 0:
@@ -81,7 +96,8 @@ class SegmentSet:
     each target entry has one source. Source entries may be claimed more than once
     (copies a replicator sent again), and then target order and source order need
     not agree. Arrays, not objects, so that translation never loops over segments
-    in Python.
+    in Python. Evidence is a per-segment bit-set of the kinds that produced it
+    (:func:`evidence_mask`): runs join whatever evidence produced them.
     """
 
     __slots__ = ("_a", "_ev")
@@ -90,7 +106,8 @@ class SegmentSet:
                  *, validate: bool = True) -> None:
         a = np.empty((0, 5), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
         a = a.reshape(-1, 5)
-        ev = np.zeros(len(a), np.int8) if evidence is None else np.asarray(evidence, np.int8)
+        ev = (np.full(len(a), 1, np.int8) if evidence is None
+              else np.asarray(evidence, np.int8))
         order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
         a, ev = a[order], ev[order]
         a.setflags(write=False)
@@ -110,7 +127,7 @@ class SegmentSet:
         rows = np.array(
             [(s.source_ledger, s.source_entry, s.target_ledger, s.target_entry, s.count)
              for s in segs], dtype=np.int64).reshape(-1, 5)
-        ev = np.array([evidence_code(s.evidence) for s in segs], dtype=np.int8)
+        ev = np.array([evidence_mask(s.evidence) for s in segs], dtype=np.int8)
         return cls(rows, ev, validate=validate)
 
     @classmethod
@@ -126,8 +143,9 @@ class SegmentSet:
     ) -> SegmentSet:
         """Collapse (source -> target) entry pairs into runs: one segment per unbroken run.
 
-        Runs follow the target: a run breaks where either side changes ledger or
-        skips an entry, or the evidence changes. Duplicate identical pairs are
+        ``evidence``: one kind, or each pair's :func:`evidence_code`. Runs follow the
+        target: a run breaks where either side changes ledger or skips an entry; the
+        evidence of its pairs is kept as the run's bit-set. Duplicate identical pairs are
         dropped; two sources claimed for one target entry are left for validation
         to name.
         """
@@ -139,21 +157,25 @@ class SegmentSet:
             ev = np.full(len(sl), evidence_code(evidence), np.int8)
         else:
             ev = np.asarray(evidence, np.int8)
+        ev = np.left_shift(np.int8(1), ev).astype(np.int8)
         if len(sl) == 0:
             return cls(validate=validate)
         order = np.lexsort((se, sl, te, tl))
         sl, se, tl, te, ev = sl[order], se[order], tl[order], te[order], ev[order]
         dup = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1])
                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1])))
-        keep = ~dup
-        sl, se, tl, te, ev = sl[keep], se[keep], tl[keep], te[keep], ev[keep]
+        # A run (and so a duplicate) keeps every kind of evidence its pairs had.
         cont = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1] + 1)
-                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1] + 1)
-                               & (ev[1:] == ev[:-1])))
+                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1] + 1)))
+        starts = np.flatnonzero(~(cont | dup))
+        ev = np.bitwise_or.reduceat(ev, starts)
+        keep = ~dup
+        sl, se, tl, te = sl[keep], se[keep], tl[keep], te[keep]
+        cont = cont[keep]
         starts = np.flatnonzero(~cont)
         counts = np.diff(np.concatenate((starts, [len(sl)])))
         rows = np.stack([sl[starts], se[starts], tl[starts], te[starts], counts], axis=1)
-        return cls(rows, ev[starts], validate=validate)
+        return cls(rows, ev, validate=validate)
 
     # -- access
     @property
@@ -163,6 +185,7 @@ class SegmentSet:
 
     @property
     def evidence_codes(self) -> npt.NDArray[np.int8]:
+        """Each segment's evidence bit-set (:func:`evidence_mask`)."""
         return self._ev
 
     def __len__(self) -> int:
@@ -170,7 +193,7 @@ class SegmentSet:
 
     def __getitem__(self, i: int) -> Segment:
         r = self._a[i].tolist()
-        return Segment(r[0], r[1], r[2], r[3], r[4], EVIDENCE[int(self._ev[i])])
+        return Segment(r[0], r[1], r[2], r[3], r[4], evidence_names(int(self._ev[i])))
 
     def __iter__(self) -> Iterator[Segment]:
         for i in range(len(self)):
@@ -248,20 +271,21 @@ def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     In target order, where a copy sent again never sits between two halves of a run."""
     order = np.lexsort((rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 2]))
     rows, ev = rows[order], ev[order]
-    key = np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1) | (ev[1:] != ev[:-1])))
-    rows, ev = rows[key], ev[key]
-    # Join segments that continue each other exactly.
+    # Identical rows are one segment, whatever evidence each had: their bit-sets join.
+    key = np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1)))
+    ev = np.bitwise_or.reduceat(ev, np.flatnonzero(key))
+    rows = rows[key]
+    # Join segments that continue each other exactly, whatever their evidence.
     cont = np.concatenate(([False], (rows[1:, 0] == rows[:-1, 0])
                            & (rows[1:, 1] == rows[:-1, 1] + rows[:-1, 4])
                            & (rows[1:, 2] == rows[:-1, 2])
-                           & (rows[1:, 3] == rows[:-1, 3] + rows[:-1, 4])
-                           & (ev[1:] == ev[:-1])))
+                           & (rows[1:, 3] == rows[:-1, 3] + rows[:-1, 4])))
     starts = np.flatnonzero(~cont)
     group = np.cumsum(~cont) - 1
     counts = np.bincount(group, weights=rows[:, 4]).astype(np.int64)
     out = rows[starts].copy()
     out[:, 4] = counts
-    return SegmentSet(out, ev[starts])
+    return SegmentSet(out, np.bitwise_or.reduceat(ev, starts))
 
 
 @dataclass(frozen=True, eq=False)

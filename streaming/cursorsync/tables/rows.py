@@ -18,7 +18,13 @@ import pyarrow.compute as pc
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
+from cursorsync.core.mapping import (
+    Runs,
+    SegmentSet,
+    TopicMapping,
+    evidence_mask,
+    evidence_names,
+)
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import HaltRecord, ObservedCursor, PartitionKey, SyncRecord
@@ -62,7 +68,8 @@ def mapping_rows(
         "kind": np.full(len(seg), "segment", object),
         "source_ledger": seg[:, 0], "source_entry": seg[:, 1],
         "target_ledger": seg[:, 2], "target_entry": seg[:, 3], "count": seg[:, 4],
-        "evidence": np.array([EVIDENCE[c] for c in mapping.segments.evidence_codes], object),
+        "evidence": np.array([evidence_names(int(c)) for c in mapping.segments.evidence_codes],
+                             object),
     }]
     for kind, side in _RUN_SIDE.items():
         runs: Runs = getattr(mapping, kind)
@@ -125,7 +132,7 @@ def _one_mapping(part: pa.Table) -> TopicMapping:
     segs = part.filter(pc.equal(kinds, "segment"))
     rows = _int_columns(
         segs, ("source_ledger", "source_entry", "target_ledger", "target_entry", "count"))
-    ev = np.array([evidence_code(e) for e in segs.column("evidence").to_pylist()], np.int8)
+    ev = np.array([evidence_mask(e) for e in segs.column("evidence").to_pylist()], np.int8)
     rows = rows.reshape(-1, 5)
     # Union through the first row: exact duplicates merge, continuations join, and the
     # merged set is validated once (overlaps that disagree raise MappingConflictError).
