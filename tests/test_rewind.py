@@ -3,15 +3,17 @@ halts, stays halted while the source moves on, and goes on only after `resume`."
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 
-from cursorsync.app.job import start_job
+from cursorsync.app.job import run_job, start_job
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
@@ -51,6 +53,30 @@ def _until(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
         time.sleep(0.5)
+
+
+@contextmanager
+def _running(config: Any) -> Iterator[None]:
+    """The job as `cursorsync run` runs it, with its restarts: a query that fails while a
+    topic is deleted under it (the mapping's reader, asking for the last message id) starts
+    again from its checkpoint."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            run_job(config, stop_event=stop)
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    thread = threading.Thread(target=main, name="cursorsync-job", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(120)
+    assert not errors, errors
 
 
 def _send_and_ack(bed: TestBed, topic: str, consumer: Any, n: int) -> None:
@@ -171,8 +197,7 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
     _send_and_ack(testbed, topic, consumer, 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
-    job = start_job(config)
-    try:
+    with _running(config):
         last = _last_data_entry(testbed, topic)
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
@@ -185,8 +210,6 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
         _until("the subscription is back on the new topic and follows a's",
                lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
                and _md(testbed, "b", topic) >= last)
-    finally:
-        job.stop()
     reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
     try:
         with pytest.raises(pulsar.Timeout):
@@ -261,24 +284,25 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     store = open_store("delta-rs", config.tables.path)
     clusters = {"source_cluster": config.source.name, "target_cluster": config.target.name}
-    job = start_job(config)
-    try:
-        def synced() -> bool:
-            rows = [r for r in store.read("sync_progress").to_pylist() if r["topic"] == topic]
-            return sum(r["acks_sent"] for r in rows) >= 4 and _latest_outcome(
-                store, topic) == "exact"
 
-        _until("b's cursor follows a's over the four acked messages", synced)
-        consumer.close()
-        testbed.admin_call("a", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
-        consumer = subscribe_on_a()  # the topic and its subscription, created again
-        _send_and_ack(testbed, topic, consumer, 3)
-        _until("the sync of the subscription halts",
-               lambda: any(k[1] == SUB for k in halted(store, **clusters)))
-        assert _latest_outcome(store, topic) == "halted"
-    finally:
-        consumer.close()
-        job.stop()
+    def synced() -> bool:
+        rows = [r for r in store.read("sync_progress").to_pylist() if r["topic"] == topic]
+        return sum(r["acks_sent"] for r in rows) >= 4 and _latest_outcome(
+            store, topic) == "exact"
+
+    with _running(config):
+        try:
+            _until("b's cursor follows a's over the four acked messages", synced)
+            consumer.close()
+            testbed.admin_call("a", "DELETE",
+                               TopicName.parse(topic).admin_path() + "?force=true")
+            consumer = subscribe_on_a()  # the topic and its subscription, created again
+            _send_and_ack(testbed, topic, consumer, 3)
+            _until("the sync of the subscription halts",
+                   lambda: any(k[1] == SUB for k in halted(store, **clusters)))
+            assert _latest_outcome(store, topic) == "halted"
+        finally:
+            consumer.close()
     reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
     got = set()
     try:

@@ -13,6 +13,7 @@ metrics. After failover to b: nothing lost.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -58,14 +59,35 @@ def chart_spark_conf() -> dict[str, str]:
 
 
 class ConsumerWatch:
-    """Polls b's stats of the sync subscriptions and keeps every emitting consumer seen,
-    with the pid in its name and that process's ancestors at the time."""
+    """Keeps every emitting consumer b saw on the sync subscriptions, with the pid in its
+    name and that process's ancestors at the time: from b's subscription stats, and from
+    b's broker log, which names each consumer as it goes (an emitter may connect, ack and
+    close between two polls of the stats)."""
 
     def __init__(self, bed: TestBed, partitions: list[str], subscriptions: list[str]) -> None:
         self.bed, self.partitions, self.subscriptions = bed, partitions, subscriptions
         self.seen: dict[int, list[int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._log = bed.clusters["b"].log_path
+        self._log_offset = self._log.stat().st_size if self._log.exists() else 0
+        self._in_log = re.compile(
+            r"topic=(persistent://\S+?), name=(\S+?)\}.*?consumerName=cursorsync-emitter-"
+            r"\S+?-(\d+),")
+
+    def _saw(self, pid: int) -> None:
+        if pid not in self.seen:
+            self.seen[pid] = ancestors(pid)
+
+    def _read_log(self) -> None:
+        with self._log.open("rb") as f:
+            f.seek(self._log_offset)
+            text = f.read().decode(errors="replace")
+        complete = text.rfind("\n") + 1
+        self._log_offset += len(text[:complete].encode())
+        for topic, sub, pid in self._in_log.findall(text[:complete]):
+            if topic in self.partitions and sub in self.subscriptions:
+                self._saw(int(pid))
 
     def __enter__(self) -> ConsumerWatch:
         self._thread.start()
@@ -89,9 +111,8 @@ class ConsumerWatch:
                     for c in stats.get("subscriptions", {}).get(sub, {}).get("consumers", []):
                         name = c.get("consumerName", "")
                         if name.startswith("cursorsync-emitter-"):
-                            pid = int(name.rsplit("-", 1)[1])
-                            if pid not in self.seen:
-                                self.seen[pid] = ancestors(pid)
+                            self._saw(int(name.rsplit("-", 1)[1]))
+            self._read_log()
             self._stop.wait(0.1)
 
 
