@@ -69,8 +69,8 @@ class SparkCluster:
                 alive = [w for w in self.state().get("workers", []) if w["state"] == "ALIVE"]
                 if len(alive) == self.workers:
                     return self
-            except httpx.HTTPError:
-                pass  # the master is not serving yet
+            except (httpx.HTTPError, ValueError):
+                pass  # the master is not serving yet (or not its JSON yet)
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
                 self.stop()
                 raise RuntimeError(f"the Spark cluster did not come up in {timeout_s:.0f} s; "
@@ -79,8 +79,9 @@ class SparkCluster:
 
     def state(self) -> dict[str, Any]:
         """The master's view (its web UI's JSON): workers, applications."""
-        found: dict[str, Any] = httpx.get(f"http://127.0.0.1:{self.ui_port}/json/",
-                                          timeout=5.0).json()
+        r = httpx.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5.0)
+        r.raise_for_status()  # a 404 while the master's web UI is still starting
+        found: dict[str, Any] = r.json()
         return found
 
     @property
