@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
@@ -116,8 +117,22 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
         return Runs.from_positions(np.array([p.ledger for p in ps], np.int64),
                                    np.array([p.entry for p in ps], np.int64))
 
+    # Known copies without a pair (identity said "from the source", not which entry), and
+    # snapshot anchors: a target position T and a source position S after the sources of
+    # every copy at or before T, as the brokers' snapshots make them.
+    paired = {t for _, t in kept}
+    unpaired = {t for t in origin if t not in paired and draw(st.booleans())}
+    anchors = []
+    for _ in range(draw(st.integers(0, 3)) if tgt_positions and src_entries else 0):
+        j = draw(st.integers(0, len(tgt_positions) - 1))
+        t_pos = tgt_positions[j]
+        before = [origin[t] for t in tgt_positions[:j + 1] if t in origin]
+        later = [q for q in src_entries if not before or q > max(before)]
+        if later:
+            anchors.append((draw(st.sampled_from(later)), t_pos))
     mapping = TopicMapping(segs, runs(skippable) if know_skips else Runs(), runs(foreign),
-                           runs(unreplicated))
+                           runs(unreplicated), unpaired=runs(unpaired),
+                           anchors=Anchors.of(*anchors))
 
     # Source cursor: a random acked subset (markers/unreplicated acked more often).
     p_ack = draw(st.sampled_from([0.2, 0.5, 0.9, 1.0]))

@@ -534,7 +534,8 @@ def test_schema_files_are_well_formed() -> None:
             "`hi_ledger`: BIGINT, `hi_entry`: BIGINT>> NOT NULL") in ddl
     assert "`observed_at` TIMESTAMP NOT NULL" in ddl
     mapping = load_schema("mappings")
-    assert mapping.field("kind").values == ("segment", "skippable", "foreign", "unreplicated")
+    assert mapping.field("kind").values == ("segment", "skippable", "foreign", "unpaired",
+                                             "unreplicated", "anchor")
     assert "COMMENT '\\'segment\\' | " in mapping.spark_ddl()
 
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core_strategies import World, worlds
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import check_safe, safe_target_acks
 from cursorsync.core.ledgers import Ledgers
@@ -292,9 +293,12 @@ def test_plans_do_not_depend_on_the_key_layout(w: World, src_layout: str, tgt_la
     ft = LAYOUTS[tgt_layout](int(w.target_ledgers.ids[0]))
     rows = w.mapping.segments.rows.copy()
     rows[:, 0], rows[:, 2] = fs(rows[:, 0]), ft(rows[:, 2])
+    anchors = w.mapping.anchors.rows.copy()
+    anchors[:, 0], anchors[:, 2] = fs(anchors[:, 0]), ft(anchors[:, 2])
     mapping = TopicMapping(SegmentSet(rows, w.mapping.segments.evidence_codes),
                            _moved_runs(w.mapping.skippable, ft), _moved_runs(w.mapping.foreign, ft),
-                           _moved_runs(w.mapping.unreplicated, fs))
+                           _moved_runs(w.mapping.unreplicated, fs),
+                           unpaired=_moved_runs(w.mapping.unpaired, ft), anchors=Anchors(anchors))
     source, target = _moved_cursor(w.source, fs), _moved_cursor(w.target, ft)
     plan = translate(w.source, w.mapping, w.target)
     moved = translate(source, mapping, target)

@@ -71,6 +71,13 @@ def oracle_translate(
 
     after = set(current)
     after |= {t for t, s in back.items() if s in src_acked}
+    # Snapshot anchors: once the source's markDeletePosition is at or past S, each known
+    # copy (unpaired) at or before T is acked.
+    licensed = [t for s, t in mapping.anchors if s <= source_md]
+    if licensed:
+        top = max(licensed)
+        after |= {Position(int(lg), int(e) + k) for lg, e, n in mapping.unpaired.rows.tolist()
+                  for k in range(int(n)) if Position(int(lg), int(e) + k) <= top}
     # Skippable closure in target order: acked when the entry before it is acked.
     changed = True
     while changed:

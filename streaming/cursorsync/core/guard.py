@@ -1,9 +1,11 @@
 """The safety rule and the guard: nothing reaches the target that breaks the rule.
 
-**The rule.** :func:`safe_target_acks` is the only function that turns source
-acks into target acks: a target entry consumers can receive is in its result
-only if a segment maps it from a source entry that the source cursor has
-acked. Unknown mapping means not acked.
+**The rule.** :func:`safe_target_acks` and :func:`anchored_target_acks` are the
+only functions that turn source acks into target acks: a target entry consumers
+can receive is in their result only if a segment maps it from a source entry
+that the source cursor has acked, or it is a known copy of a source entry and a
+snapshot anchor shows every source entry it can have come from acked. Unknown
+mapping means not acked.
 
 **The guard.** :func:`guard` is the emit gate every emit path calls; it
 re-checks a plan against the rule (:func:`check_safe`) and is the only maker
@@ -75,6 +77,14 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
 
 
+def anchored_target_acks(source: CursorState, mapping: TopicMapping) -> RangeSet:
+    """The rule for snapshot anchors: target entries known to be copies of source entries
+    (``unpaired`` runs) at or before the furthest target position that an anchor at or
+    before the source's markDeletePosition names (:mod:`cursorsync.core.anchors`): every
+    source entry they can have come from is acked."""
+    return mapping.anchors.acks(source.mark_delete, mapping.unpaired.ranges())
+
+
 def _keyed_target_acks(source_acked: RangeSet, rows: I64) -> RangeSet | None:
     """:func:`safe_target_acks` on based keys, or None when they cannot hold the positions.
 
@@ -119,6 +129,7 @@ def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     (:func:`may_hold_entries`), independently of how the plan was folded.
     """
     allowed = (safe_target_acks(source.acked(), mapping.segments)
+               | anchored_target_acks(source, mapping)
                | mapping.skippable.ranges() | target.acked())
     bad = plan.to_ack - allowed
     cumulative = may_hold_entries(RangeSet.up_to(plan.mark_delete) - allowed, target.ledgers)
@@ -152,6 +163,10 @@ class UnsafePlanError(CursorSyncError):
     """A plan would acknowledge a target entry whose source is not acknowledged. Never sent."""
 
 
+class AnchorConflictError(UnsafePlanError):
+    """The mapping and the source's snapshot anchors disagree: one is wrong. Never sent."""
+
+
 #: Only :func:`guard` holds it, so only the guard can make a SafePlan.
 _GUARD_KEY = object()
 
@@ -173,7 +188,17 @@ class SafePlan:
 
 def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
           target: CursorState) -> SafePlan:
-    """The emit gate: every emit path calls this; it raises instead of letting a bad ack out."""
+    """The emit gate: every emit path calls this; it raises instead of letting a bad ack out.
+
+    A mapping that contradicts the source's snapshot anchors where the target is not acked
+    yet is not trusted for anything: the plan is refused whatever it holds."""
+    contradictions = mapping.anchors.contradictions(mapping.segments.rows,
+                                                    after_target=target.mark_delete)
+    if contradictions:
+        raise AnchorConflictError(
+            f"refusing to emit: the mapping contradicts the source's snapshot markers "
+            f"({'; '.join(contradictions[:3])}); nothing was sent until the mapping is "
+            f"repaired")
     bad = check_safe(plan, source, mapping, target)
     if bad:
         raise UnsafePlanError(f"refusing to emit: target positions {bad} are not acked on the "

@@ -23,6 +23,7 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -30,7 +31,7 @@ from cursorsync.errors import MappingConflictError
 
 Evidence = Literal["position-property", "identity", "snapshot"]
 EVIDENCE: tuple[Evidence, ...] = get_args(Evidence)
-RunKind = Literal["skippable", "foreign", "unreplicated"]
+RunKind = Literal["skippable", "foreign", "unreplicated", "unpaired"]
 
 
 def evidence_code(evidence: Evidence) -> int:
@@ -347,6 +348,9 @@ class TopicMapping:
     replicate_to, expired); they are not "unmapped yet", they are never mapped.
     ``written_at``: when its newest row was written (epoch seconds; None: not from the
     table), which tells a process that just started whether the mapping still moves.
+    ``unpaired``: target entries known to be copies of source entries (their identity is on
+    the source) whose source entry is not known; only snapshot anchors ever ack them.
+    ``anchors``: the source's snapshot markers (:mod:`cursorsync.core.anchors`).
     """
 
     segments: SegmentSet = field(default_factory=SegmentSet)
@@ -354,6 +358,8 @@ class TopicMapping:
     foreign: Runs = field(default_factory=Runs)
     unreplicated: Runs = field(default_factory=Runs)
     written_at: float | None = None
+    unpaired: Runs = field(default_factory=Runs)
+    anchors: Anchors = field(default_factory=Anchors)
 
     def lookup(self, position: Position) -> Position | None:
         return self.segments.lookup(position)
@@ -365,7 +371,9 @@ class TopicMapping:
         return TopicMapping(self.segments | other.segments, self.skippable.union(other.skippable),
                             self.foreign.union(other.foreign),
                             self.unreplicated.union(other.unreplicated),
-                            written_at=max(times) if times else None)
+                            written_at=max(times) if times else None,
+                            unpaired=self.unpaired.union(other.unpaired),
+                            anchors=self.anchors.union(other.anchors))
 
 
 # -------------------------------------------------------------------- evidence

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome, fold
-from cursorsync.core.guard import safe_target_acks
+from cursorsync.core.guard import anchored_target_acks, safe_target_acks
 from cursorsync.core.keys import keyspace, to_keys
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
@@ -120,7 +120,8 @@ def translate(
     """
     source_acked = source.acked()
     current = target.acked()
-    mapped = safe_target_acks(source_acked, mapping.segments)
+    mapped = (safe_target_acks(source_acked, mapping.segments)
+              | anchored_target_acks(source, mapping))
     after, skipped = _ack_skippable(current | mapped, mapping, target.ledgers)
     md, individual = fold(target.mark_delete, after, target.ledgers)
     to_ack = after - current

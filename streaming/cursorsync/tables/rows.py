@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import (
@@ -32,7 +33,8 @@ from cursorsync.tables.schema import TableName, load_schema
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")
 #: Which side each run kind lives on (TopicMapping's docstring).
-_RUN_SIDE = {"skippable": "target", "foreign": "target", "unreplicated": "source"}
+_RUN_SIDE = {"skippable": "target", "foreign": "target", "unreplicated": "source",
+             "unpaired": "target"}
 
 
 def row_schema(table: TableName) -> pa.Schema:
@@ -71,6 +73,14 @@ def mapping_rows(
         "evidence": np.array([evidence_names(int(c)) for c in mapping.segments.evidence_codes],
                              object),
     }]
+    anchors = mapping.anchors.rows
+    parts.append({
+        "kind": np.full(len(anchors), "anchor", object),
+        "source_ledger": anchors[:, 0], "source_entry": anchors[:, 1],
+        "target_ledger": anchors[:, 2], "target_entry": anchors[:, 3],
+        "count": np.ones(len(anchors), np.int64),
+        "evidence": np.full(len(anchors), "snapshot", object),
+    })
     for kind, side in _RUN_SIDE.items():
         runs: Runs = getattr(mapping, kind)
         r = runs.rows
@@ -143,9 +153,12 @@ def _one_mapping(part: pa.Table) -> TopicMapping:
         r = part.filter(pc.equal(kinds, kind))
         arr = _int_columns(r, (f"{side}_ledger", f"{side}_entry", "count")).reshape(-1, 3)
         runs[kind] = Runs().union(Runs(arr)) if len(arr) else Runs()  # canonical runs
+    anchors = _int_columns(part.filter(pc.equal(kinds, "anchor")),
+                           ("source_ledger", "source_entry", "target_ledger", "target_entry"))
     newest = pc.max(part.column("written_at")).as_py()
     return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
-                        written_at=_epoch(newest))
+                        written_at=_epoch(newest), unpaired=runs["unpaired"],
+                        anchors=Anchors(anchors.reshape(-1, 4)))
 
 
 def _epoch(at: datetime | None) -> float | None:
