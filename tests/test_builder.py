@@ -9,10 +9,11 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pytest
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
-from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import AnchorFindings, BuilderConfig, MappingBuilder
 
 P = Position.parse
 KEY = PartitionKey("persistent://public/default/t", -1)
@@ -147,11 +148,91 @@ def test_bad_strategy_is_named(strategies: tuple[str, ...]) -> None:
         BuilderConfig("A", "B", strategies)  # type: ignore[arg-type]
 
 
-def test_snapshot_evidence_is_refused_not_ignored() -> None:
-    from cursorsync.errors import ConfigError
+def test_snapshot_alone_tells_copies_from_foreign_by_the_digests_the_source_shows() -> None:
+    """No pairing: a target entry whose digest the source stream shows is a copy (unpaired,
+    which only anchors ack), even when it shows twice; one the source never shows ages out
+    of the window as foreign."""
+    b = MappingBuilder(BuilderConfig("A", "B", ("snapshot",), alignment_window=2))
+    out = b.process(rows([
+        ("A", 1, 0, None, "a"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "dup"),
+        ("B", 7, 0, None, "a"), ("B", 7, 1, None, "local"), ("B", 7, 2, None, "dup"),
+        ("B", 7, 3, None, "dup"), ("B", 7, 4, None, "later"),
+    ]))
+    m = out.mappings[KEY]
+    assert not len(m.segments)
+    assert m.unpaired.rows.tolist() == [[7, 0, 1], [7, 2, 2]]
+    assert out.unpaired == 3
+    # 7:1 and 7:4 wait (the source reader may lag); the window holds 2, so nothing ages yet.
+    assert not len(m.foreign)
+    out2 = b.process(rows([("A", 1, 3, None, "later"), ("B", 7, 5, None, "x"),
+                           ("B", 7, 6, None, "y")]))
+    assert out2.mappings[KEY].unpaired.rows.tolist() == [[7, 4, 1]]
+    assert out2.mappings[KEY].foreign.rows.tolist() == [[7, 1, 1]]
 
-    with pytest.raises(ConfigError, match="snapshot"):
-        BuilderConfig("A", "B", ("position-property", "snapshot"))
+
+def test_identity_with_snapshot_keeps_ambiguous_copies_as_unpaired_not_foreign() -> None:
+    b = MappingBuilder(BuilderConfig("A", "B", ("identity", "snapshot")))
+    out = b.process(rows([
+        ("A", 1, 0, None, "dup"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "c"),
+        ("B", 7, 0, None, "dup"), ("B", 7, 1, None, "dup"), ("B", 7, 2, None, "local"),
+        ("B", 7, 3, None, "c"),
+    ]))
+    m = out.mappings[KEY]
+    assert [str(s) for s in m.segments] == ["1:2+1->7:3 (identity)"]
+    assert m.unpaired.rows.tolist() == [[7, 0, 2]]
+    assert m.foreign.rows.tolist() == [[7, 2, 1]]
+
+
+class FakeMarkers:
+    """The source's markers as an AnchorRead sees them: marker positions -> anchors; asks
+    recorded. The real reader (admin raw entries) is tested on the real test bed."""
+
+    def __init__(self, markers: dict[Position, Position | None]) -> None:
+        self.markers = markers  # marker position -> T (a SNAPSHOT) or None (another marker)
+        self.asked: list[tuple[dict[PartitionKey, list[list[int]]], dict[PartitionKey, str]]] = []
+
+    def __call__(self, holes: Mapping[PartitionKey, Runs],
+                 tails: Mapping[PartitionKey, Position]) -> AnchorFindings:
+        self.asked.append(({k: r.rows.tolist() for k, r in holes.items()},
+                           {k: str(p) for k, p in tails.items()}))
+        found: list[tuple[Position, Position]] = []
+        ends: dict[PartitionKey, Position] = {}
+        for key, runs in holes.items():
+            for lg, e, n in runs.rows.tolist():
+                for i in range(n):
+                    t = self.markers.get(Position(lg, e + i))
+                    if t is not None:
+                        found.append((Position(lg, e + i), t))
+        for key, tail in tails.items():
+            p = Position(tail.ledger, tail.entry + 1)
+            while p in self.markers:
+                t = self.markers[p]
+                if t is not None:
+                    found.append((p, t))
+                ends[key] = p
+                p = Position(p.ledger, p.entry + 1)
+        return AnchorFindings({KEY: Anchors.of(*found)} if found else {}, ends)
+
+
+def test_snapshot_markers_are_read_at_the_source_holes_and_past_the_tail_once_each() -> None:
+    """Source 1:0, markers 1:1 (a request) and 1:2 (a snapshot -> 7:0), 1:3, then markers
+    1:4 (request) and 1:5 (snapshot -> 7:1) after the last entry. The tail is looked past;
+    the markers found there are not looked at again when the next entry shows them as holes."""
+    fake = FakeMarkers({P("1:1"): None, P("1:2"): P("7:0"), P("1:4"): None, P("1:5"): P("7:1")})
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "snapshot")),
+                       anchor_read=fake)
+    out = b.process(rows([("A", 1, 0, None, "a"), ("A", 1, 3, None, "b"),
+                          ("B", 7, 0, "1:0", "a"), ("B", 7, 1, "1:3", "b")]))
+    assert out.anchors == 2
+    assert out.mappings[KEY].anchors == Anchors.of((P("1:2"), P("7:0")), (P("1:5"), P("7:1")))
+    assert fake.asked[0] == ({KEY: [[1, 1, 2]]}, {KEY: "1:3"})
+    out2 = b.process(rows([("A", 1, 6, None, "c")]))
+    assert fake.asked[1] == ({}, {KEY: "1:6"})  # 1:4 and 1:5 are not holes: looked at already
+    assert out2.anchors == 0 and KEY not in out2.mappings
+    # An idle partition's tail is watched for a while, then no longer.
+    b.clock = lambda: 10**12
+    b.process(rows([]))
+    assert len(fake.asked) == 2
 
 
 def test_holes_unacked_claims_no_skippable_and_a_chunked_message_stays_unmapped() -> None:

@@ -12,6 +12,12 @@ the configured order:
   = unpaired). Entries that fall out of the window unpaired are given up on:
   target ones become ``foreign`` (never acked), source ones stay unmapped.
 
+* ``snapshot``: the source's SNAPSHOT markers, read through an :data:`AnchorRead` at
+  the ids the source reader skipped and just past the last one it returned, become
+  anchors (:mod:`cursorsync.core.anchors`). Target entries no other strategy maps are
+  told apart by identity digest: one whose digest the source stream shows is a copy
+  (``unpaired``), which anchors may ack; one it never shows is ``foreign``.
+
 Skippable target entries are the holes in the target reader's stream (ids it
 never returned: markers). Holes are only claimed between entries the reader
 returned, never after the last one, since a reader cannot see the end of a
@@ -30,6 +36,7 @@ exactly the state its first run started from.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.mapping import (
     EVIDENCE,
     Evidence,
@@ -50,7 +58,7 @@ from cursorsync.core.mapping import (
 )
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
-from cursorsync.errors import ConfigError, MappingConflictError
+from cursorsync.errors import MappingConflictError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,22 @@ STATE_VERSION = 1
 
 #: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
 HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
+#: The source's skipped ids (hole runs) and, per partition, a position to look past (the
+#: markers after the last entry a reader returned) in; the anchors found there out, and the
+#: last marker position seen past each tail (looked past next time, never again at).
+AnchorRead = Callable[[Mapping[PartitionKey, Runs], Mapping[PartitionKey, Position]],
+                      "AnchorFindings"]
+#: After a partition's last source entry or marker, its tail is looked past for this long:
+#: the snapshot that covers the last message is written after it, within the brokers'
+#: snapshot timeout (30 s by default).
+TAIL_WATCH_S = 45.0
+
+
+@dataclass(frozen=True)
+class AnchorFindings:
+    anchors: dict[PartitionKey, Anchors] = field(default_factory=dict)
+    #: The last marker found past each tail looked at.
+    tails: dict[PartitionKey, Position] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,18 +120,31 @@ class _PartitionState:
     last_target: Position | None = None
     target: _Pending = field(default_factory=_Pending)
     source: _Pending = field(default_factory=_Pending)
+    #: The last source id accounted for (returned by the reader, or a marker past it).
+    last_source: Position | None = None
+    #: Until when (epoch seconds) the source's tail is looked past for markers.
+    watch_until: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "last_target": None if self.last_target is None else str(self.last_target),
+            "last_target": _text(self.last_target), "last_source": _text(self.last_source),
+            "watch_until": self.watch_until,
             "target": self.target.to_json(), "source": self.source.to_json(),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> _PartitionState:
-        lt = d.get("last_target")
-        return cls(None if lt is None else Position.parse(lt),
-                   _Pending.from_json(d["target"]), _Pending.from_json(d["source"]))
+        return cls(_position(d.get("last_target")),
+                   _Pending.from_json(d["target"]), _Pending.from_json(d["source"]),
+                   _position(d.get("last_source")), float(d.get("watch_until", 0.0)))
+
+
+def _text(p: Position | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _position(text: str | None) -> Position | None:
+    return None if text is None else Position.parse(text)
 
 
 @dataclass(frozen=True)
@@ -123,9 +160,11 @@ class BuilderConfig:
     def __post_init__(self) -> None:
         for s in self.strategies:
             evidence_code(s)
-        if "snapshot" in self.strategies:
-            raise ConfigError("evidence.strategies: snapshot-marker evidence is not available in "
-                              "this version; use position-property and/or identity")
+
+    @property
+    def digests(self) -> bool:
+        """Identity digests are compared: to pair entries, or to tell copies from foreign."""
+        return "identity" in self.strategies or "snapshot" in self.strategies
 
 
 @dataclass(frozen=True)
@@ -141,15 +180,23 @@ class BatchOutcome:
     #: Entry ids the target reader skipped (hole candidates), and those claimed skippable.
     skipped_ids: int = 0
     skipped_claimed: int = 0
+    #: Snapshot anchors found on the source, and target entries taken as copies.
+    anchors: int = 0
+    unpaired: int = 0
 
 
 class MappingBuilder:
     """Turns batches of entry rows into mapping deltas; keeps the mapping it has built."""
 
     def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
-                 hole_check: HoleCheck | None = None) -> None:
+                 hole_check: HoleCheck | None = None,
+                 anchor_read: AnchorRead | None = None) -> None:
+        """``anchor_read``: reads the source's markers (needed for ``snapshot``: without it no
+        anchor is ever found, and the snapshot strategy only tells copies from foreign)."""
         self.config = config
         self.hole_check = hole_check
+        self.anchor_read = anchor_read
+        self.clock = time.time
         self._parts: dict[PartitionKey, _PartitionState] = {}
         self.known: dict[PartitionKey, TopicMapping] = {}
         if state is not None:
@@ -176,24 +223,61 @@ class MappingBuilder:
     def process(self, rows: pa.Table) -> BatchOutcome:
         """One batch of ``pulsar-entries`` rows from either cluster."""
         out: dict[PartitionKey, TopicMapping] = {}
-        totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0}
-        if rows.num_rows == 0:
-            return BatchOutcome(out, 0, 0, 0, 0, 0)
-        entries = _first_row_per_entry(rows)
-        keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+        totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0, "unpaired": 0}
         candidates: dict[PartitionKey, Runs] = {}
-        for topic, part in zip(keys.column("topic").to_pylist(),
-                               keys.column("partition").to_pylist(), strict=True):
-            key = PartitionKey(topic, int(part))
-            mask = pc.and_(pc.equal(entries.column("topic"), topic),
-                           pc.equal(entries.column("partition"), part))
-            delta = self._partition(key, entries.filter(mask), totals, candidates)
-            if delta is not None:
-                out[key] = delta
+        source_holes: dict[PartitionKey, Runs] = {}
+        entries_in = 0
+        if rows.num_rows:
+            entries = _first_row_per_entry(rows)
+            entries_in = entries.num_rows
+            keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]
+                                                                   ).aggregate([])
+            for topic, part in zip(keys.column("topic").to_pylist(),
+                                   keys.column("partition").to_pylist(), strict=True):
+                key = PartitionKey(topic, int(part))
+                mask = pc.and_(pc.equal(entries.column("topic"), topic),
+                               pc.equal(entries.column("partition"), part))
+                delta = self._partition(key, entries.filter(mask), totals, candidates,
+                                        source_holes)
+                if delta is not None:
+                    out[key] = delta
         claimed = self._claim(candidates, out)
-        return BatchOutcome(out, entries.num_rows, totals["pairs"], totals["conflicts"],
+        anchors = self._anchors(source_holes, out)
+        return BatchOutcome(out, entries_in, totals["pairs"], totals["conflicts"],
                             totals["gt"], totals["gs"],
-                            sum(r.entry_count() for r in candidates.values()), claimed)
+                            sum(r.entry_count() for r in candidates.values()), claimed,
+                            anchors, totals["unpaired"])
+
+    def _anchors(self, source_holes: dict[PartitionKey, Runs],
+                 out: dict[PartitionKey, TopicMapping]) -> int:
+        """Read the source's markers at its skipped ids and past the tails being watched;
+        add the anchors not known yet. Returns how many were added."""
+        if "snapshot" not in self.config.strategies or self.anchor_read is None:
+            return 0
+        now = self.clock()
+        tails = {k: st.last_source for k, st in self._parts.items()
+                 if st.last_source is not None and st.watch_until >= now}
+        if not source_holes and not tails:
+            return 0
+        found = self.anchor_read(source_holes, tails)
+        for key, pos in found.tails.items():
+            st = self._parts[key]
+            if st.last_source is None or pos > st.last_source:
+                st.last_source = pos
+                st.watch_until = now + TAIL_WATCH_S
+        added = 0
+        for key, anchors in found.anchors.items():
+            known = self.known.get(key, TopicMapping())
+            have = {tuple(r) for r in known.anchors.rows.tolist()}
+            new = [r for r in anchors.rows.tolist() if tuple(r) not in have]
+            if not new:
+                continue
+            fresh = Anchors(np.array(new, np.int64))
+            self.known[key] = replace(known, anchors=known.anchors.union(fresh))
+            delta = out.get(key, TopicMapping())
+            out[key] = replace(delta, anchors=delta.anchors.union(fresh))
+            added += len(fresh)
+        return added
 
     def _claim(self, candidates: dict[PartitionKey, Runs],
                out: dict[PartitionKey, TopicMapping]) -> int:
@@ -217,7 +301,8 @@ class MappingBuilder:
         return total
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
-                   candidates: dict[PartitionKey, Runs]) -> TopicMapping | None:
+                   candidates: dict[PartitionKey, Runs],
+                   source_holes: dict[PartitionKey, Runs]) -> TopicMapping | None:
         cfg = self.config
         st = self._parts.setdefault(key, _PartitionState())
         known = self.known.get(key, TopicMapping())
@@ -226,6 +311,17 @@ class MappingBuilder:
         src = _sorted(entries.filter(pc.equal(clusters, cfg.source_cluster)))
         tl = tgt.column("ledger").to_numpy()
         te = tgt.column("entry").to_numpy()
+        sl = src.column("ledger").to_numpy()
+        se = src.column("entry").to_numpy()
+
+        if "snapshot" in cfg.strategies and len(sl):
+            found = holes(sl, se, previous=st.last_source)
+            if len(found):
+                source_holes[key] = found
+            last = Position(int(sl[-1]), int(se[-1]))
+            if st.last_source is None or last > st.last_source:
+                st.last_source = last
+            st.watch_until = self.clock() + TAIL_WATCH_S
 
         if cfg.claim_holes:
             found = holes(tl, te, previous=st.last_target)
@@ -243,9 +339,9 @@ class MappingBuilder:
                           np.full(int(has_prop.sum()), evidence_code("position-property"),
                                   np.int8)))
 
-        foreign = Runs()
+        foreign = unpaired = Runs()
         rest = ~has_prop if "position-property" in cfg.strategies else np.ones(len(tl), bool)
-        if "identity" in cfg.strategies:
+        if cfg.digests:
             digests = tgt.column("entry_identity").to_pylist()
             # No digest: outside the identity scope (an unbatched entry without the stamp,
             # with identity_scope batched), so nothing on the source can match it.
@@ -253,8 +349,6 @@ class MappingBuilder:
             rest &= ~undigested
             st.target.extend(tl[rest], te[rest],
                              [d for d, r in zip(digests, rest, strict=True) if r])
-            sl = src.column("ledger").to_numpy()
-            se = src.column("entry").to_numpy()
             mapped = known.segments.source_ranges()
             if pairs:
                 batch = SegmentSet.from_pairs(*pairs[0][:4], validate=False)
@@ -263,12 +357,13 @@ class MappingBuilder:
             sd = src.column("entry_identity").to_pylist()
             fresh &= _valid(src.column("entry_identity"))
             st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
-            pairs_id, gt, gs = self._align(st)
+            pairs_id, unpaired, gt, gs = self._align(st)
             if pairs_id is not None:
                 pairs.append(pairs_id)
             foreign = gt.union(Runs.from_positions(tl[undigested], te[undigested]))
             totals["gt"] += gt.entry_count() + int(undigested.sum())
             totals["gs"] += gs
+            totals["unpaired"] += unpaired.entry_count()
         elif rest.any():
             # Only the property is trusted: an entry without it did not come from the source.
             foreign = Runs.from_positions(tl[rest], te[rest])
@@ -293,15 +388,29 @@ class MappingBuilder:
             done = merged.source_ranges().contains_arrays(np.array(st.source.ledger, np.int64),
                                                           np.array(st.source.entry, np.int64))
             st.source.keep(~done)
-        self.known[key] = TopicMapping(merged, known.skippable, known.foreign.union(foreign),
-                                       known.unreplicated)
-        if not (len(segments) or len(foreign)):
+        self.known[key] = replace(known, segments=merged, foreign=known.foreign.union(foreign),
+                                  unpaired=known.unpaired.union(unpaired))
+        if not (len(segments) or len(foreign) or len(unpaired)):
             return None
-        return TopicMapping(segments, Runs(), foreign)
+        return TopicMapping(segments, Runs(), foreign, unpaired=unpaired)
 
-    def _align(self, st: _PartitionState) -> tuple[tuple[np.ndarray, ...] | None, Runs, int]:
-        """Pair pending entries by identity; age out what the window no longer holds."""
+    def _align(self, st: _PartitionState
+               ) -> tuple[tuple[np.ndarray, ...] | None, Runs, Runs, int]:
+        """Pair pending entries by identity (with ``identity``), or only find the target
+        entries whose digest the source shows (``snapshot`` alone); age out what the window
+        no longer holds. Returns the pairs, the target entries given up as copies
+        (``unpaired``: their digest is on the source) and as foreign, and how many source
+        entries were given up."""
+        if "identity" not in self.config.strategies:
+            on_source = set(st.source.digest)
+            copy = np.array([d in on_source for d in st.target.digest], bool)
+            unpaired = self._given_up(st, copy, on_source)[0]
+            st.target.keep(~copy)
+            copies, foreign, gone_s = self._window(st)
+            return None, unpaired.union(copies), foreign, gone_s
         result = None
+        unpaired = foreign = Runs()
+        given_s = 0
         if len(st.source) and len(st.target):
             s_idx, t_idx = align_identities(st.source.digest, st.target.digest)
             if len(s_idx):
@@ -317,31 +426,44 @@ class MappingBuilder:
                 t_keep[t_idx] = False
                 t_old = np.arange(len(st.target)) < int(t_idx.max())
                 s_old = np.arange(len(st.source)) < int(s_idx.max())
-                gone_t = t_keep & t_old
-                gone_s = s_keep & s_old
-                given_t = Runs.from_positions(np.array(st.target.ledger, np.int64)[gone_t],
-                                              np.array(st.target.entry, np.int64)[gone_t])
-                given_s = int(gone_s.sum())
+                unpaired, foreign = self._given_up(st, t_keep & t_old, set(st.source.digest))
+                given_s = int((s_keep & s_old).sum())
                 st.target.keep(t_keep & ~t_old)
                 st.source.keep(s_keep & ~s_old)
-                w = self._window(st)
-                return result, given_t.union(w[0]), given_s + w[1]
-        w = self._window(st)
-        return result, w[0], w[1]
+        copies, aged, gone = self._window(st)
+        return result, unpaired.union(copies), foreign.union(aged), given_s + gone
 
-    def _window(self, st: _PartitionState) -> tuple[Runs, int]:
+    def _given_up(self, st: _PartitionState, gone: np.ndarray,
+                  on_source: set[bytes]) -> tuple[Runs, Runs]:
+        """Target entries given up on, split: copies (``snapshot`` on and their digest on the
+        source) and foreign (the rest)."""
+        if not gone.any():
+            return Runs(), Runs()
+        tl = np.array(st.target.ledger, np.int64)
+        te = np.array(st.target.entry, np.int64)
+        copy = np.zeros(len(gone), bool)
+        if "snapshot" in self.config.strategies:
+            copy = np.array([g and d in on_source for d, g in zip(st.target.digest, gone,
+                                                                   strict=True)], bool)
+        foreign = gone & ~copy
+        return (Runs.from_positions(tl[copy], te[copy]),
+                Runs.from_positions(tl[foreign], te[foreign]))
+
+    def _window(self, st: _PartitionState) -> tuple[Runs, Runs, int]:
+        """Age out what the window no longer holds: target entries as copies or foreign
+        (:meth:`_given_up`), source entries counted."""
         win = self.config.alignment_window
-        gone_t = Runs()
+        copies = gone_t = Runs()
         gone_s = 0
         if len(st.target) > win:
             n = len(st.target) - win
-            gone_t = Runs.from_positions(np.array(st.target.ledger[:n], np.int64),
-                                         np.array(st.target.entry[:n], np.int64))
-            st.target.keep(np.arange(len(st.target)) >= n)
+            old = np.arange(len(st.target)) < n
+            copies, gone_t = self._given_up(st, old, set(st.source.digest))
+            st.target.keep(~old)
         if len(st.source) > win:
             gone_s = len(st.source) - win
             st.source.keep(np.arange(len(st.source)) >= gone_s)
-        return gone_t, gone_s
+        return copies, gone_t, gone_s
 
 
 def _first_row_per_entry(rows: pa.Table) -> pa.Table:
@@ -386,4 +508,5 @@ def _sorted(t: pa.Table) -> pa.Table:
     return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
 
 
-__all__ = ["EVIDENCE", "BatchOutcome", "BuilderConfig", "MappingBuilder"]
+__all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderConfig",
+           "MappingBuilder"]
