@@ -197,7 +197,7 @@ class FakeMarkers:
                            {k: str(p) for k, p in tails.items()}))
         found: list[tuple[Position, Position]] = []
         ends: dict[PartitionKey, Position] = {}
-        for key, runs in holes.items():
+        for runs in holes.values():
             for lg, e, n in runs.rows.tolist():
                 for i in range(n):
                     t = self.markers.get(Position(lg, e + i))

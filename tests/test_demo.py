@@ -46,3 +46,13 @@ def test_a_chunked_topic_needs_two_batches_the_second_sending_nothing() -> None:
     settled = _settled(rows(("partial", 3, 2), ("partial", 3, 0)), exact_needed=False)
     assert isinstance(settled, list) and len(settled) == 2
     assert isinstance(_settled(rows(("partial", 3, 0)), exact_needed=False), str)
+
+
+def test_snapshot_evidence_alone_needs_quiet_batches_spanning_the_settle_time() -> None:
+    """No segment means no exact plan: quiet batches must span ``quiet_for_s`` after the last
+    batch that sent acks (an anchor can arrive seconds after the last message)."""
+    got = rows(("unknown", 0, 4), ("unknown", 0, 0), ("unknown", 0, 0), ("unknown", 0, 2),
+               ("unknown", 0, 0), ("unknown", 0, 0), ("unknown", 0, 0))
+    assert isinstance(_settled(got, exact_needed=False, quiet_for_s=4), str)
+    settled = _settled(got, exact_needed=False, quiet_for_s=3)
+    assert isinstance(settled, list) and [r["batch_id"] for r in settled] == list(range(7))

@@ -134,6 +134,11 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
     return parse_config(data)
 
 
+#: Snapshot evidence alone: how long after its last acks a cursor must stay quiet to count as
+#: caught up (the brokers' snapshot interval, 1 s, plus the builder's tail watch at work).
+ANCHOR_SETTLE_S = 10.0
+
+
 def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
               partitions: dict[str, list[str]], chunked: set[str]) -> float | str:
     """When the sync caught up with the source as it was at ``after`` (epoch seconds), or
@@ -145,7 +150,9 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
     unmapped (README, Limits), so for it two batches after ``after`` sending nothing is
     the test. Rows from ``since_batch`` on are read. The time returned is the newest
     emitted_at among the batches up to that quiet one that sent acks, or the first batch
-    after ``after`` when none did.
+    after ``after`` when none did. Snapshot evidence alone makes no segment, so no plan is
+    exact: quiet batches spanning :data:`ANCHOR_SETTLE_S` after the last that sent acks are
+    the test (the anchor that covers the last message is written after it).
     """
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.tables import RowFilter
@@ -161,13 +168,15 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
         if observed > after:
             by_key.setdefault((r["topic"], r["partition"], r["subscription"]), []).append(r)
     done_at = after
+    segments = bool({"position-property", "identity"} & set(config.evidence.strategies))
     for spec in config.topics:
         for p in partitions[spec.topic]:
             tn = TopicName.parse(p)
             for sub in spec.subscriptions:
                 got = sorted(by_key.get((str(tn.base), tn.partition, sub), []),
                              key=lambda r: r["batch_id"])
-                settled = _settled(got, exact_needed=spec.topic not in chunked)
+                settled = _settled(got, exact_needed=spec.topic not in chunked and segments,
+                                   quiet_for_s=0.0 if segments else ANCHOR_SETTLE_S)
                 if isinstance(settled, str):
                     return f"{p} {sub}: {settled}"
                 last_sent = [r for r in settled if r["acks_sent"]]
@@ -176,11 +185,13 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
     return done_at - after
 
 
-def _settled(got: list[dict[str, Any]], *, exact_needed: bool) -> list[dict[str, Any]] | str:
+def _settled(got: list[dict[str, Any]], *, exact_needed: bool,
+             quiet_for_s: float = 0.0) -> list[dict[str, Any]] | str:
     """One cursor's sync_progress rows (by batch) up to the quiet batch that shows it caught
     up, or why there is none yet. The exact plan may come after quiet batches: unmapped
     entries past the last mapped one (markers the source wrote last) are looked up only
-    once the mapping has stopped moving."""
+    once the mapping has stopped moving. With ``quiet_for_s``, the quiet batch must come that
+    long after the last batch that sent acks (or after the first batch)."""
     first = 0
     if exact_needed:
         exact = [i for i, r in enumerate(got)
@@ -194,6 +205,10 @@ def _settled(got: list[dict[str, Any]], *, exact_needed: bool) -> list[dict[str,
     if not got:
         return "no sync batch since the workload's end"
     quiet = [i for i, r in enumerate(got) if r["acks_sent"] == 0 and i > first]
+    if quiet_for_s:
+        sent = [r["emitted_at"] for r in got if r["acks_sent"]] or [got[0]["emitted_at"]]
+        quiet = [i for i in quiet
+                 if (got[i]["emitted_at"] - max(sent)).total_seconds() >= quiet_for_s]
     if not quiet:
         return (f"{len(got)} batches since the workload's end, none after batch "
                 f"{got[first]['batch_id']} sending no acks")

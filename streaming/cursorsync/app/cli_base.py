@@ -207,8 +207,9 @@ def _global_options(
 def parse_strategies(evidence: str) -> list[str]:
     """The --evidence option's strategies, validated."""
     strategies = [x.strip() for x in evidence.split(",") if x.strip()]
-    unknown = sorted(set(strategies) - {"position-property", "identity"})
+    unknown = sorted(set(strategies) - {"position-property", "identity", "snapshot"})
     if unknown or not strategies:
-        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use position-property "
-                                 "and/or identity", param_hint="--evidence")
+        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use any of "
+                                 "position-property, identity, snapshot",
+                                 param_hint="--evidence")
     return strategies

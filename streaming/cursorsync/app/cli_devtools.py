@@ -31,7 +31,7 @@ def demo(
     ] = 8.0,
     evidence: Annotated[
         str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
-                          "position-property, identity (default both).")
+                          "position-property, identity, snapshot (default the first two).")
     ] = "position-property,identity",
     work_dir: Annotated[
         Path | None,
@@ -157,7 +157,7 @@ def bench_e2e(
     ] = 200_000,
     evidence: Annotated[
         str, typer.Option("--evidence", help="Evidence strategies, comma-separated: "
-                          "position-property, identity (default both).")
+                          "position-property, identity, snapshot (default the first two).")
     ] = "position-property,identity",
     identity_scope: Annotated[
         str, typer.Option("--identity-scope", help="evidence.identity_scope: all, or batched "

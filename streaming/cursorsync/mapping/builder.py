@@ -59,6 +59,7 @@ from cursorsync.core.mapping import (
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
+from cursorsync.mapping.columns import by_position, first_row_per_entry, is_valid, stamp_positions
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ class MappingBuilder:
         source_holes: dict[PartitionKey, Runs] = {}
         entries_in = 0
         if rows.num_rows:
-            entries = _first_row_per_entry(rows)
+            entries = first_row_per_entry(rows)
             entries_in = entries.num_rows
             keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]
                                                                    ).aggregate([])
@@ -307,8 +308,8 @@ class MappingBuilder:
         st = self._parts.setdefault(key, _PartitionState())
         known = self.known.get(key, TopicMapping())
         clusters = entries.column("cluster")
-        tgt = _sorted(entries.filter(pc.equal(clusters, cfg.target_cluster)))
-        src = _sorted(entries.filter(pc.equal(clusters, cfg.source_cluster)))
+        tgt = by_position(entries.filter(pc.equal(clusters, cfg.target_cluster)))
+        src = by_position(entries.filter(pc.equal(clusters, cfg.source_cluster)))
         tl = tgt.column("ledger").to_numpy()
         te = tgt.column("entry").to_numpy()
         sl = src.column("ledger").to_numpy()
@@ -332,9 +333,9 @@ class MappingBuilder:
 
         pairs: list[tuple[np.ndarray, ...]] = []
         prop = tgt.column("source_position")
-        has_prop = _valid(prop)
+        has_prop = is_valid(prop)
         if "position-property" in cfg.strategies and has_prop.any():
-            pl, pe = _stamp_positions(prop.drop_null())
+            pl, pe = stamp_positions(prop.drop_null())
             pairs.append((pl, pe, tl[has_prop], te[has_prop],
                           np.full(int(has_prop.sum()), evidence_code("position-property"),
                                   np.int8)))
@@ -345,7 +346,7 @@ class MappingBuilder:
             digests = tgt.column("entry_identity").to_pylist()
             # No digest: outside the identity scope (an unbatched entry without the stamp,
             # with identity_scope batched), so nothing on the source can match it.
-            undigested = rest & ~_valid(tgt.column("entry_identity"))
+            undigested = rest & ~is_valid(tgt.column("entry_identity"))
             rest &= ~undigested
             st.target.extend(tl[rest], te[rest],
                              [d for d, r in zip(digests, rest, strict=True) if r])
@@ -355,7 +356,7 @@ class MappingBuilder:
                 mapped = mapped | batch.source_ranges()
             fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
             sd = src.column("entry_identity").to_pylist()
-            fresh &= _valid(src.column("entry_identity"))
+            fresh &= is_valid(src.column("entry_identity"))
             st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
             pairs_id, unpaired, gt, gs = self._align(st)
             if pairs_id is not None:
@@ -464,48 +465,6 @@ class MappingBuilder:
             gone_s = len(st.source) - win
             st.source.keep(np.arange(len(st.source)) >= gone_s)
         return copies, gone_t, gone_s
-
-
-def _first_row_per_entry(rows: pa.Table) -> pa.Table:
-    """One row per (cluster, topic, partition, ledger, entry): its lowest batch index."""
-    cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
-            "source_position", "entry_identity"]
-    t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
-    if t.num_rows == 0:
-        return t
-    keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
-    first = np.ones(t.num_rows, bool)
-    same = np.ones(t.num_rows - 1, bool)
-    for k in keys:
-        same &= k[1:] == k[:-1]
-    first[1:] = ~same
-    return t.filter(pa.array(first))
-
-
-#: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.
-_STAMP = r"^(?P<ledger>-?\d{1,18}):(?P<entry>-?\d{1,18})$"
-
-
-def _stamp_positions(stamps: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Source-position stamps (no nulls) -> ledger and entry arrays, in one pass over the
-    column (the target's stamped entries, most of a batch). Any other spelling goes
-    through :meth:`Position.parse`, which accepts what it accepts and names what not."""
-    parts = pc.extract_regex(stamps, _STAMP)
-    out = [np.array(pc.fill_null(pc.cast(pc.struct_field(parts, f), pa.int64()), 0)
-                    .to_numpy(), dtype=np.int64, copy=True) for f in ("ledger", "entry")]
-    for i in np.flatnonzero(~_valid(parts)).tolist():
-        p = Position.parse(stamps[i].as_py())
-        out[0][i], out[1][i] = p.ledger, p.entry
-    return out[0], out[1]
-
-
-def _valid(column: pa.ChunkedArray) -> np.ndarray:
-    """Which values are not null, as a numpy mask."""
-    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _sorted(t: pa.Table) -> pa.Table:
-    return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
 
 
 __all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderConfig",

@@ -1,0 +1,54 @@
+"""Column helpers of the mapping builder: entry rows as Arrow columns to numpy, one pass each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cursorsync.core.positions import Position
+
+
+def first_row_per_entry(rows: pa.Table) -> pa.Table:
+    """One row per (cluster, topic, partition, ledger, entry): its lowest batch index."""
+    cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
+            "source_position", "entry_identity"]
+    t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
+    if t.num_rows == 0:
+        return t
+    keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
+    first = np.ones(t.num_rows, bool)
+    same = np.ones(t.num_rows - 1, bool)
+    for k in keys:
+        same &= k[1:] == k[:-1]
+    first[1:] = ~same
+    return t.filter(pa.array(first))
+
+
+#: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.
+STAMP_PATTERN = r"^(?P<ledger>-?\d{1,18}):(?P<entry>-?\d{1,18})$"
+
+
+def stamp_positions(stamps: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Source-position stamps (no nulls) -> ledger and entry arrays, in one pass over the
+    column (the target's stamped entries, most of a batch). Any other spelling goes
+    through :meth:`Position.parse`, which accepts what it accepts and names what not."""
+    parts = pc.extract_regex(stamps, STAMP_PATTERN)
+    out = [np.array(pc.fill_null(pc.cast(pc.struct_field(parts, f), pa.int64()), 0)
+                    .to_numpy(), dtype=np.int64, copy=True) for f in ("ledger", "entry")]
+    for i in np.flatnonzero(~is_valid(parts)).tolist():
+        p = Position.parse(stamps[i].as_py())
+        out[0][i], out[1][i] = p.ledger, p.entry
+    return out[0], out[1]
+
+
+def is_valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Which values are not null, as a numpy mask."""
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def by_position(t: pa.Table) -> pa.Table:
+    return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
+
+
+__all__ = ["STAMP_PATTERN", "by_position", "first_row_per_entry", "is_valid", "stamp_positions"]
