@@ -230,7 +230,9 @@ def test_bench_e2e_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch) -> Non
     assert out.exit_code == 0
     assert calls[1]["backlog"] == 5000 and calls[1]["strategies"] == ("position-property",)
     out = invoke("bench", "e2e", "--evidence", "snapshot")
-    assert out.exit_code != 0 and "snapshot" in out.output
+    assert out.exit_code == 0 and calls[2]["strategies"] == ("snapshot",)
+    out = invoke("bench", "e2e", "--evidence", "snapshots")
+    assert out.exit_code != 0 and "snapshots" in out.output
 
 
 # ------------------------------------------------------------------ bench

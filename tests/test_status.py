@@ -26,10 +26,15 @@ from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.records import BuiltinUpdate, ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import ConfigError
 from cursorsync.tables import TableStore, open_store
-from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
+from cursorsync.tables.rows import (
+    builtin_update_rows,
+    cursor_state_rows,
+    mapping_rows,
+    sync_progress_rows,
+)
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 ORDERS = "persistent://public/default/orders"
@@ -254,3 +259,22 @@ def test_partition_key_parses_topic_names() -> None:
 def test_format_table_aligns_columns() -> None:
     out = format_table(("A", "NUMBER"), [("xy", 1), ("z", 12345), ("w", None)], right=(1,))
     assert out.splitlines() == ["A   NUMBER", "xy       1", "z    12345", "w        -"]
+
+
+def test_status_shows_the_builtin_position_beside_cursorsyncs(store: TableStore) -> None:
+    """The newest UPDATE marker (by its position on the target) per subscription is where
+    Pulsar's own replicated subscription moved it; subscriptions it never named show none."""
+    orders = PartitionKey(ORDERS, -1)
+    updates = [BuiltinUpdate(orders, "billing", Position(51, 2), Position(51, 5)),
+               BuiltinUpdate(orders, "billing", Position(51, 7), Position(51, 9)),
+               BuiltinUpdate(orders, "billing", Position(50, 90), Position(50, 95)),
+               BuiltinUpdate(orders, "other", Position(51, 8), Position(51, 10))]
+    store.append("builtin_updates", builtin_update_rows(updates, **CLUSTERS, written_at=T0),
+                 app_id="mapping", batch_id=0)
+    rows = {r.subscription: r for r in subscription_status(store, topic=ORDERS)}
+    assert rows["billing"].builtin_mark_delete == Position(51, 7)
+    assert rows["audit"].builtin_mark_delete is None
+    assert "other" not in rows
+    assert "BUILTIN_MD" in render_status_table(list(rows.values()))
+    assert json.loads(status_json([rows["billing"]]))["partitions"][0][
+        "builtin_mark_delete"] == "51:7"

@@ -188,9 +188,19 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     if config.evidence.holes == "verified":
         from cursorsync.mapping.hole_check import AdminHoleCheck
 
-        hole_check = AdminHoleCheck(admin, max_workers=config.target.max_concurrency)
-    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check)
-    mapping_sink.after_batch = TableMaintenance(store, ("mappings",), config.tables,
+        hole_check = AdminHoleCheck(admin, max_workers=config.target.max_concurrency,
+                                    target_cluster=config.target.name)
+    anchor_read = None
+    if "snapshot" in config.evidence.strategies:
+        from cursorsync.mapping.anchor_read import AdminAnchorRead
+
+        anchor_read = AdminAnchorRead(source_admin, config.target.name,
+                                      max_workers=config.source.max_concurrency)
+    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check,
+                               anchor_read, None if hole_check is None
+                               else hole_check.drain_updates)
+    mapping_sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"),
+                                                config.tables,
                                                 metrics).run_if_due
     sync_sink = SyncSink(config, store, step, metrics)
     sync_sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
@@ -200,7 +210,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
                        if config.spark.mapping_trigger_interval_s else trigger)
 
     entries = entries_stream(spark, config, "target")
-    if "identity" in config.evidence.strategies:
+    if {"identity", "snapshot"} & set(config.evidence.strategies):
         entries = entries.unionByName(entries_stream(spark, config, "source"))
     mq = (entries.writeStream.queryName("cursorsync-mapping").foreachBatch(mapping_sink)
           .option("checkpointLocation", str(ckpt / "mapping"))

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 SUBSCRIPTION_KEY = ("source_cluster", "target_cluster", "topic", "partition", "subscription")
 #: History tables, with the column their retention is measured on.
 TIME_COLUMNS: dict[TableName, str] = {"cursor_states": "observed_at",
-                                      "sync_progress": "emitted_at"}
+                                      "sync_progress": "emitted_at",
+                                      "builtin_updates": "written_at"}
 
 
 class TableMaintenance:
@@ -62,7 +63,7 @@ class TableMaintenance:
 
     def retention_s(self, table: TableName) -> float | None:
         """How long ``table``'s rows are kept; None for a table kept whole."""
-        if table == "cursor_states":
+        if table in ("cursor_states", "builtin_updates"):
             return self.config.cursor_states_retention_s
         if table == "sync_progress":
             return self.config.sync_progress_retention_s

@@ -53,7 +53,7 @@ ACK_KINDS: tuple[AckKind, ...] = ("cumulative", "individual")
 #: The stages errors are usually counted under (any lower_snake_case name is accepted).
 STAGES: tuple[str, ...] = (
     "config", "admin", "ingest", "mapping", "translate", "guard", "emit", "tables", "spark",
-    "query", "restart",
+    "query", "restart", "anchor_conflict",
 )
 
 _STAGE_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")

@@ -75,7 +75,9 @@ def _cluster(config: Config, role: Literal["source", "target"]) -> list[Finding]
         topics = _topics(admin, config, role, name, out)
         out.append(_broker(cluster, name, topics[0] if topics else None))
         if role == "target" and topics and config.evidence.holes == "verified":
-            out.append(_raw_entries(admin, name, topics[0]))
+            out.append(_raw_entries(admin, name, topics[0], "evidence.holes: verified"))
+        if role == "source" and topics and "snapshot" in config.evidence.strategies:
+            out.append(_raw_entries(admin, name, topics[0], "snapshot markers"))
     return out
 
 
@@ -143,9 +145,10 @@ def _broker(cluster: ClusterConfig, name: str, topic: TopicName | None) -> Findi
     return Finding("ok", what)
 
 
-def _raw_entries(admin: AdminClient, name: str, topic: TopicName) -> Finding:
-    """The hole check reads single entries (evidence.holes: verified)."""
-    what = f"single-entry reads on the {name} (evidence.holes: verified)"
+def _raw_entries(admin: AdminClient, name: str, topic: TopicName, why: str) -> Finding:
+    """The hole check (evidence.holes: verified) reads single entries of the target, snapshot
+    evidence single entries of the source."""
+    what = f"single-entry reads on the {name} ({why})"
     try:
         admin.raw_entry(topic, 0, 0)
     except AdminAuthError as err:

@@ -32,7 +32,8 @@ def format_table(
 
 
 _STATUS_HEADERS = (
-    "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "OUTCOME", "UNMAPPED",
+    "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "BUILTIN_MD", "OUTCOME",
+    "UNMAPPED",
     "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED",
 )
 _SUMMARY_HEADERS = (
@@ -47,12 +48,12 @@ def render_status_table(rows: Sequence[StatusRow]) -> str:
         return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
     table = format_table(_STATUS_HEADERS, [
         (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
-         r.target_mark_delete,
+         r.target_mark_delete, r.builtin_mark_delete,
          None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
          r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
          r.mapped_entries, r.last_mapped_source)
         for r in rows
-    ], right=(3, 6, 7, 8, 10, 11))
+    ], right=(3, 7, 8, 9, 11, 12))
     summary = format_table(_SUMMARY_HEADERS, [
         (s.subscription + (" (dry-run)" if s.dry_run else ""), s.partitions, s.never_synced,
          s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync)

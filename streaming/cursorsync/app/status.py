@@ -90,6 +90,8 @@ class StatusRow:
     lag_ms: int | None = None
     emitted_at: datetime | None = None
     dry_run: bool | None = None
+    # newest builtin_updates row: where Pulsar's own replicated subscription moved it on b
+    builtin_mark_delete: Position | None = None
     # mappings: coverage of the topic partition
     segments: int = 0
     mapped_entries: int = 0
@@ -112,6 +114,7 @@ class StatusRow:
             "source_individually_deleted_ranges": self.source_ranges,
             "observed_at": iso_time(self.observed_at),
             "target_mark_delete": _pos(self.target_mark_delete),
+            "builtin_mark_delete": _pos(self.builtin_mark_delete),
             "outcome": self.outcome,
             "unmapped_acked_entries": self.unmapped_acked_entries,
             "rewound_entries": self.rewound_entries,
@@ -190,6 +193,7 @@ def subscription_status(
     cursors = _latest(cursors_t, "observed_at")
 
     keys = sorted(set(progress) | set(cursors))
+    builtin = _builtin_positions(store, flt)
     mapping_filter = _filter(topic, None, source_cluster, target_cluster)
     coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
     out = []
@@ -213,9 +217,26 @@ def subscription_status(
             lag_ms=None if p is None else p["lag_ms"],
             emitted_at=None if p is None else p["emitted_at"],
             dry_run=None if p is None else p["dry_run"],
+            builtin_mark_delete=builtin.get(k),
             segments=segs, mapped_entries=mapped, last_mapped_source=last,
         ))
     return out
+
+
+def _builtin_positions(store: TableStore, flt: RowFilter) -> dict[tuple[str, int, str], Position]:
+    """Per (topic, partition, subscription), where the newest UPDATE marker read on the target
+    moves it (Pulsar's own replicated subscriptions); empty without the table."""
+    if not store.exists("builtin_updates"):
+        return {}
+    rows = store.read("builtin_updates", flt, columns=[
+        *_KEY, "target_ledger", "target_entry", "marker_ledger", "marker_entry"]).to_pylist()
+    newest: dict[tuple[str, int, str], tuple[Position, Position]] = {}
+    for r in rows:
+        k = (r["topic"], r["partition"], r["subscription"])
+        marker = Position(r["marker_ledger"], r["marker_entry"])
+        if k not in newest or marker > newest[k][0]:
+            newest[k] = (marker, Position(r["target_ledger"], r["target_entry"]))
+    return {k: v[1] for k, v in newest.items()}
 
 
 def subscription_summaries(rows: Iterable[StatusRow]) -> list[SubscriptionSummary]:

@@ -26,12 +26,16 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
             "rangesPerTask": str(config.spark.ranges_per_task),
             "discoveryIntervalMs": str(round(config.spark.topic_discovery_interval_s * 1000)),
             "identityFields": ",".join(config.evidence.identity_fields),
-            "identity": str("identity" in config.evidence.strategies).lower(),
+            # Snapshot evidence compares digests too: a copy's digest is on the source.
+            "identity": str(bool({"identity", "snapshot"}
+                                 & set(config.evidence.strategies))).lower(),
             "positionEvidence": str("position-property" in config.evidence.strategies).lower(),
             "identityScope": config.evidence.identity_scope,
             # The source side is read for identity evidence only: rows without a digest
-            # would be dropped by the builder anyway.
-            "identityRowsOnly": str(side == "source").lower(),
+            # would be dropped by the builder anyway. Snapshot evidence needs every source
+            # row: the ids the reader skips are where the markers are.
+            "identityRowsOnly": str(side == "source" and "snapshot"
+                                    not in config.evidence.strategies).lower(),
             "rowsPer": "entry",  # the builder works on entries; one row each crosses the JVM
             "columns": "evidence",  # and only the columns it reads
             # and a Spark row per record batch of them: the sink takes the batch to the

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Literal, get_args
 
 from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.positions import Position
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -40,6 +41,17 @@ RewindPolicy = Literal["halt", "report"]
 #: What the sync step did with a plan: sent it (or would have, on a dry run), held it back
 #: because the source rewound (rewind_policy halt), refused it at the guard, or failed to
 #: send it.
+@dataclass(frozen=True)
+class BuiltinUpdate:
+    """A REPLICATED_SUBSCRIPTION_UPDATE marker read on the target: Pulsar's own replicated
+    subscriptions move ``subscription``'s markDeletePosition there to ``target``."""
+
+    key: PartitionKey
+    subscription: str
+    target: Position
+    marker: Position
+
+
 Result = Literal["emitted", "halted", "refused", "failed"]
 RESULTS: tuple[Result, ...] = get_args(Result)
 

@@ -33,6 +33,7 @@ class _Synced(NamedTuple):
     rows: pa.Table  # sync_progress rows
     translate_seconds: float | None
     unavailable: int = 0  # subscriptions skipped: the target's admin API did not answer
+    anchor_conflicts: int = 0  # plans refused: the mapping contradicts a snapshot anchor
 
     def count(self, outcome: str) -> int:
         """Rows with this outcome (the same in both emission modes)."""
@@ -94,7 +95,8 @@ class SyncSink:
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
-        return _Synced(obs, rows, result.translate_seconds, result.unavailable)
+        return _Synced(obs, rows, result.translate_seconds, result.unavailable,
+                       result.anchor_conflicts)
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
         """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
@@ -136,4 +138,6 @@ class SyncSink:
                 m.mark_synced(sub)
         for _ in range(done.unavailable):
             m.record_error("admin")
+        for _ in range(done.anchor_conflicts):
+            m.record_error("anchor_conflict")
         m.observe_batch("sync", batch_s)

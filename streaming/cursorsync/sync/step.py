@@ -42,7 +42,7 @@ import numpy as np
 
 from cursorsync.core.continuity import count_vanished, vanished_unacked
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.guard import SafePlan, UnsafePlanError, guard
+from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
@@ -103,6 +103,8 @@ class StepResult:
     translate_seconds: float
     #: Subscriptions skipped because the target's admin API gave no usable answer.
     unavailable: int = 0
+    #: Plans refused because the mapping contradicts the source's snapshot anchors.
+    anchor_conflicts: int = 0
 
 
 class SyncStep:
@@ -121,6 +123,8 @@ class SyncStep:
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
         self.halted: set[tuple[PartitionKey, str]] = set()
         self.markers = MarkerCache()
+        #: Plans of the last run refused for contradicting snapshot anchors.
+        self.anchor_conflicts = 0
         self.clock = time.monotonic
         self.wall_clock = time.time
 
@@ -128,6 +132,7 @@ class SyncStep:
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
         records: list[SyncRecord] = []
         sent = refused = halted = unavailable = 0
+        self.anchor_conflicts = 0
         t_translate = 0.0
         for obs in _latest(observed):
             k = (obs.key, obs.subscription)
@@ -171,7 +176,8 @@ class SyncStep:
                                to_ack=RangeSet())
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
                                       obs.observed_at, datetime.now(UTC), result))
-        return StepResult(records, sent, refused, halted, t_translate, unavailable)
+        return StepResult(records, sent, refused, halted, t_translate, unavailable,
+                          self.anchor_conflicts)
 
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
@@ -216,6 +222,10 @@ class SyncStep:
             return "halted", 0
         try:
             safe = guard(plan, obs.state, mapping, target)
+        except AnchorConflictError as err:
+            self.anchor_conflicts += 1
+            log.error("skip %s/%s: %s", topic, obs.subscription, err)
+            return "refused", 0
         except UnsafePlanError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
             return "refused", 0

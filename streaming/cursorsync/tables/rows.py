@@ -28,7 +28,13 @@ from cursorsync.core.mapping import (
 )
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import HaltRecord, ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.records import (
+    BuiltinUpdate,
+    HaltRecord,
+    ObservedCursor,
+    PartitionKey,
+    SyncRecord,
+)
 from cursorsync.tables.schema import TableName, load_schema
 
 _DERIVED = ("schema_version", "topic_bucket", "batch_id")
@@ -166,6 +172,21 @@ def _epoch(at: datetime | None) -> float | None:
     if at is None:
         return None
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+# --------------------------------------------------------- builtin updates
+
+
+def builtin_update_rows(updates: Iterable[BuiltinUpdate], *, source_cluster: str,
+                        target_cluster: str, written_at: datetime) -> pa.Table:
+    """One ``builtin_updates`` row per UPDATE marker read on the target."""
+    return pa.Table.from_pylist([{
+        "topic": u.key.topic, "partition": u.key.partition, "subscription": u.subscription,
+        "source_cluster": source_cluster, "target_cluster": target_cluster,
+        "target_ledger": u.target.ledger, "target_entry": u.target.entry,
+        "marker_ledger": u.marker.ledger, "marker_entry": u.marker.entry,
+        "written_at": written_at,
+    } for u in updates], schema=_arrow_schema("builtin_updates"))
 
 
 # ----------------------------------------------------------- cursor states

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from cursorsync.errors import ConfigError
 
-TableName = Literal["mappings", "cursor_states", "sync_progress", "halts"]
+TableName = Literal["mappings", "cursor_states", "sync_progress", "halts", "builtin_updates"]
 TABLES: tuple[TableName, ...] = get_args(TableName)
 
 SCHEMAS_ENV = "CURSORSYNC_SCHEMAS"

@@ -125,7 +125,6 @@ _DEFAULT_STRATEGIES: tuple[EvidenceStrategy, ...] = ("position-property", "ident
 class EvidenceConfig(_Section):
     """How source entries are matched to target entries, strongest strategy first."""
 
-    # snapshot-marker evidence is not read yet; the builder refuses it.
     strategies: list[EvidenceStrategy] = Field(
         default_factory=lambda: list(_DEFAULT_STRATEGIES), min_length=1
     )
