@@ -239,3 +239,41 @@ def test_raw_entry_keeps_the_connection_after_a_marker_not_after_a_chunk(
         c.raw_entry(T, 7, 2)
         c.raw_entry(T, 7, 1)
     assert len(set(stub.client_ports)) == 2
+
+
+def test_raw_entry_keeps_a_marker_s_body_only(stub: StubAdmin) -> None:
+    """The body is the marker's protobuf; other entries' bodies are not kept, and a body
+    past the read limit is never read, marker or not."""
+    path = BASE + "/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"\x0a\x01s", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(2), Reply(raw=b"payload"))
+    stub.set(path.format(3), Reply(raw=b"m" * 5_000_000, headers={"X-Pulsar-marker-type": "12"}))
+    with client(stub.url) as c:
+        marker = c.raw_entry(T, 7, 1)
+        assert marker is not None and marker.body == b"\x0a\x01s"
+        plain = c.raw_entry(T, 7, 2)
+        assert plain is not None and plain.body is None
+        large = c.raw_entry(T, 7, 3)
+        assert large is not None and large.marker_type == 12 and large.body is None
+
+
+def test_raw_entry_past_the_end_is_none_at_once_with_past_end_ok(stub: StubAdmin) -> None:
+    """The broker's 500 for an id past the open ledger's last entry is an answer, not a
+    failure: with ``past_end_ok`` it is None after one request; without, it is retried as
+    any 5xx. Other 500s are retried either way."""
+    path = BASE + "/ledger/7/entry/9"
+    past = Reply(500, {"reason": "Failed to read entry 7:9: LastConfirmedEntry is 7:3"})
+    stub.set(path, past)
+    with client(stub.url, attempts=4, backoff_initial_s=0.5, backoff_max_s=0.5) as c:
+        t0 = time.monotonic()
+        assert c.raw_entry(T, 7, 9, past_end_ok=True) is None
+        assert time.monotonic() - t0 < 0.4 and len(stub.requests) == 1
+    stub.requests.clear()
+    with client(stub.url) as c, pytest.raises(AdminError, match=r"LastConfirmedEntry"):
+        c.raw_entry(T, 7, 9)
+    assert len(stub.requests) == 3
+    stub.requests.clear()
+    stub.set(path, Reply(500, {"reason": "bookie down"}))
+    with client(stub.url) as c, pytest.raises(AdminError, match=r"bookie down"):
+        c.raw_entry(T, 7, 9, past_end_ok=True)
+    assert len(stub.requests) == 3

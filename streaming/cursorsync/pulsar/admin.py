@@ -33,6 +33,12 @@ from cursorsync.errors import (
     ConfigError,
     TopicNotFoundError,
 )
+from cursorsync.pulsar.markers import (
+    REPLICATED_SUBSCRIPTION_TYPES,
+    Marker,
+    MarkerParseError,
+    parse_marker,
+)
 from cursorsync.pulsar.stats import (
     PartitionedInternalStats,
     TopicInternalStats,
@@ -141,11 +147,12 @@ class AdminClient:
 
     def _once(self, path: str, what: str, topic: str | None,
               read: Callable[[httpx.Response], Any] | None = None,
-              missing_ok: bool = False) -> Any:
+              missing_ok: bool = False,
+              none_if: Callable[[httpx.Response], bool] | None = None) -> Any:
         """One attempt over every base URL in turn; returns ``read(response)`` of a 2xx
-        (default: the parsed JSON body), or None for a 404 when ``missing_ok``. ``read``
-        sees the response before its body is read, so it may take the headers alone (a
-        raw entry can be megabytes)."""
+        (default: the parsed JSON body), or None for a 404 when ``missing_ok`` and for any
+        answer ``none_if`` accepts (not retried). ``read`` sees the response before its body
+        is read, so it may take the headers alone (a raw entry can be megabytes)."""
         failures: list[str] = []
         for base in self.config.urls:
             url = base + path
@@ -155,6 +162,8 @@ class AdminClient:
                         return read(resp)
                     resp.read()
                     if resp.status_code == 404 and missing_ok:
+                        return None
+                    if none_if is not None and none_if(resp):
                         return None
             except httpx.TimeoutException as e:
                 failures.append(f"{url}: timed out after {self.config.timeout_s}s ({e!r})")
@@ -187,7 +196,8 @@ class AdminClient:
 
     def get_json(self, path: str, what: str, topic: str | None = None,
                  read: Callable[[httpx.Response], Any] | None = None,
-                 missing_ok: bool = False) -> Any:
+                 missing_ok: bool = False,
+                 none_if: Callable[[httpx.Response], bool] | None = None) -> Any:
         """GET with retries on transient failures; AdminError when they run out."""
         cfg = self.config
         retrying = Retrying(
@@ -197,7 +207,7 @@ class AdminClient:
             reraise=False,
         )
         try:
-            return retrying(self._once, path, what, topic, read, missing_ok)
+            return retrying(self._once, path, what, topic, read, missing_ok, none_if)
         except RetryError as e:
             last = e.last_attempt.exception()
             detail = last.message if isinstance(last, _Retryable) else repr(last)
@@ -243,17 +253,23 @@ class AdminClient:
                             f"partitioned topic list of {namespace}")
         return parse_topic_list(namespace, doc)
 
-    def raw_entry(self, topic: str | TopicName, ledger: int, entry: int) -> RawEntry | None:
-        """What one stored entry is, from its metadata headers (None: no such entry).
+    def raw_entry(self, topic: str | TopicName, ledger: int, entry: int, *,
+                  past_end_ok: bool = False) -> RawEntry | None:
+        """What one stored entry is, from its metadata headers, with a marker's body (None:
+        no such entry).
 
         Markers are never dispatched to readers, but this endpoint returns them, so it
         is how a skipped id is told apart from the other ids readers skip (chunks).
+        The broker answers an id past the last entry of the open ledger with a 500; with
+        ``past_end_ok`` that answer is None at once, for callers that look past a tail
+        (which is not yet written, and will not be by asking again).
         """
         t = _topic(topic)
         path = t.admin_path(f"ledger/{int(ledger)}/entry/{int(entry)}")
         what = f"entry {ledger}:{entry} of {t}"
         found: RawEntry | None = self.get_json(path, what, read=lambda r: _raw_entry(what, r),
-                                               missing_ok=True)
+                                               missing_ok=True,
+                                               none_if=_past_end if past_end_ok else None)
         return found
 
     def map_concurrently(self, fn: Callable[[TopicName], T],
@@ -307,16 +323,29 @@ class AdminClient:
 
 @dataclass(frozen=True)
 class RawEntry:
-    """The headers of ``GET .../ledger/{l}/entry/{e}`` that say what an entry is."""
+    """The headers of ``GET .../ledger/{l}/entry/{e}`` that say what an entry is, and a
+    marker's body (the protobuf its type names; None for other entries, and for a marker
+    body too large to read)."""
 
     marker_type: int | None = None
     chunk_id: int | None = None
     num_chunks: int | None = None
+    body: bytes | None = None
 
     @property
     def is_marker(self) -> bool:
         """Written by the broker for itself: never dispatched, so safe to ack."""
         return self.marker_type is not None
+
+    def marker(self, where: str) -> Marker | None:
+        """The marker parsed (None: not a marker, or a type not read, such as a transaction
+        marker); MarkerParseError naming ``where`` when its body is not what its type says."""
+        if self.marker_type is None:
+            return None
+        if self.body is None and self.marker_type in REPLICATED_SUBSCRIPTION_TYPES:
+            raise MarkerParseError(where, self.marker_type, "its body was not read (larger "
+                                   f"than {_DRAIN_BYTES} bytes, or of unknown length)")
+        return parse_marker(self.marker_type, self.body or b"", where=where)
 
 
 def _header_int(what: str, resp: httpx.Response, name: str) -> int | None:
@@ -334,15 +363,28 @@ _DRAIN_BYTES = 64 * 1024
 
 
 def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
-    # The headers say what the entry is. A small body (a marker's) is drained so the
-    # connection (and its TLS session) is reused; a large one (a chunk, up to the
-    # broker's max message size) is left unread, which closes that connection.
+    # The headers say what the entry is. A small body (a marker's) is read, so the
+    # connection (and its TLS session) is reused, and kept when it is a marker's; a large
+    # one (a chunk, up to the broker's max message size) is left unread, which closes that
+    # connection.
+    marker_type = _header_int(what, resp, "X-Pulsar-marker-type")
     size = resp.headers.get("Content-Length")
+    body = None
     if size is not None and size.isdigit() and int(size) <= _DRAIN_BYTES:
-        resp.read()
-    return RawEntry(_header_int(what, resp, "X-Pulsar-marker-type"),
+        content = resp.read()
+        body = content if marker_type is not None else None
+    return RawEntry(marker_type,
                     _header_int(what, resp, "X-Pulsar-chunk-id"),
-                    _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"))
+                    _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"),
+                    body)
+
+
+#: What the broker's 500 for an id past the last entry of the open ledger says.
+_PAST_END_TEXT = "LastConfirmedEntry"
+
+
+def _past_end(resp: httpx.Response) -> bool:
+    return resp.status_code == 500 and _PAST_END_TEXT in resp.text
 
 
 def _topic(topic: str | TopicName) -> TopicName:
