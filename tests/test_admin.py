@@ -273,6 +273,13 @@ def test_raw_entry_past_the_end_is_none_at_once_with_past_end_ok(stub: StubAdmin
         c.raw_entry(T, 7, 9)
     assert len(stub.requests) == 3
     stub.requests.clear()
+    # Past the last entry of a closed ledger the broker says "No such entry".
+    stub.set(path, Reply(500, {"reason": "org.apache.bookkeeper.mledger.ManagedLedgerException"
+                                         "$NonRecoverableLedgerException: No such entry"}))
+    with client(stub.url) as c:
+        assert c.raw_entry(T, 7, 9, past_end_ok=True) is None
+    assert len(stub.requests) == 1
+    stub.requests.clear()
     stub.set(path, Reply(500, {"reason": "bookie down"}))
     with client(stub.url) as c, pytest.raises(AdminError, match=r"bookie down"):
         c.raw_entry(T, 7, 9, past_end_ok=True)

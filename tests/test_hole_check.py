@@ -128,3 +128,73 @@ def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
     dead = AdminConfig.from_urls("http://127.0.0.1:9", attempts=2, backoff_initial_s=0.01)
     with AdminClient(dead) as admin, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
         AdminHoleCheck(admin)({key: Runs.of((7, 1, 1))})
+
+
+def _body(message: object) -> bytes:
+    data: bytes = message.SerializeToString()  # type: ignore[attr-defined]
+    return data
+
+
+def test_update_markers_the_check_reads_are_kept_for_the_builtin_updates_table(
+        stub: StubAdmin) -> None:
+    """An UPDATE marker among the skipped ids names where Pulsar's own replicated
+    subscription moves the subscription on this (the target) cluster; a malformed one is
+    counted and skipped."""
+    from cursorsync._proto import pulsar_markers_pb2 as pm
+    from cursorsync.core.positions import Position
+    from cursorsync.core.records import BuiltinUpdate
+
+    def update(sub: str, ledger: int, entry: int) -> bytes:
+        return _body(pm.ReplicatedSubscriptionsUpdate(subscription_name=sub, clusters=[
+            pm.ClusterMessageId(cluster="b", message_id=pm.MarkersMessageIdData(
+                ledger_id=ledger, entry_id=entry))]))
+
+    path = "/admin/v2/persistent/acme/orders/events/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=update("rs", 7, 0), headers={"X-Pulsar-marker-type": "13"}))
+    stub.set(path.format(2), Reply(raw=b"\x0a\x05rs", headers={"X-Pulsar-marker-type": "13"}))
+    stub.set(path.format(3), Reply(raw=update("other", 6, 9),
+                                   headers={"X-Pulsar-marker-type": "13"}))
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+        check = AdminHoleCheck(admin, target_cluster="b")
+        got = check({key: Runs.of((7, 1, 3))})
+        assert got[key].rows.tolist() == [[7, 1, 3]]
+        assert sorted(check.drain_updates(), key=lambda u: u.marker) == [
+            BuiltinUpdate(key, "rs", Position(7, 0), Position(7, 1)),
+            BuiltinUpdate(key, "other", Position(6, 9), Position(7, 3))]
+        assert check.drain_updates() == [] and check.stats.malformed == 1
+
+
+def test_anchor_read_takes_snapshots_naming_the_target_at_holes_and_past_tails(
+        stub: StubAdmin) -> None:
+    """Holes: every id of the run is looked at (a chunk does not hide the snapshot after it).
+    Tails: ids past the last one until an id that is no marker or past the end (the broker's
+    500); the last marker there is reported. Snapshots naming another cluster make no anchor."""
+    from cursorsync._proto import pulsar_markers_pb2 as pm
+    from cursorsync.core.anchors import Anchors
+    from cursorsync.core.positions import Position
+    from cursorsync.mapping.anchor_read import AdminAnchorRead
+
+    def snapshot(local: tuple[int, int], cluster: str, at: tuple[int, int]) -> bytes:
+        def mid(p: tuple[int, int]) -> pm.MarkersMessageIdData:
+            return pm.MarkersMessageIdData(ledger_id=p[0], entry_id=p[1])
+        return _body(pm.ReplicatedSubscriptionsSnapshot(
+            snapshot_id="s", local_message_id=mid(local),
+            clusters=[pm.ClusterMessageId(cluster=cluster, message_id=mid(at))]))
+
+    path = "/admin/v2/persistent/acme/orders/events/ledger/3/entry/{}"
+    marker = {"X-Pulsar-marker-type": "12"}
+    stub.set(path.format(1), Reply(raw=b"chunk", headers={"X-Pulsar-chunk-id": "0",
+                                                           "X-Pulsar-num-chunks-from-msg": "2"}))
+    stub.set(path.format(2), Reply(raw=snapshot((3, 0), "b", (9, 4)), headers=marker))
+    stub.set(path.format(6), Reply(raw=snapshot((3, 5), "c", (1, 1)), headers=marker))
+    stub.set(path.format(7), Reply(raw=snapshot((3, 5), "b", (9, 8)), headers=marker))
+    stub.set(path.format(8), Reply(500, {"reason": "LastConfirmedEntry is 3:7"}))
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+        read = AdminAnchorRead(admin, "b")
+        found = read({key: Runs.of((3, 1, 2))}, {key: Position(3, 5)})
+    assert found.anchors == {key: Anchors.of((Position(3, 0), Position(9, 4)),
+                                             (Position(3, 5), Position(9, 8)))}
+    assert found.tails == {key: Position(3, 7)}
+    assert (read.stats.requests, read.stats.markers, read.stats.anchors) == (5, 3, 2)

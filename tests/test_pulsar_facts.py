@@ -224,6 +224,10 @@ def test_ledgers_roll_at_different_sizes_on_each_cluster(
     assert sizes["a"][:2] == [on_a] * 2 and sizes["b"][:3] == [on_b] * 3, sizes
     first = {c: testbed.internal_stats(c, t)["ledgers"][0]["ledgerId"] for c in ("a", "b")}
     assert first["b"] != first["a"], first
+    # Past the last entry of a closed ledger the raw-entry endpoint answers 500 "No such
+    # entry" (the open ledger's answer names LastConfirmedEntry): past_end_ok reads both.
+    past = raw_entry(testbed, "a", t, Position(first["a"], on_a))
+    assert past.status_code == 500 and "No such entry" in past.text, past.text
 
 
 def test_chunks_as_large_as_the_target_limit_are_dropped_by_the_replicator(

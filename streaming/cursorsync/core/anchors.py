@@ -20,7 +20,7 @@ before ``S`` (their copies may land after ``T``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class Anchors:
     def __len__(self) -> int:
         return len(self._a)
 
-    def __iter__(self) -> Iterable[tuple[Position, Position]]:
+    def __iter__(self) -> Iterator[tuple[Position, Position]]:
         return iter([(Position(a, b), Position(c, d)) for a, b, c, d in self._a.tolist()])
 
     def __eq__(self, other: object) -> bool:

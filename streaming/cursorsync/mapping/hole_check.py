@@ -13,6 +13,11 @@ only once the entry before it is acked, and it never acks a skipped entry that
 is not a marker, so whatever follows one in its run could not be acked anyway.
 Checking therefore stops at a run's first non-marker: a run that starts with a
 chunk costs one request, a run of k markers k requests.
+
+The markers read on the way are kept where they say something: a
+REPLICATED_SUBSCRIPTION_UPDATE is Pulsar's own replicated subscription moving a
+subscription on the target (:meth:`AdminHoleCheck.drain_updates`), shown beside
+cursorsync's position by ``cursorsync status``.
 """
 
 from __future__ import annotations
@@ -27,11 +32,15 @@ import numpy as np
 
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
-from cursorsync.core.records import PartitionKey
+from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.mapping.builder import HoleCheck
 from cursorsync.pulsar.admin import AdminClient, RawEntry
+from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker
 
 log = logging.getLogger(__name__)
+
+#: MessageMetadata.marker_type of REPLICATED_SUBSCRIPTION_UPDATE.
+UPDATE = 13
 
 __all__ = ["AdminHoleCheck", "AdminMarkerLookup", "HoleCheck", "HoleCheckStats",
            "leading_markers"]
@@ -54,6 +63,7 @@ class HoleCheckStats:
 
     markers: int = 0
     not_markers: int = 0  # runs cut short: a chunk, an aborted-transaction entry, a trimmed id
+    malformed: int = 0  # markers whose body could not be parsed
 
     @property
     def requests(self) -> int:
@@ -64,11 +74,22 @@ class HoleCheckStats:
 class AdminHoleCheck:
     """A :data:`HoleCheck` that asks the target cluster's admin API, runs in parallel."""
 
-    def __init__(self, admin: AdminClient, max_workers: int = 8) -> None:
+    def __init__(self, admin: AdminClient, max_workers: int = 8,
+                 target_cluster: str | None = None) -> None:
+        """``target_cluster``: the cluster ``admin`` answers for; with it, UPDATE markers
+        are kept for :meth:`drain_updates`."""
         self.admin = admin
         self.max_workers = max(1, max_workers)
+        self.target_cluster = target_cluster
         self.stats = HoleCheckStats()
         self._lock = threading.Lock()
+        self._updates: list[BuiltinUpdate] = []
+
+    def drain_updates(self) -> list[BuiltinUpdate]:
+        """The UPDATE markers read since the last call, in no particular order."""
+        with self._lock:
+            out, self._updates = self._updates, []
+        return out
 
     def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         jobs = [(key, int(lg), int(e), int(n))
@@ -87,10 +108,34 @@ class AdminHoleCheck:
     def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> int:
         key, ledger, entry, count = job
         topic = key.concrete_topic()
-        k, raw = leading_markers(lambda i: self.admin.raw_entry(topic, ledger, entry + i), count)
+        updates: list[BuiltinUpdate] = []
+        malformed = 0
+
+        def kind(i: int) -> RawEntry | None:
+            nonlocal malformed
+            found = self.admin.raw_entry(topic, ledger, entry + i)
+            if (self.target_cluster is not None and found is not None and found.is_marker
+                    and found.marker_type == UPDATE):
+                at = Position(ledger, entry + i)
+                try:
+                    marker = parse_marker(UPDATE, found.body or b"",
+                                          where=f"entry {at} of {topic} on the target")
+                except MarkerParseError as err:
+                    malformed += 1
+                    log.error("%s; the built-in's move it records is not shown", err)
+                    return found
+                if isinstance(marker, SubscriptionUpdate):
+                    to = dict(marker.clusters).get(self.target_cluster)
+                    if to is not None:
+                        updates.append(BuiltinUpdate(key, marker.subscription, to, at))
+            return found
+
+        k, raw = leading_markers(kind, count)
         with self._lock:
             self.stats.markers += k
             self.stats.not_markers += k < count
+            self.stats.malformed += malformed
+            self._updates += updates
         if k < count:
             what = ("absent (trimmed?)" if raw is None else
                     f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None

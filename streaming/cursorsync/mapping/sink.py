@@ -14,11 +14,12 @@ import pyarrow as pa
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.mapping.builder import BuilderConfig, HoleCheck, MappingBuilder
+from cursorsync.core.records import BuiltinUpdate
+from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
 from cursorsync.tables.mappings import load_mappings
-from cursorsync.tables.rows import mapping_rows, row_schema
+from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
 from cursorsync.tables.store import TableStore
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,14 @@ class MappingSink:
     """foreachBatch of the mapping query: builder + idempotent append + per-batch state."""
 
     def __init__(self, config: Config, store: TableStore, state_dir: Path,
-                 metrics: Metrics | None, hole_check: HoleCheck | None = None) -> None:
-        """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``)."""
+                 metrics: Metrics | None, hole_check: HoleCheck | None = None,
+                 anchor_read: AnchorRead | None = None,
+                 builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None) -> None:
+        """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
+        ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
+        ``builtin_updates``: the UPDATE markers the hole check read in the batch, written to
+        ``builtin_updates``."""
+        self.builtin_updates = builtin_updates
         self.config = config
         self.store = store
         self.state_dir = state_dir
@@ -43,7 +50,8 @@ class MappingSink:
         self.builder = MappingBuilder(BuilderConfig(
             config.source.name, config.target.name, tuple(config.evidence.strategies),
             config.evidence.alignment_window,
-            claim_holes=config.evidence.claims_holes), hole_check=hole_check)
+            claim_holes=config.evidence.claims_holes), hole_check=hole_check,
+            anchor_read=anchor_read)
         self._batch: int | None = None
         self.last_batch: int = -1
         #: Runs after each batch's writes (the job's table maintenance).
@@ -57,7 +65,8 @@ class MappingSink:
         if self._batch == batch_id - 1:
             return
         prev = self._state_file(batch_id - 1)
-        builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check)
+        builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check,
+                                 anchor_read=self.builder.anchor_read)
         if prev.exists():
             builder.load_state(json.loads(prev.read_text()))
         elif batch_id > 0:
@@ -81,6 +90,12 @@ class MappingSink:
         # No rows still records the batch id as written.
         rows = pa.concat_tables(parts) if parts else row_schema("mappings").empty_table()
         self.store.append("mappings", rows, app_id=MAPPING_APP, batch_id=batch_id)
+        updates = self.builtin_updates() if self.builtin_updates is not None else []
+        if updates:
+            self.store.append("builtin_updates", builtin_update_rows(
+                updates, source_cluster=self.config.source.name,
+                target_cluster=self.config.target.name, written_at=now),
+                app_id=MAPPING_APP, batch_id=batch_id)
         self._state_file(batch_id).write_text(json.dumps(self.builder.state()))
         for old in self.state_dir.glob("builder-*.json"):
             if int(old.stem.split("-")[1]) < batch_id - STATE_FILES_KEPT:
@@ -100,6 +115,8 @@ class MappingSink:
                                             outcome.skipped_ids - outcome.skipped_claimed)
             self.metrics.observe_batch("mapping", time.perf_counter() - t0)
         log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
-                 "%d of %d skipped target ids claimed as markers",
+                 "%d of %d skipped target ids claimed as markers, %d snapshot anchors, "
+                 "%d unpaired copies",
                  batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
-                 outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids)
+                 outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
+                 outcome.anchors, outcome.unpaired)

@@ -260,9 +260,10 @@ class AdminClient:
 
         Markers are never dispatched to readers, but this endpoint returns them, so it
         is how a skipped id is told apart from the other ids readers skip (chunks).
-        The broker answers an id past the last entry of the open ledger with a 500; with
+        The broker answers an id past the last entry of a ledger with a 500 (the open
+        ledger's: "LastConfirmedEntry is ..."; a closed one's: "No such entry"); with
         ``past_end_ok`` that answer is None at once, for callers that look past a tail
-        (which is not yet written, and will not be by asking again).
+        (which is not written yet, or never will be, and asking again changes nothing).
         """
         t = _topic(topic)
         path = t.admin_path(f"ledger/{int(ledger)}/entry/{int(entry)}")
@@ -379,12 +380,13 @@ def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
                     body)
 
 
-#: What the broker's 500 for an id past the last entry of the open ledger says.
-_PAST_END_TEXT = "LastConfirmedEntry"
+#: What the broker's 500 for an id past the last entry of the open ledger, and of a closed
+#: one, says.
+_PAST_END_TEXTS = ("LastConfirmedEntry", "No such entry")
 
 
 def _past_end(resp: httpx.Response) -> bool:
-    return resp.status_code == 500 and _PAST_END_TEXT in resp.text
+    return resp.status_code == 500 and any(t in resp.text for t in _PAST_END_TEXTS)
 
 
 def _topic(topic: str | TopicName) -> TopicName:
