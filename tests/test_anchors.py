@@ -124,3 +124,23 @@ def test_snapshot_only_acks_known_copies_up_to_the_newest_anchor_at_or_before_th
     assert plan.mark_delete == P("7:2")
     guard(plan, CursorState(P("1:6")), m, target)
     assert translate(CursorState(P("1:3")), m, target).to_ack == RangeSet()
+
+
+@SETTINGS
+@given(worlds())
+def test_vouched_segments_stop_at_the_newest_anchor_and_plan_a_subset(w: World) -> None:
+    """With snapshot evidence on, segments count only up to the newest anchor's target
+    position: what is left is part of what was there, and its plan acks a subset."""
+    cut = w.mapping.vouched()
+    top = w.mapping.anchors.newest_target()
+    kept = cut.segments.target_ranges()
+    assert not (kept - w.mapping.segments.target_ranges())
+    if top is None:
+        assert not len(cut.segments)
+    else:
+        assert not kept.after(top)
+        assert (w.mapping.segments.target_ranges() & RangeSet.up_to(top)) == kept
+    full = translate(w.source, w.mapping, w.target)
+    part = translate(w.source, cut, w.target)
+    assert not (part.to_ack - full.to_ack)
+    guard(part, w.source, cut, w.target)

@@ -181,7 +181,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         emitter = target_emitter(config)
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
-    step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy), emitter,
+    step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
+                               vouch="snapshot" in config.evidence.strategies), emitter,
                     target_reader(admin), source_marker_lookup(source_admin, config),
                     source_admin.created_at)
     hole_check = None

@@ -15,7 +15,10 @@ before ``S`` (their copies may land after ``T``).
   them (entries known to be copies, mapped or not).
 * **Cross-check.** A segment that maps a source entry at or after ``S`` to a target entry
   at or before ``T`` contradicts the anchor: one of the two is wrong, and the topic's plan
-  is refused rather than guessed.
+  is refused rather than guessed. A check is only as good as the anchors already read, so
+  with snapshot evidence on, a segment is trusted only up to the newest anchor's ``T``
+  (:meth:`cursorsync.core.mapping.TopicMapping.vouched`): nothing is acked that no anchor
+  has checked yet.
 """
 
 from __future__ import annotations
@@ -78,6 +81,14 @@ class Anchors:
         if not len(self):
             return other
         return Anchors(np.concatenate([self._a, other._a]))
+
+    def newest_target(self) -> Position | None:
+        """The furthest target position any anchor names (None: no anchor)."""
+        a = self._a
+        if not len(a):
+            return None
+        top = a[np.lexsort((a[:, 3], a[:, 2]))[-1]]
+        return Position(int(top[2]), int(top[3]))
 
     def licensed(self, source_mark_delete: Position) -> Position | None:
         """The furthest target position the anchors let the target's markDeletePosition

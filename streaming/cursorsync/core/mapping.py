@@ -17,7 +17,7 @@ in :mod:`cursorsync.core.translate`, emission elsewhere.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -363,6 +363,22 @@ class TopicMapping:
 
     def lookup(self, position: Position) -> Position | None:
         return self.segments.lookup(position)
+
+    def vouched(self) -> TopicMapping:
+        """The mapping with its segments cut at the newest anchor's target position (all of
+        them without an anchor): what the source's snapshot anchors have checked so far."""
+        top = self.anchors.newest_target()
+        rows = self.segments.rows
+        if top is None:
+            return replace(self, segments=SegmentSet())
+        tl, te, n = rows[:, 2], rows[:, 3], rows[:, 4]
+        keep = np.where(tl < top.ledger, n,
+                        np.where(tl == top.ledger, np.clip(top.entry - te + 1, 0, n), 0))
+        sel = keep > 0
+        cut = rows[sel].copy()
+        cut[:, 4] = keep[sel]
+        return replace(self, segments=SegmentSet(cut, self.segments.evidence_codes[sel],
+                                                 validate=False))
 
     def union(self, other: TopicMapping) -> TopicMapping:
         """Everything either knows (segments that disagree raise MappingConflictError),

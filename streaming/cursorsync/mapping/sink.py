@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.core.records import BuiltinUpdate
+from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
@@ -32,6 +33,12 @@ STATE_FILES_KEPT = 5
 
 class MappingSink:
     """foreachBatch of the mapping query: builder + idempotent append + per-batch state."""
+
+    #: A test hook (class-wide, so that it is in place before a job's first batch): rewrites
+    #: a batch's mapping before it is written, as faulty evidence would; the anchors'
+    #: cross-check is tested with it. Never set by the job.
+    tamper: Callable[[int, dict[PartitionKey, TopicMapping]],
+                     dict[PartitionKey, TopicMapping]] | None = None
 
     def __init__(self, config: Config, store: TableStore, state_dir: Path,
                  metrics: Metrics | None, hole_check: HoleCheck | None = None,
@@ -84,9 +91,11 @@ class MappingSink:
         table = unpack(df.toArrow(), EVIDENCE_COLUMNS)
         outcome = self.builder.process(table)
         now = datetime.now(UTC)
+        written = (outcome.mappings if self.tamper is None
+                   else self.tamper(batch_id, dict(outcome.mappings)))
         parts = [mapping_rows(k, m, source_cluster=self.config.source.name,
                               target_cluster=self.config.target.name, written_at=now)
-                 for k, m in sorted(outcome.mappings.items())]
+                 for k, m in sorted(written.items())]
         # No rows still records the batch id as written.
         rows = pa.concat_tables(parts) if parts else row_schema("mappings").empty_table()
         self.store.append("mappings", rows, app_id=MAPPING_APP, batch_id=batch_id)

@@ -60,7 +60,8 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         source_admin = admin_client(config.source)
         emitter = None if dry_run else target_emitter(config)
         try:
-            step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy),
+            step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy,
+                                       vouch="snapshot" in config.evidence.strategies),
                             emitter, target_reader(admin),
                             source_marker_lookup(source_admin, config), source_admin.created_at)
             step.halted = halted(store, source_cluster=config.source.name,

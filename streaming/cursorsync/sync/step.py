@@ -92,6 +92,9 @@ class SyncConfig:
     cumulative: bool = False
     dry_run: bool = False
     rewind_policy: RewindPolicy = "halt"
+    #: Snapshot evidence on: segments are trusted only as far as an anchor has checked them
+    #: (:meth:`cursorsync.core.mapping.TopicMapping.vouched`).
+    vouch: bool = False
 
 
 @dataclass
@@ -156,6 +159,8 @@ class SyncStep:
                 continue  # the previous observation stays, as the evidence
             previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
+            if self.config.vouch:
+                mapping = mapping.vouched()
             mapping = self._with_markers(obs.key, mapping)
             plan = translate(obs.state, mapping, target, previous_source=previous_source)
             if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
