@@ -75,6 +75,23 @@ def test_failover_with_identity_evidence_alone(
     assert r.evidence == ["identity"]
 
 
+def test_failover_with_snapshot_evidence_alone(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The source's snapshot markers alone: b follows a's markDeletePosition to the newest
+    anchor at or before it, as the built-in does, and loses nothing; what it redelivers is
+    what the built-in redelivers (chunked messages aside), since neither carries individual
+    acks."""
+    r = demo(bed=testbed, spec=spec(topic_name, seed=29), work_dir=str(tmp_path),
+             strategies=["snapshot"])
+    assert r.evidence == ["snapshot"]
+    table = r.table()
+    for kind, ours in r.cursorsync.items():
+        builtin = r.builtin[kind]
+        assert ours["losses"] == 0 and ours["foreign_acked"] == 0, table
+        assert ours["messages"] > 0 and ours["acked_on_source"] > 0, table
+        assert ours["duplicates"] <= builtin["duplicates"] + ours["chunked"], table
+
+
 def test_markers_on_b_are_acked_so_its_mark_delete_passes_them(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """Everything acked on a, nothing foreign on b (a foreign entry is never acked, so it
