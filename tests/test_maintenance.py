@@ -122,3 +122,55 @@ def test_a_failing_maintenance_is_counted_and_tried_again(
     assert "compaction of table sync_progress failed" in caplog.text
     assert "maintenance of table sync_progress failed" in caplog.text
     assert "disk full under sync_progress" in caplog.text
+
+
+def test_merging_mappings_rows_keeps_every_reader_s_union_in_fewer_rows(tmp_path: Path) -> None:
+    """Five batches continue one run (five rows); merged, it is one row with the newest
+    written_at and the highest batch id. Every mapping loads the same before and after,
+    for a full load and for an incremental reader that had read part of it; rows written
+    after the cut and other cluster pairs' rows stay apart."""
+    from cursorsync.core.anchors import Anchors
+    from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+    from cursorsync.core.positions import Position
+    from cursorsync.core.records import PartitionKey
+    from cursorsync.tables.mappings import MappingStore, load_mappings, merge_rows
+    from cursorsync.tables.rows import mapping_rows
+
+    store = open_store("delta-rs", str(tmp_path / "t"))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    key, other = PartitionKey("persistent://t/n/a", 0), PartitionKey("persistent://t/n/a", 1)
+
+    def write(batch: int, k: PartitionKey, m: TopicMapping, pair: tuple[str, str] = ("A", "B"),
+              at: datetime | None = None) -> None:
+        store.append("mappings", mapping_rows(
+            k, m, source_cluster=pair[0], target_cluster=pair[1],
+            written_at=at or t0 + timedelta(seconds=batch)), app_id="mapping", batch_id=batch)
+
+    for i in range(5):
+        write(i, key, TopicMapping(SegmentSet.of([Segment(3, 10 * i, 7, 10 * i, 10)]),
+                                   skippable=Runs.of((7, 50 + i, 1)) if i == 4 else Runs(),
+                                   anchors=Anchors.of((Position(3, 10 * i), Position(7, 9)))))
+    write(5, other, TopicMapping(SegmentSet.of([Segment(4, 0, 8, 0, 5, "identity")])))
+    write(6, key, TopicMapping(SegmentSet.of([Segment(3, 0, 9, 0, 10)])), pair=("A", "C"))
+    incremental = MappingStore(store, "A", "B")
+    incremental.refresh()
+    before_all, _ = load_mappings(store, source_cluster="A", target_cluster="B")
+    cut = t0 + timedelta(seconds=6.5)
+    write(7, key, TopicMapping(SegmentSet.of([Segment(3, 50, 7, 50, 10)])), at=cut)
+    rows_before = store.read("mappings").num_rows
+
+    assert merge_rows(store, before=cut) == 4  # five segment rows are one; anchors differ
+    after = store.read("mappings")
+    assert after.num_rows == rows_before - 4
+    mine = [r for r in after.to_pylist() if r["source_cluster"] == "A"
+            and r["target_cluster"] == "B" and r["partition"] == 0 and r["kind"] == "segment"]
+    assert sorted((r["source_entry"], r["count"], r["batch_id"]) for r in mine) == [
+        (0, 50, 4), (50, 10, 7)]
+    full, _ = load_mappings(store, source_cluster="A", target_cluster="B")
+    assert full[key].segments == SegmentSet.of([Segment(3, 0, 7, 0, 60)])
+    assert full[key].anchors == before_all[key].anchors and len(full[key].anchors) == 5
+    assert full[other] == before_all[other]
+    assert load_mappings(store, source_cluster="A", target_cluster="C")[0][key].segments == \
+        SegmentSet.of([Segment(3, 0, 9, 0, 10)])
+    assert incremental.refresh()[key].segments == full[key].segments
+    assert merge_rows(store, before=cut) == 0  # nothing left to merge

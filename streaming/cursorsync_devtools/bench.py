@@ -184,22 +184,51 @@ def _joined(rows: np.ndarray) -> int:
     return len(SegmentSet(rows[:1]) | SegmentSet(rows[1:], validate=False))
 
 
+def _segment_rows(store: Any) -> int:
+    import pyarrow.compute as pc
+
+    rows = store.read("mappings", columns=["kind"])
+    return int(pc.sum(pc.equal(rows.column("kind"), "segment")).as_py() or 0)
+
+
 def bench_mapping_rows(entries: int = 50_000, *, batched_share: float = 0.2,
                        batch_entries: int = 500, seed: int = 1) -> dict[str, Any]:
-    """Segment rows per mapped entry for a steady stream (see the module docstring)."""
+    """Segment rows per mapped entry for a steady stream (see the module docstring): as each
+    batch writes them to a real ``mappings`` table (delta-rs, in a temporary directory), and
+    after the table maintenance merges them."""
+    import tempfile
+    from datetime import UTC, datetime
+
+    from cursorsync.tables import open_store
+    from cursorsync.tables.mappings import merge_rows
+    from cursorsync.tables.rows import mapping_rows
+
     rng = np.random.default_rng(seed)
     batched = rng.random(entries) < batched_share
     builder = MappingBuilder(BuilderConfig("A", "B"))
     written = joined_per_batch = 0
-    for first in range(0, entries, batch_entries):
-        out = builder.process(_entry_rows(first, min(entries, first + batch_entries), batched))
-        for m in out.mappings.values():
-            written += len(m.segments)
-            joined_per_batch += _joined(m.segments.rows)
+    with tempfile.TemporaryDirectory(prefix="cursorsync-bench-") as tmp:
+        store = open_store("delta-rs", tmp)
+        for batch, first in enumerate(range(0, entries, batch_entries)):
+            out = builder.process(_entry_rows(first, min(entries, first + batch_entries),
+                                              batched))
+            for key, m in out.mappings.items():
+                written += len(m.segments)
+                joined_per_batch += _joined(m.segments.rows)
+                store.append("mappings", mapping_rows(
+                    key, m, source_cluster="A", target_cluster="B",
+                    written_at=datetime.now(UTC)), app_id="bench", batch_id=batch)
+        in_table = _segment_rows(store)
+        t0 = time.perf_counter()
+        merge_rows(store, before=datetime.now(UTC))
+        merge_s = time.perf_counter() - t0
+        merged = _segment_rows(store)
     known = next(iter(builder.known.values())).segments
     mapped = known.entry_count()
     joined = _joined(known.rows)
     return {
+        "segment_rows_in_table": in_table, "segment_rows_after_merge": merged,
+        "rows_per_entry_after_merge": merged / entries, "merge_seconds": round(merge_s, 3),
         "entries": entries, "batched_share": batched_share, "batch_entries": batch_entries,
         "mapped": mapped, "rows_written": written, "rows_per_entry": written / entries,
         "rows_joined_per_batch": joined_per_batch,

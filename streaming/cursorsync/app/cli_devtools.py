@@ -111,6 +111,29 @@ def bench_plan(
     typer.echo(format_table(("FIGURE", "VALUE"), rows))
 
 
+@bench_app.command("mapping-rows")
+@user_errors
+def bench_mapping_rows(
+    entries: Annotated[int, typer.Option("--entries", min=1, help="Entries of one ledger.")
+                       ] = 50_000,
+    batch_entries: Annotated[int, typer.Option("--batch-entries", min=1,
+                                               help="Entries per mapping batch.")] = 500,
+    json_output: JsonOption = False,
+) -> None:
+    """Mapping rows per entry for a steady stream: as the batches write them to a Delta
+    table, and after the table maintenance merges them."""
+    run_bench = load_lazily(f"{DEVTOOLS}.bench", "bench_mapping_rows",
+                            "cursorsync bench mapping-rows")
+    with progress(f"bench mapping-rows: {entries} entries", json_output=json_output):
+        result = run_bench(entries, batch_entries=batch_entries)
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+
+
 @bench_app.command("failover")
 @user_errors
 def bench_failover(

@@ -2,8 +2,9 @@
 
 Each sink maintains the tables it writes, between its own batches, so a
 maintenance commit never races the writer of the same table: the mapping
-sink compacts and vacuums ``mappings`` (kept whole: the sync needs every
-segment), the sync sink also expires old ``cursor_states`` and
+sink merges the ``mappings`` rows into their union (kept whole: the sync needs
+every segment; :func:`cursorsync.tables.mappings.merge_rows`), compacts and
+vacuums it, the sync sink also expires old ``cursor_states`` and
 ``sync_progress`` rows. Expiry keeps each (clusters, topic partition,
 subscription)'s newest row however old it is (:meth:`TableStore.expire`):
 the executors read a subscription's previous state from it.
@@ -27,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import TablesConfig
+from cursorsync.tables.mappings import merge_rows
 from cursorsync.tables.schema import TableName
 from cursorsync.tables.store import TableStore
 
@@ -94,6 +96,8 @@ class TableMaintenance:
         try:
             if not self.store.exists(table):
                 return
+            if table == "mappings":
+                merge_rows(self.store, before=self._now())
             stats = self.store.compact(table)
         except Exception as err:
             log.warning("compaction of table %s failed (tried again in %d batches): %s",
@@ -118,6 +122,8 @@ class TableMaintenance:
                 expired = self.store.expire(
                     table, time_column=TIME_COLUMNS[table],
                     before=self._now() - timedelta(seconds=keep_s), key_columns=SUBSCRIPTION_KEY)
+            if table == "mappings":
+                expired = merge_rows(self.store, before=self._now())
             self.store.compact(table)
             removed = self.store.vacuum(table, dry_run=False)
         except Exception as err:
@@ -128,5 +134,5 @@ class TableMaintenance:
             return
         if self.metrics:
             self.metrics.record_maintenance(table, expired)
-        log.info("maintained table %s in %.1f s: %d rows expired, %d files vacuumed",
+        log.info("maintained table %s in %.1f s: %d rows expired or merged, %d files vacuumed",
                  table, time.perf_counter() - t0, expired, len(removed))

@@ -1,22 +1,36 @@
-"""The one way mappings are loaded from the ``mappings`` table.
+"""The one way mappings are loaded from the ``mappings`` table, and merged in it.
 
 Every reader (the mapping builder's seed, the sync on the driver and on
 executors, ``status``, ``lookup``) loads through :func:`load_mappings`, so
 each sees the same union of rows per topic partition, and a conflict between
 rows is the same error everywhere.
+
+Each mapping batch appends its own rows, so a run that many batches continue is
+many rows. :func:`merge_rows` (table maintenance) replaces the rows written before
+a moment by their union, one commit: the table then holds a handful of rows per
+ledger. Readers see the same mappings before and after.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import PartitionKey
-from cursorsync.tables.rows import topic_mappings
-from cursorsync.tables.store import RowFilter, TableStore
+from cursorsync.errors import MappingConflictError
+from cursorsync.tables.rows import mapping_rows, topic_mappings
+from cursorsync.tables.schema import load_schema
+from cursorsync.tables.store import RowFilter, TableStore, prepare_rows
+
+log = logging.getLogger(__name__)
+
+_GROUP = ["source_cluster", "target_cluster", "topic", "partition"]
 
 
 def load_mappings(store: TableStore, *, source_cluster: str | None, target_cluster: str | None,
@@ -40,6 +54,53 @@ def load_mappings(store: TableStore, *, source_cluster: str | None, target_clust
     if rows.num_rows == 0:
         return {}, None
     return topic_mappings(rows), int(pc.max(rows.column("batch_id")).as_py())
+
+
+def merge_rows(store: TableStore, *, before: datetime) -> int:
+    """Replace the ``mappings`` rows written before ``before`` by their union per topic
+    partition and cluster pair, in one commit; returns how many rows fewer the table holds.
+
+    Each merged row keeps the newest ``written_at`` and the highest ``batch_id`` of the rows
+    it replaces: an incremental reader that has read up to a batch id then reads a merged
+    row again only if it holds rows it has not read (the union is idempotent), and
+    retention-free readers see the same union. Rows that conflict are left as they are
+    (the conflict is every reader's error already).
+    """
+    if not store.exists("mappings"):
+        return 0
+    rows = store.read("mappings")
+    when = rows.column("written_at")
+    old = rows.filter(pc.less(when, pa.scalar(before, when.type)))
+    if old.num_rows < 2:
+        return 0
+    latest = old.group_by(_GROUP).aggregate([("batch_id", "max"), ("written_at", "max")])
+    schema = load_schema("mappings")
+    pairs = old.select(["source_cluster", "target_cluster"]).group_by(
+        ["source_cluster", "target_cluster"]).aggregate([]).to_pylist()
+    merged: list[pa.Table] = []
+    for pair in pairs:
+        part = old.filter(pc.and_(pc.equal(old.column("source_cluster"), pair["source_cluster"]),
+                                  pc.equal(old.column("target_cluster"), pair["target_cluster"])))
+        try:
+            union = topic_mappings(part)
+        except MappingConflictError as err:
+            log.error("mappings of %s -> %s are not merged: %s", pair["source_cluster"],
+                      pair["target_cluster"], err)
+            return 0
+        last = {(r["topic"], r["partition"]): r for r in latest.to_pylist()
+                if r["source_cluster"] == pair["source_cluster"]
+                and r["target_cluster"] == pair["target_cluster"]}
+        for key, mapping in union.items():
+            r = last[(key.topic, key.partition)]
+            merged.append(prepare_rows(schema, mapping_rows(
+                key, mapping, source_cluster=pair["source_cluster"],
+                target_cluster=pair["target_cluster"], written_at=r["written_at_max"]),
+                int(r["batch_id_max"])))
+    out = pa.concat_tables(merged) if merged else schema.arrow().empty_table()
+    if out.num_rows >= old.num_rows:
+        return 0
+    store.replace_before("mappings", "written_at", before, out)
+    return int(old.num_rows - out.num_rows)
 
 
 @dataclass

@@ -385,6 +385,20 @@ class TableStore(ABC):
         self._replace_old(schema, time_column, before, order.take(keep))
         return int(old.num_rows) - len(keep)
 
+    def replace_before(self, table: TableName, time_column: str, before: datetime,
+                       rows: pa.Table) -> None:
+        """Replace every row of ``table`` whose ``time_column`` is before ``before`` by
+        ``rows`` (complete rows of the table's schema), in one commit."""
+        schema = load_schema(check_table_name(table))
+        try:
+            self._replace_old(schema, time_column, before, rows.select(schema.arrow().names))
+        except CursorSyncError:
+            raise
+        except Exception as err:
+            raise TableWriteError(
+                f"cannot rewrite table {table} at {self.uri(table)}: {engine_message(err)}"
+            ) from err
+
     @abstractmethod
     def _replace_old(self, schema: TableSchema, time_column: str, before: datetime,
                      rows: pa.Table) -> None:
