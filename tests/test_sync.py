@@ -215,3 +215,37 @@ def test_every_outcome_is_recorded_and_a_plan_not_sent_leaves_the_target_as_it_w
     record = once(halting, back)
     assert (record.result, record.outcome) == ("halted", "halted")
     assert record.plan.rewound_entries == 6 and not record.plan.to_ack
+
+
+def test_an_idle_cursor_reuses_its_plan_until_a_plan_input_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same source state, same mapping object, same target: the plan is reused untranslated
+    and sent again if the target still lacks it (a failed send); any change translates
+    again. Records are the same either way."""
+    obs, mappings, target = _world(0)
+    targets = [target]
+    calls = []
+    real = step_module.translate
+
+    def counting(*args: object, **kwargs: object) -> AckPlan:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(step_module, "translate", counting)
+    sink = _Emitter(EmitError("target unreachable"))
+    step = SyncStep(SyncConfig(), sink, lambda t, s: targets[-1])
+    first = step.run([obs], mappings).records[0]
+    sink.error = None
+    second = step.run([replace(obs, observed_at=NOW)], mappings).records[0]
+    assert len(calls) == 1 and len(sink.sent) == 1  # reused, and sent this time
+    assert (first.result, second.result) == ("failed", "emitted")
+    assert second.plan.to_ack == RangeSet.of(("7:-1", "7:9"))
+    targets.append(CursorState(Position(7, 9), RangeSet(), target.ledgers))
+    step.run([obs], mappings)  # the target moved: translated again
+    step.run([obs], mappings)  # idle: reused
+    assert len(calls) == 2
+    step.run([obs], {KEY: mappings[KEY].union(TopicMapping())})  # a new mapping object
+    assert len(calls) == 3
+    moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
+    step.run([moved], {KEY: mappings[KEY]})
+    assert len(calls) == 4

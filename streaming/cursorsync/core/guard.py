@@ -128,6 +128,9 @@ def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     cumulative span is checked on the positions that may hold an entry
     (:func:`may_hold_entries`), independently of how the plan was folded.
     """
+    if not plan.to_ack and plan.mark_delete <= target.mark_delete:
+        # Nothing to send, and up to the markDeletePosition is acked on the target already.
+        return RangeSet()
     allowed = (safe_target_acks(source.acked(), mapping.segments)
                | anchored_target_acks(source, mapping)
                | mapping.skippable.ranges() | target.acked())

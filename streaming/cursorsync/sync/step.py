@@ -126,6 +126,9 @@ class SyncStep:
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
         self.halted: set[tuple[PartitionKey, str]] = set()
         self.markers = MarkerCache()
+        #: The last plan per (partition, subscription) with what it was made from: an idle
+        #: cursor (same source, same mapping object, same target) reuses it untranslated.
+        self._plans: dict[tuple[PartitionKey, str], _Planned] = {}
         #: Plans of the last run refused for contradicting snapshot anchors.
         self.anchor_conflicts = 0
         self.clock = time.monotonic
@@ -159,13 +162,21 @@ class SyncStep:
                 continue  # the previous observation stays, as the evidence
             previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
-            if self.config.vouch:
-                mapping = mapping.vouched()
-            mapping = self._with_markers(obs.key, mapping)
-            plan = translate(obs.state, mapping, target, previous_source=previous_source)
-            if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
+            stored = mapping
+            known = self._plans.get(k)
+            if known is not None and known.reusable(obs.state, stored, target, previous_source,
+                                                    self.markers.markers.get(obs.key)):
+                plan, mapping = known.plan, known.used
+            else:
+                if self.config.vouch:
+                    mapping = mapping.vouched()
                 mapping = self._with_markers(obs.key, mapping)
                 plan = translate(obs.state, mapping, target, previous_source=previous_source)
+                if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
+                    mapping = self._with_markers(obs.key, mapping)
+                    plan = translate(obs.state, mapping, target, previous_source=previous_source)
+                self._plans[k] = _Planned(obs.state, stored, target,
+                                          self.markers.markers.get(obs.key), mapping, plan)
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs
             if lost:
@@ -292,6 +303,41 @@ class SyncStep:
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
                   len(positions))
         return True
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A plan and its inputs; reused while nothing it was made from has changed, and only if
+    it had nothing unmapped (unmapped entries may be looked up as markers later) and no
+    rewind (a source that did not move since its previous observation has none)."""
+
+    source: CursorState
+    stored: TopicMapping
+    target: CursorState
+    markers: RangeSet | None
+    used: TopicMapping
+    plan: AckPlan
+
+    def reusable(self, source: CursorState, stored: TopicMapping, target: CursorState,
+                 previous: CursorState | None, markers: RangeSet | None) -> bool:
+        return (stored is self.stored and not self.plan.unmapped_acked_entries
+                and not self.plan.rewound_entries
+                and (previous is None or _same(previous, source))
+                and _same(source, self.source) and _same(target, self.target)
+                and (markers is None) == (self.markers is None)
+                and (markers is None or markers == self.markers))
+
+
+def _same(a: CursorState, b: CursorState) -> bool:
+    """Equal cursor states (the ledger lists compared by value)."""
+    if a is b:
+        return True
+    if a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted:
+        return False
+    if a.ledgers is None or b.ledgers is None:
+        return a.ledgers is b.ledgers
+    return (np.array_equal(a.ledgers.ids, b.ledgers.ids)
+            and np.array_equal(a.ledgers.entries, b.ledgers.entries))
 
 
 def _entries(positions: list[Position]) -> RangeSet:
