@@ -74,6 +74,9 @@ class DemoReport:
     seconds: float
     workload: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
+    #: Per query (mapping, sync): batches, mean seconds, and the histogram bucket that
+    #: holds the 99th percentile (from the job's own metrics).
+    batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -183,6 +186,32 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
                 moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
                 done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
     return done_at - after
+
+
+def _batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
+    """Batches, mean seconds and the p99 bucket per query, from the job's histogram."""
+    if metrics is None:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for family in metrics.registry.collect():
+        if family.name != "cursorsync_batch_duration_seconds":
+            continue
+        by_query: dict[str, dict[str, Any]] = {}
+        for s in family.samples:
+            q = by_query.setdefault(s.labels["query"], {"buckets": []})
+            if s.name.endswith("_count"):
+                q["count"] = s.value
+            elif s.name.endswith("_sum"):
+                q["sum"] = s.value
+            elif s.name.endswith("_bucket"):
+                q["buckets"].append((float(s.labels["le"]), s.value))
+        for query, q in by_query.items():
+            n = q.get("count", 0.0)
+            if not n:
+                continue
+            p99 = next((le for le, c in sorted(q["buckets"]) if c >= 0.99 * n), float("inf"))
+            out[query] = {"batches": n, "mean_s": round(q["sum"] / n, 3), "p99_at_most_s": p99}
+    return out
 
 
 def _settled(got: list[dict[str, Any]], *, exact_needed: bool,
@@ -327,6 +356,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                                partitions=partitions, chunked=chunked)
         sync_batches += job.sync_sink.last_batch + 1
         mapping_batches += job.mapping_sink.last_batch + 1
+        batch_seconds = _batch_seconds(job.sync_sink.metrics)
     finally:
         job.stop()
     settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
@@ -346,7 +376,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       cursorsync=ours, builtin=builtin, sync_caught_up_s=caught,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
-                      workload=result.to_dict(), restarts=restarts)
+                      workload=result.to_dict(), restarts=restarts,
+                      batch_seconds=batch_seconds)
 
 
 def run_demo(*, json_output: bool = False, work_dir: str | None = None,

@@ -134,6 +134,30 @@ def bench_mapping_rows(
     typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
 
 
+@bench_app.command("partitions")
+@user_errors
+def bench_partitions(
+    partitions: Annotated[int, typer.Option("--partitions", min=1,
+                                            help="Partitions of the one topic.")] = 1000,
+    entries: Annotated[int, typer.Option("--entries-per-partition", min=1)] = 20,
+    seconds: Annotated[float, typer.Option("--seconds", min=1,
+                                           help="How long the workload produces.")] = 30.0,
+    json_output: JsonOption = False,
+) -> None:
+    """One job syncing a topic of many partitions on the local test bed: failover counts,
+    per-batch time, sync lag and mapping rows per entry."""
+    run_bench = load_lazily(f"{DEVTOOLS}.bench_partitions", "bench_partitions",
+                            "cursorsync bench partitions")
+    with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
+        result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds)
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+
+
 @bench_app.command("failover")
 @user_errors
 def bench_failover(
