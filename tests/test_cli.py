@@ -401,3 +401,17 @@ def test_progress_line_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
     assert text.endswith("\r") and "\n" not in text
     assert not progress("x", json_output=True)._enabled
     assert not progress("x", json_output=False)._enabled  # StringIO is not a TTY
+
+
+def test_bench_partitions_and_mapping_rows_dispatch_and_print(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
+                        lambda *a, **k: {"partitions": a[0], "losses": 0})
+    out = invoke("bench", "partitions", "--partitions", "1000", "--seconds", "20", "--json")
+    assert out.exit_code == 0 and json.loads(out.stdout) == {"partitions": 1000, "losses": 0}
+    assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0}]
+    rows = fake_module(monkeypatch, "cursorsync_devtools.bench", "bench_mapping_rows",
+                       lambda *a, **k: {"rows_per_entry_after_merge": 2e-05})
+    out = invoke("bench", "mapping-rows", "--entries", "5000")
+    assert out.exit_code == 0 and "rows_per_entry_after_merge" in out.stdout
+    assert rows == [{"args": (5000,), "batch_entries": 500}]
