@@ -249,3 +249,24 @@ def test_an_idle_cursor_reuses_its_plan_until_a_plan_input_changes(
     moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
     step.run([moved], {KEY: mappings[KEY]})
     assert len(calls) == 4
+
+
+def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
+    """Once a plan sent nothing and nothing changed on the source side, the target is read
+    again only every IDLE_TARGET_READ_EVERY batches; a source that moves is read at once."""
+    obs, mappings, target = _world(0)
+    reads: list[int] = []
+    acked = CursorState(Position(7, 9), RangeSet(), target.ledgers)
+
+    def read(topic: str, sub: str) -> CursorState:
+        reads.append(1)
+        return acked
+
+    step = SyncStep(SyncConfig(), _Emitter(), read)
+    for _ in range(25):
+        (record,) = step.run([obs], mappings).records
+        assert record.result == "emitted" and record.plan.mark_delete == Position(7, 9)
+    assert len(reads) == 3 and step.target_reads_skipped == 22
+    moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
+    step.run([moved], mappings)
+    assert len(reads) == 4

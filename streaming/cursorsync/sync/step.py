@@ -71,6 +71,10 @@ SourceCreatedAt = Callable[[str], datetime]
 CLOCK_SKEW = timedelta(seconds=60)
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
+#: An idle cursor whose last plan sent nothing has its target read every this many batches:
+#: nothing is sent for it in between, so a stale target costs no ack, only a late one if
+#: the target's cursor was moved back meanwhile (a reset on the target).
+IDLE_TARGET_READ_EVERY = 10
 #: Unmapped entries past the last mapped one are looked up once the mapping of their
 #: partition has not moved for this long: as this step saw it, or by the newest row of
 #: the mapping (a step that just started, as an executor's may be, has seen nothing).
@@ -131,6 +135,8 @@ class SyncStep:
         self._plans: dict[tuple[PartitionKey, str], _Planned] = {}
         #: Plans of the last run refused for contradicting snapshot anchors.
         self.anchor_conflicts = 0
+        #: Target reads skipped for idle cursors since start (IDLE_TARGET_READ_EVERY).
+        self.target_reads_skipped = 0
         self.clock = time.monotonic
         self.wall_clock = time.time
 
@@ -144,8 +150,20 @@ class SyncStep:
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, TopicMapping())
+            known = self._plans.get(k)
+            target: CursorState | None
             try:
-                target = self.read_target(topic, obs.subscription)
+                if known is not None and known.settled(obs.state, mapping,
+                                                       self.markers.markers.get(obs.key)):
+                    # Nothing to send last time and nothing changed since on this side:
+                    # the target is read again only every IDLE_TARGET_READ_EVERY batches.
+                    target = known.target
+                    known.unread += 1
+                    self.target_reads_skipped += 1
+                else:
+                    target = self.read_target(topic, obs.subscription)
+                    if known is not None:
+                        known.unread = 0
             except AdminUnavailableError as err:
                 unavailable += 1
                 log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
@@ -182,6 +200,9 @@ class SyncStep:
             if lost:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost)
             result, acks = self._emit(obs, topic, plan, mapping, target, lost=lost)
+            planned = self._plans.get(k)
+            if planned is not None:
+                planned.quiet = result == "emitted" and not plan.to_ack and not lost
             refused += result == "refused"
             halted += result == "halted"
             sent += acks
@@ -305,7 +326,7 @@ class SyncStep:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Planned:
     """A plan and its inputs; reused while nothing it was made from has changed, and only if
     it had nothing unmapped (unmapped entries may be looked up as markers later) and no
@@ -317,6 +338,18 @@ class _Planned:
     markers: RangeSet | None
     used: TopicMapping
     plan: AckPlan
+    #: The plan's last run sent nothing and needed nothing sent.
+    quiet: bool = False
+    #: Batches since the target was last read for it.
+    unread: int = 0
+
+    def settled(self, source: CursorState, stored: TopicMapping,
+                markers: RangeSet | None) -> bool:
+        """Quiet, and the same source and mapping: the target needs no fresh read yet."""
+        return (self.quiet and self.unread + 1 < IDLE_TARGET_READ_EVERY
+                and stored is self.stored and _same(source, self.source)
+                and (markers is None) == (self.markers is None)
+                and (markers is None or markers == self.markers))
 
     def reusable(self, source: CursorState, stored: TopicMapping, target: CursorState,
                  previous: CursorState | None, markers: RangeSet | None) -> bool:
