@@ -18,14 +18,17 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     json.dumps(out)  # what --json prints
     assert out["partitions"] == 300 and out["mapping_rows_written"] == 600
     first, second = out["batches"]
+    a, h = out["active_partitions"], out["partitions_with_holes"]
+    assert 0 < h < a < 300
+    # One sync_progress row per (partition, subscription) in every batch; the target is
+    # read for each in the first, and in the second only where the source moved (an idle
+    # cursor whose last plan sent nothing keeps its target for a few batches).
+    assert first["target_requests"] == first["sync_progress_rows"] == 300
+    assert second["target_requests"] == a and second["sync_progress_rows"] == 300
     for batch in (first, second):
-        # One target request and one sync_progress row per (partition, subscription).
-        assert batch["target_requests"] == batch["sync_progress_rows"] == 300
         assert batch["outcomes"] == {"exact": 300}  # no rewind, nothing refused
     # The target stays at 99 on active partitions: the source's md (100, then 105) is one
     # entry, then six, past it; 20 acked ranges of 8 entries each where there are holes.
-    a, h = out["active_partitions"], out["partitions_with_holes"]
-    assert 0 < h < a < 300
     assert first["acks_planned_entries"] == a * 1 + h * 160
     assert second["acks_planned_entries"] == a * 6 + h * 160
     assert out["seconds_per_batch"] > 0 and out["microseconds_per_partition"] > 0
@@ -40,4 +43,5 @@ def test_bench_plan_from_the_command_line() -> None:
     result = CliRunner().invoke(app, ["bench", "plan", "--partitions", "50", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["partitions"] == 50 and out["batches"][-1]["target_requests"] == 50
+    assert out["partitions"] == 50 and out["batches"][0]["target_requests"] == 50
+    assert out["batches"][-1]["target_requests"] == out["active_partitions"]
