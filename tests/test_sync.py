@@ -21,7 +21,8 @@ from cursorsync.errors import AdminError
 from cursorsync.pulsar.emitter import EmitError, EmitResult
 from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,
-    MARKER_LOOKUPS_PER_SYNC,
+    MARKER_LOOKUPS_PER_BATCH,
+    MARKER_TAIL_LOOKUPS,
     MarkerLookup,
     SyncConfig,
     SyncStep,
@@ -90,8 +91,8 @@ def test_a_mapping_that_moves_delays_the_lookups_past_it() -> None:
     assert asked == [[Position(5, 11), Position(5, 12)]]
 
 
-def test_all_markers_make_it_exact_and_lookups_are_bounded_per_sync() -> None:
-    n = MARKER_LOOKUPS_PER_SYNC + 5
+def test_trailing_markers_are_looked_up_a_few_per_sync_until_all_are_known() -> None:
+    n = 2 * MARKER_TAIL_LOOKUPS + 3
     obs, mappings, target = _world(n)
     asked: list[int] = []
 
@@ -102,10 +103,69 @@ def test_all_markers_make_it_exact_and_lookups_are_bounded_per_sync() -> None:
     step, advance = _step(target, lookup)
     step.run([obs], mappings)
     advance(MARKER_LOOKUP_SETTLE_S)
-    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 5
-    plan = step.run([obs], mappings).records[0].plan
-    assert asked == [MARKER_LOOKUPS_PER_SYNC, 5]
-    assert plan.outcome == "exact" and plan.unmapped_acked_entries == 0
+    left = [step.run([obs], mappings).records[0].plan.unmapped_acked_entries for _ in range(3)]
+    assert asked == [MARKER_TAIL_LOOKUPS, MARKER_TAIL_LOOKUPS, 3]
+    assert left == [n - MARKER_TAIL_LOOKUPS, 3, 0]
+    assert step.run([obs], mappings).records[0].plan.outcome == "exact"
+
+
+def test_a_message_past_the_last_mapped_entry_stops_lookups_there_until_the_mapping_moves(
+        ) -> None:
+    """A lagging mapping leaves thousands of messages past its last mapped entry: one
+    lookup that finds a message is all they cost until the mapping moves."""
+    obs, mappings, target = _world(40)
+    asked: list[list[Position]] = []
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        asked.append(positions)
+        return [p for p in positions if p.entry < 12]  # 5:10, 5:11 markers; then messages
+
+    step, advance = _step(target, lookup)
+    step.run([obs], mappings)
+    advance(MARKER_LOOKUP_SETTLE_S)
+    for _ in range(3):
+        assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 38
+        advance(MARKER_LOOKUP_SETTLE_S)
+    assert [len(p) for p in asked] == [MARKER_TAIL_LOOKUPS]
+    moved = {KEY: TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10), Segment(5, 12, 7, 10, 5)]))}
+    step.run([obs], moved)
+    advance(MARKER_LOOKUP_SETTLE_S)
+    step.run([obs], moved)
+    # 5:17 was looked up with the first eight: the next eight follow it.
+    assert asked[1] == [Position(5, 18 + i) for i in range(MARKER_TAIL_LOOKUPS)]
+
+
+def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() -> None:
+    per = 10
+    cursors = MARKER_LOOKUPS_PER_BATCH // per + 3
+    observed, mappings = [], {}
+    for i in range(cursors):
+        key = PartitionKey(f"persistent://t/n/t{i:04d}", 0)
+        # 5:0..5:9 mapped, then 5:10..5:19 acked and unmapped before 5:20, mapped (and
+        # target entries between the two that nothing maps yet).
+        mappings[key] = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10),
+                                                    Segment(5, 10 + per, 7, 10 + per, 1)]))
+        observed.append(ObservedCursor(key, "sub", CursorState(
+            Position(5, 10 + per), RangeSet(), Ledgers.of([(5, 11 + per)])), NOW))
+    asked: list[str] = []
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        asked.append(topic)
+        return positions
+
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
+    step, _ = _step(target, lookup)
+    first = step.run(observed, mappings)
+    assert step.lookups == MARKER_LOOKUPS_PER_BATCH
+    assert len(set(asked)) == MARKER_LOOKUPS_PER_BATCH // per + 1  # the last one in part
+    assert sum(r.plan.unmapped_acked_entries for r in first.records) == (
+        cursors * per - MARKER_LOOKUPS_PER_BATCH)
+    asked.clear()
+    second = step.run(observed, mappings)
+    # The cursor the budget cut short goes first.
+    assert asked[0] == observed[MARKER_LOOKUPS_PER_BATCH // per].key.concrete_topic()
+    assert sum(r.plan.unmapped_acked_entries for r in second.records) == 0
+    assert [r.key for r in second.records] != sorted(r.key for r in second.records)
 
 
 def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> None:

@@ -71,6 +71,15 @@ SourceCreatedAt = Callable[[str], datetime]
 CLOCK_SKEW = timedelta(seconds=60)
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
+#: Source entries looked up per sync batch over all cursors, at most: a lookup only keeps
+#: markers out of the unmapped count (no ack depends on it), so a batch never waits on
+#: thousands of them. Cursors left without budget go first in the next batch.
+MARKER_LOOKUPS_PER_BATCH = 512
+#: Unmapped entries past the last mapped one looked up per cursor and sync, in order. The
+#: markers a broker writes after a partition's last message are a few; a lookup there
+#: that finds a message means the mapping is behind, and nothing past that last mapped
+#: entry is looked up again until it moves.
+MARKER_TAIL_LOOKUPS = 8
 #: An idle cursor whose last plan sent nothing has its target read every this many batches:
 #: nothing is sent for it in between, so a stale target costs no ack, only a late one if
 #: the target's cursor was moved back meanwhile (a reset on the target).
@@ -84,11 +93,13 @@ MARKER_LOOKUP_SETTLE_S = 5.0
 @dataclass
 class MarkerCache:
     """What the source's admin API said, per topic partition: entries that are markers,
-    every entry looked up, and the last mapped source entry with when it was first seen."""
+    every entry looked up, the last mapped source entry with when it was first seen, and
+    the last mapped entries past which a lookup found a message (the mapping is behind)."""
 
     markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
     looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
     frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
+    behind: dict[PartitionKey, Position] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,14 +150,21 @@ class SyncStep:
         self.target_reads_skipped = 0
         self.clock = time.monotonic
         self.wall_clock = time.time
+        #: Source entries looked up in this batch, and since start.
+        self.lookups = 0
+        self.lookups_total = 0
+        #: The first cursor a batch had no lookup budget left for: the next batch starts there.
+        self._lookups_resume: tuple[PartitionKey, str] | None = None
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
         records: list[SyncRecord] = []
         sent = refused = halted = unavailable = 0
         self.anchor_conflicts = 0
+        self.lookups = 0
         t_translate = 0.0
-        for obs in _latest(observed):
+        resume, self._lookups_resume = self._lookups_resume, None
+        for obs in _rotated(_latest(observed), resume):
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, TopicMapping())
@@ -293,6 +311,9 @@ class SyncStep:
         cache = self.markers
         seen = cache.looked_up.get(obs.key, RangeSet())
         pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
+        ledgers = obs.state.ledgers
+        if ledgers is None or not pending:
+            return False
         last = mapping.segments.rows[-1]
         frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
         now = self.clock()
@@ -302,27 +323,37 @@ class SyncStep:
         settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
             mapping.written_at is not None
             and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
-        if not settled:
-            pending = pending - pending.after(frontier)
-        ledgers = obs.state.ledgers
-        if ledgers is None or not pending:
+        past = pending.after(frontier)
+        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.lookups)
+        if budget <= 0:
+            if self._lookups_resume is None:
+                self._lookups_resume = (obs.key, obs.subscription)
             return False
-        positions = list(itertools.islice(pending.iter_entries(ledgers),
-                                          MARKER_LOOKUPS_PER_SYNC))
-        if not positions:
+        positions = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
+        if len(positions) == budget < MARKER_LOOKUPS_PER_SYNC and self._lookups_resume is None:
+            self._lookups_resume = (obs.key, obs.subscription)  # cut short by the budget
+        tail: list[Position] = []
+        if settled and cache.behind.get(obs.key) != frontier:
+            tail = list(itertools.islice(past.iter_entries(ledgers),
+                                         min(MARKER_TAIL_LOOKUPS, budget - len(positions))))
+        if not positions and not tail:
             return False
+        self.lookups += len(positions) + len(tail)
+        self.lookups_total += len(positions) + len(tail)
         try:
-            markers = self.lookup_markers(topic, positions)
+            markers = self.lookup_markers(topic, positions + tail)
         except CursorSyncError as err:
             log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
                         topic, err)
             return False
-        cache.looked_up[obs.key] = seen | _entries(positions)
+        cache.looked_up[obs.key] = seen | _entries(positions + tail)
+        if not set(tail) <= set(markers):
+            cache.behind[obs.key] = frontier  # a message past it: the mapping is behind
         if not markers:
             return False
         cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
-                  len(positions))
+                  len(positions) + len(tail))
         return True
 
 
@@ -377,6 +408,15 @@ def _entries(positions: list[Position]) -> RangeSet:
     return RangeSet.entries(np.array([p.ledger for p in positions], np.int64),
                             np.array([p.entry for p in positions], np.int64),
                             np.ones(len(positions), np.int64))
+
+
+def _rotated(observed: list[ObservedCursor],
+             first: tuple[PartitionKey, str] | None) -> list[ObservedCursor]:
+    """``observed`` (sorted) starting at ``first``, or at the next one after it."""
+    if first is None:
+        return observed
+    i = next((i for i, o in enumerate(observed) if (o.key, o.subscription) >= first), 0)
+    return observed[i:] + observed[:i]
 
 
 def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
