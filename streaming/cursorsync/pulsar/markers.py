@@ -170,7 +170,8 @@ def _decode(msg: M, body: bytes, fail: _Fail) -> M:
     except (DecodeError, UnicodeDecodeError) as e:
         raise fail(f"the body ({_show(body)}) is not a valid {msg.DESCRIPTOR.name} "
                    f"(truncated or not protobuf): {e}") from None
-    missing = msg.FindInitializationErrors()
+    # Not in types-protobuf's stub of Message, but on every runtime's message class.
+    missing: list[str] = msg.FindInitializationErrors()  # type: ignore[attr-defined]
     if missing:
         raise fail(f"required field(s) missing: {', '.join(missing)} (body {_show(body)})")
     return msg
