@@ -301,3 +301,31 @@ def test_a_hole_check_answering_beyond_its_candidates_is_an_error() -> None:
                        hole_check=lambda c: {KEY: Runs.of((9, 1, 2))})
     with pytest.raises(ValueError, match="not candidates"):
         b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 2, "1:2", "m2")]))
+
+
+def test_skipped_ids_past_the_batch_budget_wait_in_the_state_and_go_first_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five skipped ids a batch may be checked: runs of two give 2+2+2 = 6 (the run that
+    crosses the budget is checked whole), and the next two runs wait. They survive a
+    restart from the state, and the next batch checks them before its own."""
+    import cursorsync.mapping.builder as builder_module
+
+    monkeypatch.setattr(builder_module, "HOLE_CHECKS_PER_BATCH", 5)
+    check = FakeCheck({(9, e) for e in range(40)} - {(9, 3 * k) for k in range(14)})
+    cfg = BuilderConfig("A", "B", ("position-property",))
+    b = MappingBuilder(cfg, hole_check=check)
+    # Target entries 9:0, 9:3, 9:6, ..., 9:15: runs of two skipped ids between them.
+    out = b.process(rows([("B", 9, 3 * k, f"1:{k}", None) for k in range(6)]))
+    assert check.asked == [{KEY: [[9, 1, 2], [9, 4, 2], [9, 7, 2]]}]
+    assert out.skipped_ids == out.skipped_claimed == 6 and out.skipped_waiting == 4
+    assert out.mappings[KEY].skippable.rows.tolist() == [[9, 1, 2], [9, 4, 2], [9, 7, 2]]
+
+    restarted = MappingBuilder(cfg, state=json.loads(json.dumps(b.state())),
+                               hole_check=check)
+    restarted.seed_known(b.known)
+    out2 = restarted.process(rows([("B", 9, 18, "1:6", None)]))
+    # Left over first (9:10, 9:13), then this batch's (9:16): 6 ids, within one run over.
+    assert check.asked[1] == {KEY: [[9, 10, 2], [9, 13, 2], [9, 16, 2]]}
+    assert out2.skipped_waiting == 0
+    assert restarted.known[KEY].skippable.rows.tolist() == [[9, 1, 2], [9, 4, 2], [9, 7, 2],
+                                                            [9, 10, 2], [9, 13, 2], [9, 16, 2]]

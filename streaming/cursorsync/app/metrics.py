@@ -110,6 +110,11 @@ class Metrics:
             "Entry ids the target reader skipped: claimed (markers, acked after the entry "
             "before them) or unclaimed (chunks and the like, never acked).",
             ["outcome"], registry=r)
+        self._skipped_waiting = Gauge(
+            "cursorsync_skipped_target_ids_waiting",
+            "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
+            "and the rest wait for the next batches (a growing value means markers arrive "
+            "faster than the target's admin API is asked about them).", registry=r)
         self._sync_lag = Histogram(
             "cursorsync_sync_lag_seconds",
             "From observing a source cursor state to having acked it on the target.",
@@ -180,6 +185,10 @@ class Metrics:
         """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
+
+    def set_skipped_waiting(self, count: int) -> None:
+        """Skipped target ids left for later mapping batches to check."""
+        self._skipped_waiting.set(_count(count, "count"))
 
     # ------------------------------------------------------------------ sync
 

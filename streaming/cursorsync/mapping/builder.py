@@ -64,6 +64,11 @@ from cursorsync.mapping.columns import by_position, first_row_per_entry, is_vali
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+#: Skipped target ids checked on the target's admin API per batch, at most (one request
+#: each while they are markers): a burst of markers (replicated subscriptions write a few
+#: per partition and second while it has traffic) then spreads over batches instead of
+#: holding back the batch's segments. Ids left over are checked first in the next batch.
+HOLE_CHECKS_PER_BATCH = 4096
 
 #: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
 HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
@@ -125,19 +130,24 @@ class _PartitionState:
     last_source: Position | None = None
     #: Until when (epoch seconds) the source's tail is looked past for markers.
     watch_until: float = 0.0
+    #: Skipped target ids not checked yet (HOLE_CHECKS_PER_BATCH): first in the next batch.
+    unchecked: Runs = field(default_factory=Runs)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "last_target": _text(self.last_target), "last_source": _text(self.last_source),
             "watch_until": self.watch_until,
             "target": self.target.to_json(), "source": self.source.to_json(),
+            "unchecked": self.unchecked.rows.tolist(),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> _PartitionState:
+        rows = d.get("unchecked") or []
         return cls(_position(d.get("last_target")),
                    _Pending.from_json(d["target"]), _Pending.from_json(d["source"]),
-                   _position(d.get("last_source")), float(d.get("watch_until", 0.0)))
+                   _position(d.get("last_source")), float(d.get("watch_until", 0.0)),
+                   Runs(np.array(rows, np.int64).reshape(-1, 3)))
 
 
 def _text(p: Position | None) -> str | None:
@@ -178,12 +188,15 @@ class BatchOutcome:
     conflicts: int
     given_up_target: int
     given_up_source: int
-    #: Entry ids the target reader skipped (hole candidates), and those claimed skippable.
+    #: Skipped target ids (hole candidates) checked in this batch, and those claimed
+    #: skippable.
     skipped_ids: int = 0
     skipped_claimed: int = 0
     #: Snapshot anchors found on the source, and target entries taken as copies.
     anchors: int = 0
     unpaired: int = 0
+    #: Skipped target ids left for later batches' checks (HOLE_CHECKS_PER_BATCH), in all.
+    skipped_waiting: int = 0
 
 
 class MappingBuilder:
@@ -242,12 +255,41 @@ class MappingBuilder:
                                         source_holes)
                 if delta is not None:
                     out[key] = delta
-        claimed = self._claim(candidates, out)
+        checked = self._due(candidates)
+        claimed = self._claim(checked, out)
         anchors = self._anchors(source_holes, out)
         return BatchOutcome(out, entries_in, totals["pairs"], totals["conflicts"],
                             totals["gt"], totals["gs"],
-                            sum(r.entry_count() for r in candidates.values()), claimed,
-                            anchors, totals["unpaired"])
+                            sum(r.entry_count() for r in checked.values()), claimed,
+                            anchors, totals["unpaired"],
+                            sum(st.unchecked.entry_count() for st in self._parts.values()))
+
+    def _due(self, fresh: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        """The skipped ids to check in this batch: those left by earlier batches first, then
+        this batch's, whole runs, up to HOLE_CHECKS_PER_BATCH ids (at least one run); the
+        rest wait in the partitions' state."""
+        if self.hole_check is None:
+            return fresh
+        runs = [(key, row) for key, st in sorted(self._parts.items())
+                for row in st.unchecked.rows.tolist()]
+        runs += [(key, row) for key, r in sorted(fresh.items()) for row in r.rows.tolist()]
+        due: dict[PartitionKey, list[list[int]]] = {}
+        wait: dict[PartitionKey, list[list[int]]] = {}
+        budget = HOLE_CHECKS_PER_BATCH
+        for key, row in runs:
+            if budget > 0 or not due:
+                due.setdefault(key, []).append(row)
+                budget -= row[2]
+            else:
+                wait.setdefault(key, []).append(row)
+        for key, st in self._parts.items():
+            rows = wait.get(key)
+            st.unchecked = Runs(np.array(rows, np.int64)) if rows else Runs()
+        if wait:
+            log.info("%d skipped target ids wait for a later batch's check (%d ids are "
+                     "checked a batch)", sum(r[2] for rows in wait.values() for r in rows),
+                     HOLE_CHECKS_PER_BATCH)
+        return {key: Runs(np.array(rows, np.int64)) for key, rows in due.items()}
 
     def _anchors(self, source_holes: dict[PartitionKey, Runs],
                  out: dict[PartitionKey, TopicMapping]) -> int:
@@ -294,7 +336,7 @@ class MappingBuilder:
             if key not in candidates or len(runs.ranges() - candidates[key].ranges()):
                 raise ValueError(f"hole check answered for {key} with ids that were not "
                                  f"candidates: {runs.rows.tolist()}")
-            known = self.known[key]
+            known = self.known.get(key, TopicMapping())
             self.known[key] = replace(known, skippable=known.skippable.union(runs))
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))

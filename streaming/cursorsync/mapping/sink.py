@@ -122,10 +122,11 @@ class MappingSink:
             self.metrics.record_segments_written(segs)
             self.metrics.record_skipped_ids(outcome.skipped_claimed,
                                             outcome.skipped_ids - outcome.skipped_claimed)
+            self.metrics.set_skipped_waiting(outcome.skipped_waiting)
             self.metrics.observe_batch("mapping", time.perf_counter() - t0)
         log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
-                 "%d of %d skipped target ids claimed as markers, %d snapshot anchors, "
-                 "%d unpaired copies",
+                 "%d of %d skipped target ids claimed as markers (%d wait), %d snapshot "
+                 "anchors, %d unpaired copies",
                  batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
                  outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
-                 outcome.anchors, outcome.unpaired)
+                 outcome.skipped_waiting, outcome.anchors, outcome.unpaired)
