@@ -421,6 +421,34 @@ def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
         r.stop()
 
 
+@pytest.mark.integration
+def test_a_requested_batch_moves_the_offset_s_tick_and_reads_nothing(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """The mapping sink's wake request (skipped ids waiting for their check) gives one batch
+    with no new entries: the offset's tick moves once, and its ranges are empty."""
+    from cursorsync.mapping import wake
+
+    (topic,) = local_topic(testbed, "a", topic_name("wake"))
+    produce(client_of(testbed, "a"), topic, unbatched=2, batches=[])
+    key = f"wake-{uuid.uuid4()}"
+    r = entries_reader(testbed, [topic], wakeKey=key)
+    try:
+        start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        assert r.latestOffset(start, ReadAllAvailable()) == start  # nothing new, no request
+        wake.request(key)
+        woken = r.latestOffset(start, ReadAllAvailable())
+        assert woken == {**start, "tick": 1}
+        assert parse_offset(woken) == parse_offset(start)
+        assert list(r.partitions(start, woken)) == []
+        # Taken once: the next offset keeps the tick, and equals the last.
+        assert r.latestOffset(woken, ReadAllAvailable()) == woken
+        wake.request("another query's key")
+        assert r.latestOffset(woken, ReadAllAvailable()) == woken
+        wake.take("another query's key")
+    finally:
+        r.stop()
+
+
 def test_options_errors_name_the_option() -> None:
     base = {"serviceUrl": "pulsar://127.0.0.1:1", "adminUrl": "http://127.0.0.1:1",
             "cluster": "a", "topics": "t"}

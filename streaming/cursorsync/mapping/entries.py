@@ -11,7 +11,9 @@ Offsets: ``{"version": 1, "positions": {"<topic partition>": "L:E", ...}}``
 (keys sorted), the last entry included per topic partition; ``"-1:-1"`` is
 "before every entry". A batch reads the entries in (start, end], start
 exclusive and end inclusive, always whole entries, so a batched entry is
-never split between two batches.
+never split between two batches. With the ``wakeKey`` option an offset may also
+carry ``"tick": n``, which moves when the mapping sink asks for a batch
+(:mod:`cursorsync.mapping.wake`): then a batch runs with no new entries.
 
 Where things run: the driver finds the latest
 positions with a durable, zero-queue subscription consumer per topic
@@ -72,6 +74,7 @@ the driver reads for admission control anyway.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -90,6 +93,7 @@ from pyspark.sql.types import StructType
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.mapping import wake
 from cursorsync.mapping.entries_options import (
     EntriesOptions,
     EntriesReadError,
@@ -202,6 +206,16 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = self._latest_offset(start, limit)
+        tick = (json.loads(start) if isinstance(start, str) else start).get("tick")
+        key = self.options.wake_key
+        if key is not None and self._available_now is None and wake.take(key):
+            tick = int(tick or 0) + 1  # a batch, even without new entries
+        if tick:
+            end["tick"] = int(tick)
+        return end
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = parse_offset(start)
         latest = dict(begin)
         if self._available_now is not None:

@@ -16,6 +16,7 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
+from cursorsync.mapping import wake
 from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
@@ -43,12 +44,15 @@ class MappingSink:
     def __init__(self, config: Config, store: TableStore, state_dir: Path,
                  metrics: Metrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
-                 builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None) -> None:
+                 builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
+                 wake_key: str | None = None) -> None:
         """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
         ``builtin_updates``: the UPDATE markers the hole check read in the batch, written to
-        ``builtin_updates``."""
+        ``builtin_updates``; ``wake_key``: under which to ask the target's entries source
+        for another batch while skipped ids wait for their check."""
         self.builtin_updates = builtin_updates
+        self.wake_key = wake_key
         self.config = config
         self.store = store
         self.state_dir = state_dir
@@ -111,6 +115,8 @@ class MappingSink:
                 old.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id
+        if outcome.skipped_waiting and self.wake_key is not None:
+            wake.request(self.wake_key)  # checked next batch, even with no new entries
         if self.after_batch is not None:
             self.after_batch()
         if self.metrics:
