@@ -98,8 +98,28 @@ def test_markers_on_b_are_acked_so_its_mark_delete_passes_them(
     holds the markDeletePosition): b's markDeletePosition reaches the last message, past
     every snapshot marker the brokers wrote in between (the hole check names them by
     X-Pulsar-marker-type), and b redelivers nothing."""
+    _markers_passed(testbed, topic_name, tmp_path, seed=5)
+
+
+def test_markers_checked_a_few_a_batch_are_all_checked_after_traffic_stops(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 skipped ids checked a mapping batch: the rest wait, and the mapping query runs
+    batches without new entries until every one is checked, so b's markDeletePosition
+    still passes every marker once traffic has stopped."""
+    import cursorsync.mapping.builder as builder_module
+
+    monkeypatch.setattr(builder_module, "HOLE_CHECKS_PER_BATCH", 16)
+    _markers_passed(testbed, topic_name, tmp_path, seed=7)
+    # Batches were asked for: an offset of the target's entries source carries a tick.
+    offsets = (tmp_path / "checkpoints" / "mapping" / "offsets").glob("[0-9]*")
+    assert any('"tick"' in f.read_text() for f in offsets)
+
+
+def _markers_passed(testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
+                    seed: int) -> None:
     s = spec(topic_name, hole_fraction=0.0, partial_batch_fraction=0.0, late_fraction=0.3,
-             chunked_topic=None, foreign_per_partition=0, seed=5)
+             chunked_topic=None, foreign_per_partition=0, seed=seed)
     r = demo(bed=testbed, spec=s, work_dir=str(tmp_path))
     for counts in r.cursorsync.values():
         assert counts["losses"] == 0 and counts["foreign"] == 0, r.table()

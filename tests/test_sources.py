@@ -423,28 +423,29 @@ def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
 
 @pytest.mark.integration
 def test_a_requested_batch_moves_the_offset_s_tick_and_reads_nothing(
-        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """The mapping sink's wake request (skipped ids waiting for their check) gives one batch
-    with no new entries: the offset's tick moves once, and its ranges are empty."""
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The mapping sink's request (skipped ids waiting for their check) gives one batch with
+    no new entries: the offset's tick moves once, and its ranges are empty."""
     from cursorsync.mapping import wake
 
     (topic,) = local_topic(testbed, "a", topic_name("wake"))
     produce(client_of(testbed, "a"), topic, unbatched=2, batches=[])
-    key = f"wake-{uuid.uuid4()}"
-    r = entries_reader(testbed, [topic], wakeKey=key)
+    path = tmp_path / "mapping-wake"
+    r = entries_reader(testbed, [topic], wakeFile=str(path))
     try:
         start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
         assert r.latestOffset(start, ReadAllAvailable()) == start  # nothing new, no request
-        wake.request(key)
+        wake.request(path, 7)
         woken = r.latestOffset(start, ReadAllAvailable())
-        assert woken == {**start, "tick": 1}
+        assert woken == {**start, "tick": 7}
         assert parse_offset(woken) == parse_offset(start)
         assert list(r.partitions(start, woken)) == []
-        # Taken once: the next offset keeps the tick, and equals the last.
+        # The same request again moves nothing; a later one does.
         assert r.latestOffset(woken, ReadAllAvailable()) == woken
-        wake.request("another query's key")
+        wake.request(path, 9)
+        assert r.latestOffset(woken, ReadAllAvailable())["tick"] == 9
+        path.write_text("not a number")  # unreadable: no request, the tick stays
         assert r.latestOffset(woken, ReadAllAvailable()) == woken
-        wake.take("another query's key")
     finally:
         r.stop()
 

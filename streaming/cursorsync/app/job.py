@@ -197,10 +197,10 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
 
         anchor_read = AdminAnchorRead(source_admin, config.target.name,
                                       max_workers=config.source.max_concurrency)
-    wake_key = str(ckpt / "mapping")  # unique to this job's mapping query
+    wake_file = str(ckpt / "mapping-wake")
     mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check,
                                anchor_read, None if hole_check is None
-                               else hole_check.drain_updates, wake_key=wake_key)
+                               else hole_check.drain_updates, wake_file=wake_file)
     mapping_sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"),
                                                 config.tables,
                                                 metrics).run_if_due
@@ -211,7 +211,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     mapping_trigger = (f"{config.spark.mapping_trigger_interval_s} seconds"
                        if config.spark.mapping_trigger_interval_s else trigger)
 
-    entries = entries_stream(spark, config, "target", wake_key=wake_key)
+    entries = entries_stream(spark, config, "target", wake_file=wake_file)
     if {"identity", "snapshot"} & set(config.evidence.strategies):
         entries = entries.unionByName(entries_stream(spark, config, "source"))
     mq = (entries.writeStream.queryName("cursorsync-mapping").foreachBatch(mapping_sink)

@@ -18,9 +18,9 @@ def selection(config: Config) -> Selection:
 
 
 def entries_stream(spark: Any, config: Config, side: Literal["source", "target"],
-                   wake_key: str | None = None) -> Any:
+                   wake_file: str | None = None) -> Any:
     """The ``pulsar-entries`` stream of one side, with the options the builder needs;
-    ``wake_key``: the key its batches are asked for under (:mod:`cursorsync.mapping.wake`)."""
+    ``wake_file``: where the mapping sink asks for batches (:mod:`cursorsync.mapping.wake`)."""
     cluster = config.source if side == "source" else config.target
     opts = {**source_options(cluster), "selection": selection(config).to_option(),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
@@ -47,8 +47,8 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
             "startingPosition": "earliest"}
-    if wake_key is not None:
-        opts["wakeKey"] = wake_key
+    if wake_file is not None:
+        opts["wakeFile"] = wake_file
     return spark.readStream.format("pulsar-entries").options(**opts).load()
 
 

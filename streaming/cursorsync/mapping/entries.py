@@ -11,7 +11,7 @@ Offsets: ``{"version": 1, "positions": {"<topic partition>": "L:E", ...}}``
 (keys sorted), the last entry included per topic partition; ``"-1:-1"`` is
 "before every entry". A batch reads the entries in (start, end], start
 exclusive and end inclusive, always whole entries, so a batched entry is
-never split between two batches. With the ``wakeKey`` option an offset may also
+never split between two batches. With the ``wakeFile`` option an offset may also
 carry ``"tick": n``, which moves when the mapping sink asks for a batch
 (:mod:`cursorsync.mapping.wake`): then a batch runs with no new entries.
 
@@ -207,12 +207,12 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         end = self._latest_offset(start, limit)
-        tick = (json.loads(start) if isinstance(start, str) else start).get("tick")
-        key = self.options.wake_key
-        if key is not None and self._available_now is None and wake.take(key):
-            tick = int(tick or 0) + 1  # a batch, even without new entries
+        tick = int((json.loads(start) if isinstance(start, str) else start).get("tick") or 0)
+        path = self.options.wake_file
+        if path is not None and self._available_now is None:
+            tick = max(tick, wake.requested(path))  # a larger one: a batch without entries
         if tick:
-            end["tick"] = int(tick)
+            end["tick"] = tick
         return end
 
     def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

@@ -129,9 +129,9 @@ class EntriesOptions:
     entries_per_task: int = DEFAULT_ENTRIES_PER_TASK
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
     packed: bool = False
-    #: Offsets carry a ``tick`` that moves when the mapping sink asks for a batch under this
-    #: key (:mod:`cursorsync.mapping.wake`); None: never.
-    wake_key: str | None = None
+    #: Offsets carry a ``tick`` that moves when the mapping sink asks for a batch in this
+    #: file (:mod:`cursorsync.mapping.wake`); None: never.
+    wake_file: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
@@ -178,5 +178,5 @@ class EntriesOptions:
             ranges_per_task=o.get_int("rangesPerTask", DEFAULT_RANGES_PER_TASK, minimum=1)
             or DEFAULT_RANGES_PER_TASK,
             packed=parse_layout(o),
-            wake_key=o.get_str("wakeKey"),
+            wake_file=o.get_str("wakeFile"),
         )

@@ -45,14 +45,14 @@ class MappingSink:
                  metrics: Metrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
-                 wake_key: str | None = None) -> None:
+                 wake_file: str | None = None) -> None:
         """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
         ``builtin_updates``: the UPDATE markers the hole check read in the batch, written to
-        ``builtin_updates``; ``wake_key``: under which to ask the target's entries source
-        for another batch while skipped ids wait for their check."""
+        ``builtin_updates``; ``wake_file``: where to ask the target's entries source for
+        another batch while skipped ids wait for their check."""
         self.builtin_updates = builtin_updates
-        self.wake_key = wake_key
+        self.wake_file = wake_file
         self.config = config
         self.store = store
         self.state_dir = state_dir
@@ -115,8 +115,9 @@ class MappingSink:
                 old.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id
-        if outcome.skipped_waiting and self.wake_key is not None:
-            wake.request(self.wake_key)  # checked next batch, even with no new entries
+        if outcome.skipped_waiting and self.wake_file is not None:
+            # Checked next batch, even with no new entries.
+            wake.request(self.wake_file, batch_id + 1)
         if self.after_batch is not None:
             self.after_batch()
         if self.metrics:

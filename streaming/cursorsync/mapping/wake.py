@@ -1,30 +1,31 @@
 """Mapping batches on request: work the builder left for later (skipped target ids waiting
 for their check) needs a batch, and Spark runs one only when a source's offset moves.
 
-The mapping sink requests one under its query's key; the target's ``pulsar-entries``
-source, reading with the same key (option ``wakeKey``), then adds one to the ``tick`` of
-its next offset, and the batch that follows may have no rows. Both run on the driver, in
-the job's process.
+The mapping sink writes a request number into a file under the job's checkpoint (the
+number of the batch to come, so requests only grow); the target's ``pulsar-entries``
+source, given that file (option ``wakeFile``), carries the largest number it has seen as
+its offset's ``tick``, and a larger one moves the offset: the batch that follows may have
+no rows. A file, because Spark runs a Python data source's driver side in a process of its
+own, not in the job's.
 """
 
 from __future__ import annotations
 
-import threading
-
-_requested: set[str] = set()
-_lock = threading.Lock()
-
-
-def request(key: str) -> None:
-    """Ask the source reading under ``key`` for one more batch."""
-    with _lock:
-        _requested.add(key)
+import contextlib
+import os
+from pathlib import Path
 
 
-def take(key: str) -> bool:
-    """Whether a batch was requested under ``key`` since the last call (and clear it)."""
-    with _lock:
-        if key in _requested:
-            _requested.discard(key)
-            return True
-        return False
+def request(path: str | Path, number: int) -> None:
+    """Ask the source watching ``path`` for a batch: ``number`` must exceed earlier ones."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(str(int(number)))
+    os.replace(tmp, p)  # atomic: the source never reads half a number
+
+
+def requested(path: str | Path) -> int:
+    """The last request number written to ``path``; 0 when there is none."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path(path).read_text().strip() or 0)
+    return 0
