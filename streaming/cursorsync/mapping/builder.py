@@ -59,6 +59,7 @@ from cursorsync.core.mapping import (
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
+from cursorsync.mapping.builder_state import PartitionState
 from cursorsync.mapping.columns import by_position, first_row_per_entry, is_valid, stamp_positions
 
 log = logging.getLogger(__name__)
@@ -88,74 +89,6 @@ class AnchorFindings:
     anchors: dict[PartitionKey, Anchors] = field(default_factory=dict)
     #: The last marker found past each tail looked at.
     tails: dict[PartitionKey, Position] = field(default_factory=dict)
-
-
-@dataclass
-class _Pending:
-    """Entries waiting for an identity match, oldest first."""
-
-    ledger: list[int] = field(default_factory=list)
-    entry: list[int] = field(default_factory=list)
-    digest: list[bytes] = field(default_factory=list)
-
-    def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes]) -> None:
-        self.ledger += ledger.tolist()
-        self.entry += entry.tolist()
-        self.digest += digest
-
-    def keep(self, mask: np.ndarray) -> None:
-        idx = np.flatnonzero(mask).tolist()
-        self.ledger = [self.ledger[i] for i in idx]
-        self.entry = [self.entry[i] for i in idx]
-        self.digest = [self.digest[i] for i in idx]
-
-    def __len__(self) -> int:
-        return len(self.ledger)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ledger": self.ledger, "entry": self.entry,
-                "digest": [d.hex() for d in self.digest]}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> _Pending:
-        return cls(d["ledger"], d["entry"], [bytes.fromhex(x) for x in d["digest"]])
-
-
-@dataclass
-class _PartitionState:
-    last_target: Position | None = None
-    target: _Pending = field(default_factory=_Pending)
-    source: _Pending = field(default_factory=_Pending)
-    #: The last source id accounted for (returned by the reader, or a marker past it).
-    last_source: Position | None = None
-    #: Until when (epoch seconds) the source's tail is looked past for markers.
-    watch_until: float = 0.0
-    #: Skipped target ids not checked yet (HOLE_CHECKS_PER_BATCH): first in the next batch.
-    unchecked: Runs = field(default_factory=Runs)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "last_target": _text(self.last_target), "last_source": _text(self.last_source),
-            "watch_until": self.watch_until,
-            "target": self.target.to_json(), "source": self.source.to_json(),
-            "unchecked": self.unchecked.rows.tolist(),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> _PartitionState:
-        rows = d.get("unchecked") or []
-        return cls(_position(d.get("last_target")),
-                   _Pending.from_json(d["target"]), _Pending.from_json(d["source"]),
-                   _position(d.get("last_source")), float(d.get("watch_until", 0.0)),
-                   Runs(np.array(rows, np.int64).reshape(-1, 3)))
-
-
-def _text(p: Position | None) -> str | None:
-    return None if p is None else str(p)
-
-
-def _position(text: str | None) -> Position | None:
-    return None if text is None else Position.parse(text)
 
 
 @dataclass(frozen=True)
@@ -211,7 +144,7 @@ class MappingBuilder:
         self.hole_check = hole_check
         self.anchor_read = anchor_read
         self.clock = time.time
-        self._parts: dict[PartitionKey, _PartitionState] = {}
+        self._parts: dict[PartitionKey, PartitionState] = {}
         self.known: dict[PartitionKey, TopicMapping] = {}
         if state is not None:
             self.load_state(state)
@@ -226,7 +159,7 @@ class MappingBuilder:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"builder state version {state.get('version')!r} is not "
                              f"{STATE_VERSION}; delete the checkpoint's builder-state to rebuild")
-        self._parts = {PartitionKey(p["topic"], p["partition"]): _PartitionState.from_json(p)
+        self._parts = {PartitionKey(p["topic"], p["partition"]): PartitionState.from_json(p)
                        for p in state["partitions"]}
 
     def seed_known(self, known: dict[PartitionKey, TopicMapping]) -> None:
@@ -347,7 +280,7 @@ class MappingBuilder:
                    candidates: dict[PartitionKey, Runs],
                    source_holes: dict[PartitionKey, Runs]) -> TopicMapping | None:
         cfg = self.config
-        st = self._parts.setdefault(key, _PartitionState())
+        st = self._parts.setdefault(key, PartitionState())
         known = self.known.get(key, TopicMapping())
         clusters = entries.column("cluster")
         tgt = by_position(entries.filter(pc.equal(clusters, cfg.target_cluster)))
@@ -437,7 +370,7 @@ class MappingBuilder:
             return None
         return TopicMapping(segments, Runs(), foreign, unpaired=unpaired)
 
-    def _align(self, st: _PartitionState
+    def _align(self, st: PartitionState
                ) -> tuple[tuple[np.ndarray, ...] | None, Runs, Runs, int]:
         """Pair pending entries by identity (with ``identity``), or only find the target
         entries whose digest the source shows (``snapshot`` alone); age out what the window
@@ -476,7 +409,7 @@ class MappingBuilder:
         copies, aged, gone = self._window(st)
         return result, unpaired.union(copies), foreign.union(aged), given_s + gone
 
-    def _given_up(self, st: _PartitionState, gone: np.ndarray,
+    def _given_up(self, st: PartitionState, gone: np.ndarray,
                   on_source: set[bytes]) -> tuple[Runs, Runs]:
         """Target entries given up on, split: copies (``snapshot`` on and their digest on the
         source) and foreign (the rest)."""
@@ -492,7 +425,7 @@ class MappingBuilder:
         return (Runs.from_positions(tl[copy], te[copy]),
                 Runs.from_positions(tl[foreign], te[foreign]))
 
-    def _window(self, st: _PartitionState) -> tuple[Runs, Runs, int]:
+    def _window(self, st: PartitionState) -> tuple[Runs, Runs, int]:
         """Age out what the window no longer holds: target entries as copies or foreign
         (:meth:`_given_up`), source entries counted."""
         win = self.config.alignment_window
