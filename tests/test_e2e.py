@@ -104,12 +104,12 @@ def test_markers_on_b_are_acked_so_its_mark_delete_passes_them(
 def test_markers_checked_a_few_a_batch_are_all_checked_after_traffic_stops(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """16 skipped ids checked a mapping batch: the rest wait, and the mapping query runs
+    """4 skipped ids checked a mapping batch: the rest wait, and the mapping query runs
     batches without new entries until every one is checked, so b's markDeletePosition
     still passes every marker once traffic has stopped."""
     import cursorsync.mapping.builder as builder_module
 
-    monkeypatch.setattr(builder_module, "HOLE_CHECKS_PER_BATCH", 16)
+    monkeypatch.setattr(builder_module, "HOLE_CHECKS_PER_BATCH", 4)
     _markers_passed(testbed, topic_name, tmp_path, seed=7)
     # Batches were asked for: an offset of the target's entries source carries a tick.
     offsets = (tmp_path / "checkpoints" / "mapping" / "offsets").glob("[0-9]*")

@@ -343,6 +343,9 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         store = open_store(config.tables.backend, config.tables.path, spark=job.spark)
         deadline = time.monotonic() + timeout_s
         caught: float | str = "the first sync batch after the workload"
+        # When the mapping last had no skipped target id waiting for its check: the sync
+        # has caught up only with batches after it (the markers claimed last are acked).
+        checked_at: float | None = None
         while isinstance(caught, str):
             if time.monotonic() > deadline:
                 raise DemoError(f"the sync did not catch up within {timeout_s:.0f} s of the "
@@ -351,9 +354,18 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
             next_batch(max(1.0, deadline - time.monotonic()))
             if restarts != before:
                 continue
-            caught = caught_up(store, config, after=result.last_ack_at,
+            waiting = job.mapping_sink.skipped_waiting
+            if waiting:
+                checked_at = None
+                caught = f"{waiting} skipped target ids waiting for their check"
+                continue
+            checked_at = checked_at or time.time()
+            after = max(result.last_ack_at, checked_at)
+            caught = caught_up(store, config, after=after,
                                since_batch=since_batch if not restarts else 0,
                                partitions=partitions, chunked=chunked)
+            if not isinstance(caught, str):
+                caught += after - result.last_ack_at  # from the last ack on a
         sync_batches += job.sync_sink.last_batch + 1
         mapping_batches += job.mapping_sink.last_batch + 1
         batch_seconds = _batch_seconds(job.sync_sink.metrics)

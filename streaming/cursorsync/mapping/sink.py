@@ -65,6 +65,8 @@ class MappingSink:
             anchor_read=anchor_read)
         self._batch: int | None = None
         self.last_batch: int = -1
+        #: Skipped target ids the last batch left for later batches to check.
+        self.skipped_waiting = 0
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
 
@@ -115,6 +117,7 @@ class MappingSink:
                 old.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id
+        self.skipped_waiting = outcome.skipped_waiting
         if outcome.skipped_waiting and self.wake_file is not None:
             # Checked next batch, even with no new entries.
             wake.request(self.wake_file, batch_id + 1)
