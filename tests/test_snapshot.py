@@ -20,6 +20,7 @@ import pytest
 
 from cursorsync.app.job import start_job
 from cursorsync.app.settings import Config
+from cursorsync.app.settings.sync import MAPPING_SUBSCRIPTION_PREFIX
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -64,6 +65,12 @@ def _workload(bed: TestBed, topic: str) -> list[tuple[Position, float]]:
     a = bed.client("a")
     bed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                               initial_position=pulsar.InitialPosition.Earliest).close()
+    # The job's source-side mapping subscription, as a job running before the traffic has
+    # it: without it a may trim ledgers every subscription has consumed before the job
+    # starts, and b's copies of their messages can never be told from foreign ones.
+    a.subscribe(topic, f"{MAPPING_SUBSCRIPTION_PREFIX}-source",
+                consumer_type=pulsar.ConsumerType.Failover,
+                initial_position=pulsar.InitialPosition.Earliest).close()
     rs = a.subscribe(topic, "rs", consumer_type=pulsar.ConsumerType.Shared,
                      replicate_subscription_state_enabled=True,
                      initial_position=pulsar.InitialPosition.Earliest)
