@@ -311,15 +311,15 @@ class SyncStep:
         cache = self.markers
         seen = cache.looked_up.get(obs.key, RangeSet())
         pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
-        ledgers = obs.state.ledgers
-        if ledgers is None or not pending:
-            return False
         last = mapping.segments.rows[-1]
         frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
         now = self.clock()
         known = cache.frontiers.get(obs.key)
         if known is None or known[0] != frontier:
             cache.frontiers[obs.key] = known = (frontier, now)
+        ledgers = obs.state.ledgers
+        if ledgers is None or not pending:
+            return False
         settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
             mapping.written_at is not None
             and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
