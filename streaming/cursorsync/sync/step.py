@@ -150,9 +150,8 @@ class SyncStep:
         self.target_reads_skipped = 0
         self.clock = time.monotonic
         self.wall_clock = time.time
-        #: Source entries looked up in this batch, and since start.
+        #: Source entries looked up in this batch.
         self.lookups = 0
-        self.lookups_total = 0
         #: The first cursor a batch had no lookup budget left for: the next batch starts there.
         self._lookups_resume: tuple[PartitionKey, str] | None = None
 
@@ -338,22 +337,22 @@ class SyncStep:
                                          min(MARKER_TAIL_LOOKUPS, budget - len(positions))))
         if not positions and not tail:
             return False
-        self.lookups += len(positions) + len(tail)
-        self.lookups_total += len(positions) + len(tail)
+        asked = positions + tail
+        self.lookups += len(asked)
         try:
-            markers = self.lookup_markers(topic, positions + tail)
+            markers = self.lookup_markers(topic, asked)
         except CursorSyncError as err:
             log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
                         topic, err)
             return False
-        cache.looked_up[obs.key] = seen | _entries(positions + tail)
+        cache.looked_up[obs.key] = seen | _entries(asked)
         if not set(tail) <= set(markers):
             cache.behind[obs.key] = frontier  # a message past it: the mapping is behind
         if not markers:
             return False
         cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
-                  len(positions) + len(tail))
+                  len(asked))
         return True
 
 
