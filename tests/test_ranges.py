@@ -135,6 +135,19 @@ def test_single_range_fast_path_matches_sets(a: RangeSet, one: RangeSet) -> None
         assert out == RangeSet(out.bounds.copy())
 
 
+@given(st.integers(-1, 2**40), st.integers(-1, 2**33), rangesets())
+def test_up_to_keys_match_the_general_constructor(ledger: int, entry: int,
+                                                  a: RangeSet) -> None:
+    """up_to builds its keys from the position directly (it runs several times a plan);
+    the set, and what it does with others, is the general constructor's."""
+    direct = RangeSet.up_to(Position(ledger, entry))
+    general = RangeSet(np.array([[-1, -1, ledger, entry]], dtype=np.int64))
+    assert direct == general and np.array_equal(direct.bounds, general.bounds)
+    assert direct.is_canonical()
+    for op in ("__or__", "__and__", "__sub__"):
+        assert getattr(a, op)(direct) == getattr(a, op)(general)
+
+
 def test_parse_refuses_a_range_that_does_not_end_after_it_starts() -> None:
     assert RangeSet.parse("[(1:5..1:6],(1:8..1:9]]") == RangeSet.of(("1:5", "1:6"), ("1:8", "1:9"))
     for text in ("[(1:5..1:6],(5:3..5:1]]", "[(5:3..5:3]]", "[(6:0..5:9]]"):

@@ -311,6 +311,44 @@ def test_an_idle_cursor_reuses_its_plan_until_a_plan_input_changes(
     assert len(calls) == 4
 
 
+def test_an_idle_cursor_records_its_last_plan_without_the_guard_until_something_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle cursor (the plan passed the guard and sent nothing; source, mapping and target
+    as they were) records the same plan without translating or guarding again. A halt, a
+    source that moves, or a rewind in the last plan takes it off that path."""
+    obs, mappings, target = _world(0)
+    acked = CursorState(Position(7, 9), RangeSet(), target.ledgers)
+    guarded: list[int] = []
+    real_guard = step_module.guard
+
+    def counting(*args: object, **kwargs: object) -> SafePlan:
+        guarded.append(1)
+        return real_guard(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(step_module, "guard", counting)
+    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: acked)
+    records = [step.run([replace(obs, observed_at=NOW)], mappings).records[0]
+               for _ in range(5)]
+    assert len(guarded) == 1
+    assert {(r.result, r.plan.mark_delete, r.plan.to_ack) for r in records} == {
+        ("emitted", Position(7, 9), RangeSet())}
+    assert all(r.plan == records[0].plan for r in records)
+
+    step.halted.add((KEY, "sub"))
+    (record,) = step.run([obs], mappings).records
+    assert record.result == "halted"
+    step.halted.clear()
+
+    back = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
+    (record,) = step.run([back], mappings).records
+    assert record.plan.rewound_entries == 6  # reported once
+    before = len(guarded)
+    (record,) = step.run([back], mappings).records
+    assert record.plan.rewound_entries == 0 and len(guarded) == before + 1
+    (record,) = step.run([back], mappings).records
+    assert record.plan.rewound_entries == 0 and len(guarded) == before + 1  # idle again
+
+
 def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
     """Once a plan sent nothing and nothing changed on the source side, the target is read
     again only every IDLE_TARGET_READ_EVERY batches; a source that moves is read at once."""

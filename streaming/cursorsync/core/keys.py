@@ -77,6 +77,11 @@ def pack_next(ledgers: I64, next_entries: I64, base: int, *, minus_one: bool = T
     return high
 
 
+def pack_position(ledger: int, entry: int, base: int) -> int:
+    """:func:`pack` of one position that fits, ledger not -1, in Python integers."""
+    return ((ledger + 1 - base) << ENTRY_BITS) | (entry + 1)
+
+
 def next_entries_fit(*next_entries: I64) -> bool:
     """Are all entry + 1 in [0, 2**32), so entries in [-1, MAX_KEYED_ENTRY]? One OR over
     each array: a value outside sets a bit above the low 32 (a negative one, all of them)."""

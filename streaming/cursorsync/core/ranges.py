@@ -40,6 +40,7 @@ from cursorsync.core.keys import (
     next_entries_fit,
     pack,
     pack_next,
+    pack_position,
     rebase,
     to_keys,
     unpack,
@@ -218,6 +219,14 @@ class RangeSet:
         """Everything at or before ``position``: what a markDeletePosition acks."""
         if position <= MIN_POSITION:
             return cls()
+        ledger, entry = position.ledger, position.entry
+        if ledger >= 0:
+            # The keys straight from the two positions: every sync makes a few of these sets.
+            base = base_for(ledger)
+            if fits(base, ledger, ledger, min(entry, -1), entry):
+                return cls._from_keys(np.zeros(1, np.int64),  # MIN_POSITION's key
+                                      np.array([pack_position(ledger, entry, base)], np.int64),
+                                      base)
         return cls(
             np.array([[MIN_POSITION.ledger, MIN_POSITION.entry, position.ledger, position.entry]])
         )
@@ -257,6 +266,12 @@ class RangeSet:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RangeSet):
             return False
+        if self is other:
+            return True
+        if len(self) != len(other):
+            return False
+        if not len(self):
+            return True
         a, b = self._keys(), other._keys()
         if a is not None and b is not None and a[2] == b[2]:
             return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])

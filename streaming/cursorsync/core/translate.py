@@ -127,7 +127,8 @@ def translate(
     to_ack = after - current
 
     segs = mapping.segments.rows
-    unmapped = _unmapped(source_acked, mapping, target.ledgers).count_entries(source.ledgers)
+    unmapped = _unmapped(source_acked, mapping, target.ledgers,
+                         source.ledgers).count_entries(source.ledgers)
     rewound = 0
     if previous_source is not None:
         rewound = (previous_source.acked() - source_acked).count_entries(source.ledgers)
@@ -149,22 +150,34 @@ def unmapped_source(source: CursorState, mapping: TopicMapping,
     its first mapped entry is data (:func:`_stream_starts_mapped`): then they precede
     replication and have no counterpart to wait for.
     """
-    return _unmapped(source.acked(), mapping, target_ledgers)
+    return _unmapped(source.acked(), mapping, target_ledgers, source.ledgers)
 
 
-def _unmapped(acked: RangeSet, mapping: TopicMapping,
-              target_ledgers: Ledgers | None) -> RangeSet:
-    """:func:`unmapped_source` of the source's acked positions."""
+def _unmapped(acked: RangeSet, mapping: TopicMapping, target_ledgers: Ledgers | None,
+              source_ledgers: Ledgers | None) -> RangeSet:
+    """:func:`unmapped_source` of the source's acked positions.
+
+    The same entries, cheaper: the costlier checks run only where they can change the
+    count (acks before the first segment that are entries of ``source_ledgers``, anything
+    left for :func:`implied_unreplicated` to explain).
+    """
     segs = mapping.segments.rows
     if not len(segs):
         return RangeSet()
     # What the segments and known runs explain goes first: what is left is small.
-    rest = (acked - mapping.segments.source_ranges()
-            - mapping.unreplicated.ranges() - implied_unreplicated(mapping, target_ledgers))
-    if _stream_starts_mapped(mapping, target_ledgers):
-        # Only the acks after the first segment's start can wait for evidence.
-        rest = rest.after(Position(int(segs[0, 0]), int(segs[0, 1]) - 1))
-    return rest
+    rest = acked - mapping.segments.source_ranges() - mapping.unreplicated.ranges()
+    if not rest:
+        return rest
+    later = rest.after(Position(int(segs[0, 0]), int(segs[0, 1]) - 1))
+    head = rest - later
+    if not head or (source_ledgers is not None and len(source_ledgers.ids)
+                    and head.count_entries(source_ledgers) == 0):
+        rest = later  # nothing before the first segment to wait for
+    elif _stream_starts_mapped(mapping, target_ledgers):
+        rest = later  # only the acks after the first segment's start can wait for evidence
+    if not rest:
+        return rest
+    return rest - implied_unreplicated(mapping, target_ledgers)
 
 
 def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None) -> bool:
