@@ -146,3 +146,19 @@ def test_adjacent_runs_join_whatever_evidence_and_keep_every_kind() -> None:
     assert len(first | SegmentSet.of([Segment(3, 0, 7, 0, 10, "identity")])) == 1
     with pytest.raises(MappingConflictError):
         first | SegmentSet.of([Segment(4, 0, 7, 5, 1, "identity")])
+
+
+def test_one_claim_read_in_pieces_of_any_cut_unions_to_one_segment() -> None:
+    """A segment already joined with its continuation meets one of its pieces again (a row
+    of the table maintenance's merge beside the rows it merged, a retried batch): same
+    ledgers, same offset, overlapping or touching: one segment, evidence joined. At another
+    offset, an overlap is still a conflict."""
+    joined = SegmentSet.of([Segment(1, 0, 10, 3, 10, "identity")])
+    piece = SegmentSet.of([Segment(1, 2, 10, 5, 4, "position-property")])
+    later = SegmentSet.of([Segment(1, 8, 10, 11, 5, "identity")])
+    for union, count in ((joined | piece, 10), (piece | joined, 10),
+                         (joined | piece | later, 13), (later | piece | joined, 13)):
+        assert list(union) == [Segment(1, 0, 10, 3, count, next(iter(union)).evidence)]
+    assert "position-property" in next(iter(joined | piece)).evidence
+    with pytest.raises(MappingConflictError, match="overlap on the target"):
+        joined | SegmentSet.of([Segment(2, 0, 10, 4, 2)])

@@ -254,6 +254,13 @@ class SegmentSet:
         order = np.lexsort((a[cand, 3], a[cand, 2]))
         return [int(i) for i in cand[order]]
 
+    @classmethod
+    def collapsed(cls, rows: I64, evidence: npt.NDArray[np.int8]) -> SegmentSet:
+        """Segments from rows that may repeat or continue each other (rows of many
+        batches): identical rows merge, continuations join, contradictions raise."""
+        a = np.asarray(rows, np.int64).reshape(-1, 5)
+        return _from_segment_rows(a, np.asarray(evidence, np.int8)) if len(a) else cls()
+
     def union(self, other: SegmentSet) -> SegmentSet:
         """Both sets of evidence; identical segments merge, contradictions raise."""
         if len(other) == 0:
@@ -269,23 +276,34 @@ class SegmentSet:
 def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     """Re-collapse segment rows (expanding only to run boundaries, never to entries).
 
-    In target order, where a copy sent again never sits between two halves of a run."""
-    order = np.lexsort((rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 2]))
-    rows, ev = rows[order], ev[order]
-    # Identical rows are one segment, whatever evidence each had: their bit-sets join.
-    key = np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1)))
-    ev = np.bitwise_or.reduceat(ev, np.flatnonzero(key))
-    rows = rows[key]
-    # Join segments that continue each other exactly, whatever their evidence.
-    cont = np.concatenate(([False], (rows[1:, 0] == rows[:-1, 0])
-                           & (rows[1:, 1] == rows[:-1, 1] + rows[:-1, 4])
-                           & (rows[1:, 2] == rows[:-1, 2])
-                           & (rows[1:, 3] == rows[:-1, 3] + rows[:-1, 4])))
-    starts = np.flatnonzero(~cont)
-    group = np.cumsum(~cont) - 1
-    counts = np.bincount(group, weights=rows[:, 4]).astype(np.int64)
+    Rows that make the same claim, source ledger to target ledger at one offset (target
+    entry minus source entry), and that overlap or touch join into one segment, whatever
+    evidence each had (their bit-sets join): a row repeated by a retried batch, a batch
+    continuing the last, and a merged row of the table maintenance meeting the rows it was
+    merged from. Rows at different offsets stay apart, and the new set's validation
+    refuses them where they claim one target entry."""
+    offset = rows[:, 3] - rows[:, 1]
+    order = np.lexsort((rows[:, 1], offset, rows[:, 2], rows[:, 0]))
+    rows, ev, offset = rows[order], ev[order], offset[order]
+    start = rows[:, 1]
+    end = start + rows[:, 4]
+    claim = np.concatenate(([True], (rows[1:, 0] != rows[:-1, 0]) | (rows[1:, 2] != rows[:-1, 2])
+                            | (offset[1:] != offset[:-1])))
+    # A running maximum of the ends per claim: each claim's entries shifted into a band of
+    # its own, above every earlier claim's, so one running maximum serves them all.
+    first = np.flatnonzero(claim)
+    group = np.cumsum(claim) - 1
+    low = start[first][group]
+    span = int((end - low).max()) + 1
+    if len(first) * span >= 1 << 62:
+        raise ValueError("segment rows too wide to collapse")  # entry ids near 2**62
+    band = group * span - low
+    reach = np.maximum.accumulate(end + band)
+    new = claim.copy()
+    new[1:] |= start[1:] + band[1:] > reach[:-1]
+    starts = np.flatnonzero(new)
     out = rows[starts].copy()
-    out[:, 4] = counts
+    out[:, 4] = np.maximum.reduceat(end, starts) - start[starts]
     return SegmentSet(out, np.bitwise_or.reduceat(ev, starts))
 
 
