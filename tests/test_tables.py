@@ -11,11 +11,16 @@ import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
@@ -784,6 +789,76 @@ def test_cursor_state_and_sync_progress_rows_round_trip(tmp_path: Path) -> None:
     assert r[0]["acked_ranges"] == "[(20:3..20:9],(20:10..20:12]]"
     assert (r[0]["outcome"], r[0]["lag_ms"], r[0]["batch_id"]) == ("partial", 1250, 0)
     assert (r[0]["unmapped_acked_entries"], r[0]["partial_batches_unacked"]) == (2, 1)
+
+
+EVIDENCES = ["identity", "position-property", "identity,snapshot"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3),  # partition
+                          st.lists(st.tuples(st.integers(0, 2), st.integers(0, 8),
+                                             st.integers(1, 5), st.sampled_from(EVIDENCES)),
+                                   max_size=3),
+                          st.lists(st.tuples(st.sampled_from(
+                              ["skippable", "foreign", "unreplicated", "unpaired", "anchor"]),
+                              st.integers(0, 2), st.integers(0, 40), st.integers(1, 5)),
+                              max_size=4),
+                          st.integers(0, 5)),  # seconds after NOW
+                min_size=1, max_size=8),
+       st.randoms(use_true_random=False))
+def test_topic_mappings_is_the_union_of_what_each_batch_wrote(
+        batches: list[tuple[int, list[tuple[int, int, int, str]],
+                            list[tuple[str, int, int, int]], int]],
+        rnd: Any) -> None:
+    """Rows of many batches and partitions, in any order, read back as the in-memory union
+    of the mappings each batch wrote, per partition."""
+    expected: dict[PartitionKey, TopicMapping] = {}
+    tables = []
+    for partition, segs, others, seconds in batches:
+        key = PartitionKey("persistent://t/ns/x" + "ab"[partition % 2], partition)
+        # One consistent correspondence (source l:e -> target l+10:e+3), so no two batches
+        # disagree.
+        runs: dict[str, list[tuple[int, int, int]]] = {}
+        anchors = []
+        for kind, ledger, entry, count in others:
+            if kind == "anchor":
+                anchors.append((ledger, entry, ledger + 10, entry + 3))
+            else:
+                runs.setdefault(kind, []).append((ledger, entry, count))
+        # Segments are cells of a grid, 5 entries each, so batches repeat or continue each
+        # other's segments (as retried and later batches do) but never cut one differently.
+        cells = {(lg, cell): ev for lg, cell, _, ev in segs}
+        mapping = TopicMapping(
+            SegmentSet.of([Segment(lg, 5 * cell, lg + 10, 5 * cell + 3, 5, ev)
+                           for (lg, cell), ev in cells.items()]),
+            *(Runs().union(Runs.of(*runs.get(k, []))) for k in
+              ("skippable", "foreign", "unreplicated")),
+            written_at=(NOW + timedelta(seconds=seconds)).timestamp(),
+            unpaired=Runs().union(Runs.of(*runs.get("unpaired", []))),
+            anchors=Anchors(np.array(anchors, np.int64).reshape(-1, 4)))
+        known = expected.get(key)
+        expected[key] = mapping if known is None else known.union(mapping)
+        tables.append(mapping_rows(key, mapping, source_cluster="A", target_cluster="B",
+                                   written_at=NOW + timedelta(seconds=seconds)))
+    rows = pa.concat_tables(tables)
+    rows = rows.take(pa.array(rnd.sample(range(rows.num_rows), rows.num_rows), pa.int64()))
+    got = topic_mappings(rows)
+    shown = {k for k, m in expected.items() if mapping_rows(
+        k, m, source_cluster="A", target_cluster="B", written_at=NOW).num_rows}
+    assert set(got) == shown
+    for key in shown:
+        a, b = got[key], expected[key]
+        # Compared collapsed: continuations join whichever batch wrote them.
+        b_segments = SegmentSet.collapsed(b.segments.rows, b.segments.evidence_codes)
+        assert list(a.segments) == list(b_segments)
+        assert a.segments.evidence_codes.tolist() == b_segments.evidence_codes.tolist()
+        for kind in ("skippable", "foreign", "unreplicated", "unpaired"):
+            assert getattr(a, kind) == getattr(b, kind), kind
+        assert a.anchors.rows.tolist() == b.anchors.rows.tolist()
+        newest = max(NOW.timestamp() + s for p, sg, o, s in batches
+                     if PartitionKey("persistent://t/ns/x" + "ab"[p % 2], p) == key
+                     and (sg or o))
+        assert a.written_at == newest
 
 
 def test_topic_mappings_refuses_rows_that_disagree() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,9 @@ class Ledgers:
 
     ids: I64
     entries: I64
+    #: Derived arrays, made on first use: a plan asks the same list many times.
+    _memo: dict[object, object] = field(default_factory=dict, init=False, repr=False,
+                                        compare=False)
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[int, int]]) -> Ledgers:
@@ -35,6 +38,8 @@ class Ledgers:
         return cls(ids, entries)
 
     def __post_init__(self) -> None:
+        self.ids.setflags(write=False)  # a value: the memo holds what is derived from it
+        self.entries.setflags(write=False)
         if len(self.ids) != len(self.entries):
             raise ValueError("ledger ids and entry counts differ in length")
         if len(self.ids) > 1 and (np.diff(self.ids) <= 0).any():
@@ -97,28 +102,50 @@ class Ledgers:
     def canonical_keys(self, keys: I64, base: int) -> I64:
         """:meth:`canonical` of sorted based keys (:mod:`cursorsync.core.keys`), ``base`` from
         :meth:`key_base`: a binary search per ledger, not per key, then two passes."""
-        nonempty = self.entries > 0
-        ids = self.ids[nonempty]
-        if len(ids) == 0 or len(keys) == 0:
+        if len(keys) == 0:
             return keys
-        starts = pack(ids, np.zeros_like(ids), base, minus_one=False)
-        ends = pack(ids, self.entries[nonempty] - 1, base, minus_one=False)
+        table = self._key_table(base)
+        if table is None:
+            return keys
+        starts, ends, before, top = table
         # Keys from starts[j] to starts[j + 1] are in ledger j or in the gap after it: the
         # last entry at or before each is the key itself or the ledger's last entry.
         at = np.searchsorted(keys, starts, side="left")
         out = np.empty_like(keys)
-        out[:at[0]] = int(pack(ids[:1], np.array([-1]), base, minus_one=False)[0])
+        out[:at[0]] = before
         spans = np.diff(np.append(at, len(keys)))
         np.minimum(keys[at[0]:], np.repeat(ends, spans), out=out[at[0]:])
         # The open ledger (from its entry 0) and beyond stay as they are.
-        top = int(pack(self.ids[-1:], np.zeros(1, np.int64), base, minus_one=False)[0])
         t = int(np.searchsorted(keys, top, side="left"))
         out[t:] = keys[t:]
         return out
 
+    def _key_table(self, base: int) -> tuple[I64, I64, int, int] | None:
+        """For :meth:`canonical_keys` in ``base``: the keys of each non-empty ledger's first
+        and last entry, of the position before them all, and of the open ledger's start."""
+        memo = self._memo.get(("keys", base))
+        if memo is None:
+            nonempty = self.entries > 0
+            ids = self.ids[nonempty]
+            if len(ids) == 0:
+                return None
+            memo = (pack(ids, np.zeros_like(ids), base, minus_one=False),
+                    pack(ids, self.entries[nonempty] - 1, base, minus_one=False),
+                    int(pack(ids[:1], np.array([-1]), base, minus_one=False)[0]),
+                    int(pack(self.ids[-1:], np.zeros(1, np.int64), base, minus_one=False)[0]))
+            self._memo[("keys", base)] = memo
+        return memo  # type: ignore[return-value]
+
+    def _cumulative(self) -> I64:
+        """Entries before each listed ledger, then the total."""
+        cum = self._memo.get("cum")
+        if cum is None:
+            cum = self._memo["cum"] = np.concatenate(([0], np.cumsum(self.entries)))
+        return cum  # type: ignore[return-value]
+
     def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
         """How many existing entries lie at or before each position (past the last ledger: all)."""
-        cum = np.concatenate(([0], np.cumsum(self.entries)))
+        cum = self._cumulative()
         i = np.searchsorted(self.ids, ledgers, side="right") - 1
         ic = np.maximum(i, 0)
         exact = (i >= 0) & (self.ids[ic] == ledgers)

@@ -166,18 +166,23 @@ def _unmapped(acked: RangeSet, mapping: TopicMapping, target_ledgers: Ledgers | 
         return RangeSet()
     # What the segments and known runs explain goes first: what is left is small.
     rest = acked - mapping.segments.source_ranges() - mapping.unreplicated.ranges()
-    if not rest:
+    if not _holds_entries(rest, source_ledgers):
         return rest
     later = rest.after(Position(int(segs[0, 0]), int(segs[0, 1]) - 1))
-    head = rest - later
-    if not head or (source_ledgers is not None and len(source_ledgers.ids)
-                    and head.count_entries(source_ledgers) == 0):
+    if not _holds_entries(rest - later, source_ledgers):
         rest = later  # nothing before the first segment to wait for
     elif _stream_starts_mapped(mapping, target_ledgers):
         rest = later  # only the acks after the first segment's start can wait for evidence
-    if not rest:
+    if not _holds_entries(rest, source_ledgers):
         return rest
     return rest - implied_unreplicated(mapping, target_ledgers)
+
+
+def _holds_entries(ranges: RangeSet, ledgers: Ledgers | None) -> bool:
+    """Might ``ranges`` hold an entry? Without a ledger list, any range might."""
+    if not ranges:
+        return False
+    return ledgers is None or not len(ledgers.ids) or ranges.count_entries(ledgers) > 0
 
 
 def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None) -> bool:

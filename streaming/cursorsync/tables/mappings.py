@@ -120,7 +120,8 @@ class MappingStore:
                                    target_cluster=self.target_cluster,
                                    min_batch_id=self.loaded_upto + 1)
         for key, part in delta.items():
-            self.mappings[key] = self.mappings.get(key, TopicMapping()).union(part)
+            known = self.mappings.get(key)
+            self.mappings[key] = part if known is None else known.union(part)
         if top is not None:
             self.loaded_upto = top
         return self.mappings
