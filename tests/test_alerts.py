@@ -22,6 +22,7 @@ UNIT_TESTS = Path(__file__).parent / "alerts" / "cursorsync-rules.test.yaml"
 DASHBOARD = ht.CHART / "dashboards" / "cursorsync.json"
 ALERTS = {
     "CursorSyncLagHigh", "CursorSyncStale", "CursorSyncUnmappedGrowing",
+    "CursorSyncHoleChecksBehind",
     "CursorSyncGuardRefusals", "CursorSyncHalted", "CursorSyncEmissionErrors",
     "CursorSyncQueryFailures", "CursorSyncRestarts", "CursorSyncDown",
 }
