@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 
+import pulsar
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cursorsync.mapping.builder as builder_module
 from admin_stub import Reply, StubAdmin
 from cursorsync.core.mapping import Runs
+from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
 from cursorsync.pulsar.topics import TopicName
+from cursorsync_devtools.testbed import TestBed
+from waiting import wait_for
 
 MARKER = RawEntry(marker_type=10)
 CHUNK = RawEntry(chunk_id=0, num_chunks=2)
@@ -72,19 +78,20 @@ class FakeAdmin:
     def __init__(self, kinds: dict[tuple[int, int], RawEntry]) -> None:
         self.kinds = kinds
 
-    def raw_entry(self, topic: TopicName, ledger: int, entry: int) -> RawEntry | None:
+    def raw_entry(self, topic: TopicName, ledger: int, entry: int, *,
+                  past_end_ok: bool = False) -> RawEntry | None:
         return self.kinds.get((ledger, entry))
 
 
 KEY = PartitionKey("persistent://public/default/t", -1)
 
 
-def target_rows(ids: list[int]) -> pa.Table:
+def target_rows(ids: list[int], ledgers: list[int] | None = None) -> pa.Table:
     n = len(ids)
     return pa.table({
         "cluster": ["B"] * n, "topic": [KEY.topic] * n,
         "partition": pa.array([-1] * n, pa.int32()),
-        "ledger": pa.array([5] * n, pa.int64()), "entry": pa.array(ids, pa.int64()),
+        "ledger": pa.array(ledgers or [5] * n, pa.int64()), "entry": pa.array(ids, pa.int64()),
         "batch_index": pa.array([-1] * n, pa.int32()),
         "source_position": pa.array([f"1:{i}" for i in ids], pa.string()),
         "entry_identity": pa.array([None] * n, pa.binary()),
@@ -118,6 +125,75 @@ def test_verified_claims_exactly_the_leading_markers_of_each_hole(
             expected.add(i)
     assert claimed == expected
     assert all(kinds[i] == "marker" for i in claimed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ledgers=st.lists(st.tuples(st.lists(st.sampled_from(["message", "marker", "chunk"]),
+                                           min_size=1, max_size=40),
+                                  st.integers(0, 80)).map(lambda t: t[0] + ["marker"] * t[1]),
+                        min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 240), max_size=6),
+       budget=st.sampled_from([4, 40, 4096]))
+def test_markers_at_a_ledger_s_end_are_claimed_once_the_reader_moves_on(
+        ledgers: list[list[str]], cuts: list[int], budget: int) -> None:
+    """Per-id oracle across ledgers (5, 6, 8): besides the ids between two returned ones,
+    the leading markers after a ledger's last returned entry, up to the ledger's end (up to
+    80 markers close some ledgers), are
+    claimed once the reader returns one from a later ledger, however many there are (probes
+    go on over batches), whatever the batch boundaries and the check budget. A ledger the
+    reader returned nothing from is never claimed; no chunk ever is."""
+    default, builder_module.HOLE_CHECKS_PER_BATCH = builder_module.HOLE_CHECKS_PER_BATCH, budget
+    try:
+        claimed, table = _claimed_across_ledgers(ledgers, cuts)
+    finally:
+        builder_module.HOLE_CHECKS_PER_BATCH = default
+    ids = [5, 6, 8][:len(ledgers)]
+    returned = [(lid, i) for lid, kinds in zip(ids, ledgers, strict=True)
+                for i, k in enumerate(kinds) if k == "message"]
+    size = dict(zip(ids, map(len, ledgers), strict=True))
+
+    def leading(lg: int, lo: int, hi: int) -> set[tuple[int, int]]:
+        out = set()
+        for i in range(lo, hi):
+            if table[(lg, i)] is not MARKER:
+                break
+            out.add((lg, i))
+        return out
+
+    expected: set[tuple[int, int]] = set()
+    for (pl, pe), (nl, ne) in pairwise(returned):
+        if pl == nl:
+            expected |= leading(pl, pe + 1, ne)
+        else:
+            expected |= leading(pl, pe + 1, size[pl]) | leading(nl, 0, ne)
+    assert claimed == expected
+    assert all(table[p] is MARKER for p in claimed)
+
+
+def _claimed_across_ledgers(ledgers: list[list[str]], cuts: list[int],
+                            ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], RawEntry]]:
+    """The ids the builder claims with a hole check of ``ledgers`` (kinds per id of ledgers
+    5, 6, 8), the reader's entries cut into batches at ``cuts``; and the kinds."""
+    ids = [5, 6, 8][:len(ledgers)]
+    kind = {"message": MESSAGE, "marker": MARKER, "chunk": CHUNK}
+    table = {(lid, i): kind[k] for lid, kinds in zip(ids, ledgers, strict=True)
+             for i, k in enumerate(kinds)}
+    returned = [(lid, i) for lid, kinds in zip(ids, ledgers, strict=True)
+                for i, k in enumerate(kinds) if k == "message"]
+    check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
+    for lo, hi in pairwise(bounds):
+        part = returned[lo:hi]
+        b.process(target_rows([e for _, e in part], [lg for lg, _ in part]))
+    for _ in range(40):  # the batches the sink asks for while ids wait
+        if not b.process(target_rows([])).skipped_waiting:
+            break
+    known = b.known.get(KEY)
+    claimed = set() if known is None else {
+        (lg, e) for lg, first, n in known.skippable.rows.tolist()
+        for e in range(first, first + n)}
+    return claimed, table
 
 
 def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
@@ -198,3 +274,73 @@ def test_anchor_read_takes_snapshots_naming_the_target_at_holes_and_past_tails(
                                              (Position(3, 5), Position(9, 8)))}
     assert found.tails == {key: Position(3, 7)}
     assert (read.stats.requests, read.stats.markers, read.stats.anchors) == (5, 3, 2)
+
+
+@pytest.mark.integration
+def test_markers_at_the_end_of_a_closed_ledger_on_b_are_claimed_once_the_reader_moves_on(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Real Pulsar 4.0: a replicated subscription leaves markers on b after its last message;
+    b's ledger then closes (the topic is unloaded) and the next message lands in a new
+    ledger. A reader on b returns the last message, then the new one: the ids between them
+    at the old ledger's end are probed through b's admin API (the first id past its end
+    answers "no such entry") and every one of them is claimed, as a marker."""
+    (t,) = testbed.create_topic(topic_name("ledger-end"))
+    a = testbed.client("a")
+    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
+                      consumer_type=pulsar.ConsumerType.Shared,
+                      initial_position=pulsar.InitialPosition.Earliest)
+    producer = a.create_producer(t, batching_enabled=False)
+    for i in range(3):
+        producer.send(b"m%d" % i)
+        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
+    for _ in range(3):
+        sub.acknowledge(sub.receive(10_000))
+    last = wait_for("three messages on b", lambda: _messages_on_b(testbed, t)[2:3])[0]
+    wait_for("markers on b after its last message",
+             lambda: testbed.last_entry("b", t) > last, timeout_s=60)
+    time.sleep(3)  # the UPDATE markers the acks cause
+    testbed.admin_call("b", "PUT", TopicName.parse(t).admin_path("unload"))
+    producer.send(b"after")
+    returned = wait_for("the fourth message on b", lambda: (
+        lambda got: got if len(got) == 4 else None)(_messages_on_b(testbed, t)), timeout_s=60)
+    assert returned[3].ledger > last.ledger, returned
+    closed = {lg["ledgerId"]: lg["entries"] for lg in testbed.internal_stats("b", t)["ledgers"]}
+    tail = [Position(last.ledger, e) for e in range(last.entry + 1, closed[last.ledger])]
+    assert tail, "no marker after b's last message in its closed ledger: nothing to probe"
+
+    key = PartitionKey(t, -1)
+    rows = pa.table({
+        "cluster": ["b"] * 4, "topic": [t] * 4, "partition": pa.array([-1] * 4, pa.int32()),
+        "ledger": pa.array([p.ledger for p in returned], pa.int64()),
+        "entry": pa.array([p.entry for p in returned], pa.int64()),
+        "batch_index": pa.array([-1] * 4, pa.int32()),
+        "source_position": pa.array([None] * 4, pa.string()),
+        "entry_identity": pa.array([None] * 4, pa.binary()),
+    })
+    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
+        check = AdminHoleCheck(admin)
+        builder = MappingBuilder(BuilderConfig("a", "b", ("position-property",)),
+                                 hole_check=check)
+        builder.process(rows)
+        for _ in range(10):
+            if not builder.process(rows.slice(0, 0)).skipped_waiting:
+                break
+        kinds = {p: admin.raw_entry(t, p.ledger, p.entry) for p in tail}
+    assert all(k is not None and k.is_marker for k in kinds.values()), kinds
+    claimed = builder.known[key].skippable.ranges()
+    assert all(claimed.contains(p) for p in tail), (tail, claimed)
+    assert not claimed.contains(Position(last.ledger, closed[last.ledger])), claimed
+    sub.close()
+
+
+def _messages_on_b(bed: TestBed, topic: str) -> list[Position]:
+    """The positions of the messages a reader on b returns, in order."""
+    reader = bed.client("b").create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    try:
+        while reader.has_message_available():
+            mid = reader.read_next(10_000).message_id()
+            out.append(Position(mid.ledger_id(), mid.entry_id()))
+    finally:
+        reader.close()
+    return out

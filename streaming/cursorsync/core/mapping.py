@@ -423,7 +423,8 @@ def holes(
     of the stream, where nothing before the first entry is claimed). Within a
     ledger every skipped id is a hole; when the ledger changes, the ids before
     the first one seen in the new ledger are holes. The end of a ledger after
-    its last delivered entry cannot be seen by a reader and is not claimed.
+    its last delivered entry cannot be seen by a reader and is not claimed
+    (:func:`ledger_ends` says where it may lie).
     """
     ledgers = np.asarray(ledgers, np.int64)
     entries = np.asarray(entries, np.int64)
@@ -437,6 +438,21 @@ def holes(
     count = entries[1:] - first
     keep = count > 0
     return Runs(np.stack([ledgers[1:][keep], first[keep], count[keep]], axis=1))
+
+
+def ledger_ends(ledgers: I64, entries: I64, *,
+                previous: Position | None = None) -> list[Position]:
+    """The last entry a reader returned in each ledger it then left for a later one (same
+    inputs as :func:`holes`): ids after it in that ledger, if the ledger has any, were
+    skipped unseen (markers written after a ledger's last message, before it rolled)."""
+    ledgers = np.asarray(ledgers, np.int64)
+    entries = np.asarray(entries, np.int64)
+    if previous is not None:
+        ledgers = np.concatenate(([previous.ledger], ledgers))
+        entries = np.concatenate(([previous.entry], entries))
+    left = np.flatnonzero(ledgers[1:] > ledgers[:-1])
+    return [Position(int(lg), int(e)) for lg, e in
+            zip(ledgers[left].tolist(), entries[left].tolist(), strict=True)]
 
 
 def align_identities(

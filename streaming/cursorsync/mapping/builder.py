@@ -19,11 +19,14 @@ the configured order:
   (``unpaired``), which anchors may ack; one it never shows is ``foreign``.
 
 Skippable target entries are the holes in the target reader's stream (ids it
-never returned: markers). Holes are only claimed between entries the reader
-returned, never after the last one, since a reader cannot see the end of a
-ledger. Chunked messages also leave holes (their chunks before the last), so a
-hole is only a candidate: a :data:`HoleCheck` (config ``evidence.holes:
-verified``, :mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are
+never returned: markers). Holes are claimed between entries the reader
+returned, never after the last one. A reader cannot see the end of a ledger, so
+where it moved on to a later ledger, the ids after the last one it returned
+there are probed, LEDGER_END_PROBE at a time, up to the first that is not a
+marker or does not exist (with a check only). Chunked messages also leave holes
+(their chunks before the last), so a hole is only a candidate: a
+:data:`HoleCheck` (config ``evidence.holes: verified``,
+:mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are
 markers; with ``claim_holes`` off (``unacked``) none is. Without a check every
 candidate is claimed: the job never builds that (a chunk claimed so would lose its
 message); the simulator does, where holes are markers by construction.
@@ -55,8 +58,10 @@ from cursorsync.core.mapping import (
     align_identities,
     evidence_code,
     holes,
+    ledger_ends,
 )
 from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
 from cursorsync.mapping.builder_state import PartitionState
@@ -71,7 +76,13 @@ STATE_VERSION = 1
 #: holding back the batch's segments. Ids left over are checked first in the next batch.
 HOLE_CHECKS_PER_BATCH = 4096
 
+#: Ids probed past a ledger's last returned entry at a time (markers written after the
+#: ledger's last message, before it rolled: a few per replicated subscription); a probe
+#: that finds only markers goes on with the next ones in a later batch.
+LEDGER_END_PROBE = 32
+
 #: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
+#: Ids that do not exist (past a ledger's end) are not markers.
 HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
 #: The source's skipped ids (hole runs) and, per partition, a position to look past (the
 #: markers after the last entry a reader returned) in; the anchors found there out, and the
@@ -262,6 +273,7 @@ class MappingBuilder:
         if not candidates:
             return 0
         claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
+        self._continue_probes(candidates, claimed)
         total = 0
         for key, runs in claimed.items():
             if not len(runs):
@@ -275,6 +287,28 @@ class MappingBuilder:
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
             total += runs.entry_count()
         return total
+
+    def _continue_probes(self, checked: Mapping[PartitionKey, Runs],
+                         claimed: Mapping[PartitionKey, Runs]) -> None:
+        """A probe past a ledger's end whose ids were all markers goes on with the next
+        ones, first in the next batch; any other probe is done."""
+        for key, runs in checked.items():
+            st = self._parts.get(key)
+            if st is None or not st.probes:
+                continue
+            markers = claimed[key].ranges() if key in claimed else RangeSet()
+            more = []
+            for lg, e, n in runs.rows.tolist():
+                if (lg, e) not in st.probes:
+                    continue
+                st.probes.discard((lg, e))
+                probed = RangeSet.entries(np.array([lg]), np.array([e]), np.array([n]))
+                if (markers & probed).count_entries() == n:
+                    more.append((lg, e + n, n))
+                    st.probes.add((lg, e + n))
+            if more:
+                st.unchecked = Runs(np.concatenate([st.unchecked.rows,
+                                                    np.array(more, np.int64)]))
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
                    candidates: dict[PartitionKey, Runs],
@@ -301,6 +335,13 @@ class MappingBuilder:
 
         if cfg.claim_holes:
             found = holes(tl, te, previous=st.last_target)
+            if self.hole_check is not None:  # never claimed unchecked: they may not exist
+                ends = [(p.ledger, p.entry + 1) for p in
+                        ledger_ends(tl, te, previous=st.last_target)]
+                if ends:
+                    st.probes.update(ends)
+                    probes = np.array([(lg, e, LEDGER_END_PROBE) for lg, e in ends], np.int64)
+                    found = Runs(np.concatenate([found.rows, probes]))
             if len(found):
                 candidates[key] = found
         if len(tl):

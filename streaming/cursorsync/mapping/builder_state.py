@@ -54,6 +54,10 @@ class PartitionState:
     watch_until: float = 0.0
     #: Skipped target ids not checked yet (HOLE_CHECKS_PER_BATCH): first in the next batch.
     unchecked: Runs = field(default_factory=Runs)
+    #: Starts (ledger, entry) of the candidate runs that probe past a ledger's last returned
+    #: entry (:data:`cursorsync.mapping.builder.LEDGER_END_PROBE` ids each): a probe whose
+    #: ids are all markers goes on with the next ones.
+    probes: set[tuple[int, int]] = field(default_factory=set)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,7 @@ class PartitionState:
             "watch_until": self.watch_until,
             "target": self.target.to_json(), "source": self.source.to_json(),
             "unchecked": self.unchecked.rows.tolist(),
+            "probes": sorted([lg, e] for lg, e in self.probes),
         }
 
     @classmethod
@@ -69,7 +74,8 @@ class PartitionState:
         return cls(_position(d.get("last_target")),
                    Pending.from_json(d["target"]), Pending.from_json(d["source"]),
                    _position(d.get("last_source")), float(d.get("watch_until", 0.0)),
-                   Runs(np.array(rows, np.int64).reshape(-1, 3)))
+                   Runs(np.array(rows, np.int64).reshape(-1, 3)),
+                   {(int(lg), int(e)) for lg, e in d.get("probes") or []})
 
 
 def _text(p: Position | None) -> str | None:

@@ -113,7 +113,9 @@ class AdminHoleCheck:
 
         def kind(i: int) -> RawEntry | None:
             nonlocal malformed
-            found = self.admin.raw_entry(topic, ledger, entry + i)
+            # Past a ledger's end (a probe past the last entry a reader returned there):
+            # no such entry, so not a marker.
+            found = self.admin.raw_entry(topic, ledger, entry + i, past_end_ok=True)
             if (self.target_cluster is not None and found is not None and found.is_marker
                     and found.marker_type == UPDATE):
                 at = Position(ledger, entry + i)
@@ -136,9 +138,8 @@ class AdminHoleCheck:
             self.stats.not_markers += k < count
             self.stats.malformed += malformed
             self._updates += updates
-        if k < count:
-            what = ("absent (trimmed?)" if raw is None else
-                    f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None
+        if k < count and raw is not None:
+            what = (f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None
                     else "not a marker")
             log.info("%s: skipped id %d:%d is %s, so it and the %d skipped ids after it are "
                      "not acked on the target", topic, ledger, entry + k, what, count - k - 1)
