@@ -8,8 +8,10 @@ most idle (everything acked on both sides), an ``active`` fraction with acks to 
 which a ``holes`` fraction has acknowledgement holes. Two sync batches run through the
 real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
 sent): the first has no previous states, the second compares with them, as every batch of
-a running job does. The target's admin API is a function that answers from memory and
-counts the requests: the job makes one per (partition, subscription) and batch.
+a running job does. Each batch's ``cursor_states`` and ``sync_progress`` rows are built
+and appended to the local Delta table, timed apart (``rows_seconds``); a batch's time is
+both. The target's admin API is a function that answers from memory and counts the
+requests: the job makes one per (partition, subscription) and batch.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
-from cursorsync.tables.rows import mapping_rows
+from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
 
 PARTITIONS_PER_TOPIC = 100
 ENTRIES = 1_000  # per source ledger; two source ledgers per partition
@@ -149,11 +151,20 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             t0 = time.perf_counter()
             result = step.run(obs, mappings)
             seconds = time.perf_counter() - t0
+            # What the job writes for the batch: a row per cursor in each table.
+            t0 = time.perf_counter()
+            store.append("cursor_states", cursor_state_rows(
+                obs, source_cluster="a", target_cluster="b"), app_id="bench", batch_id=moved)
+            store.append("sync_progress", sync_progress_rows(
+                result.records, source_cluster="a", target_cluster="b"), app_id="bench",
+                batch_id=moved)
+            rows_s = time.perf_counter() - t0
             outcomes: dict[str, int] = {}
             for r in result.records:
                 outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
             batches.append({
                 "seconds": round(seconds, 3),
+                "rows_seconds": round(rows_s, 3),
                 "translate_seconds": round(result.translate_seconds, 3),
                 "target_requests": requests[0],
                 "sync_progress_rows": len(result.records),
@@ -162,7 +173,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 "outcomes": outcomes,
             })
         rss1 = _rss_mib()
-    steady_s = float(batches[-1]["seconds"])
+    steady_s = float(batches[-1]["seconds"]) + float(batches[-1]["rows_seconds"])
     return {
         "benchmark": "plan",
         "partitions": partitions,

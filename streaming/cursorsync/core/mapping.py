@@ -101,7 +101,7 @@ class SegmentSet:
     (:func:`evidence_mask`): runs join whatever evidence produced them.
     """
 
-    __slots__ = ("_a", "_ev")
+    __slots__ = ("_a", "_ev", "_source")
 
     def __init__(self, rows: I64 | None = None, evidence: npt.NDArray[np.int8] | None = None,
                  *, validate: bool = True) -> None:
@@ -115,6 +115,7 @@ class SegmentSet:
         ev.setflags(write=False)
         self._a: I64 = a
         self._ev = ev
+        self._source: RangeSet | None = None
         if validate:
             bad = self.conflicts()
             if bad:
@@ -211,7 +212,10 @@ class SegmentSet:
         return int(self._a[:, 4].sum())
 
     def source_ranges(self) -> RangeSet:
-        return RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
+        """Every source entry mapped (kept: a set outlives many plans of its partition)."""
+        if self._source is None:
+            self._source = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
+        return self._source
 
     def target_ranges(self) -> RangeSet:
         return RangeSet.entries(self._a[:, 2], self._a[:, 3], self._a[:, 4])
