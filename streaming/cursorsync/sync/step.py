@@ -24,6 +24,11 @@ logged with its reason and the others going on:
 5. record every outcome: emitted, halted, refused or failed (:class:`SyncRecord`), so the
    tables and metrics never keep showing an older, better state.
 
+An idle cursor (its last plan passed the guard and needed nothing sent, and its source
+state, mapping and target are what they were) records that plan again without the chain:
+the same inputs give the same answer. Its target is read again every
+IDLE_TARGET_READ_EVERY batches.
+
 Re-running a step for the same observations re-sends only acks that the
 target does not show yet; acks are idempotent on the broker.
 """
