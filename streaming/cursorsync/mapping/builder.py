@@ -200,11 +200,12 @@ class MappingBuilder:
                 if delta is not None:
                     out[key] = delta
         checked = self._due(candidates)
-        claimed = self._claim(checked, out)
+        claimed, past_ends = self._claim(checked, out)
         anchors = self._anchors(source_holes, out)
         return BatchOutcome(out, entries_in, totals["pairs"], totals["conflicts"],
                             totals["gt"], totals["gs"],
-                            sum(r.entry_count() for r in checked.values()), claimed,
+                            sum(r.entry_count() for r in checked.values()) - past_ends,
+                            claimed,
                             anchors, totals["unpaired"],
                             sum(st.unchecked.entry_count() for st in self._parts.values()))
 
@@ -267,13 +268,14 @@ class MappingBuilder:
         return added
 
     def _claim(self, candidates: dict[PartitionKey, Runs],
-               out: dict[PartitionKey, TopicMapping]) -> int:
+               out: dict[PartitionKey, TopicMapping]) -> tuple[int, int]:
         """Claim the candidate holes the check keeps (all of them without a check);
-        returns how many entry ids were claimed."""
+        returns how many entry ids were claimed, and how many probed past a ledger's last
+        returned entry were not (mostly ids past its end: no skipped id at all)."""
         if not candidates:
-            return 0
+            return 0, 0
         claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
-        self._continue_probes(candidates, claimed)
+        past_ends = self._continue_probes(candidates, claimed)
         total = 0
         for key, runs in claimed.items():
             if not len(runs):
@@ -286,12 +288,14 @@ class MappingBuilder:
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
             total += runs.entry_count()
-        return total
+        return total, past_ends
 
     def _continue_probes(self, checked: Mapping[PartitionKey, Runs],
-                         claimed: Mapping[PartitionKey, Runs]) -> None:
+                         claimed: Mapping[PartitionKey, Runs]) -> int:
         """A probe past a ledger's end whose ids were all markers goes on with the next
-        ones, first in the next batch; any other probe is done."""
+        ones, first in the next batch; any other probe is done. Returns how many probed
+        ids were not claimed."""
+        unclaimed = 0
         for key, runs in checked.items():
             st = self._parts.get(key)
             if st is None or not st.probes:
@@ -303,12 +307,15 @@ class MappingBuilder:
                     continue
                 st.probes.discard((lg, e))
                 probed = RangeSet.entries(np.array([lg]), np.array([e]), np.array([n]))
-                if (markers & probed).count_entries() == n:
+                found = (markers & probed).count_entries()
+                unclaimed += n - found
+                if found == n:
                     more.append((lg, e + n, n))
                     st.probes.add((lg, e + n))
             if more:
                 st.unchecked = Runs(np.concatenate([st.unchecked.rows,
                                                     np.array(more, np.int64)]))
+        return unclaimed
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
                    candidates: dict[PartitionKey, Runs],
