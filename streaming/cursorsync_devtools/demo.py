@@ -77,6 +77,10 @@ class DemoReport:
     #: Per query (mapping, sync): batches, mean seconds, and the histogram bucket that
     #: holds the 99th percentile (from the job's own metrics).
     batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: b's markDeletePosition per sync subscription and topic partition when the job
+    #: stopped, before the failover check's consumers (whose dispatchers ack the markers
+    #: they read) connect: what the sync alone made of b's cursors.
+    target_marks: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -371,6 +375,13 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         batch_seconds = _batch_seconds(job.sync_sink.metrics)
     finally:
         job.stop()
+    marks: dict[str, dict[str, str]] = {sync_subscription(k): {} for k in
+                                         spec.subscription_types}
+    for p in (p for parts in partitions.values() for p in parts):
+        cursors = bed.internal_stats("b", p).get("cursors", {})
+        for sub, found in marks.items():
+            if sub in cursors:
+                found[p] = cursors[sub]["markDeletePosition"]
     settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
     checks: list[tuple[str, str, float | None]] = [
         (kind, sync_subscription(kind), result.last_ack_at) for kind in spec.subscription_types]
@@ -389,7 +400,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts,
-                      batch_seconds=batch_seconds)
+                      batch_seconds=batch_seconds, target_marks=marks)
 
 
 def run_demo(*, json_output: bool = False, work_dir: str | None = None,
