@@ -12,6 +12,7 @@ metrics. After failover to b: nothing lost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -185,7 +186,8 @@ def test_the_job_on_a_spark_standalone_cluster_from_the_wheel(
             # Ctrl-C to the job's Python process, as `cursorsync run` takes it; spark-submit's
             # JVM exits with it (a signal to the whole group would stop the JVM first).
             for pid in _children(driver.pid):
-                os.kill(pid, signal.SIGINT)
+                with contextlib.suppress(ProcessLookupError):  # it ended since it was listed
+                    os.kill(pid, signal.SIGINT)
             try:
                 driver.wait(60)
             except subprocess.TimeoutExpired:

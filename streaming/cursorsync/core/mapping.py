@@ -280,12 +280,11 @@ class SegmentSet:
 def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     """Re-collapse segment rows (expanding only to run boundaries, never to entries).
 
-    Rows that make the same claim, source ledger to target ledger at one offset (target
-    entry minus source entry), and that overlap or touch join into one segment, whatever
-    evidence each had (their bit-sets join): a row repeated by a retried batch, a batch
-    continuing the last, and a merged row of the table maintenance meeting the rows it was
-    merged from. Rows at different offsets stay apart, and the new set's validation
-    refuses them where they claim one target entry."""
+    Rows of one claim (source ledger to target ledger at one offset, target entry minus
+    source entry) that overlap or touch join, their evidence bit-sets too: a row a retried
+    batch repeats, a batch continuing the last, a maintenance-merged row meeting the rows
+    it merged. Rows at other offsets stay apart; validation refuses any that claim one
+    target entry."""
     offset = rows[:, 3] - rows[:, 1]
     order = np.lexsort((rows[:, 1], offset, rows[:, 2], rows[:, 0]))
     rows, ev, offset = rows[order], ev[order], offset[order]
