@@ -17,21 +17,23 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     out = bench_plan(300, active=0.2, holes=0.5, seed=3)
     json.dumps(out)  # what --json prints
     assert out["partitions"] == 300 and out["mapping_rows_written"] == 600
-    first, second = out["batches"]
+    first, second, third = out["batches"]
     a, h = out["active_partitions"], out["partitions_with_holes"]
     assert 0 < h < a < 300
     # One sync_progress row per (partition, subscription) in every batch; the target is
-    # read for each in the first, and in the second only where the source moved (an idle
-    # cursor whose last plan sent nothing keeps its target for a few batches).
+    # read for each in the first, and later only where the source moved (an idle cursor
+    # whose last plan sent nothing keeps its target for a few batches).
     assert first["target_requests"] == first["sync_progress_rows"] == 300
-    assert second["target_requests"] == a and second["sync_progress_rows"] == 300
-    for batch in (first, second):
+    for batch in (second, third):
+        assert batch["target_requests"] == a and batch["sync_progress_rows"] == 300
+    for batch in (first, second, third):
         assert batch["outcomes"] == {"exact": 300}  # no rewind, nothing refused
-    # The target stays at 99 on active partitions: the source's md (100, then 105) is one
-    # entry, then six, past it; 20 acked ranges of 8 entries each where there are holes.
+    # The target stays at 99 on active partitions: the source's md (100, 105, 110) is one
+    # entry, six, eleven past it; 20 acked ranges of 8 entries each where there are holes.
     assert first["acks_planned_entries"] == a * 1 + h * 160
     assert second["acks_planned_entries"] == a * 6 + h * 160
-    assert out["seconds_per_batch"] == pytest.approx(second["seconds"] + second["rows_seconds"])
+    assert third["acks_planned_entries"] == a * 11 + h * 160
+    assert out["seconds_per_batch"] == pytest.approx(third["seconds"] + third["rows_seconds"])
     assert out["microseconds_per_partition"] > 0
     assert "rewind" not in caplog.text
 

@@ -19,6 +19,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import AdminError
 from cursorsync.pulsar.emitter import EmitError, EmitResult
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY
 from cursorsync.sync.step import (
     MARKER_LOOKUP_SETTLE_S,
     MARKER_LOOKUPS_PER_BATCH,
@@ -368,3 +369,38 @@ def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
     moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
     step.run([moved], mappings)
     assert len(reads) == 4
+
+
+def test_a_packed_idle_cursor_sends_again_once_its_target_is_reset() -> None:
+    """An idle cursor is kept packed; a target cursor moved back (a reset on the target) is
+    seen at the next read of the target, and the plan is made and sent again."""
+    obs, mappings, target = _world(0)
+    targets = [CursorState(Position(7, 9), RangeSet(), target.ledgers)]
+    sink = _Emitter()
+    step = SyncStep(SyncConfig(), sink, lambda t, s: targets[-1])
+    for _ in range(3):
+        step.run([obs], mappings)
+    assert not sink.sent
+    targets.append(target)  # reset to 7:-1
+    batches = 0
+    while not sink.sent and batches < IDLE_TARGET_READ_EVERY:
+        (record,) = step.run([obs], mappings).records
+        batches += 1
+    assert [p.plan.to_ack for p in sink.sent] == [RangeSet.of(("7:-1", "7:9"))]
+    assert record.acks_sent == 10
+
+
+def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> None:
+    """The previous observation of a packed cursor is its packed source: entries it showed
+    unacked, gone with a source topic deleted and created since, halt the sync."""
+    _, mappings, target = _world(0)
+    source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
+    at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
+    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
+                    source_created_at=lambda topic: NOW)
+    for _ in range(3):
+        (record,) = step.run([ObservedCursor(KEY, "sub", source, NOW)], mappings).records
+        assert record.result == "emitted" and not record.plan.to_ack
+    again = CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 0)]))
+    (record,) = step.run([ObservedCursor(KEY, "sub", again, NOW)], mappings).records
+    assert record.result == "halted" and record.plan.rewound_entries == 5

@@ -5,12 +5,13 @@ The mappings of ``partitions`` topic partitions (topics of 100 partitions, two s
 each: a ledger rollover on the source) are written to a Delta table with delta-rs, then
 loaded as the sync query loads them. Cursor states for one subscription per partition:
 most idle (everything acked on both sides), an ``active`` fraction with acks to send, of
-which a ``holes`` fraction has acknowledgement holes. Two sync batches run through the
+which a ``holes`` fraction has acknowledgement holes. Three sync batches run through the
 real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
-sent): the first has no previous states, the second compares with them, as every batch of
-a running job does. Each batch's ``cursor_states`` and ``sync_progress`` rows are built
-and appended to the local Delta table, timed apart (``rows_seconds``); a batch's time is
-both. The target's admin API is a function that answers from memory and counts the
+sent): the first has no previous states; in the second the idle cursors are found idle and
+packed; the third is a running job's batch, the steady state the figures report. Each
+batch's ``cursor_states`` and ``sync_progress`` rows are built and appended to the local
+Delta table, timed apart (``rows_seconds``); a batch's time is both. The target's admin
+API is a function that answers from memory and counts the
 requests: the job makes one per (partition, subscription) and batch.
 """
 
@@ -120,7 +121,7 @@ def _observations(layout: _Layout, *, active: float, holes: float, seed: int, mo
 
 def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                seed: int = 1) -> dict[str, Any]:
-    """Time the mapping load and two sync batches for ``partitions`` topic partitions."""
+    """Time the mapping load and three sync batches for ``partitions`` topic partitions."""
     layout = _layout(partitions)
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-plan-") as root:
         store = open_store("delta-rs", root)
@@ -144,7 +145,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         step = SyncStep(SyncConfig(dry_run=True), None, read_target)
         batches: list[dict[str, Any]] = []
-        for moved in (0, 5):
+        for moved in (0, 5, 10):
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
             requests[0] = 0

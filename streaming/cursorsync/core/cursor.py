@@ -14,7 +14,7 @@ from cursorsync.core.ranges import RangeSet
 Outcome = Literal["exact", "partial", "unknown"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CursorState:
     """A subscription cursor as the broker reports it, plus the topic's ledgers when known."""
 
@@ -35,7 +35,7 @@ class CursorState:
         return f"markDelete={self.mark_delete} individual={self.individually_deleted}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AckPlan:
     """What the target cursor should become, and what must be sent to get there."""
 

@@ -76,18 +76,14 @@ class Segment:
             raise ValueError(f"segment {self} starts before entry 0")
 
     def lookup(self, position: Position) -> Position | None:
-        if position.ledger != self.source_ledger:
-            return None
         k = position.entry - self.source_entry
-        if 0 <= k < self.count:
+        if position.ledger == self.source_ledger and 0 <= k < self.count:
             return Position(self.target_ledger, self.target_entry + k)
         return None
 
     def __str__(self) -> str:
-        return (
-            f"{self.source_ledger}:{self.source_entry}+{self.count}"
-            f"->{self.target_ledger}:{self.target_entry} ({self.evidence})"
-        )
+        return (f"{self.source_ledger}:{self.source_entry}+{self.count}"
+                f"->{self.target_ledger}:{self.target_entry} ({self.evidence})")
 
 
 class SegmentSet:
@@ -212,9 +208,12 @@ class SegmentSet:
         return int(self._a[:, 4].sum())
 
     def source_ranges(self) -> RangeSet:
-        """Every source entry mapped (kept: a set outlives many plans of its partition)."""
+        """Every source entry mapped; kept for many segments, made anew for a few."""
         if self._source is None:
-            self._source = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
+            ranges = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
+            if len(self._a) <= 16:
+                return ranges  # cheaper to make again than to keep for every partition
+            self._source = ranges
         return self._source
 
     def target_ranges(self) -> RangeSet:

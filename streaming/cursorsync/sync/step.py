@@ -55,6 +55,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,6 @@ MARKER_LOOKUPS_PER_BATCH = 512
 #: that finds a message means the mapping is behind, and nothing past that last mapped
 #: entry is looked up again until it moves.
 MARKER_TAIL_LOOKUPS = 8
-#: An idle cursor whose last plan sent nothing has its target read every this many batches:
-#: nothing is sent for it in between, so a stale target costs no ack, only a late one if
-#: the target's cursor was moved back meanwhile (a reset on the target).
-IDLE_TARGET_READ_EVERY = 10
 #: Unmapped entries past the last mapped one are looked up once the mapping of their
 #: partition has not moved for this long: as this step saw it, or by the newest row of
 #: the mapping (a step that just started, as an executor's may be, has seen nothing).
@@ -148,7 +145,10 @@ class SyncStep:
         self.markers = MarkerCache()
         #: The last plan per (partition, subscription) with what it was made from: an idle
         #: cursor (same source, same mapping object, same target) reuses it untranslated.
-        self._plans: dict[tuple[PartitionKey, str], _Planned] = {}
+        self._plans: dict[tuple[PartitionKey, str], Planned] = {}
+        #: Idle cursors, packed (:mod:`cursorsync.sync.plans`); their previous observation
+        #: is the packed source, so they are not in ``previous``.
+        self._idle: dict[tuple[PartitionKey, str], IdleCursor] = {}
         #: Plans of the last run refused for contradicting snapshot anchors.
         self.anchor_conflicts = 0
         #: Target reads skipped for idle cursors since start (IDLE_TARGET_READ_EVERY).
@@ -172,11 +172,19 @@ class SyncStep:
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, _NO_MAPPING)
+            markers = self.markers.markers.get(obs.key)
             known = self._plans.get(k)
             target: CursorState | None
             try:
-                if known is not None and known.settled(obs.state, mapping,
-                                                       self.markers.markers.get(obs.key)):
+                idle = self._idle.get(k)
+                if idle is not None:
+                    again = self._idle_again(k, idle, obs, topic, mapping, markers)
+                    if isinstance(again, SyncRecord):
+                        records.append(again)
+                        continue
+                    target = again if again is not None else self.read_target(
+                        topic, obs.subscription)
+                elif known is not None and known.settled(obs.state, mapping, markers):
                     # Nothing to send last time and nothing changed since on this side:
                     # the target is read again only every IDLE_TARGET_READ_EVERY batches.
                     target = known.target
@@ -187,9 +195,10 @@ class SyncStep:
                             and k not in self.halted and known.final):
                         # Idle: the plan, its inputs and the previous observation are what
                         # they were when the plan passed the guard and needed nothing sent,
-                        # so the guard's answer and the plan are the same again.
-                        known.source = obs.state
-                        self.previous[k] = obs
+                        # so the guard's answer and the plan are the same again. It is kept
+                        # packed from now on, until something changes.
+                        self._idle[k] = IdleCursor.of(known, obs.observed_at)
+                        del self._plans[k], self.previous[k]
                         records.append(SyncRecord(obs.key, obs.subscription, known.plan, 0,
                                                   self.config.dry_run, obs.observed_at,
                                                   datetime.now(UTC)))
@@ -228,7 +237,7 @@ class SyncStep:
                 if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
                     mapping = self._with_markers(obs.key, mapping)
                     plan = translate(obs.state, mapping, target, previous_source=previous_source)
-                self._plans[k] = _Planned(obs.state, stored, target,
+                self._plans[k] = Planned(obs.state, stored, target,
                                           self.markers.markers.get(obs.key), mapping, plan)
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs
@@ -251,6 +260,32 @@ class SyncStep:
         return StepResult(records, sent, refused, halted, t_translate, unavailable,
                           self.anchor_conflicts)
 
+
+    def _idle_again(self, k: tuple[PartitionKey, str], idle: IdleCursor, obs: ObservedCursor,
+                    topic: str, mapping: TopicMapping, markers: RangeSet | None,
+                    ) -> SyncRecord | CursorState | None:
+        """An idle cursor's record for this batch while nothing changed (its target read
+        every IDLE_TARGET_READ_EVERY batches). Else it is unpacked for the full path, and
+        the target, if read here, is returned."""
+        target = None
+        if k not in self.halted and idle.unchanged(obs.state, mapping, markers):
+            still = idle.unread + 1 < IDLE_TARGET_READ_EVERY
+            if still:
+                idle.unread += 1
+                self.target_reads_skipped += 1
+            else:
+                target = self.read_target(topic, obs.subscription)
+                still = target is not None and pack(target) == idle.target
+                if still:
+                    idle.unread = 0
+            if still:
+                idle.observed_at = obs.observed_at
+                return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
+                                  obs.observed_at, datetime.now(UTC))
+        del self._idle[k]
+        self.previous[k] = ObservedCursor(obs.key, obs.subscription, idle.source_state(),
+                                          idle.observed_at)
+        return target
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
         """How many entries the previous observation showed unacked went with a source topic
@@ -376,59 +411,6 @@ class SyncStep:
 
 #: The mapping of a partition with no rows yet: one object, so an idle plan sees it unchanged.
 _NO_MAPPING = TopicMapping()
-
-
-@dataclass
-class _Planned:
-    """A plan and its inputs; reused while nothing it was made from has changed, and only if
-    it had nothing unmapped (unmapped entries may be looked up as markers later) and no
-    rewind (a source that did not move since its previous observation has none)."""
-
-    source: CursorState
-    stored: TopicMapping
-    target: CursorState
-    markers: RangeSet | None
-    used: TopicMapping
-    plan: AckPlan
-    #: The plan's last run sent nothing and needed nothing sent.
-    quiet: bool = False
-    #: Batches since the target was last read for it.
-    unread: int = 0
-
-    @property
-    def final(self) -> bool:
-        """Nothing unmapped (a lookup may still find markers) and no rewind: the plan stays
-        right while its inputs stay the same."""
-        return not self.plan.unmapped_acked_entries and not self.plan.rewound_entries
-
-    def settled(self, source: CursorState, stored: TopicMapping,
-                markers: RangeSet | None) -> bool:
-        """Quiet, and the same source and mapping: the target needs no fresh read yet."""
-        return (self.quiet and self.unread + 1 < IDLE_TARGET_READ_EVERY
-                and stored is self.stored and _same(source, self.source)
-                and (markers is None) == (self.markers is None)
-                and (markers is None or markers == self.markers))
-
-    def reusable(self, source: CursorState, stored: TopicMapping, target: CursorState,
-                 previous: CursorState | None, markers: RangeSet | None) -> bool:
-        return (stored is self.stored and self.final
-                and (previous is None or _same(previous, source))
-                and _same(source, self.source) and _same(target, self.target)
-                and (markers is None) == (self.markers is None)
-                and (markers is None or markers == self.markers))
-
-
-def _same(a: CursorState, b: CursorState) -> bool:
-    """Equal cursor states (the ledger lists compared by value)."""
-    if a is b:
-        return True
-    if a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted:
-        return False
-    if a.ledgers is None or b.ledgers is None:
-        return a.ledgers is b.ledgers
-    # Byte comparison: a few ledgers each, where np.array_equal's overhead dominates.
-    return (a.ledgers.ids.tobytes() == b.ledgers.ids.tobytes()
-            and a.ledgers.entries.tobytes() == b.ledgers.entries.tobytes())
 
 
 def _entries(positions: list[Position]) -> RangeSet:

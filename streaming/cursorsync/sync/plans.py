@@ -1,0 +1,152 @@
+"""What the sync step remembers of each cursor's last plan: in full while the cursor
+moves, packed into a few bytes while it is idle.
+
+Most of a job's cursors sit still (everything acked on both sides, nothing to send), and
+the arrays their plans were made from (cursor states, ledger lists, the tables derived
+from them) cost kilobytes each. An idle cursor keeps only what tells the step whether
+anything changed (its source and target cursors as bytes, the mapping object and the
+markers it was planned with) and the plan it records again. The step's memory then grows
+with the cursors that move; an idle one costs a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import numpy as np
+
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+
+#: An idle cursor whose last plan sent nothing has its target read every this many batches:
+#: nothing is sent for it in between, so a stale target costs no ack, only a late one if
+#: the target's cursor was moved back meanwhile (a reset on the target).
+IDLE_TARGET_READ_EVERY = 10
+
+#: One empty set shared by every packed plan.
+_EMPTY = RangeSet()
+
+
+@dataclass
+class Planned:
+    """A plan and its inputs; reused while nothing it was made from has changed, and only if
+    it had nothing unmapped (unmapped entries may be looked up as markers later) and no
+    rewind (a source that did not move since its previous observation has none)."""
+
+    source: CursorState
+    stored: TopicMapping
+    target: CursorState
+    markers: RangeSet | None
+    used: TopicMapping
+    plan: AckPlan
+    #: The plan's last run sent nothing and needed nothing sent.
+    quiet: bool = False
+    #: Batches since the target was last read for it.
+    unread: int = 0
+
+    @property
+    def final(self) -> bool:
+        """Nothing unmapped (a lookup may still find markers) and no rewind: the plan stays
+        right while its inputs stay the same."""
+        return not self.plan.unmapped_acked_entries and not self.plan.rewound_entries
+
+    def settled(self, source: CursorState, stored: TopicMapping,
+                markers: RangeSet | None) -> bool:
+        """Quiet, and the same source and mapping: the target needs no fresh read yet."""
+        return (self.quiet and self.unread + 1 < IDLE_TARGET_READ_EVERY
+                and stored is self.stored and same(source, self.source)
+                and _same_markers(markers, self.markers))
+
+    def reusable(self, source: CursorState, stored: TopicMapping, target: CursorState,
+                 previous: CursorState | None, markers: RangeSet | None) -> bool:
+        return (stored is self.stored and self.final
+                and (previous is None or same(previous, source))
+                and same(source, self.source) and same(target, self.target)
+                and _same_markers(markers, self.markers))
+
+
+@dataclass(slots=True)
+class IdleCursor:
+    """An idle cursor, packed: its last plan passed the guard, sent nothing and had nothing
+    unmapped, and the source, mapping, markers and target it was made from are these."""
+
+    source: bytes
+    target: bytes
+    #: When the source was last observed as it is.
+    observed_at: datetime
+    stored: TopicMapping
+    markers: RangeSet | None
+    plan: AckPlan
+    #: Batches since the target was last read for it.
+    unread: int
+
+    @classmethod
+    def of(cls, planned: Planned, observed_at: datetime) -> IdleCursor:
+        return cls(pack(planned.source), pack(planned.target), observed_at, planned.stored,
+                   planned.markers, lean(planned.plan), planned.unread)
+
+    def unchanged(self, source: CursorState, stored: TopicMapping,
+                  markers: RangeSet | None) -> bool:
+        """The same source, mapping and markers as when it went idle."""
+        return (stored is self.stored and _same_markers(markers, self.markers)
+                and pack(source) == self.source)
+
+    def source_state(self) -> CursorState:
+        return unpack(self.source)
+
+
+def same(a: CursorState, b: CursorState) -> bool:
+    """Equal cursor states (the ledger lists compared by value)."""
+    if a is b:
+        return True
+    if a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted:
+        return False
+    if a.ledgers is None or b.ledgers is None:
+        return a.ledgers is b.ledgers
+    # Byte comparison: a few ledgers each, where np.array_equal's overhead dominates.
+    return (a.ledgers.ids.tobytes() == b.ledgers.ids.tobytes()
+            and a.ledgers.entries.tobytes() == b.ledgers.entries.tobytes())
+
+
+def _same_markers(a: RangeSet | None, b: RangeSet | None) -> bool:
+    return (a is None) == (b is None) and (a is None or a == b)
+
+
+def pack(state: CursorState) -> bytes:
+    """A cursor state as bytes: markDeletePosition, the individually deleted ranges' bounds,
+    the ledger list (or none). Equal bytes are equal states; :func:`unpack` inverts it."""
+    md = state.mark_delete
+    bounds = state.individually_deleted.bounds
+    ledgers = state.ledgers
+    if ledgers is None:
+        head = np.array([md.ledger, md.entry, len(bounds), -1], np.int64)
+        return head.tobytes() + bounds.tobytes()
+    head = np.array([md.ledger, md.entry, len(bounds), len(ledgers.ids)], np.int64)
+    return (head.tobytes() + bounds.tobytes() + ledgers.ids.tobytes()
+            + ledgers.entries.tobytes())
+
+
+def unpack(data: bytes) -> CursorState:
+    a = np.frombuffer(data, np.int64)
+    md_l, md_e, ranges, n = (int(x) for x in a[:4])
+    bounds = a[4:4 + 4 * ranges].reshape(-1, 4).copy()
+    individually = RangeSet(bounds, _canonical=True) if ranges else RangeSet()
+    if n < 0:
+        return CursorState(Position(md_l, md_e), individually, None)
+    rest = a[4 + 4 * ranges:]
+    return CursorState(Position(md_l, md_e), individually,
+                       Ledgers(rest[:n].copy(), rest[n:].copy()))
+
+
+def lean(plan: AckPlan) -> AckPlan:
+    """The plan without what its sets derived on use (keys, caches): the same value."""
+    idm = plan.individually_deleted
+    kept = RangeSet(idm.bounds.copy(), _canonical=True) if idm else _EMPTY
+    previous = plan.mark_delete if plan.previous_mark_delete == plan.mark_delete else \
+        plan.previous_mark_delete
+    return replace(plan, individually_deleted=kept, previous_mark_delete=previous,
+                   to_ack=_EMPTY if not plan.to_ack else plan.to_ack)
