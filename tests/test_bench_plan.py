@@ -35,6 +35,9 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert third["acks_planned_entries"] == a * 11 + h * 160
     assert out["seconds_per_batch"] == pytest.approx(third["seconds"] + third["rows_seconds"])
     assert out["microseconds_per_partition"] > 0
+    # An idle cursor is kept packed: less than a cursor that moves, which keeps its states.
+    assert 0 < out["step_bytes_per_idle_cursor"] < out["step_bytes_per_moving_cursor"]
+    assert out["mapping_bytes_per_partition"] > 0
     assert "rewind" not in caplog.text
 
 

@@ -17,9 +17,11 @@ requests: the job makes one per (partition, subscription) and batch.
 
 from __future__ import annotations
 
+import gc
 import resource
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -140,8 +142,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         def read_target(topic: str, subscription: str) -> CursorState:
             requests[0] += 1
-            base, _, part = topic.rpartition("-partition-")
-            return targets[PartitionKey(base, int(part))]
+            return targets[_key(topic)]
 
         step = SyncStep(SyncConfig(dry_run=True), None, read_target)
         batches: list[dict[str, Any]] = []
@@ -190,7 +191,53 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         "microseconds_per_partition": round(steady_s / partitions * 1e6, 1),
         "driver_rss_mib_after": round(rss1),
         "driver_rss_mib_growth": round(rss1 - rss0),
+        **kept_bytes(min(partitions, KEPT_SAMPLE), holes=holes, seed=seed),
     }
+
+
+#: Partitions of the runs that measure what the job keeps per partition (under tracemalloc,
+#: which makes them slow; the figure does not depend on their number).
+KEPT_SAMPLE = 2_000
+
+
+def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
+    """Bytes the job keeps between batches (live Python and numpy allocations, as
+    tracemalloc counts them): per partition for its loaded mapping, and per cursor for the
+    sync step's state after three batches, all idle or all moving."""
+    layout = _layout(partitions)
+    out: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="cursorsync-bench-kept-") as root:
+        store = open_store("delta-rs", root)
+        write_mappings(store, layout)
+        for name, active in (("idle", 0.0), ("moving", 1.0)):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                mappings = MappingStore(store, "a", "b").refresh()
+                loaded = tracemalloc.get_traced_memory()[0]
+                targets: dict[PartitionKey, CursorState] = {}
+                step = SyncStep(SyncConfig(dry_run=True), None,
+                                lambda topic, sub: targets[_key(topic)])  # noqa: B023
+                for moved in (0, 5, 10):
+                    obs, now, *_ = _observations(layout, active=active, holes=holes,
+                                                 seed=seed, moved=moved)
+                    targets.clear()
+                    targets.update(now)
+                    step.run(obs, mappings)
+                del obs, now
+                targets.clear()
+                gc.collect()
+                kept = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+            out["mapping_bytes_per_partition"] = round(loaded / partitions)
+            out[f"step_bytes_per_{name}_cursor"] = round((kept - loaded) / partitions)
+    return out
+
+
+def _key(topic: str) -> PartitionKey:
+    base, _, part = topic.rpartition("-partition-")
+    return PartitionKey(base, int(part))
 
 
 def _rss_mib() -> float:
