@@ -217,7 +217,7 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                 loaded = tracemalloc.get_traced_memory()[0]
                 targets: dict[PartitionKey, CursorState] = {}
                 step = SyncStep(SyncConfig(dry_run=True), None,
-                                lambda topic, sub: targets[_key(topic)])  # noqa: B023
+                                lambda topic, sub, t=targets: t[_key(topic)])
                 for moved in (0, 5, 10):
                     obs, now, *_ = _observations(layout, active=active, holes=holes,
                                                  seed=seed, moved=moved)
