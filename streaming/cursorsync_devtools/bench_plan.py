@@ -22,6 +22,7 @@ import resource
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -216,8 +217,7 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                 mappings = MappingStore(store, "a", "b").refresh()
                 loaded = tracemalloc.get_traced_memory()[0]
                 targets: dict[PartitionKey, CursorState] = {}
-                step = SyncStep(SyncConfig(dry_run=True), None,
-                                lambda topic, sub, t=targets: t[_key(topic)])
+                step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
                 for moved in (0, 5, 10):
                     obs, now, *_ = _observations(layout, active=active, holes=holes,
                                                  seed=seed, moved=moved)
@@ -233,6 +233,11 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             out["mapping_bytes_per_partition"] = round(loaded / partitions)
             out[f"step_bytes_per_{name}_cursor"] = round((kept - loaded) / partitions)
     return out
+
+
+def _reader(targets: dict[PartitionKey, CursorState]) -> Callable[[str, str], CursorState]:
+    """The target's cursors, answered from ``targets`` as it is when asked."""
+    return lambda topic, subscription: targets[_key(topic)]
 
 
 def _key(topic: str) -> PartitionKey:
