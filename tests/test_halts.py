@@ -3,84 +3,33 @@ until `cursorsync resume` clears it. Run with the real sync sink and a Delta tab
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from cursorsync.app.cli import app
-from cursorsync.app.settings import Config, parse_config
 from cursorsync.core.cursor import CursorState
-from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
-from cursorsync.core.records import PartitionKey, RewindPolicy
+from cursorsync.core.records import RewindPolicy
 from cursorsync.errors import AdminUnavailableError
-from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.halts import NothingHaltedError, halted, resume
-from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows
-
-KEY = PartitionKey("persistent://t/n/orders", 0)
-T0 = datetime(2026, 11, 24, tzinfo=UTC)
-
-
-class _Frame:
-    """What the sink reads of a Spark DataFrame: toArrow()."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-
-def _polled(mark_delete: str, at: datetime, ledgers: tuple[tuple[int, int], ...] = ((5, 20),),
-            individually_deleted: str = "[]") -> _Frame:
-    """One pulsar-cursors row: the source cursor of `billing` on KEY."""
-    return _Frame(pa.Table.from_pylist([{
-        "topic": KEY.topic, "partition": KEY.partition, "subscription": "billing",
-        "mark_delete": mark_delete, "individually_deleted": individually_deleted,
-        "ledgers": [{"ledger_id": i, "entries": n} for i, n in ledgers], "observed_at": at}]))
-
-
-class _Emitter:
-    def __init__(self) -> None:
-        self.sent: list[SafePlan] = []
-
-    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
-              ledgers: Ledgers | None = None) -> EmitResult:
-        self.sent.append(safe)
-        return EmitResult(safe.plan.to_ack.count_entries(ledgers), None, 1)
-
-
-def _config(tmp_path: Path) -> Config:
-    return parse_config({
-        "clusters": {"source": {"name": "A", "service_url": "pulsar://h:6650",
-                                "admin_url": "http://h:8080"},
-                     "target": {"name": "B", "service_url": "pulsar://h:6651",
-                                "admin_url": "http://h:8081"}},
-        "topics": [{"topic": KEY.topic, "subscriptions": ["billing"]}],
-        "tables": {"path": str(tmp_path / "tables")},
-        "spark": {"checkpoint_dir": str(tmp_path / "ckpt")},
-        "emission": {"rewind_policy": "halt"}})
-
-
-def _sink(config: Config, store: TableStore, emitter: _Emitter,
-          target: list[CursorState], created_at: Callable[[str], datetime] | None = None,
-          rewind_policy: RewindPolicy = "halt") -> SyncSink:
-    """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
-    step = SyncStep(SyncConfig(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],
-                    source_created_at=created_at)
-    return SyncSink(config, store, step, None)
+from sink_world import (
+    KEY,
+    T0,
+    RecordingEmitter,
+    new_sink,
+    polled,
+    sink_config,
+    store_with_mapping,
+)
 
 
 def _outcome(store: TableStore, batch_id: int) -> str:
@@ -89,30 +38,30 @@ def _outcome(store: TableStore, batch_id: int) -> str:
 
 
 def test_a_halt_holds_across_batches_and_restarts_until_resumed(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = sink_config(tmp_path)
     store = open_store("delta-rs", config.tables.path)
     store.ensure_all()
     store.append("mappings", mapping_rows(KEY, TopicMapping(SegmentSet.of(
         [Segment(5, 0, 7, 0, 20)])), source_cluster="A", target_cluster="B", written_at=T0),
         app_id="m", batch_id=0)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    emitter = _Emitter()
+    emitter = RecordingEmitter()
     clusters: dict[str, Any] = {"source_cluster": "A", "target_cluster": "B"}
 
-    sink = _sink(config, store, emitter, target)
-    sink(_polled("5:9", T0), 0)
+    sink = new_sink(config, store, emitter, target)
+    sink(polled("5:9", T0), 0)
     assert _outcome(store, 0) == "exact" and len(emitter.sent) == 1
     target[0] = CursorState(Position(7, 9), ledgers=Ledgers.of([(7, 20)]))
     # The source moves back: halted, and recorded as a halt.
-    sink(_polled("5:4", T0 + timedelta(seconds=1)), 1)
+    sink(polled("5:4", T0 + timedelta(seconds=1)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
     assert halted(store, **clusters) == {(KEY, "billing")}
     # The source moves on: still halted (the next batch does not forget).
-    sink(_polled("5:12", T0 + timedelta(seconds=2)), 2)
+    sink(polled("5:12", T0 + timedelta(seconds=2)), 2)
     assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
     # A restart: a new sink and step, nothing in memory; still halted.
-    restarted = _sink(config, store, emitter, target)
-    restarted(_polled("5:13", T0 + timedelta(seconds=3)), 3)
+    restarted = new_sink(config, store, emitter, target)
+    restarted(polled("5:13", T0 + timedelta(seconds=3)), 3)
     assert _outcome(store, 3) == "halted" and len(emitter.sent) == 1
     # The operator resumes; the next batch syncs again.
     with pytest.raises(NothingHaltedError, match="nothing is halted"):
@@ -120,28 +69,19 @@ def test_a_halt_holds_across_batches_and_restarts_until_resumed(tmp_path: Path) 
     (cleared,) = resume(store, topic=KEY.concrete_topic(), subscription="billing", **clusters)
     assert cleared.key == KEY and not cleared.halted
     assert halted(store, **clusters) == set()
-    restarted(_polled("5:14", T0 + timedelta(seconds=4)), 4)
+    restarted(polled("5:14", T0 + timedelta(seconds=4)), 4)
     assert _outcome(store, 4) == "exact" and len(emitter.sent) == 2
 
 
 def test_a_rewind_during_a_restart_is_still_seen(tmp_path: Path) -> None:
     """The previous state comes from cursor_states after a start, not from memory."""
-    config = _config(tmp_path)
+    config = sink_config(tmp_path)
     store = open_store("delta-rs", config.tables.path)
     store.ensure_all()
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    _sink(config, store, _Emitter(), target)(_polled("5:9", T0), 0)
-    _sink(config, store, _Emitter(), target)(_polled("5:2", T0 + timedelta(seconds=1)), 1)
+    new_sink(config, store, RecordingEmitter(), target)(polled("5:9", T0), 0)
+    new_sink(config, store, RecordingEmitter(), target)(polled("5:2", T0 + timedelta(seconds=1)), 1)
     assert _outcome(store, 1) == "halted"
-
-
-def _store_with_mapping(config: Config) -> TableStore:
-    store = open_store("delta-rs", config.tables.path)
-    store.ensure_all()
-    store.append("mappings", mapping_rows(KEY, TopicMapping(SegmentSet.of(
-        [Segment(5, 0, 7, 0, 20)])), source_cluster="A", target_cluster="B", written_at=T0),
-        app_id="m", batch_id=0)
-    return store
 
 
 @pytest.mark.parametrize("policy", ["halt", "report"])
@@ -150,48 +90,48 @@ def test_a_source_topic_created_again_halts_whatever_the_policy(
     """Deleted and created again, the source topic is on a new ledger and its cursor's
     markDeletePosition covers the old ledger, where 5:5..5:19 were never acked: their copies
     on the target stay unacked, and the halt lasts across a restart."""
-    config = _config(tmp_path)
-    store = _store_with_mapping(config)
+    config = sink_config(tmp_path)
+    store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    emitter = _Emitter()
+    emitter = RecordingEmitter()
     created = [T0 - timedelta(days=30)]
-    sink = _sink(config, store, emitter, target, lambda t: created[0], policy)
-    sink(_polled("5:4", T0), 0)
+    sink = new_sink(config, store, emitter, target, lambda t: created[0], policy)
+    sink(polled("5:4", T0), 0)
     assert _outcome(store, 0) == "exact" and len(emitter.sent) == 1
     target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
 
     created[0] = T0 + timedelta(seconds=2)
-    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
     assert halted(store, source_cluster="A", target_cluster="B") == {(KEY, "billing")}
     (row,) = [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
     assert row["rewound_entries"] == 15
-    restarted = _sink(config, store, emitter, target, lambda t: created[0], policy)
-    restarted(_polled("9:3", T0 + timedelta(seconds=4), ledgers=((9, 8),)), 2)
+    restarted = new_sink(config, store, emitter, target, lambda t: created[0], policy)
+    restarted(polled("9:3", T0 + timedelta(seconds=4), ledgers=((9, 8),)), 2)
     assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
 
 
 def test_ledgers_trimmed_after_their_entries_were_acked_go_on(tmp_path: Path) -> None:
     """The same observations, but the source topic is older than the last one: the ledger
     went by trimming, once its entries were acked, so the sync follows."""
-    config = _config(tmp_path)
-    store = _store_with_mapping(config)
+    config = sink_config(tmp_path)
+    store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    emitter = _Emitter()
-    sink = _sink(config, store, emitter, target, lambda t: T0 - timedelta(minutes=5))
-    sink(_polled("5:4", T0), 0)
+    emitter = RecordingEmitter()
+    sink = new_sink(config, store, emitter, target, lambda t: T0 - timedelta(minutes=5))
+    sink(polled("5:4", T0), 0)
     target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
-    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert _outcome(store, 1) == "exact" and len(emitter.sent) == 2
     assert emitter.sent[1].plan.mark_delete == Position(7, 19)
 
 
 def test_when_the_source_cannot_say_nothing_is_sent_and_the_evidence_stays(
         tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    store = _store_with_mapping(config)
+    config = sink_config(tmp_path)
+    store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    emitter = _Emitter()
+    emitter = RecordingEmitter()
     answer: list[datetime | Exception] = [T0 - timedelta(days=1)]
 
     def created_at(topic: str) -> datetime:
@@ -199,32 +139,32 @@ def test_when_the_source_cannot_say_nothing_is_sent_and_the_evidence_stays(
             raise answer[0]
         return answer[0]
 
-    sink = _sink(config, store, emitter, target, created_at)
-    sink(_polled("5:4", T0), 0)
+    sink = new_sink(config, store, emitter, target, created_at)
+    sink(polled("5:4", T0), 0)
     target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
     answer[0] = AdminUnavailableError("cluster A: internal-info failed after 3 attempts")
-    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert len(emitter.sent) == 1
     assert not [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
     # The next answer still compares with the observation before the topic went.
     answer[0] = T0 + timedelta(seconds=2)
-    sink(_polled("9:2", T0 + timedelta(seconds=4), ledgers=((9, 5),)), 2)
+    sink(polled("9:2", T0 + timedelta(seconds=4), ledgers=((9, 5),)), 2)
     assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
 
 
 def test_without_a_way_to_ask_vanished_unacked_entries_are_not_acked(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    store = _store_with_mapping(config)
+    config = sink_config(tmp_path)
+    store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    emitter = _Emitter()
-    sink = _sink(config, store, emitter, target, None)
-    sink(_polled("5:4", T0), 0)
-    sink(_polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
+    emitter = RecordingEmitter()
+    sink = new_sink(config, store, emitter, target, None)
+    sink(polled("5:4", T0), 0)
+    sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
 
 
 def test_resume_from_the_command_line(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = sink_config(tmp_path)
     path = tmp_path / "config.yaml"
     data = config.model_dump(mode="json", exclude_none=True, by_alias=True)
     path.write_text(yaml.safe_dump(data))
@@ -235,9 +175,9 @@ def test_resume_from_the_command_line(tmp_path: Path) -> None:
     nothing = runner.invoke(app, args)
     assert nothing.exit_code == 2 and "nothing is halted" in nothing.stderr
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
-    sink = _sink(config, store, _Emitter(), target)
-    sink(_polled("5:9", T0), 0)
-    sink(_polled("5:2", T0 + timedelta(seconds=1)), 1)
+    sink = new_sink(config, store, RecordingEmitter(), target)
+    sink(polled("5:9", T0), 0)
+    sink(polled("5:2", T0 + timedelta(seconds=1)), 1)
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     assert done.stdout.strip() == f"resumed {KEY.concrete_topic()} billing"

@@ -72,6 +72,8 @@ class SyncRecord:
     source_observed_at: datetime
     emitted_at: datetime
     result: Result = "emitted"
+    #: The record repeats the previous batch's: an idle cursor, nothing changed since.
+    repeated: bool = False
 
     @property
     def outcome(self) -> str:

@@ -1,10 +1,18 @@
 """The sync query's sink: observed source cursors in; acks out (on the driver, or spread
-across executors); ``cursor_states`` and ``sync_progress`` rows written per batch id."""
+across executors); ``cursor_states`` and ``sync_progress`` rows written per batch id.
+
+A cursor that did not change since the previous batch (an idle one: the same source
+state, nothing sent) repeats the rows written for it then; they are written again only
+every ``tables.unchanged_rows_every_batches`` batches, so the tables grow with the cursors
+that move, and every cursor's newest rows stay among the last RECENT_BATCHES batches,
+where a restart reads them. The metrics count every cursor, every batch.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -12,7 +20,7 @@ import pyarrow as pa
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.core.records import ObservedCursor
+from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncStep
@@ -34,6 +42,10 @@ class _Synced(NamedTuple):
     translate_seconds: float | None
     unavailable: int = 0  # subscriptions skipped: the target's admin API did not answer
     anchor_conflicts: int = 0  # plans refused: the mapping contradicts a snapshot anchor
+    #: Cursors whose rows repeat those written in an earlier batch and are not due again.
+    unchanged: frozenset[tuple[PartitionKey, str]] = frozenset()
+    #: The sync_progress rows to write: ``rows`` but the unchanged cursors' (None: all).
+    written: pa.Table | None = None
 
     def count(self, outcome: str) -> int:
         """Rows with this outcome (the same in both emission modes)."""
@@ -52,6 +64,8 @@ class SyncSink:
         self.mappings = MappingStore(store, config.source.name, config.target.name)
         self.last_batch = -1
         self._seeded = False
+        #: The batch the step last ran for (written or not).
+        self._ran = -1
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
@@ -69,9 +83,13 @@ class SyncSink:
         if fresh:
             record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
                          app_id=SYNC_APP, batch_id=batch_id)
+        skip = done.unchanged
+        written = [o for o in obs if (o.key, o.subscription) not in skip] if skip else obs
         self.store.append("cursor_states", cursor_state_rows(
-            obs, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP, batch_id=batch_id)
-        self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
+            written, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP,
+            batch_id=batch_id)
+        self.store.append("sync_progress", rows if done.written is None else done.written,
+                          app_id=SYNC_APP, batch_id=batch_id)
         self.last_batch = batch_id
         if self.metrics:
             self._record(done, time.perf_counter() - t0)
@@ -92,11 +110,22 @@ class SyncSink:
                 target_cluster=self.config.target.name), **self.step.previous}
             self._seeded = True
         self.step.halted = known
+        # A repeated record repeats rows written by an earlier batch only if the step's
+        # previous run was the previous batch, and that batch's rows were written.
+        follows = self._ran == batch_id - 1 == self.last_batch
+        self._ran = batch_id
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
+        every = self.config.tables.unchanged_rows_every_batches
+        write = [not (follows and r.repeated)
+                 or history_due(r.key, r.subscription, batch_id, every)
+                 for r in result.records]
+        unchanged = frozenset((r.key, r.subscription)
+                              for r, w in zip(result.records, write, strict=True) if not w)
         return _Synced(obs, rows, result.translate_seconds, result.unavailable,
-                       result.anchor_conflicts)
+                       result.anchor_conflicts, unchanged,
+                       rows.filter(pa.array(write, pa.bool_())) if unchanged else None)
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
         """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
@@ -141,3 +170,10 @@ class SyncSink:
         for _ in range(done.anchor_conflicts):
             m.record_error("anchor_conflict")
         m.observe_batch("sync", batch_s)
+
+
+def history_due(key: PartitionKey, subscription: str, batch_id: int, every: int) -> bool:
+    """Whether an unchanged cursor's rows are written in this batch: once every ``every``
+    batches, which one chosen by its key (so that the rows spread over them)."""
+    spread = zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
+    return (spread + batch_id) % every == 0

@@ -201,7 +201,7 @@ class SyncStep:
                         del self._plans[k], self.previous[k]
                         records.append(SyncRecord(obs.key, obs.subscription, known.plan, 0,
                                                   self.config.dry_run, obs.observed_at,
-                                                  datetime.now(UTC)))
+                                                  datetime.now(UTC), repeated=True))
                         continue
                 else:
                     target = self.read_target(topic, obs.subscription)
@@ -281,7 +281,7 @@ class SyncStep:
             if still:
                 idle.observed_at = obs.observed_at
                 return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
-                                  obs.observed_at, datetime.now(UTC))
+                                  obs.observed_at, datetime.now(UTC), repeated=True)
         del self._idle[k]
         self.previous[k] = ObservedCursor(obs.key, obs.subscription, idle.source_state(),
                                           idle.observed_at)

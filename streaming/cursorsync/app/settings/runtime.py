@@ -26,6 +26,11 @@ class TablesConfig(_Section):
     cursor_states_retention_s: float = Field(default=604800.0, gt=0)
     #: sync_progress rows older than this are deleted, but each key's newest row.
     sync_progress_retention_s: float = Field(default=2592000.0, gt=0)
+    #: A cursor that did not change since the previous batch has its cursor_states and
+    #: sync_progress rows written again only every this many batches (1: every batch), so
+    #: the tables grow with the cursors that move. At most 40: a restart reads the last 50
+    #: batches' rows for each cursor's last state.
+    unchanged_rows_every_batches: int = Field(default=20, ge=1, le=40)
 
     @field_validator("path")
     @classmethod
