@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cursorsync.app.settings.runtime import TablesConfig
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.sync.sink import rows_due
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
@@ -147,20 +149,26 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         step = SyncStep(SyncConfig(dry_run=True), None, read_target)
         batches: list[dict[str, Any]] = []
-        for moved in (0, 5, 10):
+        every = TablesConfig.model_fields["unchanged_rows_every_batches"].default
+        for batch_id, moved in enumerate((0, 5, 10)):
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
             requests[0] = 0
             t0 = time.perf_counter()
             result = step.run(obs, mappings)
             seconds = time.perf_counter() - t0
-            # What the job writes for the batch: a row per cursor in each table.
+            # What the job writes for the batch: a row per cursor in each table, but for
+            # the cursors that did not change (their rows are written every few batches).
             t0 = time.perf_counter()
+            write = rows_due(result.records, batch_id, every)
+            keep = {(r.key, r.subscription) for r, w in zip(result.records, write, strict=True)
+                    if w}
             store.append("cursor_states", cursor_state_rows(
-                obs, source_cluster="a", target_cluster="b"), app_id="bench", batch_id=moved)
+                [o for o in obs if (o.key, o.subscription) in keep], source_cluster="a",
+                target_cluster="b"), app_id="bench", batch_id=batch_id)
             store.append("sync_progress", sync_progress_rows(
-                result.records, source_cluster="a", target_cluster="b"), app_id="bench",
-                batch_id=moved)
+                [r for r, w in zip(result.records, write, strict=True) if w],
+                source_cluster="a", target_cluster="b"), app_id="bench", batch_id=batch_id)
             rows_s = time.perf_counter() - t0
             outcomes: dict[str, int] = {}
             for r in result.records:
@@ -170,7 +178,8 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 "rows_seconds": round(rows_s, 3),
                 "translate_seconds": round(result.translate_seconds, 3),
                 "target_requests": requests[0],
-                "sync_progress_rows": len(result.records),
+                "cursors": len(result.records),
+                "rows_written": 2 * len(keep),
                 "acks_planned_entries": sum(r.plan.to_ack.count_entries() for r in
                                             result.records),
                 "outcomes": outcomes,

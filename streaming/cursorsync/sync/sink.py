@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncStep
@@ -117,10 +117,8 @@ class SyncSink:
         result = self.step.run(obs, self.mappings.refresh())
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
-        every = self.config.tables.unchanged_rows_every_batches
-        write = [not (follows and r.repeated)
-                 or history_due(r.key, r.subscription, batch_id, every)
-                 for r in result.records]
+        write = (rows_due(result.records, batch_id, self.config.tables.unchanged_rows_every_batches)
+                 if follows else [True] * len(result.records))
         unchanged = frozenset((r.key, r.subscription)
                               for r, w in zip(result.records, write, strict=True) if not w)
         return _Synced(obs, rows, result.translate_seconds, result.unavailable,
@@ -170,6 +168,13 @@ class SyncSink:
         for _ in range(done.anchor_conflicts):
             m.record_error("anchor_conflict")
         m.observe_batch("sync", batch_s)
+
+
+def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]:
+    """Per record, whether a batch that follows the previous one writes its rows: a
+    repeated record's only every ``every`` batches."""
+    return [not r.repeated or history_due(r.key, r.subscription, batch_id, every)
+            for r in records]
 
 
 def history_due(key: PartitionKey, subscription: str, batch_id: int, every: int) -> bool:
