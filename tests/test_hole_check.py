@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 
-import pulsar
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -22,6 +21,7 @@ from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
+from replicated import send_with_snapshots, source_positions_on_b
 from waiting import wait_for
 
 MARKER = RawEntry(marker_type=10)
@@ -287,23 +287,20 @@ def test_markers_at_the_end_of_a_closed_ledger_on_b_are_claimed_once_the_reader_
     the end are not counted as skipped ids."""
     (t,) = testbed.create_topic(topic_name("ledger-end"))
     a = testbed.client("a")
-    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
-                      consumer_type=pulsar.ConsumerType.Shared,
-                      initial_position=pulsar.InitialPosition.Earliest)
+    sub = send_with_snapshots(a, t, 3)
     producer = a.create_producer(t, batching_enabled=False)
-    for i in range(3):
-        producer.send(b"m%d" % i)
-        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
     for _ in range(3):
         sub.acknowledge(sub.receive(10_000))
-    last = wait_for("three messages on b", lambda: _messages_on_b(testbed, t)[2:3])[0]
+    last = wait_for("three messages on b",
+                    lambda: list(source_positions_on_b(testbed, t))[2:3])[0]
     wait_for("markers on b after its last message",
              lambda: testbed.last_entry("b", t) > last, timeout_s=60)
     time.sleep(3)  # the UPDATE markers the acks cause
     testbed.admin_call("b", "PUT", TopicName.parse(t).admin_path("unload"))
     producer.send(b"after")
     returned = wait_for("the fourth message on b", lambda: (
-        lambda got: got if len(got) == 4 else None)(_messages_on_b(testbed, t)), timeout_s=60)
+        lambda got: got if len(got) == 4 else None)(list(source_positions_on_b(testbed, t))),
+        timeout_s=60)
     assert returned[3].ledger > last.ledger, returned
     closed = {lg["ledgerId"]: lg["entries"] for lg in testbed.internal_stats("b", t)["ledgers"]}
     tail = [Position(last.ledger, e) for e in range(last.entry + 1, closed[last.ledger])]
@@ -333,16 +330,3 @@ def test_markers_at_the_end_of_a_closed_ledger_on_b_are_claimed_once_the_reader_
     # Ids probed past the ledger's end are no skipped ids: every one counted was claimed.
     assert sum(o.skipped_ids for o in outcomes) == sum(o.skipped_claimed for o in outcomes)
     sub.close()
-
-
-def _messages_on_b(bed: TestBed, topic: str) -> list[Position]:
-    """The positions of the messages a reader on b returns, in order."""
-    reader = bed.client("b").create_reader(topic, pulsar.MessageId.earliest)
-    out = []
-    try:
-        while reader.has_message_available():
-            mid = reader.read_next(10_000).message_id()
-            out.append(Position(mid.ledger_id(), mid.entry_id()))
-    finally:
-        reader.close()
-    return out

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pulsar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,11 +29,11 @@ from cursorsync.pulsar.markers import (
     parse_marker,
 )
 from cursorsync_devtools.testbed import TestBed
+from replicated import send_with_snapshots, source_positions_on_b
 from waiting import wait_for
 
 WHERE = "entry 12:5 of persistent://t/n/x on cluster a"
 TYPES = (SNAPSHOT_REQUEST, SNAPSHOT_RESPONSE, SNAPSHOT, UPDATE)
-STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 
 def mid(ledger: int, entry: int) -> pm.MarkersMessageIdData:
@@ -323,21 +322,6 @@ def markers_on(admin: AdminClient, bed: TestBed, cluster: str, topic: str
     return found
 
 
-def source_positions_on_b(bed: TestBed, topic: str) -> dict[Position, Position]:
-    """Position on b -> position on a, from the replicator's stamp on each data entry."""
-    reader = bed.client("b").create_reader(topic, pulsar.MessageId.earliest)
-    out = {}
-    try:
-        while reader.has_message_available():
-            m = reader.read_next(10_000)
-            mid_ = m.message_id()
-            out[Position(mid_.ledger_id(), mid_.entry_id())] = Position.parse(
-                m.properties()[STAMP])
-    finally:
-        reader.close()
-    return out
-
-
 @pytest.mark.integration
 def test_a_snapshot_pairs_the_position_of_b_s_response_on_a_with_b_s_position(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
@@ -347,14 +331,7 @@ def test_a_snapshot_pairs_the_position_of_b_s_response_on_a_with_b_s_position(
     from before ``local``. Acks on a reach b as UPDATE markers naming the b side of one of
     a's snapshots; an id past the open ledger's last entry is None with ``past_end_ok``."""
     (t,) = testbed.create_topic(topic_name("anchors"))
-    a = testbed.client("a")
-    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
-                      consumer_type=pulsar.ConsumerType.Shared,
-                      initial_position=pulsar.InitialPosition.Earliest)
-    p = a.create_producer(t, batching_enabled=False)
-    for i in range(4):
-        p.send(b"m%d" % i)
-        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
+    sub = send_with_snapshots(testbed.client("a"), t, 4)
     with AdminClient(AdminConfig.from_urls(testbed.admin_url("a"), cluster="a")) as admin_a, \
             AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin_b:
         on_a = markers_on(admin_a, testbed, "a", t)  # first: b then holds all they name

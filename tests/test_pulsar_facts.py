@@ -20,11 +20,11 @@ from cursorsync._proto import pulsar_markers_pb2 as markers
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
+from replicated import STAMP, send_with_snapshots
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 
 def raw_entry(bed: TestBed, cluster: str, topic: str, pos: Position) -> httpx.Response:
@@ -99,13 +99,7 @@ def test_markers_are_stored_skipped_by_readers_and_named_by_the_raw_entry_endpoi
     the PulsarMarkers protobuf as the body. An id in a ledger the topic does not have is a
     404; one past the last entry of the open ledger is a 500 (never a 200)."""
     (t,) = testbed.create_topic(topic_name())
-    a = testbed.client("a")
-    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
-                      consumer_type=pulsar.ConsumerType.Shared)
-    p = a.create_producer(t, batching_enabled=False)
-    for i in range(3):
-        p.send(b"m%d" % i)
-        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
+    sub = send_with_snapshots(testbed.client("a"), t, 3)
     for _ in range(3):
         sub.acknowledge(sub.receive(10_000))
     testbed.wait_replicated([t])

@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,6 +58,7 @@ from cursorsync.sync.cursors import (
     ReplayStateError,
 )
 from cursorsync_devtools.testbed import TestBed
+from replicated import send_with_snapshots
 from test_admin import BASE, stats_doc
 from waiting import wait_for
 
@@ -627,13 +627,7 @@ def test_markers_on_b_leave_every_range_complete(
     completes (markers only, too) and together they hold every message once; a range of the
     markers after the last message completes by the tail check instead of timing out."""
     (t,) = testbed.create_topic(topic_name())
-    a = client_of(testbed, "a")
-    sub = a.subscribe(t, "rs", replicate_subscription_state_enabled=True,
-                      consumer_type=pulsar.ConsumerType.Shared)
-    p = a.create_producer(t, batching_enabled=False)
-    for i in range(4):
-        p.send(b"m%d" % i)
-        time.sleep(1.2)  # snapshots are taken while there is new traffic, every 1 s
+    sub = send_with_snapshots(client_of(testbed, "a"), t, 4)
     for _ in range(4):
         sub.acknowledge(sub.receive(10_000))
     sub.close()

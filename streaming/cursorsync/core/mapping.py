@@ -208,13 +208,14 @@ class SegmentSet:
         return int(self._a[:, 4].sum())
 
     def source_ranges(self) -> RangeSet:
-        """Every source entry mapped; kept for many segments, made anew for a few."""
+        """Every source entry mapped (kept until :meth:`forget`: a set outlives many plans)."""
         if self._source is None:
-            ranges = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
-            if len(self._a) <= 16:
-                return ranges  # cheaper to make again than to keep for every partition
-            self._source = ranges
+            self._source = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
         return self._source
+
+    def forget(self) -> None:
+        """Drop what is kept (the same value): a partition whose cursors sit still."""
+        self._source = None
 
     def target_ranges(self) -> RangeSet:
         return RangeSet.entries(self._a[:, 2], self._a[:, 3], self._a[:, 4])

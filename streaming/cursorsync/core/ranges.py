@@ -234,6 +234,8 @@ class RangeSet:
     @classmethod
     def entries(cls, ledger: I64, first: I64, count: I64) -> RangeSet:
         """Runs of ``count`` entries from ``ledger:first``, as ranges."""
+        if not len(ledger):
+            return cls()  # most runs of a kind are none: the common case, made cheap
         ledger = np.asarray(ledger, dtype=np.int64)
         first = np.asarray(first, dtype=np.int64)
         count = np.asarray(count, dtype=np.int64)

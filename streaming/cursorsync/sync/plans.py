@@ -11,6 +11,7 @@ with the cursors that move; an idle one costs a few hundred bytes.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -29,6 +30,9 @@ IDLE_TARGET_READ_EVERY = 10
 
 #: One empty set shared by every packed plan.
 _EMPTY = RangeSet()
+#: A packed state's head: markDeletePosition, ranges, ledgers (-1: no list); int64s in the
+#: machine's order, as numpy reads them back.
+_HEAD = struct.Struct("=4q")
 
 
 @dataclass
@@ -86,6 +90,9 @@ class IdleCursor:
 
     @classmethod
     def of(cls, planned: Planned, observed_at: datetime) -> IdleCursor:
+        """Packed; the mapping drops what its plans derived (a cursor of the partition that
+        moves derives it again)."""
+        planned.stored.segments.forget()
         return cls(pack(planned.source), pack(planned.target), observed_at, planned.stored,
                    planned.markers, lean(planned.plan), planned.unread)
 
@@ -123,11 +130,9 @@ def pack(state: CursorState) -> bytes:
     bounds = state.individually_deleted.bounds
     ledgers = state.ledgers
     if ledgers is None:
-        head = np.array([md.ledger, md.entry, len(bounds), -1], np.int64)
-        return head.tobytes() + bounds.tobytes()
-    head = np.array([md.ledger, md.entry, len(bounds), len(ledgers.ids)], np.int64)
-    return (head.tobytes() + bounds.tobytes() + ledgers.ids.tobytes()
-            + ledgers.entries.tobytes())
+        return _HEAD.pack(md.ledger, md.entry, len(bounds), -1) + bounds.tobytes()
+    return (_HEAD.pack(md.ledger, md.entry, len(bounds), len(ledgers.ids)) + bounds.tobytes()
+            + ledgers.ids.tobytes() + ledgers.entries.tobytes())
 
 
 def unpack(data: bytes) -> CursorState:

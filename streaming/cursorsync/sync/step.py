@@ -172,7 +172,7 @@ class SyncStep:
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
             mapping = mappings.get(obs.key, _NO_MAPPING)
-            markers = self.markers.markers.get(obs.key)
+            markers = self.markers.markers.get(obs.key) if self.markers.markers else None
             known = self._plans.get(k)
             target: CursorState | None
             try:
@@ -268,7 +268,8 @@ class SyncStep:
         every IDLE_TARGET_READ_EVERY batches). Else it is unpacked for the full path, and
         the target, if read here, is returned."""
         target = None
-        if k not in self.halted and idle.unchanged(obs.state, mapping, markers):
+        if not (self.halted and k in self.halted) and idle.unchanged(obs.state, mapping,
+                                                                       markers):
             still = idle.unread + 1 < IDLE_TARGET_READ_EVERY
             if still:
                 idle.unread += 1
@@ -430,13 +431,12 @@ def _rotated(observed: list[ObservedCursor],
 
 def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
     """The newest observation per (partition, subscription): older ones are superseded."""
-    best: dict[tuple[PartitionKey, str], ObservedCursor] = {}
-    for o in observed:
-        k = (o.key, o.subscription)
-        if k not in best or o.observed_at >= best[k].observed_at:
-            best[k] = o
-    # Sorted on plain tuples: comparing the dataclass keys costs ten times as much.
-    return [best[k] for k in sorted(best, key=lambda k: (k[0].topic, k[0].partition, k[1]))]
+    # Sorted on plain tuples (comparing the dataclass keys costs ten times as much), newest
+    # last within a key; then the last of each run of equal keys.
+    obs = sorted(observed, key=lambda o: (o.key.topic, o.key.partition, o.subscription,
+                                          o.observed_at))
+    return [o for o, n in zip(obs, [*obs[1:], None], strict=True)
+            if n is None or n.key != o.key or n.subscription != o.subscription]
 
 
 def fresh_target(ledgers: Ledgers | None) -> CursorState:
