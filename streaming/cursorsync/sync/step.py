@@ -27,7 +27,8 @@ logged with its reason and the others going on:
 An idle cursor (its last plan passed the guard and needed nothing sent, and its source
 state, mapping and target are what they were) records that plan again without the chain:
 the same inputs give the same answer. Its target is read again every
-IDLE_TARGET_READ_EVERY batches.
+IDLE_TARGET_READ_EVERY batches, and it is kept packed (:mod:`cursorsync.sync.plans`)
+until something changes.
 
 Re-running a step for the same observations re-sends only acks that the
 target does not show yet; acks are idempotent on the broker.
