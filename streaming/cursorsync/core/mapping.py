@@ -310,7 +310,7 @@ def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     return SegmentSet(out, np.bitwise_or.reduceat(ev, starts))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Runs:
     """Runs of entries of one kind on one side: (ledger, first entry, count) rows."""
 
@@ -359,7 +359,7 @@ class Runs:
         return Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TopicMapping:
     """Everything known about one topic partition's correspondence, source to target.
 

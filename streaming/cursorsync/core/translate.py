@@ -127,8 +127,9 @@ def translate(
     to_ack = after - current
 
     segs = mapping.segments.rows
-    unmapped = _unmapped(source_acked, mapping, target.ledgers,
-                         source.ledgers).count_entries(source.ledgers)
+    waiting, unmapped = _unmapped(source_acked, mapping, target.ledgers, source.ledgers)
+    if unmapped is None:
+        unmapped = waiting.count_entries(source.ledgers)
     rewound = 0
     if previous_source is not None:
         rewound = (previous_source.acked() - source_acked).count_entries(source.ledgers)
@@ -150,12 +151,13 @@ def unmapped_source(source: CursorState, mapping: TopicMapping,
     its first mapped entry is data (:func:`_stream_starts_mapped`): then they precede
     replication and have no counterpart to wait for.
     """
-    return _unmapped(source.acked(), mapping, target_ledgers, source.ledgers)
+    return _unmapped(source.acked(), mapping, target_ledgers, source.ledgers)[0]
 
 
 def _unmapped(acked: RangeSet, mapping: TopicMapping, target_ledgers: Ledgers | None,
-              source_ledgers: Ledgers | None) -> RangeSet:
-    """:func:`unmapped_source` of the source's acked positions.
+              source_ledgers: Ledgers | None) -> tuple[RangeSet, int | None]:
+    """:func:`unmapped_source` of the source's acked positions, and how many entries of
+    ``source_ledgers`` they are when that was counted on the way (None: not counted).
 
     The same entries, cheaper: the costlier checks run only where they can change the
     count (acks before the first segment that are entries of ``source_ledgers``, anything
@@ -163,26 +165,26 @@ def _unmapped(acked: RangeSet, mapping: TopicMapping, target_ledgers: Ledgers | 
     """
     segs = mapping.segments.rows
     if not len(segs):
-        return RangeSet()
+        return RangeSet(), 0
     # What the segments and known runs explain goes first: what is left is small.
     rest = acked - mapping.segments.source_ranges() - mapping.unreplicated.ranges()
-    if not _holds_entries(rest, source_ledgers):
-        return rest
+    if (n := _entries_in(rest, source_ledgers)) == 0:
+        return rest, n
     later = rest.after(Position(int(segs[0, 0]), int(segs[0, 1]) - 1))
-    if not _holds_entries(rest - later, source_ledgers):
+    if _entries_in(rest - later, source_ledgers) == 0:
         rest = later  # nothing before the first segment to wait for
     elif _stream_starts_mapped(mapping, target_ledgers):
         rest = later  # only the acks after the first segment's start can wait for evidence
-    if not _holds_entries(rest, source_ledgers):
-        return rest
-    return rest - implied_unreplicated(mapping, target_ledgers)
+    if (n := _entries_in(rest, source_ledgers)) == 0:
+        return rest, n
+    return rest - implied_unreplicated(mapping, target_ledgers), None
 
 
-def _holds_entries(ranges: RangeSet, ledgers: Ledgers | None) -> bool:
-    """Might ``ranges`` hold an entry? Without a ledger list, any range might."""
+def _entries_in(ranges: RangeSet, ledgers: Ledgers | None) -> int | None:
+    """The entries ``ranges`` holds; None without a ledger list (any range might hold one)."""
     if not ranges:
-        return False
-    return ledgers is None or not len(ledgers.ids) or ranges.count_entries(ledgers) > 0
+        return 0
+    return None if ledgers is None or not len(ledgers.ids) else ranges.count_entries(ledgers)
 
 
 def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None) -> bool:
