@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -404,3 +404,22 @@ def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> No
     again = CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 0)]))
     (record,) = step.run([ObservedCursor(KEY, "sub", again, NOW)], mappings).records
     assert record.result == "halted" and record.plan.rewound_entries == 5
+
+
+def test_a_batch_with_several_observations_of_a_cursor_plans_from_the_newest() -> None:
+    """A replayed batch may hold several polls: the newest observation of each cursor is the
+    one planned from (the later one in the batch when two were made at once)."""
+    obs, mappings, target = _world(0)
+    older = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
+    newer = replace(obs, state=CursorState(Position(5, 6), RangeSet(), obs.state.ledgers),
+                    observed_at=NOW + timedelta(seconds=1))
+    other = replace(obs, subscription="other")
+    for batch in ([newer, older, other], [older, other, newer]):
+        step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
+        records = step.run(batch, mappings).records
+        assert [(r.subscription, r.plan.mark_delete) for r in records] == [
+            ("other", Position(7, 9)), ("sub", Position(7, 6))]
+    tie = replace(older, observed_at=newer.observed_at)
+    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
+    (record,) = step.run([newer, tie], mappings).records
+    assert record.plan.mark_delete == Position(7, 3)
