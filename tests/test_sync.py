@@ -419,6 +419,7 @@ def test_a_batch_with_several_observations_of_a_cursor_plans_from_the_newest() -
         records = step.run(batch, mappings).records
         assert [(r.subscription, r.plan.mark_delete) for r in records] == [
             ("other", Position(7, 9)), ("sub", Position(7, 6))]
+    assert step.run([], mappings).records == []  # a poll that found nothing
     tie = replace(older, observed_at=newer.observed_at)
     step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
     (record,) = step.run([newer, tie], mappings).records

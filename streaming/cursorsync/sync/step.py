@@ -436,7 +436,7 @@ def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
     # last within a key; then the last of each run of equal keys.
     obs = sorted(observed, key=lambda o: (o.key.topic, o.key.partition, o.subscription,
                                           o.observed_at))
-    return [o for o, n in zip(obs, [*obs[1:], None], strict=True)
+    return [o for o, n in zip(obs, [*obs[1:], None] if obs else [], strict=True)
             if n is None or n.key != o.key or n.subscription != o.subscription]
 
 
