@@ -110,3 +110,21 @@ def test_a_work_dir_used_before_starts_a_bed_that_replicates(tmp_path: Path) -> 
         producer = bed.client("a").create_producer(bed.topic("again"))
         producer.send(b"x")
         assert bed.wait_replicated(["again"], timeout_s=60) >= 0
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
+    """A broker's port is never one an outgoing connection may take as its local port."""
+    import socket
+
+    from cursorsync_devtools.testbed.standalone import (
+        LOOPBACK,
+        LOWEST_PORT,
+        _ephemeral_low,
+        free_port,
+    )
+
+    ports = {free_port() for _ in range(20)}
+    assert all(LOWEST_PORT <= p < _ephemeral_low() for p in ports), ports
+    for p in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, p))

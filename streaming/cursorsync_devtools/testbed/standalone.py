@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import re
 import shutil
 import signal
@@ -46,11 +47,32 @@ class StandaloneError(CursorSyncError):
     """A standalone did not start or stop as asked; the message names its log."""
 
 
+#: Ports handed out are drawn from here up to the kernel's ephemeral range.
+LOWEST_PORT = 10_000
+
+
 def free_port() -> int:
-    """A TCP port on the loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A TCP port on the loopback that nothing uses right now, below the kernel's ephemeral
+    range: a port from that range can be taken, before a broker binds it (or binds it again
+    after a restart), as the local port of any outgoing connection, and test beds make many."""
+    top = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(LOWEST_PORT, top) if top > LOWEST_PORT + 100 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise StandaloneError(f"no free port between {LOWEST_PORT} and {top} on {LOOPBACK}")
+
+
+def _ephemeral_low() -> int:
+    """The low end of the kernel's ephemeral port range (Linux's default when unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
