@@ -31,11 +31,11 @@ from cursorsync.tables import open_store
 from cursorsync.tables.mappings import load_mappings
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
+from replicated import source_positions_on_b
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 SUB = "sync-shared"
-STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 #: Messages produced, one every GAP_S, and the one the consumer on a never acks.
 COUNT, GAP_S, HOLE = 70, 0.1, 55
 
@@ -94,21 +94,6 @@ def _workload(bed: TestBed, topic: str) -> list[tuple[Position, float]]:
     return sent
 
 
-def _copies(bed: TestBed, topic: str) -> dict[Position, Position]:
-    """b's data entries -> their source positions, from the brokers' stamp."""
-    reader = bed.client("b").create_reader(topic, pulsar.MessageId.earliest)
-    out = {}
-    try:
-        while reader.has_message_available():
-            m = reader.read_next(10_000)
-            mid = m.message_id()
-            out[Position(mid.ledger_id(), mid.entry_id())] = Position.parse(
-                m.properties()[STAMP])
-    finally:
-        reader.close()
-    return out
-
-
 def _config(bed: TestBed, tmp_path: Path, topics: list[str]) -> Config:
     return demo_config(bed, tmp_path, topics=topics, subscriptions=[SUB],
                        strategies=["snapshot"])
@@ -132,7 +117,7 @@ def test_snapshot_evidence_alone_follows_a_to_its_newest_anchor_and_loses_nothin
     testbed.create_topic(topic)
     sent = _workload(testbed, topic)
     testbed.wait_replicated([topic])
-    copies = _copies(testbed, topic)
+    copies = source_positions_on_b(testbed, topic)
     assert len(copies) == COUNT
     a_md, a_ranges = _cursor(testbed, "a", topic)
     assert a_md < sent[HOLE][0] and _acked(a_md, a_ranges, sent[HOLE + 1][0])
@@ -195,7 +180,7 @@ def test_a_mapping_that_contradicts_the_anchors_is_refused_and_nothing_is_sent(
         testbed.create_topic(t)
     sent = {t: _workload(testbed, t) for t in (bad, good)}
     testbed.wait_replicated([bad, good])
-    copies = _copies(testbed, bad)
+    copies = source_positions_on_b(testbed, bad)
     first_b = min(copies)
     late_a = sent[bad][-5][0]
     key = PartitionKey(str(TopicName.parse(bad).base), -1)
@@ -213,7 +198,7 @@ def test_a_mapping_that_contradicts_the_anchors_is_refused_and_nothing_is_sent(
     store = open_store("delta-rs", config.tables.path)
     job = start_job(config)
     try:
-        good_first = min(_copies(testbed, good))
+        good_first = min(source_positions_on_b(testbed, good))
         _until("the good topic's b cursor moves",
                lambda: _cursor(testbed, "b", good)[0] >= good_first, timeout_s=150)
         _until("the corrupted topic's plans are refused", lambda: any(
