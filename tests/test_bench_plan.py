@@ -36,7 +36,10 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert first["acks_planned_entries"] == a * 1 + h * 160
     assert second["acks_planned_entries"] == a * 6 + h * 160
     assert third["acks_planned_entries"] == a * 11 + h * 160
-    assert out["seconds_per_batch"] == pytest.approx(third["seconds"] + third["rows_seconds"])
+    assert out["seconds_per_batch"] == pytest.approx(
+        third["refresh_seconds"] + third["seconds"] + third["rows_seconds"])
+    # Mappings are built for the partitions planned: all of them first, then the active.
+    assert first["mappings_built"] == 300 and third["mappings_built"] == a
     assert out["microseconds_per_partition"] > 0
     # An idle cursor is kept packed: less than a cursor that moves, which keeps its states.
     assert 0 < out["step_bytes_per_idle_cursor"] < out["step_bytes_per_moving_cursor"]

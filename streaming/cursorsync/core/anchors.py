@@ -52,6 +52,15 @@ class Anchors:
         self._a: I64 = a
 
     @classmethod
+    def canonical(cls, rows: I64) -> Anchors:
+        """Rows already sorted and without duplicates (another Anchors' rows), kept as
+        they are."""
+        anchors = cls.__new__(cls)
+        rows.setflags(write=False)
+        anchors._a = rows
+        return anchors
+
+    @classmethod
     def of(cls, *pairs: tuple[Position, Position]) -> Anchors:
         return cls(np.array([(s.ledger, s.entry, t.ledger, t.entry) for s, t in pairs],
                             np.int64).reshape(-1, 4))

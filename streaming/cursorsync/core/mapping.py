@@ -208,14 +208,10 @@ class SegmentSet:
         return int(self._a[:, 4].sum())
 
     def source_ranges(self) -> RangeSet:
-        """Every source entry mapped (kept until :meth:`forget`: a set outlives many plans)."""
+        """Every source entry mapped (kept: a set outlives many plans)."""
         if self._source is None:
             self._source = RangeSet.entries(self._a[:, 0], self._a[:, 1], self._a[:, 4])
         return self._source
-
-    def forget(self) -> None:
-        """Drop what is kept (the same value): a partition whose cursors sit still."""
-        self._source = None
 
     def target_ranges(self) -> RangeSet:
         return RangeSet.entries(self._a[:, 2], self._a[:, 3], self._a[:, 4])

@@ -4,8 +4,8 @@ moves, packed into a few bytes while it is idle.
 Most of a job's cursors sit still (everything acked on both sides, nothing to send), and
 the arrays their plans were made from (cursor states, ledger lists, the tables derived
 from them) cost kilobytes each. An idle cursor keeps only what tells the step whether
-anything changed (its source and target cursors as bytes, the mapping object and the
-markers it was planned with) and the plan it records again. The step's memory then grows
+anything changed (its source and target cursors as bytes, the version of the mapping and
+the markers it was planned with) and the plan it records again. The step's memory then grows
 with the cursors that move; an idle one costs a few hundred bytes.
 """
 
@@ -42,7 +42,8 @@ class Planned:
     rewind (a source that did not move since its previous observation has none)."""
 
     source: CursorState
-    stored: TopicMapping
+    #: The version of the partition's mapping (:mod:`cursorsync.core.packed_mappings`).
+    version: int
     target: CursorState
     markers: RangeSet | None
     used: TopicMapping
@@ -58,16 +59,15 @@ class Planned:
         right while its inputs stay the same."""
         return not self.plan.unmapped_acked_entries and not self.plan.rewound_entries
 
-    def settled(self, source: CursorState, stored: TopicMapping,
-                markers: RangeSet | None) -> bool:
+    def settled(self, source: CursorState, version: int, markers: RangeSet | None) -> bool:
         """Quiet, and the same source and mapping: the target needs no fresh read yet."""
         return (self.quiet and self.unread + 1 < IDLE_TARGET_READ_EVERY
-                and stored is self.stored and same(source, self.source)
+                and version == self.version and same(source, self.source)
                 and _same_markers(markers, self.markers))
 
-    def reusable(self, source: CursorState, stored: TopicMapping, target: CursorState,
+    def reusable(self, source: CursorState, version: int, target: CursorState,
                  previous: CursorState | None, markers: RangeSet | None) -> bool:
-        return (stored is self.stored and self.final
+        return (version == self.version and self.final
                 and (previous is None or same(previous, source))
                 and same(source, self.source) and same(target, self.target)
                 and _same_markers(markers, self.markers))
@@ -82,7 +82,7 @@ class IdleCursor:
     target: bytes
     #: When the source was last observed as it is.
     observed_at: datetime
-    stored: TopicMapping
+    version: int
     markers: RangeSet | None
     plan: AckPlan
     #: Batches since the target was last read for it.
@@ -90,16 +90,12 @@ class IdleCursor:
 
     @classmethod
     def of(cls, planned: Planned, observed_at: datetime) -> IdleCursor:
-        """Packed; the mapping drops what its plans derived (a cursor of the partition that
-        moves derives it again)."""
-        planned.stored.segments.forget()
-        return cls(pack(planned.source), pack(planned.target), observed_at, planned.stored,
+        return cls(pack(planned.source), pack(planned.target), observed_at, planned.version,
                    planned.markers, lean(planned.plan), planned.unread)
 
-    def unchanged(self, source: CursorState, stored: TopicMapping,
-                  markers: RangeSet | None) -> bool:
+    def unchanged(self, source: CursorState, version: int, markers: RangeSet | None) -> bool:
         """The same source, mapping and markers as when it went idle."""
-        return (stored is self.stored and _same_markers(markers, self.markers)
+        return (version == self.version and _same_markers(markers, self.markers)
                 and pack(source) == self.source)
 
     def source_state(self) -> CursorState:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -51,6 +51,7 @@ from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
+from cursorsync.core.packed_mappings import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
@@ -145,11 +146,13 @@ class SyncStep:
         self.halted: set[tuple[PartitionKey, str]] = set()
         self.markers = MarkerCache()
         #: The last plan per (partition, subscription) with what it was made from: an idle
-        #: cursor (same source, same mapping object, same target) reuses it untranslated.
+        #: cursor (same source, same mapping version, same target) reuses it untranslated.
         self._plans: dict[tuple[PartitionKey, str], Planned] = {}
         #: Idle cursors, packed (:mod:`cursorsync.sync.plans`); their previous observation
         #: is the packed source, so they are not in ``previous``.
         self._idle: dict[tuple[PartitionKey, str], IdleCursor] = {}
+        #: Mappings handed over as dicts, with a version per partition.
+        self._held = HeldMappings()
         #: Plans of the last run refused for contradicting snapshot anchors.
         self.anchor_conflicts = 0
         #: Target reads skipped for idle cursors since start (IDLE_TARGET_READ_EVERY).
@@ -162,9 +165,12 @@ class SyncStep:
         self._lookups_resume: tuple[PartitionKey, str] | None = None
 
     def run(self, observed: Iterable[ObservedCursor],
-            mappings: dict[PartitionKey, TopicMapping]) -> StepResult:
+            mappings: Mappings | Mapping[PartitionKey, TopicMapping]) -> StepResult:
+        """One batch: ``mappings`` as :class:`~cursorsync.core.packed_mappings.Mappings`
+        (a version per partition, the mapping built on demand), or a dict of them."""
+        given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
         records: list[SyncRecord] = []
-        sent = refused = halted = unavailable = 0
+        sent = refused = halted = unavailable = packed = 0
         self.anchor_conflicts = 0
         self.lookups = 0
         t_translate = 0.0
@@ -172,20 +178,20 @@ class SyncStep:
         for obs in _rotated(_latest(observed), resume):
             k = (obs.key, obs.subscription)
             topic = obs.key.concrete_topic()
-            mapping = mappings.get(obs.key, _NO_MAPPING)
+            version = given.version(obs.key)
             markers = self.markers.markers.get(obs.key) if self.markers.markers else None
             known = self._plans.get(k)
             target: CursorState | None
             try:
                 idle = self._idle.get(k)
                 if idle is not None:
-                    again = self._idle_again(k, idle, obs, topic, mapping, markers)
+                    again = self._idle_again(k, idle, obs, topic, version, markers)
                     if isinstance(again, SyncRecord):
                         records.append(again)
                         continue
                     target = again if again is not None else self.read_target(
                         topic, obs.subscription)
-                elif known is not None and known.settled(obs.state, mapping, markers):
+                elif known is not None and known.settled(obs.state, version, markers):
                     # Nothing to send last time and nothing changed since on this side:
                     # the target is read again only every IDLE_TARGET_READ_EVERY batches.
                     target = known.target
@@ -200,6 +206,7 @@ class SyncStep:
                         # packed from now on, until something changes.
                         self._idle[k] = IdleCursor.of(known, obs.observed_at)
                         del self._plans[k], self.previous[k]
+                        packed += 1
                         records.append(SyncRecord(obs.key, obs.subscription, known.plan, 0,
                                                   self.config.dry_run, obs.observed_at,
                                                   datetime.now(UTC), repeated=True))
@@ -224,13 +231,14 @@ class SyncStep:
                 continue  # the previous observation stays, as the evidence
             previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
-            stored = mapping
             known = self._plans.get(k)
-            if known is not None and known.reusable(obs.state, stored, target, previous_source,
+            if known is not None and known.reusable(obs.state, version, target, previous_source,
                                                     self.markers.markers.get(obs.key)):
                 plan, mapping = known.plan, known.used
                 known.source = obs.state  # the same values: kept as the idle path finds it
             else:
+                found = given.get(obs.key)
+                mapping = _NO_MAPPING if found is None else found
                 if self.config.vouch:
                     mapping = mapping.vouched()
                 mapping = self._with_markers(obs.key, mapping)
@@ -238,7 +246,7 @@ class SyncStep:
                 if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
                     mapping = self._with_markers(obs.key, mapping)
                     plan = translate(obs.state, mapping, target, previous_source=previous_source)
-                self._plans[k] = Planned(obs.state, stored, target,
+                self._plans[k] = Planned(obs.state, version, target,
                                           self.markers.markers.get(obs.key), mapping, plan)
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs
@@ -258,18 +266,21 @@ class SyncStep:
                                to_ack=RangeSet())
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
                                       obs.observed_at, datetime.now(UTC), result))
+        if packed > len(self._plans):
+            # Most plans went idle: dicts keep their size when emptied, so they are copied.
+            self._plans, self.previous = dict(self._plans), dict(self.previous)
         return StepResult(records, sent, refused, halted, t_translate, unavailable,
                           self.anchor_conflicts)
 
 
     def _idle_again(self, k: tuple[PartitionKey, str], idle: IdleCursor, obs: ObservedCursor,
-                    topic: str, mapping: TopicMapping, markers: RangeSet | None,
+                    topic: str, version: int, markers: RangeSet | None,
                     ) -> SyncRecord | CursorState | None:
         """An idle cursor's record for this batch while nothing changed (its target read
         every IDLE_TARGET_READ_EVERY batches). Else it is unpacked for the full path, and
         the target, if read here, is returned."""
         target = None
-        if not (self.halted and k in self.halted) and idle.unchanged(obs.state, mapping,
+        if not (self.halted and k in self.halted) and idle.unchanged(obs.state, version,
                                                                        markers):
             still = idle.unread + 1 < IDLE_TARGET_READ_EVERY
             if still:
@@ -411,7 +422,7 @@ class SyncStep:
         return True
 
 
-#: The mapping of a partition with no rows yet: one object, so an idle plan sees it unchanged.
+#: The mapping of a partition with no rows yet.
 _NO_MAPPING = TopicMapping()
 
 

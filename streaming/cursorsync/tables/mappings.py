@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.packed_mappings import PackedMappings
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
 from cursorsync.tables.rows import mapping_rows, topic_mappings
@@ -112,16 +113,17 @@ class MappingStore:
     source_cluster: str
     target_cluster: str
     loaded_upto: int = -1
-    mappings: dict[PartitionKey, TopicMapping] = field(default_factory=dict)
+    mappings: PackedMappings = field(default_factory=PackedMappings)
 
-    def refresh(self) -> dict[PartitionKey, TopicMapping]:
-        """Every mapping known so far, with the batches written since the last refresh."""
+    def refresh(self) -> PackedMappings:
+        """Every mapping known so far, with the batches written since the last refresh; a
+        new batch for :meth:`PackedMappings.next_batch`."""
         delta, top = load_mappings(self.store, source_cluster=self.source_cluster,
                                    target_cluster=self.target_cluster,
                                    min_batch_id=self.loaded_upto + 1)
+        self.mappings.next_batch()
         for key, part in delta.items():
-            known = self.mappings.get(key)
-            self.mappings[key] = part if known is None else known.union(part)
+            self.mappings.merge(key, part)
         if top is not None:
             self.loaded_upto = top
         return self.mappings

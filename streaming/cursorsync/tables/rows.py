@@ -26,6 +26,7 @@ from cursorsync.core.mapping import (
     evidence_mask,
     evidence_names,
 )
+from cursorsync.core.packed_mappings import NO_ANCHORS, NO_RUNS
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import (
@@ -180,18 +181,12 @@ def _one_mapping(kinds: np.ndarray, ints: np.ndarray, masks: np.ndarray,
     runs: dict[str, Runs] = {}
     for kind, side in _RUN_SIDE.items():
         arr = ints[kinds == code[kind]][:, _SIDE_COLUMNS[side]]
-        runs[kind] = Runs().union(Runs(arr)) if len(arr) else _NO_RUNS  # canonical runs
+        runs[kind] = Runs().union(Runs(arr)) if len(arr) else NO_RUNS  # canonical runs
     anchors = ints[kinds == code["anchor"]][:, :4]
     return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
                         written_at=written_at, unpaired=runs["unpaired"],
-                        anchors=Anchors(anchors) if len(anchors) else _NO_ANCHORS)
+                        anchors=Anchors(anchors) if len(anchors) else NO_ANCHORS)
 
-
-#: Shared by every mapping without runs of a kind or anchors: most of a large job's
-#: mappings have none, and an empty array costs a hundred bytes.
-_NO_RUNS = Runs(np.empty((0, 3), np.int64))
-_NO_RUNS.rows.setflags(write=False)
-_NO_ANCHORS = Anchors()
 
 
 # --------------------------------------------------------- builtin updates

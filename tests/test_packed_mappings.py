@@ -1,0 +1,140 @@
+"""The job's mappings are kept packed, with a version per partition: a packed mapping is
+the same mapping, a version changes exactly when the mapping does, and a mapping no plan
+read in a batch is dropped from memory but for its bytes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core_strategies import World, worlds
+from cursorsync.core.anchors import Anchors
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+from cursorsync.core.packed_mappings import (
+    NO_VERSION,
+    HeldMappings,
+    PackedMappings,
+    pack_mapping,
+    packed_version,
+    unpack_mapping,
+)
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.translate import translate
+from cursorsync.sync.step import SyncConfig, SyncStep
+
+KEY = PartitionKey("persistent://t/n/orders", 0)
+OTHER = PartitionKey("persistent://t/n/orders", 1)
+NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+anchor_rows = st.lists(st.tuples(*[st.integers(0, 50)] * 4), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(worlds(), anchor_rows, st.one_of(st.none(), st.floats(0, 2e9)), st.integers(0, 2**62))
+def test_a_packed_mapping_unpacks_to_the_same_mapping(
+        w: World, anchors: list[tuple[int, int, int, int]], written_at: float | None,
+        version: int) -> None:
+    """Every part survives, and translation through it is the same."""
+    mapping = replace(w.mapping, anchors=Anchors.of(*[
+        (Position(a, b), Position(c, d)) for a, b, c, d in anchors]), written_at=written_at)
+    data = pack_mapping(mapping, version)
+    back = unpack_mapping(data)
+    assert packed_version(data) == version
+    assert back.segments == mapping.segments
+    assert back.segments.evidence_codes.tolist() == mapping.segments.evidence_codes.tolist()
+    for kind in ("skippable", "foreign", "unreplicated", "unpaired"):
+        assert getattr(back, kind) == getattr(mapping, kind), kind
+    assert back.anchors == mapping.anchors
+    assert back.written_at == mapping.written_at
+    assert pack_mapping(back, version) == data
+    assert translate(w.source, back, w.target) == translate(w.source, mapping, w.target)
+
+
+def _mapping(count: int) -> TopicMapping:
+    return TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, count)]),
+                        unreplicated=Runs.of((5, count, 1)), written_at=1.5)
+
+
+def test_a_version_changes_exactly_when_the_mapping_does() -> None:
+    held = PackedMappings()
+    assert held.version(KEY) == NO_VERSION and held.get(KEY) is None and KEY not in held
+    held.put(KEY, _mapping(10))
+    first = held.version(KEY)
+    assert first != NO_VERSION and held.version(KEY) == first
+    held.next_batch()
+    held.next_batch()
+    assert held.version(KEY) == first  # packed and built again: the same mapping
+    held.merge(KEY, _mapping(10))  # adds nothing, but is a new value as far as anyone knows
+    assert held.version(KEY) != first
+    second = held.version(KEY)
+    held.merge(KEY, TopicMapping(SegmentSet.of([Segment(5, 10, 7, 10, 5)])))
+    assert held.version(KEY) not in (first, second)
+    assert held[KEY].segments == SegmentSet.of([Segment(5, 0, 7, 0, 15)])
+    assert held[KEY].unreplicated == Runs.of((5, 10, 1)) and held[KEY].written_at == 1.5
+    assert list(held) == [KEY] and len(held) == 1
+
+
+def test_a_mapping_no_plan_read_in_a_batch_is_kept_packed_only() -> None:
+    held = PackedMappings()
+    held.put(KEY, _mapping(10))
+    held.put(OTHER, _mapping(20))
+    assert held.built == 0  # loaded: packed only
+    m = held.get(KEY)
+    assert held.built == 1 and held.get(KEY) is m  # built once, while it is read
+    held.next_batch()
+    assert held.get(KEY) is m  # read in the last batch: still built
+    held.next_batch()
+    held.next_batch()  # a batch without a read
+    assert held.built == 0
+    again = held.get(KEY)
+    assert again is not m and again is not None and again.segments == m.segments
+
+
+def test_mappings_held_as_objects_change_version_with_the_object() -> None:
+    held = HeldMappings()
+    a, b = _mapping(10), _mapping(10)
+    held.adopt({KEY: a})
+    v = held.version(KEY)
+    assert held.adopt({KEY: a}).version(KEY) == v and held.get(KEY) is a
+    assert held.adopt({KEY: b}).version(KEY) != v
+    assert held.adopt({}).version(KEY) == NO_VERSION and held.get(KEY) is None
+
+
+def test_an_idle_cursor_leaves_its_mapping_packed_and_a_new_mapping_moves_it() -> None:
+    """Idle: the step reads versions only, so the partition's mapping is not built. Rows
+    that say more (target entries 7:10..7:12 are markers) give the partition a new version;
+    the cursor is planned again with them, and the acks they allow are sent."""
+    source = CursorState(Position(5, 14), RangeSet(), Ledgers.of([(5, 15)]))
+    target = [CursorState(Position(7, 9), RangeSet(), Ledgers.of([(7, 13)]))]
+    sent: list[RangeSet] = []
+
+    class Emitter:
+        def apply(self, topic: str, subscription: str, safe: object, *, cumulative: bool,
+                  ledgers: Ledgers | None = None) -> object:
+            sent.append(safe.plan.to_ack)  # type: ignore[attr-defined]
+            target.append(CursorState(Position(7, 12), RangeSet(), target[0].ledgers))
+            return None
+
+    held = PackedMappings()
+    held.put(KEY, TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]),
+                               unreplicated=Runs.of((5, 10, 5))))
+    step = SyncStep(SyncConfig(), Emitter(), lambda t, s: target[-1])
+    obs = ObservedCursor(KEY, "sub", source, NOW)
+    for _ in range(4):
+        held.next_batch()
+        (record,) = step.run([obs], held).records
+        assert record.result == "emitted" and not record.plan.to_ack
+        assert record.plan.mark_delete == Position(7, 9)
+    assert held.built == 0 and not sent  # idle since the second batch: mapping dropped
+    held.next_batch()
+    held.merge(KEY, TopicMapping(skippable=Runs.of((7, 10, 3))))
+    (record,) = step.run([obs], held).records
+    assert sent == [RangeSet.of(("7:9", "7:12"))]
+    assert record.plan.mark_delete == Position(7, 12)
