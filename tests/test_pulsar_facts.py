@@ -224,6 +224,55 @@ def test_ledgers_roll_at_different_sizes_on_each_cluster(
     assert past.status_code == 500 and "No such entry" in past.text, past.text
 
 
+def test_a_ledger_is_deleted_only_once_every_cursor_is_past_it(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Mapping retention (``core/mapping_retention.py``): the sync forgets what names only
+    ledgers a topic's internalStats no longer lists. A broker deletes a ledger only once
+    every cursor of the topic (subscriptions and the replicator's) is past it, as
+    persisted (an unload persists them; a trim then deletes at once): until then it stays
+    listed, and after it no cursor is before it."""
+    (t,) = testbed.create_topic(topic_name())
+    admin = TopicName.parse(t)
+    b = testbed.client("b")
+    for sub in ("fast", "slow"):
+        b.subscribe(t, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+    p = b.create_producer(t, batching_enabled=False, block_if_queue_full=True)
+    for i in range(3 * testbed.config.entries_per_ledger[1] + 5):
+        p.send_async(b"d%d" % i, None)
+    p.flush()
+    last = p.send(b"last")
+    p.close()
+
+    def ledgers() -> dict[int, int]:
+        return {lg["ledgerId"]: lg["entries"] for lg in testbed.internal_stats("b", t)["ledgers"]}
+
+    def ack_all_and_trim(sub: str) -> None:
+        c = b.subscribe(t, sub, consumer_type=pulsar.ConsumerType.Failover,
+                        receiver_queue_size=0)
+        c.acknowledge_cumulative(pulsar.MessageId(-1, last.ledger_id(), last.entry_id(), -1))
+        wait_for(f"{sub}'s markDeletePosition", lambda: cursor(testbed, "b", t, sub)[
+            "markDeletePosition"] == f"{last.ledger_id()}:{last.entry_id()}")
+        c.close()
+        testbed.admin_call("b", "PUT", admin.admin_path("unload"))
+        testbed.admin_call("b", "POST", admin.admin_path("trim"))
+
+    first = ledgers()
+    assert len(first) >= 4, first
+    ack_all_and_trim("fast")
+    time.sleep(1)
+    before = ledgers()  # the unload closed the open ledger and opened one
+    assert set(first) <= set(before)  # "slow" is before them all
+    ack_all_and_trim("slow")
+    wait_for("the consumed ledgers to be deleted", lambda: not set(first) <= set(ledgers()))
+    now = ledgers()
+    gone = [lg for lg in before if lg not in now]
+    assert gone == sorted(before)[:len(gone)]  # the oldest go, in order
+    last_gone = max(Position(lg, before[lg] - 1) for lg in gone if before[lg])
+    for name, c in testbed.internal_stats("b", t)["cursors"].items():
+        md = Position.parse(c["markDeletePosition"])
+        assert md >= last_gone, (name, md)  # past every entry deleted
+
+
 def test_chunks_as_large_as_the_target_limit_are_dropped_by_the_replicator(
         tmp_path: Path) -> None:
     """Why the test bed gives b a larger maxMessageSize than a: with equal limits, a chunk

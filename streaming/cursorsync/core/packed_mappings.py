@@ -89,6 +89,11 @@ class Mappings(Protocol):
 
     def get(self, key: PartitionKey) -> TopicMapping | None: ...
 
+    def trim(self, key: PartitionKey, live: TopicMapping) -> None:
+        """The partition's mapping is now ``live``, its part the sync still needs
+        (:mod:`cursorsync.core.mapping_retention`), with a new version."""
+        ...
+
 
 class PackedMappings(Mapping[PartitionKey, TopicMapping]):
     """Every partition's mapping packed, with the ones read since the last batch began kept
@@ -104,6 +109,8 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         self._packed[key] = pack_mapping(mapping, next(_VERSIONS))
         if key in self._built:
             self._built[key] = mapping
+
+    trim = put
 
     def merge(self, key: PartitionKey, mapping: TopicMapping) -> None:
         """Union ``mapping`` into the partition's (MappingConflictError when they disagree)."""
@@ -163,17 +170,23 @@ class HeldMappings:
     when its mapping object does."""
 
     def __init__(self) -> None:
+        self._given: dict[PartitionKey, TopicMapping] = {}
+        #: The given mapping, or its live part once trimmed.
         self._held: dict[PartitionKey, TopicMapping] = {}
         self._versions: dict[PartitionKey, int] = {}
 
     def adopt(self, given: Mapping[PartitionKey, TopicMapping]) -> HeldMappings:
         for key, mapping in given.items():
-            if self._held.get(key) is not mapping:
-                self._held[key] = mapping
+            if self._given.get(key) is not mapping:
+                self._given[key] = self._held[key] = mapping
                 self._versions[key] = next(_VERSIONS)
-        for key in self._held.keys() - given.keys():
-            del self._held[key], self._versions[key]
+        for key in self._given.keys() - given.keys():
+            del self._given[key], self._held[key], self._versions[key]
         return self
+
+    def trim(self, key: PartitionKey, live: TopicMapping) -> None:
+        self._held[key] = live
+        self._versions[key] = next(_VERSIONS)
 
     def version(self, key: PartitionKey) -> int:
         return self._versions.get(key, NO_VERSION)

@@ -51,6 +51,7 @@ from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
+from cursorsync.core.mapping_retention import live_part
 from cursorsync.core.packed_mappings import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -239,6 +240,11 @@ class SyncStep:
             else:
                 found = given.get(obs.key)
                 mapping = _NO_MAPPING if found is None else found
+                live = live_part(mapping, obs.state.ledgers, target.ledgers)
+                if live is not None:
+                    # What names only deleted ledgers goes: memory follows the live ledgers.
+                    given.trim(obs.key, live)
+                    mapping, version = live, given.version(obs.key)
                 if self.config.vouch:
                     mapping = mapping.vouched()
                 mapping = self._with_markers(obs.key, mapping)
