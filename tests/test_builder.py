@@ -329,3 +329,18 @@ def test_skipped_ids_past_the_batch_budget_wait_in_the_state_and_go_first_next(
     assert out2.skipped_waiting == 0
     assert restarted.known[KEY].skippable.rows.tolist() == [[9, 1, 2], [9, 4, 2], [9, 7, 2],
                                                             [9, 10, 2], [9, 13, 2], [9, 16, 2]]
+
+
+def test_the_builder_keeps_known_mappings_packed_but_those_a_batch_maps() -> None:
+    """Its memory follows the partitions with new entries: a partition no batch touched
+    since the last is kept packed, and comes back the same when a later batch does."""
+    other = PartitionKey("persistent://public/default/u", -1)
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1")]))
+    b.process(pa.concat_tables([rows([("B", 3, 0, "2:0", "u0")]).set_column(
+        1, "topic", pa.array([other.topic]))]))
+    b.process(rows([("B", 9, 2, "1:2", "m2")]))
+    b.process(rows([("B", 9, 3, "1:3", "m3")]))
+    assert b.known.built == 1  # t; u was mapped two batches ago and is packed
+    assert [str(s) for s in b.known[KEY].segments] == ["1:0+4->9:0 (position-property)"]
+    assert b.known[other].lookup(P("2:0")) == P("3:0")

@@ -7,8 +7,9 @@ loaded as the sync query loads them. Cursor states for one subscription per part
 most idle (everything acked on both sides), an ``active`` fraction with acks to send, of
 which a ``holes`` fraction has acknowledgement holes. Three sync batches run through the
 real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
-sent): the first has no previous states; in the second the idle cursors are found idle and
-packed; the third is a running job's batch, the steady state the figures report. Each
+sent): the first has no previous states (every cursor is translated; the idle ones are
+packed as their plans turn out to need nothing sent); the second and third are a running
+job's batches, the third the steady state the figures report. Each
 batch's ``cursor_states`` and ``sync_progress`` rows are built and appended to the local
 Delta table, timed apart (``rows_seconds``), and each batch after the first reads the
 mappings' new rows first, as the job does (``refresh_seconds``, none here); a batch's time

@@ -15,7 +15,7 @@ import itertools
 import math
 import struct
 from collections.abc import Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 
@@ -96,8 +96,8 @@ class Mappings(Protocol):
 
 
 class PackedMappings(Mapping[PartitionKey, TopicMapping]):
-    """Every partition's mapping packed, with the ones read since the last batch began kept
-    built as well (:meth:`next_batch` drops the others)."""
+    """Every partition's mapping packed, with the ones read or written since the last batch
+    began kept built as well (:meth:`next_batch` drops the others)."""
 
     def __init__(self) -> None:
         self._packed: dict[PartitionKey, bytes] = {}
@@ -105,10 +105,11 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         self._read: set[PartitionKey] = set()
 
     def put(self, key: PartitionKey, mapping: TopicMapping) -> None:
-        """The partition's mapping is now ``mapping``, with a new version."""
+        """The partition's mapping is now ``mapping``, with a new version (kept built, as
+        if read)."""
         self._packed[key] = pack_mapping(mapping, next(_VERSIONS))
-        if key in self._built:
-            self._built[key] = mapping
+        self._built[key] = mapping
+        self._read.add(key)
 
     trim = put
 
@@ -124,7 +125,12 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         data = self._packed.get(key)
         return NO_VERSION if data is None else packed_version(data)
 
-    def get(self, key: PartitionKey, default: TopicMapping | None = None,  # type: ignore[override]
+    @overload  # type: ignore[override]
+    def get(self, key: PartitionKey) -> TopicMapping | None: ...
+    @overload
+    def get(self, key: PartitionKey, default: TopicMapping) -> TopicMapping: ...
+
+    def get(self, key: PartitionKey, default: TopicMapping | None = None,
             ) -> TopicMapping | None:
         """The partition's mapping, built (and kept built until a batch goes by without
         reading it)."""
@@ -138,7 +144,8 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         return built
 
     def next_batch(self) -> None:
-        """A batch begins: mappings no one read in the last one are kept packed only."""
+        """A batch begins: mappings no one read or wrote in the last one are kept packed
+        only."""
         if len(self._read) < len(self._built):
             # A new dict: one emptied by deletes keeps its size.
             self._built = {k: m for k, m in self._built.items() if k in self._read}

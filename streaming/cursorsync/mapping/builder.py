@@ -60,6 +60,7 @@ from cursorsync.core.mapping import (
     holes,
     ledger_ends,
 )
+from cursorsync.core.packed_mappings import PackedMappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
@@ -156,7 +157,8 @@ class MappingBuilder:
         self.anchor_read = anchor_read
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
-        self.known: dict[PartitionKey, TopicMapping] = {}
+        #: Packed; built for the partitions a batch maps (see PackedMappings).
+        self.known = PackedMappings()
         if state is not None:
             self.load_state(state)
 
@@ -173,13 +175,16 @@ class MappingBuilder:
         self._parts = {PartitionKey(p["topic"], p["partition"]): PartitionState.from_json(p)
                        for p in state["partitions"]}
 
-    def seed_known(self, known: dict[PartitionKey, TopicMapping]) -> None:
+    def seed_known(self, known: Mapping[PartitionKey, TopicMapping]) -> None:
         """The mapping already in the table (at start-up), to validate new evidence against."""
-        self.known = dict(known)
+        self.known = PackedMappings()
+        for key, mapping in known.items():
+            self.known.put(key, mapping)
 
     # -- processing
     def process(self, rows: pa.Table) -> BatchOutcome:
         """One batch of ``pulsar-entries`` rows from either cluster."""
+        self.known.next_batch()
         out: dict[PartitionKey, TopicMapping] = {}
         totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0, "unpaired": 0}
         candidates: dict[PartitionKey, Runs] = {}
@@ -261,7 +266,7 @@ class MappingBuilder:
             if not new:
                 continue
             fresh = Anchors(np.array(new, np.int64))
-            self.known[key] = replace(known, anchors=known.anchors.union(fresh))
+            self.known.put(key, replace(known, anchors=known.anchors.union(fresh)))
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, anchors=delta.anchors.union(fresh))
             added += len(fresh)
@@ -284,7 +289,7 @@ class MappingBuilder:
                 raise ValueError(f"hole check answered for {key} with ids that were not "
                                  f"candidates: {runs.rows.tolist()}")
             known = self.known.get(key, TopicMapping())
-            self.known[key] = replace(known, skippable=known.skippable.union(runs))
+            self.known.put(key, replace(known, skippable=known.skippable.union(runs)))
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
             total += runs.entry_count()
@@ -412,8 +417,8 @@ class MappingBuilder:
             done = merged.source_ranges().contains_arrays(np.array(st.source.ledger, np.int64),
                                                           np.array(st.source.entry, np.int64))
             st.source.keep(~done)
-        self.known[key] = replace(known, segments=merged, foreign=known.foreign.union(foreign),
-                                  unpaired=known.unpaired.union(unpaired))
+        self.known.put(key, replace(known, segments=merged, foreign=known.foreign.union(foreign),
+                                    unpaired=known.unpaired.union(unpaired)))
         if not (len(segments) or len(foreign) or len(unpaired)):
             return None
         return TopicMapping(segments, Runs(), foreign, unpaired=unpaired)

@@ -198,20 +198,6 @@ class SyncStep:
                     target = known.target
                     known.unread += 1
                     self.target_reads_skipped += 1
-                    prev = self.previous.get(k)
-                    if (prev is not None and prev.state is known.source
-                            and k not in self.halted and known.final):
-                        # Idle: the plan, its inputs and the previous observation are what
-                        # they were when the plan passed the guard and needed nothing sent,
-                        # so the guard's answer and the plan are the same again. It is kept
-                        # packed from now on, until something changes.
-                        self._idle[k] = IdleCursor.of(known, obs.observed_at)
-                        del self._plans[k], self.previous[k]
-                        packed += 1
-                        records.append(SyncRecord(obs.key, obs.subscription, known.plan, 0,
-                                                  self.config.dry_run, obs.observed_at,
-                                                  datetime.now(UTC), repeated=True))
-                        continue
                 else:
                     target = self.read_target(topic, obs.subscription)
                     if known is not None:
@@ -262,6 +248,12 @@ class SyncStep:
             planned = self._plans.get(k)
             if planned is not None:
                 planned.quiet = result == "emitted" and not plan.to_ack and not lost
+                if planned.quiet and planned.final and k not in self.halted:
+                    # Idle: while the plan's inputs stay what they are, the plan and the
+                    # guard's answer stay the same. It is kept packed until one changes.
+                    self._idle[k] = IdleCursor.of(planned, obs.observed_at)
+                    del self._plans[k], self.previous[k]
+                    packed += 1
             refused += result == "refused"
             halted += result == "halted"
             sent += acks
