@@ -41,9 +41,9 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     # Mappings are built for the partitions planned: all of them first, then the active.
     assert first["mappings_built"] == 300 and third["mappings_built"] == a
     assert out["microseconds_per_partition"] > 0
-    # An idle cursor is kept packed: less than a cursor that moves, which keeps its states.
-    assert 0 < out["step_bytes_per_idle_cursor"] < out["step_bytes_per_moving_cursor"]
-    assert out["mapping_bytes_per_partition"] > 0
+    # An idle partition is kept packed: less than one that moves, which keeps its states
+    # and its mapping built.
+    assert 0 < out["kept_bytes_per_idle_partition"] < out["kept_bytes_per_moving_partition"]
     assert "rewind" not in caplog.text
 
 

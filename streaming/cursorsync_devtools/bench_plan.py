@@ -222,8 +222,8 @@ KEPT_SAMPLE = 2_000
 
 def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
     """Bytes the job keeps between batches (live Python and numpy allocations, as
-    tracemalloc counts them): per partition for its loaded mapping, and per cursor for the
-    sync step's state after three batches, all idle or all moving."""
+    tracemalloc counts them) per partition, for its mapping and the sync step's state
+    after three batches: all partitions idle, or all moving."""
     layout = _layout(partitions)
     out: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-kept-") as root:
@@ -234,8 +234,6 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             tracemalloc.start()
             try:
                 held = MappingStore(store, "a", "b")
-                held.refresh()
-                loaded = tracemalloc.get_traced_memory()[0]
                 targets: dict[PartitionKey, CursorState] = {}
                 step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
                 for moved in (0, 5, 10):
@@ -243,15 +241,14 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                                                  seed=seed, moved=moved)
                     targets.clear()
                     targets.update(now)
-                    step.run(obs, held.refresh() if moved else held.mappings)
+                    step.run(obs, held.refresh())
                 del obs, now
                 targets.clear()
                 gc.collect()
                 kept = tracemalloc.get_traced_memory()[0]
             finally:
                 tracemalloc.stop()
-            out["mapping_bytes_per_partition"] = round(loaded / partitions)
-            out[f"step_bytes_per_{name}_cursor"] = round((kept - loaded) / partitions)
+            out[f"kept_bytes_per_{name}_partition"] = round(kept / partitions)
     return out
 
 
