@@ -165,6 +165,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     from cursorsync.app import sources
 
     config.require_resolved()
+    t0 = time.perf_counter()
     spark = spark or build_session(config)
     for k, v in RESTARTABLE_CONF.items():
         spark.conf.set(k, v)
@@ -172,6 +173,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     store = open_store(config.tables.backend, config.tables.path, spark=spark,
                        storage_options=config.tables.storage_options or None)
     store.ensure_all()
+    log.info("Spark session and tables (%s) ready in %.1f s", config.tables.backend,
+             time.perf_counter() - t0)
     metrics = metrics or Metrics()
     server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
     ckpt = Path(config.spark.checkpoint_dir)
@@ -224,6 +227,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
           .start())
     poller = _ProgressPoller([mq, cq], metrics, config.spark.trigger_interval_s)
     poller.start()
+    log.info("mapping and sync queries started %.1f s after the job", time.perf_counter() - t0)
     return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server, poller,
                       source_admin=source_admin)
 

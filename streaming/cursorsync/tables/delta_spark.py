@@ -59,6 +59,10 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DELTA_SPARK_CONF: dict[str, str] = {
     "spark.sql.extensions": DELTA_EXTENSION,
     "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    # A table's state is rebuilt from its last checkpoint and the few commits after it (a
+    # few files once compacted): 50 tasks by default, mostly scheduling. On a cluster that
+    # is seconds per table, each time a query first writes or reads one.
+    "spark.databricks.delta.snapshotPartitions": "4",
 }
 #: Classes that must load for delta-spark to work: the SQL extension and the Python API's peer.
 _DELTA_CLASSES = (DELTA_EXTENSION, "io.delta.tables.DeltaTable")
@@ -222,8 +226,10 @@ class DeltaSparkStore(TableStore):
         return df.limit(0).toArrow().schema
 
     def partition_columns(self, table: TableName) -> list[str]:
-        row = self._spark.sql(f"DESCRIBE DETAIL delta.{self._path(table)}").first()
-        return list(row["partitionColumns"]) if row is not None else []
+        # From the log's metadata with delta-rs: DESCRIBE DETAIL builds the table's whole
+        # state in a Spark job (50 tasks), seconds per table on a cluster at start-up.
+        log = self._log(table)
+        return list(log.metadata().partition_columns) if log is not None else []
 
     def _append(self, schema: TableSchema, rows: pa.Table, app_id: str, batch_id: int) -> bool:
         if not self.exists(schema.name):
