@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
+import pyarrow as pa
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.guard import UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.core.mapping_retention import live_part
+from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.packed_mappings import PackedMappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -55,7 +56,8 @@ def test_a_mapping_without_its_deleted_ledgers_plans_the_same(w: World, data: st
     assume(cut_t or cut_s)
     target = _deleted(w.target, int(target_ids[cut_t]))
     source = _deleted(w.source, int(source_ids[cut_s]))
-    live = live_part(w.mapping, source.ledgers, target.ledgers)
+    firsts = first_ledger(source.ledgers), first_ledger(target.ledgers)
+    live = live_part(w.mapping, *firsts)
     mapping = w.mapping if live is None else live
     whole = translate(source, w.mapping, target, previous_source=w.source)
     plan = translate(source, mapping, target, previous_source=w.source)
@@ -65,7 +67,7 @@ def test_a_mapping_without_its_deleted_ledgers_plans_the_same(w: World, data: st
         whole, unmapped_acked_entries=0, outcome="exact")
     assert plan.unmapped_acked_entries <= whole.unmapped_acked_entries
     assert _verdict(plan, source, mapping, target) == _verdict(whole, source, w.mapping, target)
-    again = live_part(mapping, source.ledgers, target.ledgers)
+    again = live_part(mapping, *firsts)
     assert again is None  # nothing left to drop
 
 
@@ -77,24 +79,22 @@ def test_the_live_part_drops_each_kind_by_its_side_s_first_ledger() -> None:
         unreplicated=Runs.of((1, 5, 1), (3, 5, 1)), unpaired=Runs.of((10, 7, 1)),
         anchors=Anchors.of((Position(1, 6), Position(10, 5)), (Position(3, 6), Position(12, 5))),
         written_at=7.0)
-    source = Ledgers.of([(3, 6)])
-    target = Ledgers.of([(11, 8), (12, 6)])
-    live = live_part(mapping, source, target)
+    live = live_part(mapping, 3, 11)  # the first live ledger of each side
     assert live is not None
     # A segment goes with both its ledgers: 1 -> 10. Source ledger 2 is gone but its target
     # copies (11) live.
     assert live.segments == SegmentSet.of([Segment(2, 0, 11, 0, 5), Segment(3, 0, 12, 0, 5)])
-    kept = live_part(mapping, Ledgers.of([(1, 6), (3, 6)]), target)
+    kept = live_part(mapping, 1, 11)
     assert kept is not None and kept.segments == mapping.segments
     assert live.skippable == Runs.of((12, 5, 1)) and live.foreign == Runs.of((11, 6, 2))
     assert live.unreplicated == Runs.of((3, 5, 1)) and live.unpaired == Runs.of()
     assert live.anchors == Anchors.of((Position(3, 6), Position(12, 5)))
     assert live.written_at == 7.0
-    assert live_part(live, source, target) is None
-    # Unknown or empty ledger lists drop nothing.
+    assert live_part(live, 3, 11) is None
+    # Unknown (or empty) ledger lists drop nothing.
     assert live_part(mapping, None, None) is None
-    assert live_part(mapping, Ledgers(np.empty(0, np.int64), np.empty(0, np.int64)),
-                     None) is None
+    assert first_ledger(Ledgers(np.empty(0, np.int64), np.empty(0, np.int64))) is None
+    assert first_ledger(None) is None and first_ledger(Ledgers.of([(3, 6), (4, 0)])) == 3
 
 
 def test_the_sync_keeps_the_live_part_and_its_cursor_then_goes_idle() -> None:
@@ -120,3 +120,33 @@ def test_the_sync_keeps_the_live_part_and_its_cursor_then_goes_idle() -> None:
     assert held[key].segments == SegmentSet.of([Segment(2, 0, 11, 0, 5)])
     assert held[key].skippable == Runs.of()
     assert step.target_reads_skipped >= 3  # idle on the trimmed mapping
+
+
+def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -> None:
+    """The builder reads no ledger lists: the sync's step hands it the first live ledgers of
+    each partition it plans, and the builder keeps the live part of its known mapping."""
+    from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+
+    key = PartitionKey("persistent://t/n/orders", 0)
+    live = LiveLedgers()
+    builder = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    builder.live = live
+    builder.seed_known({key: TopicMapping(
+        SegmentSet.of([Segment(1, 0, 10, 0, 5), Segment(2, 0, 11, 0, 5)]),
+        skippable=Runs.of((10, 5, 1), (11, 5, 1)))})
+    step = SyncStep(SyncConfig(), None, lambda t, s: CursorState(
+        Position(11, 4), RangeSet(), Ledgers.of([(11, 6)])))
+    step.live_ledgers = live
+    step.run([ObservedCursor(key, "sub", CursorState(Position(2, 4), RangeSet(),
+                                                     Ledgers.of([(2, 5)])),
+                             datetime(2026, 11, 23, tzinfo=UTC))],
+             {key: builder.known[key]})
+    builder.process(pa.table({
+        "cluster": ["B"], "topic": [key.topic], "partition": pa.array([0], pa.int32()),
+        "ledger": pa.array([11], pa.int64()), "entry": pa.array([6], pa.int64()),
+        "batch_index": pa.array([-1], pa.int32()), "source_position": ["2:5"],
+        "entry_identity": pa.array([None], pa.binary())}))
+    known = builder.known[key]
+    assert known.segments == SegmentSet.of([Segment(2, 0, 11, 0, 5), Segment(2, 5, 11, 6, 1)])
+    assert known.skippable == Runs.of((11, 5, 1))
+    assert live.take() == {}  # taken by the builder

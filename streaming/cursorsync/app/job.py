@@ -42,6 +42,7 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream
+from cursorsync.core.mapping_retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.sync.observed import target_reader
@@ -207,6 +208,10 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     mapping_sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"),
                                                 config.tables,
                                                 metrics).run_if_due
+    # The sync's step reads each moving partition's ledger lists: the builder trims its
+    # known mappings with them too (with emission on executors this step plans nothing,
+    # and the builder keeps them whole).
+    step.live_ledgers = mapping_sink.builder.live = LiveLedgers()
     sync_sink = SyncSink(config, store, step, metrics)
     sync_sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                              config.tables, metrics).run_if_due

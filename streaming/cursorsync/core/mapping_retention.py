@@ -18,20 +18,21 @@ target ledger waits for nothing.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
+from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.records import PartitionKey
 
 
-def live_part(mapping: TopicMapping, source_ledgers: Ledgers | None,
-              target_ledgers: Ledgers | None) -> TopicMapping | None:
-    """``mapping`` without what names only deleted ledgers (those before the first of each
-    side's ledger list), or None when there is nothing to drop. An unknown or empty ledger
-    list drops nothing on its side."""
-    target_first = _first(target_ledgers)
-    source_first = _first(source_ledgers)
+def live_part(mapping: TopicMapping, source_first: int | None,
+              target_first: int | None) -> TopicMapping | None:
+    """``mapping`` without what names only ledgers before each side's first live ledger
+    (:func:`first_ledger`), or None when there is nothing to drop. An unknown first ledger
+    (None) drops nothing on its side."""
     changes: dict[str, object] = {}
     rows = mapping.segments.rows
     if (target_first is not None and source_first is not None and len(rows)
@@ -55,8 +56,38 @@ def live_part(mapping: TopicMapping, source_ledgers: Ledgers | None,
     return replace(mapping, **changes) if changes else None  # type: ignore[arg-type]
 
 
-def _first(ledgers: Ledgers | None) -> int | None:
+def first_ledger(ledgers: Ledgers | None) -> int | None:
+    """The first ledger a topic's ledger list names (None: no list, or an empty one)."""
     return None if ledgers is None or not len(ledgers.ids) else int(ledgers.ids[0])
+
+
+class LiveLedgers:
+    """Each partition's first live ledgers, as the sync last read them, for the mapping
+    builder to trim its own known mappings with (the builder reads no ledger lists). Thread
+    safe: the two queries' batches run on threads of their own."""
+
+    def __init__(self) -> None:
+        self._firsts: dict[PartitionKey, tuple[int | None, int | None]] = {}
+        self._lock = threading.Lock()
+
+    def saw(self, key: PartitionKey, source_first: int | None,
+            target_first: int | None) -> None:
+        with self._lock:
+            self._firsts[key] = (source_first, target_first)
+
+    def take(self) -> dict[PartitionKey, tuple[int | None, int | None]]:
+        """What was seen since the last take (source first, target first per partition)."""
+        with self._lock:
+            found, self._firsts = self._firsts, {}
+        return found
+
+    def trim(self, mappings: PackedMappings) -> None:
+        """Keep the live part of each mapping seen since the last take."""
+        for key, firsts in self.take().items():
+            mapping = mappings.get(key)
+            live = None if mapping is None else live_part(mapping, *firsts)
+            if live is not None:
+                mappings.put(key, live)
 
 
 def _live_runs(runs: Runs, first: int) -> Runs | None:

@@ -104,6 +104,13 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         self._built: dict[PartitionKey, TopicMapping] = {}
         self._read: set[PartitionKey] = set()
 
+    @classmethod
+    def of(cls, mappings: Mapping[PartitionKey, TopicMapping]) -> PackedMappings:
+        held = cls()
+        for key, mapping in mappings.items():
+            held.put(key, mapping)
+        return held
+
     def put(self, key: PartitionKey, mapping: TopicMapping) -> None:
         """The partition's mapping is now ``mapping``, with a new version (kept built, as
         if read)."""

@@ -60,6 +60,7 @@ from cursorsync.core.mapping import (
     holes,
     ledger_ends,
 )
+from cursorsync.core.mapping_retention import LiveLedgers
 from cursorsync.core.packed_mappings import PackedMappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -157,8 +158,8 @@ class MappingBuilder:
         self.anchor_read = anchor_read
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
-        #: Packed; built for the partitions a batch maps (see PackedMappings).
-        self.known = PackedMappings()
+        self.known = PackedMappings()  # built for the partitions a batch maps
+        self.live: LiveLedgers | None = None  # the sync's: trims known (mapping_retention)
         if state is not None:
             self.load_state(state)
 
@@ -177,14 +178,14 @@ class MappingBuilder:
 
     def seed_known(self, known: Mapping[PartitionKey, TopicMapping]) -> None:
         """The mapping already in the table (at start-up), to validate new evidence against."""
-        self.known = PackedMappings()
-        for key, mapping in known.items():
-            self.known.put(key, mapping)
+        self.known = PackedMappings.of(known)
 
     # -- processing
     def process(self, rows: pa.Table) -> BatchOutcome:
         """One batch of ``pulsar-entries`` rows from either cluster."""
         self.known.next_batch()
+        if self.live is not None:
+            self.live.trim(self.known)
         out: dict[PartitionKey, TopicMapping] = {}
         totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0, "unpaired": 0}
         candidates: dict[PartitionKey, Runs] = {}

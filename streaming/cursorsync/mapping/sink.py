@@ -89,6 +89,7 @@ class MappingSink:
                                  target_cluster=self.config.target.name,
                                  max_batch_id=batch_id - 1)
         builder.seed_known(known)
+        builder.live = self.builder.live
         self.builder = builder
 
     def __call__(self, df: Any, batch_id: int) -> None:

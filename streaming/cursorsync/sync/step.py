@@ -51,7 +51,7 @@ from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, TopicMapping
-from cursorsync.core.mapping_retention import live_part
+from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.packed_mappings import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -152,6 +152,8 @@ class SyncStep:
         #: Idle cursors, packed (:mod:`cursorsync.sync.plans`); their previous observation
         #: is the packed source, so they are not in ``previous``.
         self._idle: dict[tuple[PartitionKey, str], IdleCursor] = {}
+        #: Where the first live ledgers the step reads go, for the mapping builder.
+        self.live_ledgers: LiveLedgers | None = None
         #: Mappings handed over as dicts, with a version per partition.
         self._held = HeldMappings()
         #: Plans of the last run refused for contradicting snapshot anchors.
@@ -226,7 +228,10 @@ class SyncStep:
             else:
                 found = given.get(obs.key)
                 mapping = _NO_MAPPING if found is None else found
-                live = live_part(mapping, obs.state.ledgers, target.ledgers)
+                firsts = first_ledger(obs.state.ledgers), first_ledger(target.ledgers)
+                if self.live_ledgers is not None:
+                    self.live_ledgers.saw(obs.key, *firsts)
+                live = live_part(mapping, *firsts)
                 if live is not None:
                     # What names only deleted ledgers goes: memory follows the live ledgers.
                     given.trim(obs.key, live)
