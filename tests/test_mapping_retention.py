@@ -67,6 +67,11 @@ def test_a_mapping_without_its_deleted_ledgers_plans_the_same(w: World, data: st
         whole, unmapped_acked_entries=0, outcome="exact")
     assert plan.unmapped_acked_entries <= whole.unmapped_acked_entries
     assert _verdict(plan, source, mapping, target) == _verdict(whole, source, w.mapping, target)
+    # With snapshot evidence the segments count up to the newest anchor: the same acks.
+    vouched = translate(source, mapping.vouched(), target, previous_source=w.source)
+    whole_vouched = translate(source, w.mapping.vouched(), target, previous_source=w.source)
+    assert (vouched.mark_delete, vouched.individually_deleted, vouched.to_ack) == (
+        whole_vouched.mark_delete, whole_vouched.individually_deleted, whole_vouched.to_ack)
     again = live_part(mapping, *firsts)
     assert again is None  # nothing left to drop
 
