@@ -256,7 +256,8 @@ class SyncStep:
                 if planned.quiet and planned.final and k not in self.halted:
                     # Idle: while the plan's inputs stay what they are, the plan and the
                     # guard's answer stay the same. It is kept packed until one changes.
-                    self._idle[k] = IdleCursor.of(planned, obs.observed_at)
+                    self._idle[k] = idle = IdleCursor.of(planned, obs.observed_at)
+                    plan = idle.plan  # the same value, without what its sets derived on use
                     del self._plans[k], self.previous[k]
                     packed += 1
             refused += result == "refused"
