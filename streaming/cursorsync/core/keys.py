@@ -167,7 +167,7 @@ def combine(
     """
     na, nb = len(alo), len(blo)
     if na + nb == 0:
-        return alo[:0], ahi[:0]
+        return _empty(alo), _empty(ahi)
     keys = np.concatenate((alo, blo, ahi, bhi))
     code = np.repeat(np.array([1, 2, -1, -2], dtype=np.int8), [na, nb, na, nb])
     order = np.argsort(keys, kind="stable")
@@ -186,6 +186,16 @@ def combine(
     lo, hi = keys[edges[0::2]], keys[edges[1::2]]
     keep = lo < hi
     return lo[keep], hi[keep]
+
+
+def _empty(keys: Keys) -> Keys:
+    """No keys, of the same kind as ``keys``: not a view of it, which would keep its whole
+    buffer alive for as long as the (often long-kept) empty answer lives."""
+    return _NO_KEYS if keys.dtype == np.int64 else keys[:0].copy()
+
+
+_NO_KEYS: I64 = np.empty(0, np.int64)
+_NO_KEYS.setflags(write=False)
 
 
 def _aranges(starts: I64, stops: I64) -> I64:
@@ -291,10 +301,10 @@ def algebra(alo: I64, ahi: I64, blo: I64, bhi: I64, op: str) -> tuple[I64, I64]:
     if op != "sub" and n < m:
         alo, ahi, blo, bhi, n, m = blo, bhi, alo, ahi, m, n
     if m == 0 or n == 0:
-        return (alo[:0], ahi[:0]) if op == "and" else (alo, ahi)
+        return (_empty(alo), _empty(ahi)) if op == "and" else (alo, ahi)
     if ahi[-1] < blo[0] or bhi[-1] < alo[0]:  # apart, not even touching
         if op == "and":
-            return alo[:0], ahi[:0]
+            return _empty(alo), _empty(ahi)
         if op == "sub":
             return alo, ahi
         first = ahi[-1] < blo[0]
@@ -312,7 +322,7 @@ def algebra(alo: I64, ahi: I64, blo: I64, bhi: I64, op: str) -> tuple[I64, I64]:
         # The usual answer for large operands of similar size (a cursor against its
         # previous poll, a plan against what the rule allows): a binary search per
         # range instead of the sweep.
-        return alo[:0], ahi[:0]
+        return _empty(alo), _empty(ahi)
     lo, hi = combine(alo, ahi, blo, bhi, op)
     return lo, hi
 
