@@ -155,3 +155,8 @@ def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -
     assert known.segments == SegmentSet.of([Segment(2, 0, 11, 0, 5), Segment(2, 5, 11, 6, 1)])
     assert known.skippable == Runs.of((11, 5, 1))
     assert live.take() == {}  # taken by the builder
+    step.run([ObservedCursor(key, "sub", CursorState(Position(2, 5), RangeSet(),
+                                                     Ledgers.of([(2, 6)])),
+                             datetime(2026, 11, 23, tzinfo=UTC))],
+             {key: builder.known[key]})
+    assert live.take() == {}  # nothing dead in what the sync planned: nothing handed over

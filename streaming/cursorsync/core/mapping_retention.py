@@ -62,9 +62,11 @@ def first_ledger(ledgers: Ledgers | None) -> int | None:
 
 
 class LiveLedgers:
-    """Each partition's first live ledgers, as the sync last read them, for the mapping
-    builder to trim its own known mappings with (the builder reads no ledger lists). Thread
-    safe: the two queries' batches run on threads of their own."""
+    """The first live ledgers of each partition whose mapping the sync trimmed, for the
+    mapping builder to trim its own known mappings with (the builder reads no ledger lists).
+    The builder's mappings are made of the rows the sync reads, so a partition the sync
+    found nothing dead in is not handed over: the builder unpacks no mapping for nothing.
+    Thread safe: the two queries' batches run on threads of their own."""
 
     def __init__(self) -> None:
         self._firsts: dict[PartitionKey, tuple[int | None, int | None]] = {}

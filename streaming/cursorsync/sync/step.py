@@ -229,13 +229,15 @@ class SyncStep:
                 found = given.get(obs.key)
                 mapping = _NO_MAPPING if found is None else found
                 firsts = first_ledger(obs.state.ledgers), first_ledger(target.ledgers)
-                if self.live_ledgers is not None:
-                    self.live_ledgers.saw(obs.key, *firsts)
                 live = live_part(mapping, *firsts)
                 if live is not None:
                     # What names only deleted ledgers goes: memory follows the live ledgers.
                     given.trim(obs.key, live)
                     mapping, version = live, given.version(obs.key)
+                    if self.live_ledgers is not None:
+                        # The builder's known mapping has the same rows, so the same dead
+                        # part; with nothing dead here, it has none to drop either.
+                        self.live_ledgers.saw(obs.key, *firsts)
                 if self.config.vouch:
                     mapping = mapping.vouched()
                 mapping = self._with_markers(obs.key, mapping)
