@@ -9,13 +9,13 @@ which a ``holes`` fraction has acknowledgement holes. Three sync batches run thr
 real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
 sent): the first has no previous states (every cursor is translated; the idle ones are
 packed as their plans turn out to need nothing sent); the second and third are a running
-job's batches, the third the steady state the figures report. Each
-batch's ``cursor_states`` and ``sync_progress`` rows are built and appended to the local
-Delta table, timed apart (``rows_seconds``), and each batch after the first reads the
-mappings' new rows first, as the job does (``refresh_seconds``, none here); a batch's time
-is all three. The target's admin
-API is a function that answers from memory and counts the
-requests: the job makes one per (partition, subscription) and batch.
+job's batches, the third the steady state the figures report. Each batch's
+``cursor_states`` and ``sync_progress`` rows are built and appended to the local Delta
+table, timed apart (``rows_seconds``), and each batch after the first reads the mappings'
+new rows first, as the job does (``refresh_seconds``, none here); a batch's time is all
+three. The target's admin API is a function that answers from memory and counts the
+requests, as the job's would be made: one per moving (partition, subscription) and batch,
+one per idle one every few batches.
 """
 
 from __future__ import annotations
