@@ -211,7 +211,8 @@ def test_every_algebra_method_matches_sets(a: tuple[np.ndarray, np.ndarray],
         assert_canonical_keys(lo, hi)
         for side, operand in ((lo, alo), (hi, ahi), (lo, blo), (hi, bhi)):
             # An empty answer is no view of an operand: it would keep the operand's buffer.
-            assert len(side) or side.base is None or all(side.base is not x for x in (operand, operand.base)), name
+            assert len(side) or side.base is None or all(
+                side.base is not x for x in (operand, operand.base)), name
 
 
 @given(key_sets(), key_sets())
