@@ -223,9 +223,11 @@ class _Rows:
 def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_replay(
         tmp_path: Path) -> None:
     """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
-    the batch and again when the sink restarts from the checkpoint's builder state."""
+    the batch and again when the sink restarts from the checkpoint's builder state. A
+    partition the sync found rows about deleted ledgers for gets a live row."""
     from cursorsync.app.metrics import Metrics
     from cursorsync.app.settings import parse_config
+    from cursorsync.core.mapping_retention import LiveLedgers
     from cursorsync.mapping.entries_rows import packed_batches
     from cursorsync.mapping.sink import MappingSink
 
@@ -275,6 +277,12 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     again = MappingSink(config, store, tmp_path / "state", None, hole_check=check)
     again(batch([4, 6]), 1)
     assert asked[-1] == [[9, 5, 1]]
+    # The sync found rows about ledgers before 1 and 9: the next batch writes a live row.
+    again.builder.live = live = LiveLedgers()
+    live.saw(KEY, 1, 9)
+    again(batch([7]), 2)
+    assert [(r["source_ledger"], r["target_ledger"], r["count"], r["batch_id"])
+            for r in store.read("mappings").to_pylist() if r["kind"] == "live"] == [(1, 9, 0, 2)]
 
 
 @pytest.mark.spark

@@ -4,6 +4,7 @@ sync."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,51 @@ def test_merging_mappings_rows_keeps_every_reader_s_union_in_fewer_rows(tmp_path
         SegmentSet.of([Segment(3, 0, 9, 0, 10)])
     assert incremental.refresh()[key].segments == full[key].segments
     assert merge_rows(store, before=cut) == 0  # nothing left to merge
+
+
+def test_live_rows_drop_rows_about_deleted_ledgers_for_readers_and_the_merge(
+        tmp_path: Path) -> None:
+    """A partition's mapping names ledgers 1 (source) and 10 (target), since deleted, and 2
+    and 11. Once a live row says the first live ledgers are 2 and 11, every reader loads
+    only what names them, and the merge keeps only those rows, with one live row holding
+    the highest first ledger of each side (a later row that knows less changes nothing)."""
+    from cursorsync.core.anchors import Anchors
+    from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
+    from cursorsync.core.positions import Position
+    from cursorsync.core.records import PartitionKey
+    from cursorsync.tables.mappings import load_mappings, merge_rows
+    from cursorsync.tables.rows import mapping_rows
+
+    store = open_store("delta-rs", str(tmp_path / "t"))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    key = PartitionKey("persistent://t/n/a", 0)
+
+    def write(batch: int, m: TopicMapping, live: tuple[int | None, int | None] | None = None,
+              ) -> None:
+        store.append("mappings", mapping_rows(
+            key, m, source_cluster="A", target_cluster="B", live=live,
+            written_at=t0 + timedelta(seconds=batch)), app_id="mapping", batch_id=batch)
+
+    whole = TopicMapping(
+        SegmentSet.of([Segment(1, 0, 10, 0, 5), Segment(2, 0, 11, 0, 5)]),
+        skippable=Runs.of((10, 5, 1), (11, 5, 1)), unreplicated=Runs.of((1, 7, 1), (2, 7, 1)),
+        anchors=Anchors.of((Position(1, 4), Position(10, 4)), (Position(2, 4), Position(11, 4))))
+    write(0, whole)
+    first = load_mappings(store, source_cluster="A", target_cluster="B")[0][key]
+    assert first == replace(whole, written_at=first.written_at)
+    write(1, TopicMapping(), live=(2, 11))
+    write(2, TopicMapping(SegmentSet.of([Segment(2, 5, 11, 6, 3)])), live=(1, None))
+    live = TopicMapping(
+        SegmentSet.of([Segment(2, 0, 11, 0, 5), Segment(2, 5, 11, 6, 3)]),
+        skippable=Runs.of((11, 5, 1)), unreplicated=Runs.of((2, 7, 1)),
+        anchors=Anchors.of((Position(2, 4), Position(11, 4))))
+    loaded = load_mappings(store, source_cluster="A", target_cluster="B")[0][key]
+    assert loaded == replace(live, written_at=loaded.written_at)
+
+    assert merge_rows(store, before=t0 + timedelta(seconds=10)) == 11 - 6
+    rows = store.read("mappings").to_pylist()
+    assert sorted((r["kind"], r["source_ledger"], r["target_ledger"]) for r in rows) == [
+        ("anchor", 2, 11), ("live", 2, 11), ("segment", 2, 11), ("segment", 2, 11),
+        ("skippable", None, 11), ("unreplicated", 2, None)]
+    merged = load_mappings(store, source_cluster="A", target_cluster="B")[0][key]
+    assert merged == loaded

@@ -146,7 +146,7 @@ def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -
                                                      Ledgers.of([(2, 5)])),
                              datetime(2026, 11, 23, tzinfo=UTC))],
              {key: builder.known[key]})
-    builder.process(pa.table({
+    outcome = builder.process(pa.table({
         "cluster": ["B"], "topic": [key.topic], "partition": pa.array([0], pa.int32()),
         "ledger": pa.array([11], pa.int64()), "entry": pa.array([6], pa.int64()),
         "batch_index": pa.array([-1], pa.int32()), "source_position": ["2:5"],
@@ -155,6 +155,7 @@ def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -
     assert known.segments == SegmentSet.of([Segment(2, 0, 11, 0, 5), Segment(2, 5, 11, 6, 1)])
     assert known.skippable == Runs.of((11, 5, 1))
     assert live.take() == {}  # taken by the builder
+    assert outcome.live == {key: (2, 11)}  # for the table's live row
     step.run([ObservedCursor(key, "sub", CursorState(Position(2, 5), RangeSet(),
                                                      Ledgers.of([(2, 6)])),
                              datetime(2026, 11, 23, tzinfo=UTC))],

@@ -540,7 +540,7 @@ def test_schema_files_are_well_formed() -> None:
     assert "`observed_at` TIMESTAMP NOT NULL" in ddl
     mapping = load_schema("mappings")
     assert mapping.field("kind").values == ("segment", "skippable", "foreign", "unpaired",
-                                             "unreplicated", "anchor")
+                                             "unreplicated", "anchor", "live")
     assert "COMMENT '\\'segment\\' | " in mapping.spark_ddl()
 
 

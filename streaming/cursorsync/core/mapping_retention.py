@@ -83,13 +83,16 @@ class LiveLedgers:
             found, self._firsts = self._firsts, {}
         return found
 
-    def trim(self, mappings: PackedMappings) -> None:
-        """Keep the live part of each mapping seen since the last take."""
-        for key, firsts in self.take().items():
+    def trim(self, mappings: PackedMappings) -> dict[PartitionKey, tuple[int | None, int | None]]:
+        """Keep the live part of each mapping seen since the last take; returns what was
+        taken, for the ``mappings`` table's ``live`` rows."""
+        taken = self.take()
+        for key, firsts in taken.items():
             mapping = mappings.get(key)
             live = None if mapping is None else live_part(mapping, *firsts)
             if live is not None:
                 mappings.put(key, live)
+        return taken
 
 
 def _live_runs(runs: Runs, first: int) -> Runs | None:

@@ -134,8 +134,7 @@ class BatchOutcome:
     conflicts: int
     given_up_target: int
     given_up_source: int
-    #: Skipped target ids (hole candidates) checked in this batch, and those claimed
-    #: skippable.
+    #: Skipped target ids (hole candidates) checked in this batch, those claimed skippable.
     skipped_ids: int = 0
     skipped_claimed: int = 0
     #: Snapshot anchors found on the source, and target entries taken as copies.
@@ -143,6 +142,8 @@ class BatchOutcome:
     unpaired: int = 0
     #: Skipped target ids left for later batches' checks (HOLE_CHECKS_PER_BATCH), in all.
     skipped_waiting: int = 0
+    #: First live (source, target) ledgers the sync found rows before (mapping_retention).
+    live: dict[PartitionKey, tuple[int | None, int | None]] = field(default_factory=dict)
 
 
 class MappingBuilder:
@@ -184,8 +185,7 @@ class MappingBuilder:
     def process(self, rows: pa.Table) -> BatchOutcome:
         """One batch of ``pulsar-entries`` rows from either cluster."""
         self.known.next_batch()
-        if self.live is not None:
-            self.live.trim(self.known)
+        live = self.live.trim(self.known) if self.live is not None else {}
         out: dict[PartitionKey, TopicMapping] = {}
         totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0, "unpaired": 0}
         candidates: dict[PartitionKey, Runs] = {}
@@ -213,7 +213,7 @@ class MappingBuilder:
                             sum(r.entry_count() for r in checked.values()) - past_ends,
                             claimed,
                             anchors, totals["unpaired"],
-                            sum(st.unchecked.entry_count() for st in self._parts.values()))
+                            sum(st.unchecked.entry_count() for st in self._parts.values()), live)
 
     def _due(self, fresh: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         """The skipped ids to check in this batch: those left by earlier batches first, then

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 MAPPING_APP = "cursorsync-mapping"
 #: Builder states kept under the checkpoint, one per batch (a replay needs the previous).
 STATE_FILES_KEPT = 5
+#: The delta of a partition the batch only has a live row for.
+_NOTHING = TopicMapping()
 
 
 class MappingSink:
@@ -100,9 +102,11 @@ class MappingSink:
         now = datetime.now(UTC)
         written = (outcome.mappings if self.tamper is None
                    else self.tamper(batch_id, dict(outcome.mappings)))
-        parts = [mapping_rows(k, m, source_cluster=self.config.source.name,
-                              target_cluster=self.config.target.name, written_at=now)
-                 for k, m in sorted(written.items())]
+        # With the partitions the sync found rows about deleted ledgers for: a live row each.
+        parts = [mapping_rows(k, written.get(k, _NOTHING), source_cluster=self.config.source.name,
+                              target_cluster=self.config.target.name, written_at=now,
+                              live=outcome.live.get(k))
+                 for k in sorted(written.keys() | outcome.live.keys())]
         # No rows still records the batch id as written.
         rows = pa.concat_tables(parts) if parts else row_schema("mappings").empty_table()
         self.store.append("mappings", rows, app_id=MAPPING_APP, batch_id=batch_id)

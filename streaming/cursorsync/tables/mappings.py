@@ -8,7 +8,10 @@ rows is the same error everywhere.
 Each mapping batch appends its own rows, so a run that many batches continue is
 many rows. :func:`merge_rows` (table maintenance) replaces the rows written before
 a moment by their union, one commit: the table then holds a handful of rows per
-ledger. Readers see the same mappings before and after.
+ledger. Readers see the same mappings before and after. A partition's ``live`` row
+(the first ledgers each side still has, written when the sync finds rows about deleted
+ledgers) makes every reader drop those rows' part of the union, and the merge drop the
+rows: the table keeps the live ledgers' rows, not every ledger's since the start.
 """
 
 from __future__ import annotations
@@ -75,6 +78,11 @@ def merge_rows(store: TableStore, *, before: datetime) -> int:
     if old.num_rows < 2:
         return 0
     latest = old.group_by(_GROUP).aggregate([("batch_id", "max"), ("written_at", "max")])
+    # The union drops what the live rows say is dead; one live row per partition stays.
+    lives = old.filter(pc.equal(old.column("kind"), "live")).group_by(_GROUP).aggregate(
+        [("source_ledger", "max"), ("target_ledger", "max")]).to_pylist()
+    live = {(r["source_cluster"], r["target_cluster"], r["topic"], r["partition"]):
+            (r["source_ledger_max"], r["target_ledger_max"]) for r in lives}
     schema = load_schema("mappings")
     pairs = old.select(["source_cluster", "target_cluster"]).group_by(
         ["source_cluster", "target_cluster"]).aggregate([]).to_pylist()
@@ -95,7 +103,9 @@ def merge_rows(store: TableStore, *, before: datetime) -> int:
             r = last[(key.topic, key.partition)]
             merged.append(prepare_rows(schema, mapping_rows(
                 key, mapping, source_cluster=pair["source_cluster"],
-                target_cluster=pair["target_cluster"], written_at=r["written_at_max"]),
+                target_cluster=pair["target_cluster"], written_at=r["written_at_max"],
+                live=live.get((pair["source_cluster"], pair["target_cluster"], key.topic,
+                               key.partition))),
                 int(r["batch_id_max"])))
     out = pa.concat_tables(merged) if merged else schema.arrow().empty_table()
     if out.num_rows >= old.num_rows:

@@ -26,6 +26,7 @@ from cursorsync.core.mapping import (
     evidence_mask,
     evidence_names,
 )
+from cursorsync.core.mapping_retention import live_part
 from cursorsync.core.packed_mappings import NO_ANCHORS, NO_RUNS
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -69,8 +70,11 @@ def mapping_rows(
     source_cluster: str,
     target_cluster: str,
     written_at: datetime,
+    live: tuple[int | None, int | None] | None = None,
 ) -> pa.Table:
-    """Rows for one topic partition's mapping: segments, then each kind of run."""
+    """Rows for one topic partition's mapping: segments, then each kind of run; and with
+    ``live`` (the first live source and target ledgers), a ``live`` row, after which readers
+    drop what names only ledgers before them (:mod:`cursorsync.core.mapping_retention`)."""
     schema = _arrow_schema("mappings")
     seg = mapping.segments.rows
     parts: list[dict[str, Any]] = [{
@@ -101,6 +105,10 @@ def mapping_rows(
             "target_entry": entry if side == "target" else none,
             "count": r[:, 2], "evidence": none,
         })
+    if live is not None:
+        parts.append({"kind": ["live"], "source_ledger": [live[0]], "source_entry": [None],
+                      "target_ledger": [live[1]], "target_entry": [None], "count": [0],
+                      "evidence": [None]})
     n = sum(len(p["kind"]) for p in parts)
     columns: dict[str, pa.Array] = {
         "topic": _constant(key.topic, n, pa.string()),
@@ -150,7 +158,7 @@ def topic_mappings(rows: pa.Table) -> dict[PartitionKey, TopicMapping]:
     cut = np.flatnonzero((topic_codes[1:] != topic_codes[:-1])
                          | (partitions[1:] != partitions[:-1])) + 1
     starts, ends = np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist()
-    wanted = {kind: code.get(kind, -1) for kind in ("segment", "anchor", *_RUN_SIDE)}
+    wanted = {kind: code.get(kind, -1) for kind in ("segment", "anchor", "live", *_RUN_SIDE)}
     for start, end in zip(starts, ends, strict=True):
         key = PartitionKey(topic_names[int(topic_codes[start])], int(partitions[start]))
         newest = int(at[start:end].max())
@@ -183,9 +191,22 @@ def _one_mapping(kinds: np.ndarray, ints: np.ndarray, masks: np.ndarray,
         arr = ints[kinds == code[kind]][:, _SIDE_COLUMNS[side]]
         runs[kind] = Runs().union(Runs(arr)) if len(arr) else NO_RUNS  # canonical runs
     anchors = ints[kinds == code["anchor"]][:, :4]
-    return TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
-                        written_at=written_at, unpaired=runs["unpaired"],
-                        anchors=Anchors(anchors) if len(anchors) else NO_ANCHORS)
+    mapping = TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
+                           written_at=written_at, unpaired=runs["unpaired"],
+                           anchors=Anchors(anchors) if len(anchors) else NO_ANCHORS)
+    firsts = live_ledgers(ints[kinds == code["live"]])
+    live = None if firsts is None else live_part(mapping, *firsts)
+    return mapping if live is None else live
+
+
+def live_ledgers(ints: np.ndarray) -> tuple[int | None, int | None] | None:
+    """The first live (source, target) ledgers the ``live`` rows name (their integer
+    columns, nulls as 0): the highest of each side, since ledgers are deleted oldest first
+    and never come back; None without such rows, and None for a side none of them knows."""
+    if not len(ints):
+        return None
+    source, target = int(ints[:, 0].max()), int(ints[:, 2].max())
+    return source or None, target or None
 
 
 
