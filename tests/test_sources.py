@@ -395,6 +395,25 @@ def test_available_now_stops_at_the_target(
 
 
 @pytest.mark.integration
+def test_latest_asked_right_after_an_unload_waits_for_the_consumer_to_reconnect(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """An unloaded topic (the brokers' load balancing moves bundles all the time) answers
+    its reconnecting consumer's last-message-id request with an error for a moment: the
+    reader asks again rather than failing the mapping query's batch."""
+    (topic,) = local_topic(testbed, "a", topic_name("unloaded"))
+    produce(client_of(testbed, "a"), topic, unbatched=3, batches=[])
+    r = entries_reader(testbed, [topic])
+    try:
+        last = r.latest_position(topic)
+        assert last.entry == 2
+        for _ in range(5):
+            testbed.admin_call("a", "PUT", TopicName.parse(topic).admin_path("unload"))
+            assert r.latest_position(topic) == last
+    finally:
+        r.stop()
+
+
+@pytest.mark.integration
 def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """A real broker answers -1:-1 for a topic with no entry (its open ledger has none)."""

@@ -89,6 +89,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
@@ -119,6 +120,10 @@ from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
+
+#: How long the last message id is asked for again while the broker answers with a
+#: transient error (an unloaded topic's consumer reconnecting) before the batch fails.
+LAST_ID_RETRY_S = 30.0
 
 
 class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -175,8 +180,16 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         skips markers), BEFORE_ALL when it has none."""
         import pulsar
 
+        # A topic unloaded (the brokers' load balancing moves bundles all the time) answers
+        # "consumer not found" or not at all until its consumer has reconnected.
+        transient = (pulsar.BrokerMetadataError, pulsar.ConsumerNotFound, pulsar.NotConnected,
+                     pulsar.Timeout, pulsar.ConnectError, pulsar.ServiceUnitNotReady,
+                     pulsar.LookupError, pulsar.TooManyLookupRequestException)
+        retrying = Retrying(stop=stop_after_delay(LAST_ID_RETRY_S),
+                            wait=wait_exponential(multiplier=0.2, max=2.0),
+                            retry=retry_if_exception_type(transient), reraise=True)
         try:
-            mid = self._consumer(topic).get_last_message_id()
+            mid = retrying(lambda: self._consumer(topic).get_last_message_id())
         except pulsar.PulsarException as e:
             raise EntriesReadError(
                 f"cluster {self.options.cluster} topic {topic}: cannot get the last message "
