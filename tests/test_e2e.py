@@ -21,6 +21,7 @@ from cursorsync.core.positions import Position
 from cursorsync_devtools.demo import DemoReport, demo
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.workload import WorkloadSpec, sync_subscription
+from job_on_bed import last_data_entry
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -131,21 +132,9 @@ def _markers_passed(testbed: TestBed, topic_name: Callable[[str], str], tmp_path
         for topic in (s.partitioned_topic, s.plain_topic):
             for p in testbed.partitions(topic):
                 md = r.target_marks[sub][p]  # before the failover check's consumers
-                last = _last_data_entry(testbed, p)
+                last = last_data_entry(testbed, p)
                 assert Position.parse(md) >= last, (p, md, last)
 
-
-def _last_data_entry(bed: TestBed, topic: str) -> Position:
-    """The broker's last dispatchable entry (markers after it do not count)."""
-    import pulsar
-
-    probe = bed.client("b").subscribe(topic, "probe", receiver_queue_size=0,
-                                      consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        mid = probe.get_last_message_id()
-    finally:
-        probe.unsubscribe()
-    return Position(mid.ledger_id(), mid.entry_id())
 
 
 def test_killed_mid_batch_and_restarted_from_its_checkpoint(

@@ -3,17 +3,15 @@ halts, stays halted while the source moves on, and goes on only after `resume`."
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 
-from cursorsync.app.job import run_job, start_job
+from cursorsync.app.job import start_job
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
@@ -21,6 +19,7 @@ from cursorsync.sync.halts import halted, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
+from job_on_bed import last_data_entry, mark_delete, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -33,18 +32,7 @@ def _latest_outcome(store: TableStore, topic: str) -> str | None:
 
 
 def _md(bed: TestBed, cluster: str, topic: str) -> Position:
-    return Position.parse(bed.internal_stats(cluster, topic)["cursors"][SUB]["markDeletePosition"])
-
-
-def _last_data_entry(bed: TestBed, topic: str) -> Position:
-    """b's last dispatchable entry (markers after it do not count)."""
-    probe = bed.client("b").subscribe(topic, "probe", receiver_queue_size=0,
-                                      consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        mid = probe.get_last_message_id()
-    finally:
-        probe.unsubscribe()
-    return Position(mid.ledger_id(), mid.entry_id())
+    return mark_delete(bed, cluster, topic, SUB)
 
 
 def _until(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
@@ -53,30 +41,6 @@ def _until(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
         time.sleep(0.5)
-
-
-@contextmanager
-def _running(config: Any) -> Iterator[None]:
-    """The job as `cursorsync run` runs it, with its restarts: a query that fails while a
-    topic is deleted under it (the mapping's reader, asking for the last message id) starts
-    again from its checkpoint."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            run_job(config, stop_event=stop)
-        except BaseException as err:  # reported below
-            errors.append(err)
-
-    thread = threading.Thread(target=main, name="cursorsync-job", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(120)
-    assert not errors, errors
 
 
 def _send_and_ack(bed: TestBed, topic: str, consumer: Any, n: int) -> None:
@@ -116,7 +80,7 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
     clusters = {"source_cluster": "a", "target_cluster": "b"}
     job = start_job(config)
     try:
-        last = _last_data_entry(testbed, topic)
+        last = last_data_entry(testbed, topic)
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         synced = _md(testbed, "b", topic)
         # Back to the 5th message: what the source had acked after it is unacked again.
@@ -136,7 +100,7 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
         assert _md(testbed, "b", topic) == synced
         # The operator resumes: the sync goes on and b follows a again.
         resume(store, topic=topic, subscription=SUB, **clusters)
-        last = _last_data_entry(testbed, topic)
+        last = last_data_entry(testbed, topic)
         _until("b's cursor follows a's after resume", lambda: _md(testbed, "b", topic) >= last)
         assert _latest_outcome(store, topic) in ("exact", "partial")
     finally:
@@ -160,13 +124,13 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     job = start_job(config)
     try:
-        last = _last_data_entry(testbed, topic)
+        last = last_data_entry(testbed, topic)
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path(
             f"subscription/{SUB}?force=true"))
         _send_and_ack(testbed, topic, consumer, 10)
         testbed.wait_replicated([topic])
-        last = _last_data_entry(testbed, topic)
+        last = last_data_entry(testbed, topic)
         _until("the subscription is back and follows a's",
                lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
                and _md(testbed, "b", topic) >= last)
@@ -197,8 +161,8 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
     _send_and_ack(testbed, topic, consumer, 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
-    with _running(config):
-        last = _last_data_entry(testbed, topic)
+    with running(config):
+        last = last_data_entry(testbed, topic)
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
         testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
@@ -206,7 +170,7 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
         testbed.wait_replicated([topic])
         after = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
         assert min(after) > max(before), (before, after)
-        last = _last_data_entry(testbed, topic)
+        last = last_data_entry(testbed, topic)
         _until("the subscription is back on the new topic and follows a's",
                lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
                and _md(testbed, "b", topic) >= last)
@@ -249,7 +213,7 @@ def test_more_partitions_under_the_job_are_synced(
             initial_position=pulsar.InitialPosition.Earliest)
         _send_and_ack(testbed, topic, consumer, 30)
         testbed.wait_replicated([topic])
-        last = _last_data_entry(testbed, new)
+        last = last_data_entry(testbed, new)
         assert last.entry >= 0, "the new partition got messages"
         _until("b follows a on the new partition", lambda: _md(testbed, "b", new) >= last)
     finally:
@@ -290,7 +254,7 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
         return sum(r["acks_sent"] for r in rows) >= 4 and _latest_outcome(
             store, topic) == "exact"
 
-    with _running(config):
+    with running(config):
         try:
             _until("b's cursor follows a's over the four acked messages", synced)
             consumer.close()
