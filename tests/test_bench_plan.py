@@ -47,6 +47,21 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert "rewind" not in caplog.text
 
 
+def test_a_start_plans_the_cursors_over_batches_of_first_plans() -> None:
+    """100 first plans a batch: 300 cursors after a start take three batches, the moving
+    ones in the first, while the cursors planned already go on; then the running job's
+    two."""
+    out = bench_plan(300, active=0.2, holes=0.5, seed=3, first_plans_per_batch=100)
+    assert out["first_plans_per_batch"] == 100 and out["start_batches"] == 3
+    batches = out["batches"]
+    assert [b["cursors_waiting"] for b in batches] == [200, 100, 0, 0, 0]
+    assert [b["cursors"] for b in batches] == [100, 200, 300, 300, 300]
+    assert [b["outcomes"] for b in batches] == [{"exact": n} for n in (100, 200, 300, 300, 300)]
+    assert out["start_batch_max_seconds"] <= out["start_seconds"]
+    # The cursors that moved since the state the tables held before the start go first.
+    assert batches[0]["cursors_with_acks_planned"] == out["active_partitions"]
+
+
 def test_bench_plan_from_the_command_line() -> None:
     from typer.testing import CliRunner
 

@@ -169,6 +169,52 @@ def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() 
     assert [r.key for r in second.records] != sorted(r.key for r in second.records)
 
 
+def test_first_plans_are_bounded_per_batch_and_the_cursors_left_out_come_in_turn() -> None:
+    """After a start, at most first_plans_per_batch cursors are planned a first time per
+    batch; the cursors planned already go on each batch. A cursor whose target has no
+    subscription yet stays unplanned, and it does not hold back the others: each batch's
+    first plans start where the last batch's stopped."""
+    keys = [PartitionKey(f"persistent://t/n/t{i}", 0) for i in range(5)]
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]))
+    source = CursorState(Position(5, 9), RangeSet(), Ledgers.of([(5, 10)]))
+    target = CursorState(Position(7, 9), RangeSet(), Ledgers.of([(7, 10)]))
+    missing = keys[0].concrete_topic()  # no subscription on the target
+    step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=2), None,
+                    lambda t, s: None if t == missing else target)
+    observed = [ObservedCursor(k, "sub", source, NOW) for k in keys]
+    planned, deferred = [], []
+    for _ in range(4):
+        result = step.run(observed, dict.fromkeys(keys, mapping))
+        planned.append(sorted(int(r.key.topic[-1]) for r in result.records))
+        deferred.append(result.deferred)
+    assert planned == [[1], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4]]
+    assert deferred == [3, 2, 0, 0]
+    assert all(r.result == "emitted" and r.plan.mark_delete == Position(7, 9)
+               for r in result.records)
+
+
+def test_first_plans_go_first_to_the_cursors_that_moved_since_their_last_state() -> None:
+    """After a start the step holds each cursor's newest state from the tables: a cursor
+    whose source moved since goes before those that did not, whatever its turn."""
+    keys = [PartitionKey(f"persistent://t/n/t{i}", 0) for i in range(5)]
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]))
+    before = CursorState(Position(5, 6), RangeSet(), Ledgers.of([(5, 10)]))
+    now = CursorState(Position(5, 9), RangeSet(), Ledgers.of([(5, 10)]))
+    target = CursorState(Position(7, 6), RangeSet(), Ledgers.of([(7, 10)]))
+    step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=2), None,
+                    lambda t, s: target)
+    step.previous = {(k, "sub"): ObservedCursor(k, "sub", before, NOW) for k in keys}
+    observed = [ObservedCursor(k, "sub", now if i == 3 else before, NOW + timedelta(seconds=1))
+                for i, k in enumerate(keys)]
+    planned = []
+    for _ in range(3):
+        result = step.run(observed, dict.fromkeys(keys, mapping))
+        planned.append(sorted(int(r.key.topic[-1]) for r in result.records))
+    assert planned == [[0, 3], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    moved = next(r for r in result.records if r.key == keys[3])
+    assert moved.plan.mark_delete == Position(7, 9) and moved.dry_run
+
+
 def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> None:
     obs, mappings, target = _world(2)
     calls = 0

@@ -1,26 +1,28 @@
-"""``cursorsync bench plan``: one sync batch for many topic partitions on the driver, no
+"""``cursorsync bench plan``: sync batches for many topic partitions on the driver, no
 brokers.
 
 The mappings of ``partitions`` topic partitions (topics of 100 partitions, two segments
 each: a ledger rollover on the source) are written to a Delta table with delta-rs, then
 loaded as the sync query loads them. Cursor states for one subscription per partition:
 most idle (everything acked on both sides), an ``active`` fraction with acks to send, of
-which a ``holes`` fraction has acknowledgement holes. Three sync batches run through the
-real :class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is
-sent): the first has no previous states (every cursor is translated; the idle ones are
-packed as their plans turn out to need nothing sent); the second and third are a running
-job's batches, the third the steady state the figures report. Each batch's
-``cursor_states`` and ``sync_progress`` rows are built and appended to the local Delta
-table, timed apart (``rows_seconds``), and each batch after the first reads the mappings'
-new rows first, as the job does (``refresh_seconds``, none here); a batch's time is all
-three. The target's admin API is a function that answers from memory and counts the
-requests, as the job's would be made: one per moving (partition, subscription) and batch,
-one per idle one every few batches.
+which a ``holes`` fraction has acknowledgement holes. Sync batches run through the real
+:class:`~cursorsync.sync.step.SyncStep` (translate, guard; dry run, so nothing is sent):
+those after a start, which plan the cursors a first time (at most the job's
+``emission.first_plans_per_batch`` a batch, the others in the next ones; the idle ones
+are packed as their plans turn out to need nothing sent), then two of a running job, the
+last the steady state the figures report. Each batch's ``cursor_states`` and
+``sync_progress`` rows are built and appended to the local Delta table, timed apart
+(``rows_seconds``), and each batch after the first reads the mappings' new rows first,
+as the job does (``refresh_seconds``, none here); a batch's time is all three. The
+target's admin API is a function that answers from memory and counts the requests, as
+the job's would be made: one per moving (partition, subscription) and batch, one per
+idle one every few batches.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import resource
 import tempfile
 import time
@@ -34,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from cursorsync.app.settings.runtime import TablesConfig
+from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
@@ -128,8 +131,10 @@ def _observations(layout: _Layout, *, active: float, holes: float, seed: int, mo
 
 
 def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
-               seed: int = 1) -> dict[str, Any]:
-    """Time the mapping load and three sync batches for ``partitions`` topic partitions."""
+               seed: int = 1, first_plans_per_batch: int | None = None) -> dict[str, Any]:
+    """Time the mapping load and the sync batches for ``partitions`` topic partitions: those
+    after a start, until every cursor has had a first plan (``first_plans_per_batch`` a
+    batch; by default the job's), and two more."""
     layout = _layout(partitions)
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-plan-") as root:
         store = open_store("delta-rs", root)
@@ -151,10 +156,21 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             requests[0] += 1
             return targets[_key(topic)]
 
-        step = SyncStep(SyncConfig(dry_run=True), None, read_target)
+        cap = first_plans_per_batch or EmissionConfig.model_fields[
+            "first_plans_per_batch"].default
+        step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=cap), None,
+                        read_target)
+        # As the job seeds it at a start: each cursor's newest state in the tables, from
+        # before the start (the active ones have moved since).
+        step.previous = {(o.key, o.subscription): o for o in _observations(
+            layout, active=active, holes=holes, seed=seed, moved=-5)[0]}
         batches: list[dict[str, Any]] = []
         every = TablesConfig.model_fields["unchanged_rows_every_batches"].default
-        for batch_id, moved in enumerate((0, 5, 10)):
+        start_batches, steady = 0, 0
+        for batch_id in itertools.count():
+            if steady == 2:
+                break
+            moved = 5 * batch_id
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
             requests[0] = 0
@@ -192,10 +208,15 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                                             result.records),
                 "outcomes": outcomes,
                 "mappings_built": mappings.built,
+                "cursors_waiting": result.deferred,
+                "cursors_with_acks_planned": sum(1 for r in result.records if r.plan.to_ack),
             })
+            if batch_id == 0 or batches[-2]["cursors_waiting"]:
+                start_batches += 1  # until the batch that made the last first plans
+            else:
+                steady += 1
         rss1 = _rss_mib()
-    steady_s = sum(float(batches[-1][k]) for k in ("refresh_seconds", "seconds",
-                                                    "rows_seconds"))
+    steady_s = _batch_s(batches[-1])
     return {
         "benchmark": "plan",
         "partitions": partitions,
@@ -207,6 +228,10 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         "driver_rss_mib_growth_loading": round(rss_loaded - rss0),
         "delta_rows_read": written,
         "batches": batches,
+        "first_plans_per_batch": cap,
+        "start_batches": start_batches,
+        "start_seconds": round(sum(_batch_s(b) for b in batches[:start_batches]), 2),
+        "start_batch_max_seconds": round(max(_batch_s(b) for b in batches[:start_batches]), 2),
         "seconds_per_batch": round(steady_s, 3),
         "microseconds_per_partition": round(steady_s / partitions * 1e6, 1),
         "driver_rss_mib_after": round(rss1),
@@ -250,6 +275,11 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                 tracemalloc.stop()
             out[f"kept_bytes_per_{name}_partition"] = round(kept / partitions)
     return out
+
+
+def _batch_s(batch: dict[str, Any]) -> float:
+    """A batch's time: the mapping refresh, the sync step and the rows."""
+    return sum(float(batch[k]) for k in ("refresh_seconds", "seconds", "rows_seconds"))
 
 
 def _reader(targets: dict[PartitionKey, CursorState]) -> Callable[[str, str], CursorState]:

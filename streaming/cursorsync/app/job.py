@@ -186,7 +186,9 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
-                               vouch="snapshot" in config.evidence.strategies), emitter,
+                               vouch="snapshot" in config.evidence.strategies,
+                               first_plans_per_batch=config.emission.first_plans_per_batch),
+                    emitter,
                     target_reader(admin), source_marker_lookup(source_admin, config),
                     source_admin.created_at)
     hole_check = None

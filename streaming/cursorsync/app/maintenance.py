@@ -2,9 +2,9 @@
 
 Each sink maintains the tables it writes, between its own batches, so a
 maintenance commit never races the writer of the same table: the mapping
-sink merges the ``mappings`` rows into their union (kept whole: the sync needs
-every segment; :func:`cursorsync.tables.mappings.merge_rows`), compacts and
-vacuums it, the sync sink also expires old ``cursor_states`` and
+sink merges the ``mappings`` rows into their union, without what the ``live``
+rows say names deleted ledgers only (:func:`cursorsync.tables.mappings.merge_rows`),
+compacts and vacuums it, the sync sink also expires old ``cursor_states`` and
 ``sync_progress`` rows. Expiry keeps each (clusters, topic partition,
 subscription)'s newest row however old it is (:meth:`TableStore.expire`):
 the executors read a subscription's previous state from it.

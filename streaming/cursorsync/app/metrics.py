@@ -115,6 +115,11 @@ class Metrics:
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
             "and the rest wait for the next batches (a growing value means markers arrive "
             "faster than the target's admin API is asked about them).", registry=r)
+        self._first_plans_waiting = Gauge(
+            "cursorsync_sync_cursors_waiting_first_plan",
+            "Source cursors observed but not planned yet: the driver plans at most "
+            "emission.first_plans_per_batch new cursors a sync batch (after a start), and "
+            "the rest wait for the next batches.", registry=r)
         self._sync_lag = Histogram(
             "cursorsync_sync_lag_seconds",
             "From observing a source cursor state to having acked it on the target.",
@@ -191,6 +196,10 @@ class Metrics:
         self._skipped_waiting.set(_count(count, "count"))
 
     # ------------------------------------------------------------------ sync
+
+    def set_first_plans_waiting(self, count: int) -> None:
+        """Cursors the last sync batch left for later batches to plan a first time."""
+        self._first_plans_waiting.set(_count(count, "count"))
 
     def observe_sync_lag(self, subscription: str, seconds: float) -> None:
         """How long a source ack took to reach the target (negative clock skew counts as 0)."""

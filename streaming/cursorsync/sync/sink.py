@@ -115,6 +115,12 @@ class SyncSink:
         follows = self._ran == batch_id - 1 == self.last_batch
         self._ran = batch_id
         result = self.step.run(obs, self.mappings.refresh())
+        if result.deferred:
+            log.info("sync batch %d: %d cursors wait for their first plan in the next "
+                     "batches (emission.first_plans_per_batch %d)", batch_id, result.deferred,
+                     self.step.config.first_plans_per_batch)
+        if self.metrics:
+            self.metrics.set_first_plans_waiting(result.deferred)
         rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
         write = (rows_due(result.records, batch_id, self.config.tables.unchanged_rows_every_batches)

@@ -180,6 +180,11 @@ class EmissionConfig(_Section):
     ack_batch_size: int = Field(default=1000, ge=1)
     spread_across_executors: bool = False
     rewind_policy: RewindPolicy = "halt"
+    #: Cursors the driver plans for the first time per sync batch (after a start, or newly
+    #: configured), at most: the others wait for the next batches, in turn. About 0.4 ms
+    #: and a target request each, so a start with 100,000 partitions runs batches of a few
+    #: seconds, not one of a minute or more.
+    first_plans_per_batch: int = Field(default=10_000, ge=1)
 
     @property
     def cumulative(self) -> bool:
