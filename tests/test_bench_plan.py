@@ -21,11 +21,12 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     a, h = out["active_partitions"], out["partitions_with_holes"]
     assert 0 < h < a < 300
     # One sync_progress row per (partition, subscription) in every batch; the target is
-    # read for each in the first, and later only where the source moved (an idle cursor
-    # whose last plan sent nothing keeps its target for a few batches).
+    # read for each in the first, and later where the source moved and for a tenth of the
+    # others (an idle cursor whose last plan sent nothing reads its target every tenth
+    # batch, the cursors' reads spread over the batches).
     assert first["target_requests"] == first["cursors"] == first["rows_written"] / 2 == 300
     for batch in (second, third):
-        assert batch["target_requests"] == a and batch["cursors"] == 300
+        assert a <= batch["target_requests"] < a + (300 - a) // 4 and batch["cursors"] == 300
     for batch in (first, second, third):
         assert batch["outcomes"] == {"exact": 300}  # no rewind, nothing refused
     # Idle cursors' rows are written every few batches: a moving one's every batch.
@@ -71,4 +72,4 @@ def test_bench_plan_from_the_command_line() -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["partitions"] == 50 and out["batches"][0]["target_requests"] == 50
-    assert out["batches"][-1]["target_requests"] == out["active_partitions"]
+    assert out["batches"][-1]["target_requests"] < 50

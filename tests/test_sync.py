@@ -215,6 +215,30 @@ def test_first_plans_go_first_to_the_cursors_that_moved_since_their_last_state()
     assert moved.plan.mark_delete == Position(7, 9) and moved.dry_run
 
 
+def test_the_target_reads_of_cursors_that_go_idle_together_spread_over_batches() -> None:
+    """200 cursors go idle in one batch: their targets are each read again within
+    IDLE_TARGET_READ_EVERY batches, a share of them in each batch, not all in one."""
+    keys = [PartitionKey(f"persistent://t/n/t{i}", 0) for i in range(200)]
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]))
+    source = CursorState(Position(5, 9), RangeSet(), Ledgers.of([(5, 10)]))
+    target = CursorState(Position(7, 9), RangeSet(), Ledgers.of([(7, 10)]))
+    reads: list[str] = []
+
+    def read(topic: str, sub: str) -> CursorState:
+        reads.append(topic)
+        return target
+
+    step = SyncStep(SyncConfig(dry_run=True), None, read)
+    observed = [ObservedCursor(k, "sub", source, NOW) for k in keys]
+    per_batch = []
+    for _ in range(IDLE_TARGET_READ_EVERY + 1):
+        reads.clear()
+        step.run(observed, dict.fromkeys(keys, mapping))
+        per_batch.append(len(reads))
+    assert per_batch[0] == 200
+    assert sum(per_batch[1:]) == 200 and max(per_batch[1:]) < 200 / 3
+
+
 def test_a_failed_lookup_leaves_the_entries_unmapped_and_is_tried_again() -> None:
     obs, mappings, target = _world(2)
     calls = 0
@@ -408,13 +432,20 @@ def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
         return acked
 
     step = SyncStep(SyncConfig(), _Emitter(), read)
-    for _ in range(25):
+    read_in: list[int] = []
+    for batch in range(31):
         (record,) = step.run([obs], mappings).records
         assert record.result == "emitted" and record.plan.mark_delete == Position(7, 9)
-    assert len(reads) == 3 and step.target_reads_skipped == 22
+        if len(reads) > len(read_in):
+            read_in.append(batch)
+    # Read in the first batch, then within IDLE_TARGET_READ_EVERY batches (where, depends
+    # on the key), then every IDLE_TARGET_READ_EVERY.
+    assert read_in[0] == 0 and 0 < read_in[1] <= IDLE_TARGET_READ_EVERY
+    assert read_in[2:] == [read_in[1] + IDLE_TARGET_READ_EVERY * i for i in (1, 2)]
+    assert step.target_reads_skipped == 31 - len(reads)
     moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
     step.run([moved], mappings)
-    assert len(reads) == 4
+    assert len(reads) == 5
 
 
 def test_a_packed_idle_cursor_sends_again_once_its_target_is_reset() -> None:

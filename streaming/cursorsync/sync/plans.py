@@ -12,6 +12,7 @@ with the cursors that move; an idle one costs a few hundred bytes.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -22,6 +23,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import PartitionKey
 
 #: An idle cursor whose last plan sent nothing has its target read every this many batches:
 #: nothing is sent for it in between, so a stale target costs no ack, only a late one if
@@ -100,6 +102,15 @@ class IdleCursor:
 
     def source_state(self) -> CursorState:
         return unpack(self.source)
+
+
+def read_offset(k: tuple[PartitionKey, str]) -> int:
+    """Batches an idle cursor counts as already passed without a target read, by its key:
+    its target is read within IDLE_TARGET_READ_EVERY batches of going idle, and the reads
+    of cursors that went idle in one batch spread over the next ones."""
+    key, subscription = k
+    spread = zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
+    return spread % IDLE_TARGET_READ_EVERY
 
 
 def same(a: CursorState, b: CursorState) -> bool:

@@ -36,7 +36,6 @@ target does not show yet; acks are idempotent on the broker.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import time
@@ -59,7 +58,8 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
 from cursorsync.core.translate import translate, unmapped_source
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
-from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack, same
+from cursorsync.sync.first_plans import FirstPlans
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack, read_offset
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,8 @@ class SyncStep:
         self.lookups = 0
         #: The first cursor a batch had no lookup budget left for: the next batch starts there.
         self._lookups_resume: tuple[PartitionKey, str] | None = None
-        #: Where the next batch's first plans start (first_plans_per_batch).
-        self._first_resume: tuple[PartitionKey, str] | None = None
+        #: Which never planned cursors wait for a later batch (first_plans_per_batch).
+        self._first_plans = FirstPlans(config.first_plans_per_batch)
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: Mappings | Mapping[PartitionKey, TopicMapping]) -> StepResult:
@@ -187,7 +187,8 @@ class SyncStep:
         t_translate = 0.0
         resume, self._lookups_resume = self._lookups_resume, None
         latest = _latest(observed)
-        deferred = self._deferred(latest)
+        deferred = self._first_plans.deferred(
+            latest, lambda k: k in self._idle or k in self._plans, self.previous)
         for obs in _rotated(latest, resume):
             k = (obs.key, obs.subscription)
             if deferred and k in deferred:
@@ -271,6 +272,8 @@ class SyncStep:
                     # Idle: while the plan's inputs stay what they are, the plan and the
                     # guard's answer stay the same. It is kept packed until one changes.
                     self._idle[k] = idle = IdleCursor.of(planned, obs.observed_at)
+                    # Cursors that go idle together read their targets in different batches.
+                    idle.unread = max(idle.unread, read_offset(k))
                     plan = idle.plan  # the same value, without what its sets derived on use
                     del self._plans[k], self.previous[k]
                     packed += 1
@@ -289,35 +292,6 @@ class SyncStep:
             self._plans, self.previous = dict(self._plans), dict(self.previous)
         return StepResult(records, sent, refused, halted, t_translate, unavailable,
                           self.anchor_conflicts, len(deferred))
-
-    def _deferred(self, latest: list[ObservedCursor]) -> set[tuple[PartitionKey, str]]:
-        """The cursors never planned that wait for a later batch: all but
-        ``first_plans_per_batch`` of them (``latest`` is sorted). Those whose source moved
-        since their previous observation (after a start: the newest state the tables
-        hold), or that have none, go first; the others in turn, from where the last batch
-        stopped. A start with 100,000 partitions then plans the cursors that move in its
-        first batch, the idle ones over the next few, each batch a few seconds long, and
-        the cursors planned already go on being synced in between."""
-        cap = self.config.first_plans_per_batch
-        if cap is None:
-            return set()
-        new = [o for o in latest if (o.key, o.subscription) not in self._idle
-               and (o.key, o.subscription) not in self._plans]
-        if len(new) <= cap:
-            self._first_resume = None
-            return set()
-        keys = [(o.key, o.subscription) for o in new]
-        start = bisect.bisect_left(keys, self._first_resume) if self._first_resume else 0
-        moved: list[tuple[PartitionKey, str]] = []
-        still: list[tuple[PartitionKey, str]] = []
-        for o in new[start:] + new[:start]:
-            prev = self.previous.get((o.key, o.subscription))
-            (still if prev is not None and same(prev.state, o.state) else moved).append(
-                (o.key, o.subscription))
-        turn = moved + still
-        # The unchanged ones go on in turn next time from the first left out.
-        self._first_resume = turn[cap] if cap >= len(moved) or not still else still[0]
-        return set(turn[cap:])
 
     def _idle_again(self, k: tuple[PartitionKey, str], idle: IdleCursor, obs: ObservedCursor,
                     topic: str, version: int, markers: RangeSet | None,

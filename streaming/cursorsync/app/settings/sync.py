@@ -184,7 +184,7 @@ class EmissionConfig(_Section):
     #: configured), at most: the others wait for the next batches, in turn. About 0.4 ms
     #: and a target request each, so a start with 100,000 partitions runs batches of a few
     #: seconds, not one of a minute or more.
-    first_plans_per_batch: int = Field(default=10_000, ge=1)
+    first_plans_per_batch: int = Field(default=5_000, ge=1)
 
     @property
     def cumulative(self) -> bool:
