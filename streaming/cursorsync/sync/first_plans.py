@@ -20,6 +20,8 @@ Key = tuple[PartitionKey, str]
 
 
 class FirstPlans:
+    """The turn of the never planned cursors, kept from batch to batch."""
+
     def __init__(self, per_batch: int | None) -> None:
         #: None: every cursor is planned in the batch that observes it.
         self.per_batch = per_batch
