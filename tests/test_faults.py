@@ -86,8 +86,16 @@ def produce_and_ack(testbed: TestBed, topic: str, n: int) -> None:
     import pulsar
 
     client = testbed.client("a")
-    consumer = client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                initial_position=pulsar.InitialPosition.Earliest)
+    # A broker just restarted after a crash may still be recovering the topic: the first
+    # subscribe can time out (seen under load), a later one succeeds.
+    for attempt in range(3):
+        try:
+            consumer = client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                        initial_position=pulsar.InitialPosition.Earliest)
+            break
+        except pulsar.Timeout:
+            if attempt == 2:
+                raise
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(n):
         producer.send(f"m{i}".encode())
