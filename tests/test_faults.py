@@ -19,6 +19,7 @@ from cursorsync_devtools.demo import DemoReport, demo
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.admin_proxy import AdminProxy, faulty_for
 from cursorsync_devtools.testbed.workload import WorkloadSpec
+from job_on_bed import SUB, nothing_redelivered_on_b, shared_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -65,20 +66,6 @@ def test_the_job_killed_at_a_seeded_point(
              crash_sync_batch=batch)
     safe(r)
     assert r.restarts == 1, (batch, r.table())
-
-
-SUB = "sync-shared"
-
-
-def shared_topic(testbed: TestBed, name: str) -> str:
-    """A topic with the Shared subscription SUB on b from its start, as the job finds it."""
-    import pulsar
-
-    topic = testbed.topic(name)
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    return topic
 
 
 def produce_and_ack(testbed: TestBed, topic: str, n: int) -> None:
@@ -128,17 +115,6 @@ def b_follows_a(testbed: TestBed, topic: str, timeout_s: float) -> None:
             return
         assert time.monotonic() < deadline, f"b at {md}, last {last}"
         time.sleep(0.5)
-
-
-def nothing_redelivered_on_b(testbed: TestBed, topic: str) -> None:
-    import pulsar
-
-    check = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        with pytest.raises(pulsar.Timeout):
-            check.receive(timeout_millis=2000)
-    finally:
-        check.close()
 
 
 @pytest.mark.parametrize("cluster", ["a", "b"])

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pulsar
 import pytest
 
 from cursorsync.core.positions import Position
@@ -19,12 +18,20 @@ from cursorsync.tables import open_store
 from cursorsync.tables.mappings import load_mappings, merge_rows
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
-from job_on_bed import last_data_entry, mark_delete, running
+from job_on_bed import (
+    SUB,
+    consumer_on_a,
+    last_data_entry,
+    mark_delete,
+    nothing_redelivered_on_b,
+    running,
+    send_and_ack,
+    shared_topic,
+)
 from waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-SUB = "sync-shared"
 #: Bound on each wait: the job's restarts after a broker's transient error take seconds.
 WAIT_S = 120.0
 
@@ -39,30 +46,12 @@ def _last_entry(bed: TestBed, cluster: str, topic: str) -> Position:
     return Position(last["ledgerId"], last["entries"] - 1)
 
 
-def _send_and_ack(bed: TestBed, topic: str, consumer: pulsar.Consumer, n: int) -> None:
-    producer = bed.client("a").create_producer(topic, batching_enabled=False,
-                                               block_if_queue_full=True)
-    for i in range(n):
-        producer.send_async(f"m{i}".encode(), None)
-    producer.flush()
-    producer.close()
-    got = 0
-    while got < n:
-        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
-        got += 1
-
-
 def test_ledgers_deleted_under_the_job_leave_the_mapping_and_the_table(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
-    topic = testbed.topic(topic_name("retention"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    consumer = testbed.client("a").subscribe(
-        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest)
+    topic = shared_topic(testbed, topic_name("retention"))
+    consumer = consumer_on_a(testbed, topic)
     # Enough entries for several ledgers on each side (they roll at 60 on a, 45 on b).
-    _send_and_ack(testbed, topic, consumer, 3 * max(testbed.config.entries_per_ledger) + 5)
+    send_and_ack(testbed, topic, consumer, 3 * max(testbed.config.entries_per_ledger) + 5)
     testbed.wait_replicated([topic])
     old = {c: _ledgers(testbed, c, topic) for c in ("a", "b")}
     assert all(len(lgs) >= 3 for lgs in old.values()), old
@@ -79,7 +68,7 @@ def test_ledgers_deleted_under_the_job_leave_the_mapping_and_the_table(
         # traffic, then every cursor (the sync's, the mapping's, the replicators') is
         # past the old ledgers. An unload persists the cursors and a trim deletes the
         # consumed ledgers.
-        _send_and_ack(testbed, topic, consumer, 20)
+        send_and_ack(testbed, topic, consumer, 20)
         for c in ("a", "b"):
             wait_for(f"every cursor on {c} past its first ledgers", lambda c=c: all(
                 Position.parse(k["markDeletePosition"]) >= ends[c]
@@ -96,7 +85,7 @@ def test_ledgers_deleted_under_the_job_leave_the_mapping_and_the_table(
                     if r["kind"] == "live" and r["topic"] == topic]
 
         def traffic_then_live_row() -> bool:
-            _send_and_ack(testbed, topic, consumer, 5)
+            send_and_ack(testbed, topic, consumer, 5)
             time.sleep(1)
             return bool(live_rows())
 
@@ -127,11 +116,5 @@ def test_ledgers_deleted_under_the_job_leave_the_mapping_and_the_table(
         elif r["kind"] == "unreplicated":
             assert r["source_ledger"] >= src, r
     assert load_mappings(store, **clusters)[0] == loaded  # readers see the same
-    # Nothing a has acked comes again on b, and a has acked everything.
-    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        with pytest.raises(pulsar.Timeout):
-            reader.receive(timeout_millis=2000)
-    finally:
-        reader.close()
+    nothing_redelivered_on_b(testbed, topic)  # a has acked everything
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
@@ -19,11 +18,20 @@ from cursorsync.sync.halts import halted, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
-from job_on_bed import last_data_entry, mark_delete, running
+from job_on_bed import (
+    SUB,
+    ack_all,
+    consumer_on_a,
+    last_data_entry,
+    mark_delete,
+    nothing_redelivered_on_b,
+    running,
+    send_and_ack,
+    shared_topic,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-SUB = "sync-shared"
 
 
 def _latest_outcome(store: TableStore, topic: str) -> str | None:
@@ -43,33 +51,11 @@ def _until(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> Non
         time.sleep(0.5)
 
 
-def _send_and_ack(bed: TestBed, topic: str, consumer: Any, n: int) -> None:
-    producer = bed.client("a").create_producer(topic, batching_enabled=False)
-    for i in range(n):
-        producer.send(f"m{i}".encode())
-    producer.close()
-    _ack_all(consumer)
-
-
-def _ack_all(consumer: Any) -> None:
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=2000)
-        except pulsar.Timeout:
-            return
-        consumer.acknowledge(msg)
-
-
 def test_a_source_reset_backwards_halts_the_sync_until_resumed(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
-    topic = testbed.topic(topic_name("rewind"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    consumer = testbed.client("a").subscribe(
-        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest)
-    _send_and_ack(testbed, topic, consumer, 20)
+    topic = shared_topic(testbed, topic_name("rewind"))
+    consumer = consumer_on_a(testbed, topic)
+    send_and_ack(testbed, topic, consumer, 20)
     testbed.wait_replicated([topic])
 
     data = load_config(EMBEDDED_CONFIG_PATH).model_dump(mode="json", by_alias=True)
@@ -92,8 +78,8 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
         _until("the sync halts", lambda: _latest_outcome(store, topic) == "halted")
         assert len(halted(store, **clusters)) == 1
         # The source moves on past where it was; the halt holds, b does not move.
-        _send_and_ack(testbed, topic, consumer, 5)
-        _ack_all(consumer)
+        send_and_ack(testbed, topic, consumer, 5)
+        ack_all(consumer)
         testbed.wait_replicated([topic])
         job.wait_batches(3, timeout_s=60)
         assert _latest_outcome(store, topic) == "halted"
@@ -112,14 +98,9 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
     """The target subscription is deleted (forced, with the emitter attached) while the job
     runs: the sync starts it again from a fresh target cursor, at Earliest, and b's
     cursor follows a's again; nothing acked on b that a has not acked."""
-    topic = testbed.topic(topic_name("dropped"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    consumer = testbed.client("a").subscribe(
-        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest)
-    _send_and_ack(testbed, topic, consumer, 10)
+    topic = shared_topic(testbed, topic_name("dropped"))
+    consumer = consumer_on_a(testbed, topic)
+    send_and_ack(testbed, topic, consumer, 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     job = start_job(config)
@@ -128,7 +109,7 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path(
             f"subscription/{SUB}?force=true"))
-        _send_and_ack(testbed, topic, consumer, 10)
+        send_and_ack(testbed, topic, consumer, 10)
         testbed.wait_replicated([topic])
         last = last_data_entry(testbed, topic)
         _until("the subscription is back and follows a's",
@@ -136,13 +117,7 @@ def test_a_target_subscription_deleted_under_the_job_comes_back(
                and _md(testbed, "b", topic) >= last)
     finally:
         job.stop()
-    # b redelivers nothing a has acked, and a has acked everything.
-    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        with pytest.raises(pulsar.Timeout):
-            reader.receive(timeout_millis=2000)
-    finally:
-        reader.close()
+    nothing_redelivered_on_b(testbed, topic)  # a has acked everything
 
 
 def test_a_target_topic_deleted_under_the_job_comes_back(
@@ -151,14 +126,9 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
     once (the replicator from a, the job's reader), empty, on new ledgers. The sync starts
     the subscription again on it and b's cursor follows a's over what is replicated from
     then on; nothing acked on b that a has not acked."""
-    topic = testbed.topic(topic_name("deleted-on-b"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    consumer = testbed.client("a").subscribe(
-        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest)
-    _send_and_ack(testbed, topic, consumer, 10)
+    topic = shared_topic(testbed, topic_name("deleted-on-b"))
+    consumer = consumer_on_a(testbed, topic)
+    send_and_ack(testbed, topic, consumer, 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     with running(config):
@@ -166,7 +136,7 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
         _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
         before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
         testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
-        _send_and_ack(testbed, topic, consumer, 10)
+        send_and_ack(testbed, topic, consumer, 10)
         testbed.wait_replicated([topic])
         after = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
         assert min(after) > max(before), (before, after)
@@ -174,26 +144,16 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
         _until("the subscription is back on the new topic and follows a's",
                lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
                and _md(testbed, "b", topic) >= last)
-    reader = testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
-    try:
-        with pytest.raises(pulsar.Timeout):
-            reader.receive(timeout_millis=2000)
-    finally:
-        reader.close()
+    nothing_redelivered_on_b(testbed, topic)
 
 
 def test_more_partitions_under_the_job_are_synced(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """A partitioned topic grows from 2 to 3 partitions while the job runs: the new
     partition's acks wait until the mapping discovers it, then b follows a there too."""
-    topic = testbed.topic(topic_name("growing"))
-    testbed.create_topic(topic, partitions=2)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-    consumer = testbed.client("a").subscribe(
-        topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest)
-    _send_and_ack(testbed, topic, consumer, 10)
+    topic = shared_topic(testbed, topic_name("growing"), partitions=2)
+    consumer = consumer_on_a(testbed, topic)
+    send_and_ack(testbed, topic, consumer, 10)
     data = load_config(EMBEDDED_CONFIG_PATH).model_dump(mode="json", by_alias=True)
     data["spark"]["topic_discovery_interval_s"] = 2
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB],
@@ -211,7 +171,7 @@ def test_more_partitions_under_the_job_are_synced(
         consumer = testbed.client("a").subscribe(
             topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
             initial_position=pulsar.InitialPosition.Earliest)
-        _send_and_ack(testbed, topic, consumer, 30)
+        send_and_ack(testbed, topic, consumer, 30)
         testbed.wait_replicated([topic])
         last = last_data_entry(testbed, new)
         assert last.entry >= 0, "the new partition got messages"
@@ -225,17 +185,8 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
     """Six messages are never acked on a; then a's topic is deleted (forced) and created
     again, with the subscription, on new ledgers: the new cursor's markDeletePosition
     covers the old ledgers. Their copies on b stay unacked, and the sync halts."""
-    topic = testbed.topic(topic_name("deleted-on-a"))
-    testbed.create_topic(topic)
-    testbed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                  initial_position=pulsar.InitialPosition.Earliest).close()
-
-    def subscribe_on_a() -> Any:
-        return testbed.client("a").subscribe(
-            topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest)
-
-    consumer = subscribe_on_a()
+    topic = shared_topic(testbed, topic_name("deleted-on-a"))
+    consumer = consumer_on_a(testbed, topic)
     producer = testbed.client("a").create_producer(topic, batching_enabled=False)
     for i in range(10):
         producer.send(f"old-{i}".encode())
@@ -260,8 +211,9 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
             consumer.close()
             testbed.admin_call("a", "DELETE",
                                TopicName.parse(topic).admin_path() + "?force=true")
-            consumer = subscribe_on_a()  # the topic and its subscription, created again
-            _send_and_ack(testbed, topic, consumer, 3)
+            # The topic and its subscription, created again.
+            consumer = consumer_on_a(testbed, topic)
+            send_and_ack(testbed, topic, consumer, 3)
             _until("the sync of the subscription halts",
                    lambda: any(k[1] == SUB for k in halted(store, **clusters)))
             assert _latest_outcome(store, topic) == "halted"
