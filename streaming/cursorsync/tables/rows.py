@@ -194,12 +194,12 @@ def _one_mapping(kinds: np.ndarray, ints: np.ndarray, masks: np.ndarray,
     mapping = TopicMapping(segments, runs["skippable"], runs["foreign"], runs["unreplicated"],
                            written_at=written_at, unpaired=runs["unpaired"],
                            anchors=Anchors(anchors) if len(anchors) else NO_ANCHORS)
-    firsts = live_ledgers(ints[kinds == code["live"]])
+    firsts = live_row_ledgers(ints[kinds == code["live"]])
     live = None if firsts is None else live_part(mapping, *firsts)
     return mapping if live is None else live
 
 
-def live_ledgers(ints: np.ndarray) -> tuple[int | None, int | None] | None:
+def live_row_ledgers(ints: np.ndarray) -> tuple[int | None, int | None] | None:
     """The first live (source, target) ledgers the ``live`` rows name (their integer
     columns, nulls as 0): the highest of each side, since ledgers are deleted oldest first
     and never come back; None without such rows, and None for a side none of them knows."""
