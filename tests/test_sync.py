@@ -3,7 +3,7 @@ those past the last mapped entry only once the mapping has stopped moving."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -17,17 +17,16 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
-from cursorsync.errors import AdminError
+from cursorsync.errors import AdminError, AdminUnavailableError
 from cursorsync.pulsar.emitter import EmitError, EmitResult
-from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY
-from cursorsync.sync.step import (
+from cursorsync.sync.marker_lookups import (
     MARKER_LOOKUP_SETTLE_S,
     MARKER_LOOKUPS_PER_BATCH,
     MARKER_TAIL_LOOKUPS,
     MarkerLookup,
-    SyncConfig,
-    SyncStep,
 )
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, read_offset
+from cursorsync.sync.step import SyncConfig, SyncStep, Target
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
@@ -46,7 +45,7 @@ def _step(target: CursorState, lookup: MarkerLookup) -> tuple[SyncStep, Callable
     """A step whose clock the test moves."""
     step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
     now = [0.0]
-    step.clock = lambda: now[0]
+    step.lookups.clock = lambda: now[0]
 
     def advance(seconds: float) -> None:
         now[0] += seconds
@@ -157,7 +156,7 @@ def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() 
     target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
     step, _ = _step(target, lookup)
     first = step.run(observed, mappings)
-    assert step.lookups == MARKER_LOOKUPS_PER_BATCH
+    assert step.lookups.count == MARKER_LOOKUPS_PER_BATCH
     assert len(set(asked)) == MARKER_LOOKUPS_PER_BATCH // per + 1  # the last one in part
     assert sum(r.plan.unmapped_acked_entries for r in first.records) == (
         cursors * per - MARKER_LOOKUPS_PER_BATCH)
@@ -264,11 +263,11 @@ def test_a_step_that_just_started_trusts_the_age_of_the_mapping_s_newest_row() -
     written = 1_000_000.0
     fresh = {KEY: replace(mappings[KEY], written_at=written)}
     step, _ = _step(target, lambda t, p: asked.append(p) or p)
-    step.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S - 0.1
+    step.lookups.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S - 0.1
     assert step.run([obs], fresh).records[0].plan.unmapped_acked_entries == 2
     assert asked == []
     step, _ = _step(target, lambda t, p: asked.append(p) or p)
-    step.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S
+    step.lookups.wall_clock = lambda: written + MARKER_LOOKUP_SETTLE_S
     assert step.run([obs], fresh).records[0].plan.outcome == "exact"
     assert asked == [[Position(5, 10), Position(5, 11)]]
 
@@ -501,3 +500,35 @@ def test_a_batch_with_several_observations_of_a_cursor_plans_from_the_newest() -
     step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
     (record,) = step.run([newer, tie], mappings).records
     assert record.plan.mark_delete == Position(7, 3)
+
+
+def test_a_batch_reads_its_targets_together_and_an_unreadable_one_skips_only_its_cursor(
+        ) -> None:
+    """The targets a batch needs go to the batch reader in one call (its requests go out
+    together); one the target's admin API cannot answer skips that cursor alone, and an
+    idle cursor whose target is not due is not asked about."""
+    obs, mapping, fresh = _world(0)
+    target = replace(fresh, mark_delete=Position(7, 9))  # nothing to send
+    keys = [PartitionKey(KEY.topic, i) for i in range(3)]
+    calls: list[list[tuple[str, str]]] = []
+
+    def many(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Target]:
+        calls.append(list(pairs))
+        return {p: AdminUnavailableError("broker down") if p[0].endswith("-1") else target
+                for p in pairs}
+
+    def one(topic: str, sub: str) -> CursorState:
+        raise AssertionError("read one by one")
+
+    step = SyncStep(SyncConfig(dry_run=True), None, one, read_targets=many)
+    observed = [replace(obs, key=k) for k in keys]
+    result = step.run(observed, {k: mapping[KEY] for k in keys})
+    assert [len(c) for c in calls] == [3]
+    assert result.unavailable == 1
+    assert sorted(r.key.partition for r in result.records) == [0, 2]
+    # Nothing to send and nothing changed: the next batch asks for the one it missed, and
+    # for an idle one only if its first read falls in that batch.
+    step.run(observed, {k: mapping[KEY] for k in keys})
+    due = {str(k.partition) for k in keys
+           if read_offset((k, "sub")) + 1 >= IDLE_TARGET_READ_EVERY}
+    assert {p[0][-1] for p in calls[1]} == {"1"} | due

@@ -45,9 +45,9 @@ from cursorsync.app.streams import cursors_stream, entries_stream
 from cursorsync.core.mapping_retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
-from cursorsync.sync.observed import target_reader
 from cursorsync.sync.sink import SyncSink
 from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables import open_store
 
 log = logging.getLogger(__name__)
@@ -185,12 +185,13 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         emitter = target_emitter(config)
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
+    targets = AdminTargets(admin)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     emitter,
-                    target_reader(admin), source_marker_lookup(source_admin, config),
-                    source_admin.created_at)
+                    targets, source_marker_lookup(source_admin, config),
+                    source_admin.created_at, read_targets=targets.many)
     hole_check = None
     if config.evidence.holes == "verified":
         from cursorsync.mapping.hole_check import AdminHoleCheck

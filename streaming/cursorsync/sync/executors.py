@@ -23,8 +23,10 @@ from cursorsync.app.settings import Config
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import PartitionKey
 from cursorsync.sync.halts import halted
-from cursorsync.sync.observed import observations, previous_states, target_reader
-from cursorsync.sync.step import MarkerCache, SyncConfig, SyncStep
+from cursorsync.sync.marker_lookups import MarkerCache
+from cursorsync.sync.observed import observations, previous_states
+from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables import TableStore, open_reader
 from cursorsync.tables.mappings import load_mappings
 from cursorsync.tables.rows import row_schema, sync_progress_rows
@@ -59,18 +61,19 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
         admin = admin_client(config.target)
         source_admin = admin_client(config.source)
         emitter = None if dry_run else target_emitter(config)
+        targets = AdminTargets(admin)
         try:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy,
                                        vouch="snapshot" in config.evidence.strategies),
-                            emitter, target_reader(admin),
-                            source_marker_lookup(source_admin, config), source_admin.created_at)
+                            emitter, targets, source_marker_lookup(source_admin, config),
+                            source_admin.created_at, read_targets=targets.many)
             step.halted = halted(store, source_cluster=config.source.name,
                                  target_cluster=config.target.name)
             step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,
                                             target_cluster=config.target.name)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.
-            step.markers = _MARKERS.setdefault(config.source.admin_url, MarkerCache())
+            step.lookups.cache = _MARKERS.setdefault(config.source.admin_url, MarkerCache())
             result = step.run(obs, _mappings(store, {o.key for o in obs}, config))
             rows = sync_progress_rows(result.records, source_cluster=config.source.name,
                                       target_cluster=config.target.name)

@@ -1,9 +1,8 @@
-"""What the sync step reads: the source cursors observed by ``pulsar-cursors``, and the
-target cursor from the target's admin API."""
+"""What the sync step reads of the source cursors: observed by ``pulsar-cursors``, and
+their last states before a batch from ``cursor_states``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC
 
 import pyarrow as pa
@@ -13,9 +12,6 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.errors import TopicNotFoundError
-from cursorsync.pulsar.admin import AdminClient
-from cursorsync.sync.step import fresh_target
 from cursorsync.tables.rows import cursor_states
 from cursorsync.tables.store import RowFilter, TableStore
 
@@ -34,21 +30,6 @@ def observations(table: pa.Table) -> list[ObservedCursor]:
         out.append(ObservedCursor(PartitionKey(r["topic"], int(r["partition"])),
                                   r["subscription"], state, observed))
     return out
-
-
-def target_reader(admin: AdminClient) -> Callable[[str, str], CursorState | None]:
-    """The target cursor from the target's admin API; a missing subscription starts fresh."""
-    def read(topic: str, subscription: str) -> CursorState | None:
-        try:
-            stats = admin.internal_stats(topic)
-        except TopicNotFoundError:
-            return None
-        cur = stats.subscriptions.get(subscription)
-        if cur is None:
-            return fresh_target(stats.ledgers)
-        return CursorState(cur.state.mark_delete, cur.state.individually_deleted, stats.ledgers)
-
-    return read
 
 
 #: Every poll observes every cursor, so a cursor's last state is nearly always in the last

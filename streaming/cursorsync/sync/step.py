@@ -4,14 +4,9 @@ A readable filter chain, per (topic partition, subscription), each skip
 logged with its reason and the others going on:
 
 1. translate the source cursor through the partition's mapping, against the
-   target cursor as the target's admin API reports it (actual, not assumed);
-   Source entries the plan counts as unmapped are looked up on the source's
-   admin API, once each (a few per sync at most): a marker never has a data
-   counterpart (snapshot markers at a ledger's end or after the last message,
-   where no segment on either side vouches for them), so it is not "waiting
-   for evidence", and the plan can become exact. Entries past the last mapped
-   one are only looked up once the mapping has not moved for a while: under
-   traffic they are simply not mapped yet;
+   target cursor as the target's admin API reports it (actual, not assumed; a batch's
+   targets are read together, :mod:`cursorsync.sync.target_reads`); source entries the
+   plan counts as unmapped are looked up (:mod:`cursorsync.sync.marker_lookups`);
 2. a source that moved backwards: ``halt`` emits nothing for it from then on, until an
    operator resumes it (:mod:`cursorsync.sync.halts`); ``report`` goes on (acks
    already sent cannot be taken back either way). A source cursor that covers entries
@@ -36,29 +31,27 @@ target does not show yet; acks are idempotent on the broker.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
-
-import numpy as np
 
 from cursorsync.core.continuity import count_vanished, vanished_unacked
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, TopicMapping
+from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.packed_mappings import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
-from cursorsync.core.translate import translate, unmapped_source
+from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.sync.first_plans import FirstPlans
+from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack, read_offset
 
 log = logging.getLogger(__name__)
@@ -72,42 +65,15 @@ class EmitterLike(Protocol):
 
 #: Reads the target's cursor for (concrete topic, subscription): None when unknown.
 TargetReader = Callable[[str, str], CursorState | None]
-#: Which of these source entries of a concrete topic are markers (asked of the source).
-MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: A target read's answer: the cursor, None when unknown, or why the admin API gave none.
+Target = CursorState | None | AdminUnavailableError
+#: Reads the target cursors of a batch's (concrete topic, subscription) pairs together.
+TargetsReader = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], Target]]
 #: When the source's managed ledger was created, for a concrete topic (asked of the source).
 SourceCreatedAt = Callable[[str], datetime]
 #: A source topic created later than this before the last observation of its cursor is
 #: taken as created after it: the broker's and this host's clocks may differ by as much.
 CLOCK_SKEW = timedelta(seconds=60)
-#: Source entries looked up per (topic partition, subscription) and sync, at most.
-MARKER_LOOKUPS_PER_SYNC = 64
-#: Source entries looked up per sync batch over all cursors, at most: a lookup only keeps
-#: markers out of the unmapped count (no ack depends on it), so a batch never waits on
-#: thousands of them. Cursors left without budget go first in the next batch.
-MARKER_LOOKUPS_PER_BATCH = 512
-#: Unmapped entries past the last mapped one looked up per cursor and sync, in order. The
-#: markers a broker writes after a partition's last message are a few; a lookup there
-#: that finds a message means the mapping is behind, and nothing past that last mapped
-#: entry is looked up again until it moves.
-MARKER_TAIL_LOOKUPS = 8
-#: Unmapped entries past the last mapped one are looked up once the mapping of their
-#: partition has not moved for this long: as this step saw it, or by the newest row of
-#: the mapping (a step that just started, as an executor's may be, has seen nothing).
-MARKER_LOOKUP_SETTLE_S = 5.0
-
-
-@dataclass
-class MarkerCache:
-    """What the source's admin API said, per topic partition: entries that are markers,
-    every entry looked up, the last mapped source entry with when it was first seen, and
-    the last mapped entries past which a lookup found a message (the mapping is behind)."""
-
-    markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
-    looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
-    frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
-    behind: dict[PartitionKey, Position] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class SyncConfig:
     cumulative: bool = False
@@ -141,17 +107,19 @@ class SyncStep:
 
     def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
                  read_target: TargetReader, lookup_markers: MarkerLookup | None = None,
-                 source_created_at: SourceCreatedAt | None = None) -> None:
+                 source_created_at: SourceCreatedAt | None = None, *,
+                 read_targets: TargetsReader | None = None) -> None:
         self.config = config
         self.emitter = emitter
-        self.read_target = read_target
-        self.lookup_markers = lookup_markers
+        #: How a batch reads its target cursors: together when the reader can (its
+        #: requests go out concurrently), else ``read_target`` for each in turn.
+        self.read_targets = read_targets or one_by_one(read_target)
         #: Without it, entries that vanished unacked are never taken as acked.
         self.source_created_at = source_created_at
         self.previous: dict[tuple[PartitionKey, str], ObservedCursor] = {}
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
         self.halted: set[tuple[PartitionKey, str]] = set()
-        self.markers = MarkerCache()
+        self.lookups = MarkerLookups(lookup_markers)
         #: The last plan per (partition, subscription) with what it was made from: an idle
         #: cursor (same source, same mapping version, same target) reuses it untranslated.
         self._plans: dict[tuple[PartitionKey, str], Planned] = {}
@@ -166,12 +134,6 @@ class SyncStep:
         self.anchor_conflicts = 0
         #: Target reads skipped for idle cursors since start (IDLE_TARGET_READ_EVERY).
         self.target_reads_skipped = 0
-        self.clock = time.monotonic
-        self.wall_clock = time.time
-        #: Source entries looked up in this batch.
-        self.lookups = 0
-        #: The first cursor a batch had no lookup budget left for: the next batch starts there.
-        self._lookups_resume: tuple[PartitionKey, str] | None = None
         #: Which never planned cursors wait for a later batch (first_plans_per_batch).
         self._first_plans = FirstPlans(config.first_plans_per_batch)
 
@@ -183,45 +145,74 @@ class SyncStep:
         records: list[SyncRecord] = []
         sent = refused = halted = unavailable = packed = 0
         self.anchor_conflicts = 0
-        self.lookups = 0
         t_translate = 0.0
-        resume, self._lookups_resume = self._lookups_resume, None
+        resume = self.lookups.next_batch()
         latest = _latest(observed)
         deferred = self._first_plans.deferred(
             latest, lambda k: k in self._idle or k in self._plans, self.previous)
+        # First what each cursor needs: an idle one nothing changed for is recorded again
+        # at once; the targets the others need are read together, then they are planned.
+        work: list[SyncRecord | _Pending] = []
         for obs in _rotated(latest, resume):
             k = (obs.key, obs.subscription)
             if deferred and k in deferred:
                 continue
-            topic = obs.key.concrete_topic()
             version = given.version(obs.key)
-            markers = self.markers.markers.get(obs.key) if self.markers.markers else None
-            known = self._plans.get(k)
-            target: CursorState | None
-            try:
-                idle = self._idle.get(k)
-                if idle is not None:
-                    again = self._idle_again(k, idle, obs, topic, version, markers)
-                    if isinstance(again, SyncRecord):
-                        records.append(again)
-                        continue
-                    target = again if again is not None else self.read_target(
-                        topic, obs.subscription)
-                elif known is not None and known.settled(obs.state, version, markers):
-                    # Nothing to send last time and nothing changed since on this side:
-                    # the target is read again only every IDLE_TARGET_READ_EVERY batches.
-                    target = known.target
-                    known.unread += 1
+            markers = self.lookups.markers(obs.key)
+            idle = self._idle.get(k)
+            if idle is not None:
+                if (self.halted and k in self.halted) or not idle.unchanged(obs.state, version,
+                                                                          markers):
+                    work.append(_Pending(obs, version, "unpack"))
+                elif idle.unread + 1 < IDLE_TARGET_READ_EVERY:
+                    idle.unread += 1
                     self.target_reads_skipped += 1
+                    work.append(self._repeated(idle, obs))
                 else:
-                    target = self.read_target(topic, obs.subscription)
-                    if known is not None:
-                        known.unread = 0
-            except AdminUnavailableError as err:
-                unavailable += 1
-                log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
-                            topic, obs.subscription, err)
+                    work.append(_Pending(obs, version, "recheck"))  # its target is due
+            else:
+                known = self._plans.get(k)
+                # Nothing to send last time and nothing changed since on this side: the
+                # target is read again only every IDLE_TARGET_READ_EVERY batches.
+                settled = known is not None and known.settled(obs.state, version, markers)
+                work.append(_Pending(obs, version, "known" if settled else "read"))
+        targets = self.read_targets([(p.obs.key.concrete_topic(), p.obs.subscription)
+                                     for p in work if isinstance(p, _Pending)
+                                     and p.how != "known"])
+        for item in work:
+            if isinstance(item, SyncRecord):
+                records.append(item)
                 continue
+            obs, version = item.obs, item.version
+            k = (obs.key, obs.subscription)
+            topic = obs.key.concrete_topic()
+            known = self._plans.get(k)
+            target: Target
+            if item.how == "known":
+                assert known is not None
+                target = known.target
+                known.unread += 1
+                self.target_reads_skipped += 1
+            else:
+                target = targets[topic, obs.subscription]
+                if isinstance(target, AdminUnavailableError):
+                    unavailable += 1
+                    log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
+                                topic, obs.subscription, target)
+                    continue
+                if item.how != "read":
+                    idle = self._idle[k]
+                    if (item.how == "recheck" and target is not None
+                            and pack(target) == idle.target):
+                        idle.unread = 0
+                        records.append(self._repeated(idle, obs))
+                        continue
+                    # Something changed: unpacked for the full path.
+                    del self._idle[k]
+                    self.previous[k] = ObservedCursor(obs.key, obs.subscription,
+                                                      idle.source_state(), idle.observed_at)
+                elif known is not None:
+                    known.unread = 0
             if target is None:
                 log.info("skip %s/%s: the target has no such subscription yet",
                          topic, obs.subscription)
@@ -235,7 +226,7 @@ class SyncStep:
             t0 = time.perf_counter()
             known = self._plans.get(k)
             if known is not None and known.reusable(obs.state, version, target, previous_source,
-                                                    self.markers.markers.get(obs.key)):
+                                                    self.lookups.markers(obs.key)):
                 plan, mapping = known.plan, known.used
                 known.source = obs.state  # the same values: kept as the idle path finds it
             else:
@@ -253,13 +244,14 @@ class SyncStep:
                         self.live_ledgers.saw(obs.key, *firsts)
                 if self.config.vouch:
                     mapping = mapping.vouched()
-                mapping = self._with_markers(obs.key, mapping)
+                mapping = self.lookups.with_markers(obs.key, mapping)
                 plan = translate(obs.state, mapping, target, previous_source=previous_source)
-                if plan.unmapped_acked_entries and self._look_up(obs, topic, mapping, target):
-                    mapping = self._with_markers(obs.key, mapping)
+                if plan.unmapped_acked_entries and self.lookups.look_up(obs, topic, mapping,
+                                                                        target):
+                    mapping = self.lookups.with_markers(obs.key, mapping)
                     plan = translate(obs.state, mapping, target, previous_source=previous_source)
                 self._plans[k] = Planned(obs.state, version, target,
-                                          self.markers.markers.get(obs.key), mapping, plan)
+                                          self.lookups.markers(obs.key), mapping, plan)
             t_translate += time.perf_counter() - t0
             self.previous[k] = obs
             if lost:
@@ -293,32 +285,11 @@ class SyncStep:
         return StepResult(records, sent, refused, halted, t_translate, unavailable,
                           self.anchor_conflicts, len(deferred))
 
-    def _idle_again(self, k: tuple[PartitionKey, str], idle: IdleCursor, obs: ObservedCursor,
-                    topic: str, version: int, markers: RangeSet | None,
-                    ) -> SyncRecord | CursorState | None:
-        """An idle cursor's record for this batch while nothing changed (its target read
-        every IDLE_TARGET_READ_EVERY batches). Else it is unpacked for the full path, and
-        the target, if read here, is returned."""
-        target = None
-        if not (self.halted and k in self.halted) and idle.unchanged(obs.state, version,
-                                                                       markers):
-            still = idle.unread + 1 < IDLE_TARGET_READ_EVERY
-            if still:
-                idle.unread += 1
-                self.target_reads_skipped += 1
-            else:
-                target = self.read_target(topic, obs.subscription)
-                still = target is not None and pack(target) == idle.target
-                if still:
-                    idle.unread = 0
-            if still:
-                idle.observed_at = obs.observed_at
-                return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
-                                  obs.observed_at, datetime.now(UTC), repeated=True)
-        del self._idle[k]
-        self.previous[k] = ObservedCursor(obs.key, obs.subscription, idle.source_state(),
-                                          idle.observed_at)
-        return target
+    def _repeated(self, idle: IdleCursor, obs: ObservedCursor) -> SyncRecord:
+        """An idle cursor's record again: its plan, nothing sent."""
+        idle.observed_at = obs.observed_at
+        return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
+                          obs.observed_at, datetime.now(UTC), repeated=True)
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
         """How many entries the previous observation showed unacked went with a source topic
@@ -379,77 +350,35 @@ class SyncStep:
             return "failed", 0
         return "emitted", int(getattr(sent, "acks_sent", 0))
 
-    def _with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
-        found = self.markers.markers.get(key)
-        if found is None or not found:
-            return mapping
-        b = found.bounds
-        runs = Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
-        return replace(mapping, unreplicated=mapping.unreplicated.union(runs))
-
-    def _look_up(self, obs: ObservedCursor, topic: str, mapping: TopicMapping,
-                 target: CursorState) -> bool:
-        """Look up the plan's unmapped source entries not looked up before; True when some
-        turned out to be markers."""
-        if self.lookup_markers is None or not len(mapping.segments):
-            return False
-        cache = self.markers
-        seen = cache.looked_up.get(obs.key, RangeSet())
-        pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
-        last = mapping.segments.rows[-1]
-        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
-        now = self.clock()
-        known = cache.frontiers.get(obs.key)
-        if known is None or known[0] != frontier:
-            cache.frontiers[obs.key] = known = (frontier, now)
-        ledgers = obs.state.ledgers
-        if ledgers is None or not pending:
-            return False
-        settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
-            mapping.written_at is not None
-            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
-        past = pending.after(frontier)
-        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.lookups)
-        if budget <= 0:
-            if self._lookups_resume is None:
-                self._lookups_resume = (obs.key, obs.subscription)
-            return False
-        positions = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
-        if len(positions) == budget < MARKER_LOOKUPS_PER_SYNC and self._lookups_resume is None:
-            self._lookups_resume = (obs.key, obs.subscription)  # cut short by the budget
-        tail: list[Position] = []
-        if settled and cache.behind.get(obs.key) != frontier:
-            tail = list(itertools.islice(past.iter_entries(ledgers),
-                                         min(MARKER_TAIL_LOOKUPS, budget - len(positions))))
-        if not positions and not tail:
-            return False
-        asked = positions + tail
-        self.lookups += len(asked)
-        try:
-            markers = self.lookup_markers(topic, asked)
-        except CursorSyncError as err:
-            log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
-                        topic, err)
-            return False
-        cache.looked_up[obs.key] = seen | _entries(asked)
-        if not set(tail) <= set(markers):
-            cache.behind[obs.key] = frontier  # a message past it: the mapping is behind
-        if not markers:
-            return False
-        cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
-        log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
-                  len(asked))
-        return True
 
 
 #: The mapping of a partition with no rows yet.
 _NO_MAPPING = TopicMapping()
 
 
-def _entries(positions: list[Position]) -> RangeSet:
-    return RangeSet.entries(np.array([p.ledger for p in positions], np.int64),
-                            np.array([p.entry for p in positions], np.int64),
-                            np.ones(len(positions), np.int64))
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A cursor of this batch still to plan, once the targets are read: ``how`` its
+    target is had (read: read it; known: its last plan's; recheck: an idle cursor's, due
+    for a read; unpack: an idle cursor something changed for)."""
+
+    obs: ObservedCursor
+    version: int
+    how: str
+
+
+def one_by_one(read: TargetReader) -> TargetsReader:
+    """A batch's targets read with ``read``, one after another."""
+    def many(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Target]:
+        out: dict[tuple[str, str], Target] = {}
+        for pair in pairs:
+            try:
+                out[pair] = read(*pair)
+            except AdminUnavailableError as err:
+                out[pair] = err
+        return out
+
+    return many
 
 
 def _rotated(observed: list[ObservedCursor],

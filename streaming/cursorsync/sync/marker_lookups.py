@@ -1,0 +1,152 @@
+"""Source entries looked up on the source's admin API while the sync plans.
+
+Source entries a plan counts as unmapped are looked up, once each (a few per sync at
+most): a marker never has a data counterpart (snapshot markers at a ledger's end or after
+the last message, where no segment on either side vouches for them), so it is not
+"waiting for evidence", and the plan can become exact. Entries past the last mapped one
+are only looked up once the mapping has not moved for a while: under traffic they are
+simply not mapped yet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.mapping import Runs, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.translate import unmapped_source
+from cursorsync.errors import CursorSyncError
+
+log = logging.getLogger(__name__)
+
+#: Which of these source entries of a concrete topic are markers (asked of the source).
+MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: Source entries looked up per (topic partition, subscription) and sync, at most.
+MARKER_LOOKUPS_PER_SYNC = 64
+#: Source entries looked up per sync batch over all cursors, at most: a lookup only keeps
+#: markers out of the unmapped count (no ack depends on it), so a batch never waits on
+#: thousands of them. Cursors left without budget go first in the next batch.
+MARKER_LOOKUPS_PER_BATCH = 512
+#: Unmapped entries past the last mapped one looked up per cursor and sync, in order. The
+#: markers a broker writes after a partition's last message are a few; a lookup there
+#: that finds a message means the mapping is behind, and nothing past that last mapped
+#: entry is looked up again until it moves.
+MARKER_TAIL_LOOKUPS = 8
+#: Unmapped entries past the last mapped one are looked up once the mapping of their
+#: partition has not moved for this long: as this step saw it, or by the newest row of
+#: the mapping (a step that just started, as an executor's may be, has seen nothing).
+MARKER_LOOKUP_SETTLE_S = 5.0
+
+
+@dataclass
+class MarkerCache:
+    """What the source's admin API said, per topic partition: entries that are markers,
+    every entry looked up, the last mapped source entry with when it was first seen, and
+    the last mapped entries past which a lookup found a message (the mapping is behind)."""
+
+    markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
+    frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
+    behind: dict[PartitionKey, Position] = field(default_factory=dict)
+
+
+class MarkerLookups:
+    """The lookups of one sync step: what was found (:class:`MarkerCache`, kept across
+    batches) and this batch's budget."""
+
+    def __init__(self, lookup: MarkerLookup | None) -> None:
+        self.lookup = lookup
+        self.cache = MarkerCache()
+        self.clock = time.monotonic
+        self.wall_clock = time.time
+        #: Source entries looked up in this batch.
+        self.count = 0
+        #: The first cursor a batch had no lookup budget left for: the next batch starts there.
+        self.resume: tuple[PartitionKey, str] | None = None
+
+    def next_batch(self) -> tuple[PartitionKey, str] | None:
+        """A new batch's budget; the cursor it starts at (None: the first)."""
+        self.count = 0
+        resume, self.resume = self.resume, None
+        return resume
+
+    def markers(self, key: PartitionKey) -> RangeSet | None:
+        return self.cache.markers.get(key) if self.cache.markers else None
+
+    def with_markers(self, key: PartitionKey, mapping: TopicMapping) -> TopicMapping:
+        """``mapping`` with the partition's known markers as unreplicated source entries."""
+        found = self.cache.markers.get(key)
+        if found is None or not found:
+            return mapping
+        b = found.bounds
+        runs = Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
+        return replace(mapping, unreplicated=mapping.unreplicated.union(runs))
+
+    def look_up(self, obs: ObservedCursor, topic: str, mapping: TopicMapping,
+                target: CursorState) -> bool:
+        """Look up the plan's unmapped source entries not looked up before; True when some
+        turned out to be markers."""
+        if self.lookup is None or not len(mapping.segments):
+            return False
+        cache = self.cache
+        seen = cache.looked_up.get(obs.key, RangeSet())
+        pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
+        last = mapping.segments.rows[-1]
+        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
+        now = self.clock()
+        known = cache.frontiers.get(obs.key)
+        if known is None or known[0] != frontier:
+            cache.frontiers[obs.key] = known = (frontier, now)
+        ledgers = obs.state.ledgers
+        if ledgers is None or not pending:
+            return False
+        settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
+            mapping.written_at is not None
+            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
+        past = pending.after(frontier)
+        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
+        if budget <= 0:
+            if self.resume is None:
+                self.resume = (obs.key, obs.subscription)
+            return False
+        positions = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
+        if len(positions) == budget < MARKER_LOOKUPS_PER_SYNC and self.resume is None:
+            self.resume = (obs.key, obs.subscription)  # cut short by the budget
+        tail: list[Position] = []
+        if settled and cache.behind.get(obs.key) != frontier:
+            tail = list(itertools.islice(past.iter_entries(ledgers),
+                                         min(MARKER_TAIL_LOOKUPS, budget - len(positions))))
+        if not positions and not tail:
+            return False
+        asked = positions + tail
+        self.count += len(asked)
+        try:
+            markers = self.lookup(topic, asked)
+        except CursorSyncError as err:
+            log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
+                        topic, err)
+            return False
+        cache.looked_up[obs.key] = seen | _entries(asked)
+        if not set(tail) <= set(markers):
+            cache.behind[obs.key] = frontier  # a message past it: the mapping is behind
+        if not markers:
+            return False
+        cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
+        log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
+                  len(asked))
+        return True
+
+
+def _entries(positions: list[Position]) -> RangeSet:
+    return RangeSet.entries(np.array([p.ledger for p in positions], np.int64),
+                            np.array([p.entry for p in positions], np.int64),
+                            np.ones(len(positions), np.int64))
