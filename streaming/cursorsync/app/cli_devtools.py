@@ -158,6 +158,41 @@ def bench_partitions(
     typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
 
 
+@bench_app.command("target-reads")
+@user_errors
+def bench_target_reads(
+    partitions: Annotated[int, typer.Option("--partitions", min=1,
+                                            help="Partitions of the one topic.")] = 1000,
+    workers: Annotated[str, typer.Option("--workers",
+                                         help="Thread counts to compare, comma-separated; "
+                                              "1 is one request after another.")] = "1,4,8,16",
+    json_output: JsonOption = False,
+) -> None:
+    """A sync batch's target reads (one internalStats request per partition) on the local
+    test bed's broker: seconds per round, requests per second and the broker's CPU per
+    request, for each thread count."""
+    try:
+        counts = [int(w) for w in workers.split(",") if w.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"not a list of thread counts: {workers!r}",
+                                 param_hint="--workers") from None
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter("thread counts are at least 1", param_hint="--workers")
+    run_bench = load_lazily(f"{DEVTOOLS}.bench_targets", "bench_target_reads",
+                            "cursorsync bench target-reads")
+    with progress(f"bench target-reads: {partitions} partitions", json_output=json_output):
+        result = run_bench(partitions, workers=counts)
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    rows = [(k, v) for k, v in result.items() if k != "by_workers"]
+    rows += [(f"{r['workers']} threads: {k}", v) for r in result["by_workers"]
+             for k, v in r.items() if k != "workers"]
+    typer.echo(format_table(("FIGURE", "VALUE"), rows))
+
+
 @bench_app.command("failover")
 @user_errors
 def bench_failover(

@@ -1,0 +1,111 @@
+"""A sync batch's target cursors, read together: on the real test bed (what Pulsar
+answers) and on the admin stub (a broker that is slow or fails for one topic)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pulsar
+import pytest
+
+from admin_stub import Reply, StubAdmin
+from cursorsync.core.positions import Position
+from cursorsync.errors import AdminUnavailableError
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.topics import TopicName
+from cursorsync.sync.target_reads import AdminTargets
+from cursorsync_devtools.testbed import TestBed
+from test_admin import stats_doc
+
+
+@pytest.mark.integration
+def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Two subscriptions of one topic, one of a partition of another, a subscription the
+    target does not have, and a topic it does not have: one internalStats request per
+    topic that exists, each cursor as the broker shows it."""
+    one = testbed.topic(topic_name("targets-one"))
+    testbed.create_topic(one)
+    two = testbed.create_topic(topic_name("targets-two"), partitions=2)[1]
+    client = testbed.client("b")
+    for topic, sub in ((one, "x"), (one, "y"), (two, "x")):
+        client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
+                         initial_position=pulsar.InitialPosition.Earliest).close()
+    producer = client.create_producer(one, batching_enabled=False)
+    for i in range(4):
+        producer.send(f"m{i}".encode())
+    producer.close()
+    consumer = client.subscribe(one, "x", consumer_type=pulsar.ConsumerType.Shared)
+    for _ in range(4):
+        msg = consumer.receive(timeout_millis=10_000)
+        if msg.data() != b"m1":
+            consumer.acknowledge(msg)  # a hole: m1 stays unacked
+    consumer.close()
+    missing = testbed.topic(topic_name("targets-missing"))
+
+    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
+        targets = AdminTargets(admin)
+        got = targets.many([(one, "x"), (one, "y"), (two, "x"), (two, "none"),
+                            (missing, "x")])
+    assert targets.requests == 3  # the missing topic is asked too, and answers 404
+    stats = testbed.internal_stats("b", one)["cursors"]
+    x, y = got[one, "x"], got[one, "y"]
+    assert x is not None and y is not None
+    assert str(x.mark_delete) == stats["x"]["markDeletePosition"]
+    assert x.individually_deleted.count_entries(x.ledgers) == 2  # m2 and m3 past the hole at m1
+    assert str(y.mark_delete) == stats["y"]["markDeletePosition"]
+    assert not y.individually_deleted
+    fresh = got[two, "none"]
+    assert fresh is not None and fresh.mark_delete.entry == -1  # nobody acked: fresh
+    assert got[two, "x"] is not None
+    assert got[missing, "x"] is None
+    ledger = Position.parse(stats["x"]["markDeletePosition"]).ledger
+    assert x.ledgers is not None and ledger in x.ledgers.ids.tolist()
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def test_reads_go_out_together_and_a_failing_topic_fails_only_its_own(
+        stub: StubAdmin) -> None:
+    """Twelve topics answering in 0.2 s each are read in much less than 12 x 0.2 s; a topic
+    whose broker keeps failing gets its error, and the others their cursors."""
+    names = [f"persistent://acme/orders/t{i}" for i in range(12)]
+    doc = stats_doc("3:9", [(1, 5), (3, 0)], {"svc": ("1:4", "[]")})
+    for n in names[1:]:
+        stub.set(TopicName.parse(n).admin_path("internalStats"), Reply(body=doc, delay_s=0.2))
+    stub.set(TopicName.parse(names[0]).admin_path("internalStats"), Reply(503, {}))
+    config = AdminConfig.from_urls(stub.url, attempts=2, backoff_initial_s=0.01,
+                                   backoff_max_s=0.02, max_workers=8)
+    with AdminClient(config) as admin:
+        t0 = time.monotonic()
+        got = AdminTargets(admin).many([(n, "svc") for n in names])
+        took = time.monotonic() - t0
+    assert isinstance(got[names[0], "svc"], AdminUnavailableError)
+    assert all(str(got[n, "svc"].mark_delete) == "1:4" for n in names[1:])  # type: ignore[union-attr]
+    assert took < 6 * 0.2, took  # 8 at a time: two rounds, not twelve
+
+
+def test_one_at_a_time_raises_what_the_broker_gave(stub: StubAdmin) -> None:
+    name = "persistent://acme/orders/t0"
+    stub.set(TopicName.parse(name).admin_path("internalStats"), Reply(503, {}))
+    with (AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin,
+          pytest.raises(AdminUnavailableError, match="t0")):
+        AdminTargets(admin)(name, "svc")
+
+
+@pytest.mark.integration
+def test_bench_target_reads_on_the_bed(testbed: TestBed) -> None:
+    """The benchmark reads every partition's cursor at each thread count (it raises if one
+    read fails) and in one partitioned request."""
+    from cursorsync_devtools.bench_targets import bench_target_reads
+
+    r = bench_target_reads(20, workers=(1, 4), repeat=2, bed=testbed)
+    assert [row["workers"] for row in r["by_workers"]] == [1, 4]
+    assert all(row["seconds"] > 0 and row["requests_per_s"] > 0 for row in r["by_workers"])
+    assert r["requests_per_round"] == 20 and r["partitioned_internal_stats_seconds"] > 0
