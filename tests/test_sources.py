@@ -1078,7 +1078,10 @@ def admin() -> Iterator[StubAdmin]:
 
 def cursors_reader(admin: StubAdmin, state: Path, **extra: str) -> PulsarCursorsStreamReader:
     opts = {"adminUrl": admin.url, "cluster": "a", "topics": "persistent://acme/orders/events",
-            "subscriptions": "svc", "stateDir": str(state), "adminAttempts": "1", **extra}
+            "subscriptions": "svc", "stateDir": str(state), "adminAttempts": "1",
+            # The stub serves internalStats only; the topic stats pre-check is tested on
+            # the real test bed (test_cursor_polls).
+            "internalStatsMaxAgeMs": "0", **extra}
     return PulsarCursorsStreamReader(CursorsOptions.parse(opts))
 
 
@@ -1221,7 +1224,7 @@ def test_spark_cursors_stream(spark: Any, admin: StubAdmin, tmp_path: Path) -> N
     q = (spark.readStream.format("pulsar-cursors")
          .option("adminUrl", admin.url).option("cluster", "a")
          .option("topics", "persistent://acme/orders/events").option("subscriptions", "svc")
-         .option("stateDir", str(tmp_path / "polls"))
+         .option("stateDir", str(tmp_path / "polls")).option("internalStatsMaxAgeMs", "0")
          .load().writeStream.format("memory").queryName("cursors_out")
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(once=True).start())
     q.awaitTermination(120)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -100,12 +101,15 @@ def test_one_at_a_time_raises_what_the_broker_gave(stub: StubAdmin) -> None:
 
 
 @pytest.mark.integration
-def test_bench_target_reads_on_the_bed(testbed: TestBed) -> None:
+def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     """The benchmark reads every partition's cursor at each thread count (it raises if one
-    read fails) and in one partitioned request."""
-    from cursorsync_devtools.bench_targets import bench_target_reads
+    read fails) and in one partitioned request, and polls with and without the topic stats
+    first: the second reads none of the partitions nothing changed on."""
+    from cursorsync_devtools.bench_admin import bench_admin
 
-    r = bench_target_reads(20, workers=(1, 4), repeat=2, bed=testbed)
+    r = bench_admin(20, workers=(1, 4), repeat=2, bed=testbed, work_dir=str(tmp_path))
     assert [row["workers"] for row in r["by_workers"]] == [1, 4]
     assert all(row["seconds"] > 0 and row["requests_per_s"] > 0 for row in r["by_workers"])
     assert r["requests_per_round"] == 20 and r["partitioned_internal_stats_seconds"] > 0
+    assert r["source_poll"]["every_poll"]["partitions_read"] == 20
+    assert r["source_poll"]["stats_first"]["partitions_read"] == 0

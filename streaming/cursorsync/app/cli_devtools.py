@@ -158,9 +158,9 @@ def bench_partitions(
     typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
 
 
-@bench_app.command("target-reads")
+@bench_app.command("admin")
 @user_errors
-def bench_target_reads(
+def bench_admin(
     partitions: Annotated[int, typer.Option("--partitions", min=1,
                                             help="Partitions of the one topic.")] = 1000,
     workers: Annotated[str, typer.Option("--workers",
@@ -168,9 +168,9 @@ def bench_target_reads(
                                               "1 is one request after another.")] = "1,4,8,16",
     json_output: JsonOption = False,
 ) -> None:
-    """A sync batch's target reads (one internalStats request per partition) on the local
-    test bed's broker: seconds per round, requests per second and the broker's CPU per
-    request, for each thread count."""
+    """A sync batch's admin requests on the local test bed's broker: the target reads (one
+    internalStats request per partition) for each thread count, and a source poll with and
+    without the topic stats first; seconds, and the broker's CPU per request."""
     try:
         counts = [int(w) for w in workers.split(",") if w.strip()]
     except ValueError:
@@ -178,18 +178,19 @@ def bench_target_reads(
                                  param_hint="--workers") from None
     if not counts or min(counts) < 1:
         raise typer.BadParameter("thread counts are at least 1", param_hint="--workers")
-    run_bench = load_lazily(f"{DEVTOOLS}.bench_targets", "bench_target_reads",
-                            "cursorsync bench target-reads")
-    with progress(f"bench target-reads: {partitions} partitions", json_output=json_output):
+    run_bench = load_lazily(f"{DEVTOOLS}.bench_admin", "bench_admin", "cursorsync bench admin")
+    with progress(f"bench admin: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, workers=counts)
     if json_output:
         echo_json(result)
         return
     from cursorsync.app.render import format_table
 
-    rows = [(k, v) for k, v in result.items() if k != "by_workers"]
-    rows += [(f"{r['workers']} threads: {k}", v) for r in result["by_workers"]
+    rows = [(k, v) for k, v in result.items() if k not in ("by_workers", "source_poll")]
+    rows += [(f"target reads, {r['workers']} threads: {k}", v) for r in result["by_workers"]
              for k, v in r.items() if k != "workers"]
+    rows += [(f"source poll, {label}: {k}", v) for label, r in result["source_poll"].items()
+             for k, v in r.items()]
     typer.echo(format_table(("FIGURE", "VALUE"), rows))
 
 

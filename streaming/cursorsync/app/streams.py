@@ -55,5 +55,6 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
 def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
     """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled."""
     opts = {**source_options(config.source), "selection": selection(config).to_option(),
-            "stateDir": state_dir}
+            "stateDir": state_dir, "internalStatsMaxAgeMs":
+            str(round(config.spark.cursor_stats_max_age_s * 1000))}
     return spark.readStream.format("pulsar-cursors").options(**opts).load()

@@ -49,9 +49,14 @@ from cursorsync.pulsar.stats import (
     parse_partitions,
     parse_topic_list,
 )
+from cursorsync.pulsar.topic_stats import partition_docs
 from cursorsync.pulsar.topics import TopicName, namespace_admin_path, parse_namespace
 
 T = TypeVar("T")
+
+#: Topic stats without what the broker must count entry by entry or read from storage.
+_CHEAP_STATS = ("?getPreciseBacklog=false&subscriptionBacklogSize=false"
+                "&getEarliestTimeInBacklog=false")
 
 
 class AdminAuthError(AdminError):
@@ -228,6 +233,20 @@ class AdminClient:
         doc = self.get_json(t.admin_path("partitioned-internalStats"),
                             f"partitioned-internalStats of {t}", str(t))
         return parse_partitioned_internal_stats(t, doc)
+
+    def topic_stats(self, topic: str | TopicName) -> Any:
+        """``stats`` of one topic partition (or non-partitioned topic), as the broker gives
+        them (:mod:`cursorsync.pulsar.topic_stats` reads them); the backlog as the cursor's
+        counters give it, not counted entry by entry."""
+        t = _topic(topic)
+        return self.get_json(t.admin_path("stats") + _CHEAP_STATS, f"stats of {t}", str(t))
+
+    def partitioned_topic_stats(self, topic: str | TopicName) -> dict[str, Any]:
+        """Each partition's ``stats`` by its full name, in one request."""
+        t = _topic(topic)
+        doc = self.get_json(t.admin_path("partitioned-stats") + _CHEAP_STATS
+                            + "&perPartition=true", f"partitioned-stats of {t}", str(t))
+        return partition_docs(str(t), doc)
 
     def created_at(self, topic: str | TopicName) -> datetime:
         """When the topic partition's managed ledger was created (``creationDate`` of its

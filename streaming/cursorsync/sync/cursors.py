@@ -1,9 +1,13 @@
 """``pulsar-cursors``: a Spark streaming source of subscription cursor states (admin polling).
 
-Each micro-batch polls ``internalStats`` (``partitioned-internalStats`` for
-partitioned topics) of the configured topics on the driver and yields one row
+Each micro-batch polls the configured topics on the driver and yields one row
 per (topic partition, subscription). Replicator cursors (``pulsar.repl.*``)
-are not subscriptions and never appear.
+are not subscriptions and never appear. The cursors come from ``internalStats``
+(``partitioned-internalStats`` for a partitioned topic most of whose partitions
+are read). First the cheap topic stats are asked (``partitioned-stats``, one
+request per partitioned topic): a partition whose counters show no change since
+its internalStats were read (:mod:`cursorsync.pulsar.topic_stats`) yields the rows
+read then, as observed then, until ``internalStatsMaxAgeMs`` passes.
 
 A poll cannot be repeated, so replays would not be deterministic. Each
 poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
@@ -20,6 +24,7 @@ import os
 import re
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +38,7 @@ from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import Selection
 from cursorsync.pulsar.stats import TopicInternalStats
+from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,9 @@ class CursorsOptions:
     state_dir: str
     poll_interval_ms: int
     state_retention: int
+    #: A partition's internalStats are read again at least this often even while its
+    #: topic stats show no change (0: read every poll, no topic stats asked).
+    internal_stats_max_age_ms: int = 60_000
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> CursorsOptions:
@@ -92,6 +101,8 @@ class CursorsOptions:
             state_dir=o.required("stateDir"),
             poll_interval_ms=o.get_int("pollIntervalMs", 0, minimum=0) or 0,
             state_retention=o.get_int("stateRetention", 100, minimum=1) or 100,
+            internal_stats_max_age_ms=o.get_int("internalStatsMaxAgeMs", 60_000, minimum=0)
+            or 0,
         )
 
 
@@ -194,6 +205,13 @@ class PollStore:
                 p.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class _Known:
+    fingerprint: Fingerprint
+    due: float
+    rows: list[Row]
+
+
 class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
     """Polls on the driver; every poll is stored before it is handed to Spark."""
 
@@ -201,9 +219,19 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         self.options = options
         self.store = PollStore(options.state_dir)
         self._last_poll = 0.0
+        #: Per topic partition: its stats' fingerprint when its internalStats were last
+        #: read, when they must be read again at the latest, and the rows they gave.
+        self._known: dict[str, _Known] = {}
+        self.clock = time.monotonic
+        #: Of the last poll: partitions whose internalStats were read, and those whose
+        #: rows were carried over because their topic stats had not changed.
+        self.partitions_read = 0
+        self.partitions_unchanged = 0
 
     def poll(self) -> list[Row]:
-        """One poll of every configured topic, concurrently."""
+        """One poll of every configured topic, concurrently. With
+        ``internalStatsMaxAgeMs``, the cheap topic stats come first and only the partitions
+        they show changed (or not read for that long) have their internalStats read."""
         o = self.options
         with AdminClient(o.admin) as admin:
             explicit = [TopicName.parse(t.topic) for t in o.selection.topics]
@@ -212,9 +240,12 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
             for n in o.selection.namespaces:
                 concrete.extend(admin.expand_topics((), namespace=n.namespace, pattern=n.regex))
             counts = admin.map_concurrently(admin.partitions, bases)
-            stats: list[TopicInternalStats] = []
             partitioned = [t for t in bases if counts[str(t)] > 0]
             concrete.extend(t for t in bases if counts[str(t)] == 0)
+            if o.internal_stats_max_age_ms:
+                return self._poll_changed(admin, {t: counts[str(t)] for t in partitioned},
+                                          concrete)
+            stats: list[TopicInternalStats] = []
             for p in admin.map_concurrently(admin.partitioned_internal_stats,
                                             partitioned).values():
                 stats.extend(p.stats.values())
@@ -226,7 +257,73 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         for s in sorted(stats, key=lambda s: s.topic):
             rows.extend(rows_from_stats(o.cluster, s, o.selection.subscriptions_of(s.topic),
                                         observed_at))
+        self.partitions_read, self.partitions_unchanged = len(stats), 0
         return rows
+
+    def _poll_changed(self, admin: AdminClient, partitioned: dict[TopicName, int],
+                      concrete: list[TopicName]) -> list[Row]:
+        o = self.options
+        docs: dict[str, Any] = {}
+        for found in admin.map_concurrently(admin.partitioned_topic_stats,
+                                            partitioned).values():
+            docs.update(found)
+        docs.update(admin.map_concurrently(
+            admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
+        # Taken before the internalStats are read: a change in between shows next time.
+        prints = {n: fingerprint(n, d, o.selection.subscriptions_of(n)) for n, d in docs.items()}
+        now = self.clock()
+
+        def unchanged(name: str) -> bool:
+            known = self._known.get(name)
+            return (known is not None and prints[name] is not None
+                    and prints[name] == known.fingerprint and now < known.due)
+
+        stale = sorted(n for n in prints if not unchanged(n))
+        stats = self._read(admin, partitioned, stale)
+        observed_at = datetime.now(tz=UTC)
+        rows: list[Row] = []
+        max_age = o.internal_stats_max_age_ms / 1000
+        for name in sorted(prints):
+            read = stats.get(name)
+            if read is None:
+                # The rows as read, with when they were read: a source topic deleted and
+                # created since is judged against that time (see SyncStep), never a later
+                # one the stats only suggest.
+                rows.extend(self._known[name].rows)
+                continue
+            got = rows_from_stats(o.cluster, read, o.selection.subscriptions_of(name),
+                                  observed_at)
+            rows.extend(got)
+            fp = prints[name]
+            if fp is None:
+                self._known.pop(name, None)
+            else:
+                # Spread over half the age to one age, so that partitions read together at
+                # a start are not all read again in one poll.
+                spread = 0.5 + (zlib.crc32(name.encode()) % 1000) / 2000
+                self._known[name] = _Known(fp, now + max_age * spread, got)
+        for gone in self._known.keys() - prints.keys():
+            del self._known[gone]
+        self.partitions_read = len(stats)
+        self.partitions_unchanged = len(prints) - len(stale)
+        log.debug("cursor poll of %s: %d partitions read, %d unchanged", o.cluster,
+                  self.partitions_read, self.partitions_unchanged)
+        return rows
+
+    @staticmethod
+    def _read(admin: AdminClient, partitioned: dict[TopicName, int], stale: list[str],
+              ) -> dict[str, TopicInternalStats]:
+        """internalStats of the stale partitions: of a partitioned topic most of whose
+        partitions are stale (a start) in one request, the others one by one."""
+        of_base: dict[str, list[str]] = {}
+        for name in stale:
+            of_base.setdefault(str(TopicName.parse(name).base), []).append(name)
+        whole = [t for t, n in partitioned.items() if 2 * len(of_base.get(str(t), ())) > n]
+        out: dict[str, TopicInternalStats] = {}
+        for p in admin.map_concurrently(admin.partitioned_internal_stats, whole).values():
+            out.update(p.stats)
+        out.update(admin.internal_stats_many([n for n in stale if n not in out]))
+        return out
 
     def initialOffset(self) -> dict[str, Any]:
         return make_offset(0)

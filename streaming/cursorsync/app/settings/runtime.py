@@ -77,6 +77,10 @@ class SparkConfig(_Section):
     #: How often the mapping looks for new topics and partitions (a namespace's new
     #: topics, a partition count raised). Until then their acks wait, unmapped.
     topic_discovery_interval_s: float = Field(default=60.0, gt=0)
+    #: A source partition's cursors are read (internalStats) when its topic stats show a
+    #: change, and at least this often however still they stand; 0: every poll, with no
+    #: topic stats asked first.
+    cursor_stats_max_age_s: float = Field(default=60.0, ge=0)
 
     @field_validator("conf", mode="before")
     @classmethod

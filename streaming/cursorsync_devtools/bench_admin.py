@@ -1,19 +1,26 @@
-"""``cursorsync bench target-reads``: a sync batch's target reads against a real broker.
+"""``cursorsync bench admin``: a sync batch's admin requests against a real broker.
 
 One topic of ``partitions`` partitions on the test bed's cluster b, with a subscription on
-every partition (so every partition is loaded, as a synced one is). The sync step's
-reader (:class:`~cursorsync.sync.target_reads.AdminTargets`) reads all their cursors, one
-``internalStats`` request per partition, with each thread count in ``workers``; 1 is the
-one-after-another baseline. Printed per thread count: the median seconds of ``repeat``
-rounds, requests per second, and the broker's CPU time per request (its process group's,
-from ``/proc``, less what it spends idle). Then the same cursors in one
-``partitioned-internalStats`` request, for comparison.
+every partition (so every partition is loaded, as a synced one is).
+
+Target reads: the sync step's reader (:class:`~cursorsync.sync.target_reads.AdminTargets`)
+reads all their cursors, one ``internalStats`` request per partition, with each thread
+count in ``workers``; 1 is the one-after-another baseline. Printed per thread count: the
+median seconds of ``repeat`` rounds, requests per second, and the broker's CPU time per
+request (its process group's, from ``/proc``, less what it spends idle) and the reader's
+(this process's). Then the same cursors in one ``partitioned-internalStats`` request, for
+comparison.
+
+Source poll: ``pulsar-cursors`` polls the topic with nothing changed since its previous
+poll, reading every partition's internalStats each poll (the baseline) and with its topic
+stats asked first; seconds, partitions read and the broker's CPU per partition.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,21 +35,25 @@ SUBSCRIPTION = "bench-targets"
 IDLE_S = 3.0
 
 
-def bench_target_reads(partitions: int = 1000, *, workers: Sequence[int] = (1, 4, 8, 16),
-                       repeat: int = 3, bed: Any = None) -> dict[str, Any]:
-    """Start the test bed (unless ``bed`` is given), read the targets, return the figures."""
+def bench_admin(partitions: int = 1000, *, workers: Sequence[int] = (1, 4, 8, 16),
+                repeat: int = 3, bed: Any = None, work_dir: str | None = None,
+                ) -> dict[str, Any]:
+    """Start the test bed (unless ``bed`` is given), read the targets and poll the cursors,
+    return the figures."""
     from cursorsync_devtools.testbed import TestBed
 
     own = bed is None
     bed = TestBed().start() if own else bed
     try:
-        return _bench(bed, partitions, workers, repeat)
+        with tempfile.TemporaryDirectory(dir=work_dir) as polls:
+            return _bench(bed, partitions, workers, repeat, Path(polls))
     finally:
         if own:
             bed.stop()
 
 
-def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int) -> dict[str, Any]:
+def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
+           polls: Path) -> dict[str, Any]:
     import pulsar
 
     from cursorsync.pulsar.admin import AdminClient, AdminConfig
@@ -55,6 +66,9 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int) -> di
                                   consumer_type=pulsar.ConsumerType.Shared).close()
     pairs = [(n, SUBSCRIPTION) for n in names]
     pid = bed.clusters[CLUSTER].pid
+    with AdminClient(AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER,
+                                           max_workers=max(workers))) as admin:
+        AdminTargets(admin).many(pairs)  # the broker's code paths warm before any is timed
     time.sleep(IDLE_S)  # the loading settles
     c0 = _cpu_s(pid)
     time.sleep(IDLE_S)
@@ -76,28 +90,51 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int) -> di
     # The same cursors in one request per topic: the broker gathers the partitions' stats.
     with AdminClient(AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
         whole = _timed(lambda: admin.partitioned_internal_stats(topic), pid, idle, repeat, 1)
-    return {"benchmark": "target-reads", "partitions": partitions,
+    source_poll = {
+        label: _poll(bed, topic, polls / label, age, pid, idle, repeat, partitions)
+        for label, age in (("every_poll", 0), ("stats_first", 600_000))}
+    return {"benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
             "requests_per_round": partitions, "rounds": repeat, "by_workers": rows,
             "partitioned_internal_stats_seconds": whole["seconds"],
             "partitioned_internal_stats_broker_cpu_ms": whole["broker_cpu_ms_per_request"],
+            "partitioned_internal_stats_reader_cpu_ms": whole["reader_cpu_ms_per_request"],
+            "source_poll": source_poll,
             "broker_idle_cpu_ms_per_s": round(1000 * idle, 1)}
+
+
+def _poll(bed: Any, topic: str, state: Path, max_age_ms: int, pid: int | None, idle: float,
+          repeat: int, partitions: int) -> dict[str, float]:
+    """A poll of ``topic`` after one that read it all, nothing changed in between."""
+    from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
+
+    reader = PulsarCursorsStreamReader(CursorsOptions.parse({
+        "adminUrl": bed.admin_url(CLUSTER), "cluster": CLUSTER, "topics": topic,
+        "subscriptions": SUBSCRIPTION, "stateDir": str(state),
+        "internalStatsMaxAgeMs": str(max_age_ms)}))
+    reader.poll()
+    got = _timed(reader.poll, pid, idle, repeat, partitions)
+    return {"seconds": got["seconds"], "partitions_read": reader.partitions_read,
+            "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
+            "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
 
 
 def _timed(fn: Callable[[], object], pid: int | None, idle: float, repeat: int,
            requests: int) -> dict[str, float]:
     """Median seconds of ``repeat`` calls, requests per second, and the broker's CPU time
     per request beyond what it spends idle."""
-    seconds, cpu = [], []
+    seconds, cpu, ours = [], [], []
     for _ in range(repeat):
-        c0, t0 = _cpu_s(pid), time.perf_counter()
+        c0, o0, t0 = _cpu_s(pid), time.process_time(), time.perf_counter()
         fn()
         took = time.perf_counter() - t0
         seconds.append(took)
+        ours.append(time.process_time() - o0)
         cpu.append(_cpu_s(pid) - c0 - idle * took)
     s = statistics.median(seconds)
     return {"seconds": round(s, 3), "requests_per_s": round(requests / s),
             "broker_cpu_ms_per_request": round(1000 * max(0.0, statistics.median(cpu))
-                                               / requests, 3)}
+                                               / requests, 3),
+            "reader_cpu_ms_per_request": round(1000 * statistics.median(ours) / requests, 3)}
 
 
 def _cpu_s(pid: int | None) -> float:
