@@ -13,13 +13,10 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cursorsync.errors import ConfigError
+from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.topics import TopicName
-
-if TYPE_CHECKING:
-    from cursorsync.pulsar.admin import AdminClient
 
 #: A subscription entry that means "every subscription of the topic".
 EVERY = "*"

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cursorsync.errors import MalformedAdminOutputError
-from cursorsync.pulsar.selection import EVERY
 
 #: Topic counters: a message added, a ledger trimmed.
 TOPIC_FIELDS = ("msgInCounter", "storageSize")
@@ -30,16 +29,16 @@ SUBSCRIPTION_FIELDS = ("msgBacklog", "lastAckedTimestamp", "lastMarkDeleteAdvanc
 Fingerprint = tuple[tuple[Any, ...], tuple[tuple[str, tuple[Any, ...]], ...]]
 
 
-def fingerprint(topic: str, doc: Any, subscriptions: Sequence[str]) -> Fingerprint | None:
+def fingerprint(topic: str, doc: Any, subscriptions: Sequence[str] | None,
+                ) -> Fingerprint | None:
     """The counters of ``doc`` (one partition's ``stats``) for the wanted subscriptions
-    (``*``: every one), or None when a counter is missing."""
+    (None: every one), or None when a counter is missing."""
     if not isinstance(doc, Mapping):
         raise MalformedAdminOutputError(f"stats of {topic}: not a JSON object")
     subs = doc.get("subscriptions")
     if not isinstance(subs, Mapping):
         raise MalformedAdminOutputError(f"stats of {topic}: no subscriptions object")
-    every = EVERY in subscriptions
-    wanted = sorted(name for name in subs if every or name in subscriptions)
+    wanted = sorted(n for n in subs if subscriptions is None or n in subscriptions)
     if any(f not in doc for f in TOPIC_FIELDS) or any(
             not isinstance(subs[n], Mapping) or any(f not in subs[n] for f in SUBSCRIPTION_FIELDS)
             for n in wanted):

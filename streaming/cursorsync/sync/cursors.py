@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.options import Options
-from cursorsync.pulsar.selection import Selection
+from cursorsync.pulsar.selection import EVERY, Selection
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
@@ -205,6 +205,10 @@ class PollStore:
                 p.unlink(missing_ok=True)
 
 
+def _wanted(subscriptions: Sequence[str]) -> Sequence[str] | None:
+    return None if EVERY in subscriptions else subscriptions
+
+
 @dataclass(frozen=True)
 class _Known:
     fingerprint: Fingerprint
@@ -270,7 +274,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         docs.update(admin.map_concurrently(
             admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
         # Taken before the internalStats are read: a change in between shows next time.
-        prints = {n: fingerprint(n, d, o.selection.subscriptions_of(n)) for n, d in docs.items()}
+        prints = {n: fingerprint(n, d, _wanted(o.selection.subscriptions_of(n)))
+                  for n, d in docs.items()}
         now = self.clock()
 
         def unchanged(name: str) -> bool:
