@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
-from cursorsync.sync.observed import observations
+from cursorsync.sync.observed import Observations, observations
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import mapping_rows, row_schema
@@ -366,3 +370,60 @@ def test_restart_backs_off_and_gives_up_on_what_an_operator_must_fix(
     auth = QueryFailedError("query cursorsync-sync failed: refused", "AdminAuthError")
     with pytest.raises(QueryFailedError, match="refused"):
         restart(Old(), None, auth, 1, sleep=waits.append)  # type: ignore[arg-type]
+
+
+def _reference(rows: pa.Table) -> list[tuple[Any, ...]]:
+    """Each row parsed on its own, as plainly as possible."""
+    out = []
+    for r in rows.to_pylist():
+        lg = None if r["ledgers"] is None else sorted(
+            (x["ledger_id"], x["entries"]) for x in r["ledgers"])
+        at = r["observed_at"]
+        out.append((r["topic"], r["partition"], r["subscription"],
+                    Position.parse(r["mark_delete"]),
+                    str(RangeSet.parse(r["individually_deleted"])), lg,
+                    at if at.tzinfo else at.replace(tzinfo=UTC)))
+    return out
+
+
+def _seen(obs: list[Any]) -> list[tuple[Any, ...]]:
+    return [(o.key.topic, o.key.partition, o.subscription, o.state.mark_delete,
+             str(o.state.individually_deleted),
+             None if o.state.ledgers is None else list(zip(
+                 o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)),
+             o.observed_at) for o in obs]
+
+
+_cursor_rows = st.lists(st.fixed_dictionaries({
+    "cluster": st.just("A"),
+    "topic": st.sampled_from(["persistent://t/n/x", "persistent://t/n/y"]),
+    "partition": st.integers(-1, 3), "subscription": st.sampled_from(["s", "u"]),
+    "mark_delete": st.sampled_from(["5:3", "5:9", "6:-1"]),
+    "individually_deleted": st.sampled_from(["[]", "[(5:4..5:6]]", "[(5:4..5:6], (5:8..5:9]]"]),
+    "ledgers": st.one_of(st.none(), st.lists(st.fixed_dictionaries({
+        "ledger_id": st.integers(5, 7), "entries": st.integers(0, 20)}), max_size=3,
+        unique_by=lambda x: x["ledger_id"])),
+    "observed_at": st.sampled_from([datetime(2026, 1, 1, 12, 0, 0),
+                                    datetime(2026, 1, 1, 12, 0, 5)]),
+    "messages_consumed_counter": st.just(9),
+}), max_size=12)
+
+
+_CURSOR_SCHEMA = pa.schema([
+    ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("subscription", pa.string()), ("mark_delete", pa.string()),
+    ("individually_deleted", pa.string()),
+    ("ledgers", pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))),
+    ("observed_at", pa.timestamp("us")), ("messages_consumed_counter", pa.int64())])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_cursor_rows, _cursor_rows)
+def test_observations_of_batch_after_batch_are_each_row_parsed_alone(
+        first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
+    """The sink's parser takes again what the last batch parsed: the same states as
+    parsing every row on its own, whatever repeats within and across the batches."""
+    parse = Observations()
+    for rows in (first, second + first):
+        table = pa.Table.from_pylist(rows, schema=_CURSOR_SCHEMA)
+        assert _seen(parse(table)) == _reference(table)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -17,19 +19,69 @@ from cursorsync.tables.store import RowFilter, TableStore
 
 
 def observations(table: pa.Table) -> list[ObservedCursor]:
-    """``pulsar-cursors`` rows -> observed cursor states."""
-    out = []
-    for r in table.to_pylist():
-        ledgers = (None if r["ledgers"] is None
-                   else Ledgers.of((x["ledger_id"], x["entries"]) for x in r["ledgers"]))
-        state = CursorState(Position.parse(r["mark_delete"]),
-                            RangeSet.parse(r["individually_deleted"]), ledgers)
-        observed = r["observed_at"]
-        if observed.tzinfo is None:
-            observed = observed.replace(tzinfo=UTC)
-        out.append(ObservedCursor(PartitionKey(r["topic"], int(r["partition"])),
-                                  r["subscription"], state, observed))
-    return out
+    """``pulsar-cursors`` rows -> observed cursor states (each value parsed anew)."""
+    return Observations()(table)
+
+
+class Observations:
+    """``pulsar-cursors`` rows -> observed cursor states, for a sink that reads one batch
+    after another: a partition nothing happened on repeats its values batch after batch,
+    so the positions, ranges and ledger lists the last batch parsed are taken again, not
+    parsed again (they are values: nothing changes them in place)."""
+
+    def __init__(self) -> None:
+        self._positions: dict[str, Position] = {}
+        self._ranges: dict[str, RangeSet] = {}
+        self._ledgers: dict[tuple[tuple[int, ...], tuple[int, ...]], Ledgers] = {}
+
+    def __call__(self, table: pa.Table) -> list[ObservedCursor]:
+        cols = {name: table.column(name).to_pylist() for name in (
+            "topic", "partition", "subscription", "mark_delete", "individually_deleted")}
+        # A poll's rows share a few observation times: each converted once.
+        times = table.column("observed_at")
+        distinct = pc.unique(times)
+        when = [t if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
+                for t in distinct.to_pylist()]
+        which = pc.index_in(times, value_set=distinct).to_numpy(zero_copy_only=False).tolist()
+        lists = table.column("ledgers")
+        lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)
+        flat = lists.flatten()
+        ids = flat.field("ledger_id").to_numpy(zero_copy_only=False).tolist()
+        counts = flat.field("entries").to_numpy(zero_copy_only=False).tolist()
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        ends = np.cumsum(lengths).tolist()
+        missing = lists.is_null().to_numpy(zero_copy_only=False).tolist()
+        positions: dict[str, Position] = {}
+        ranges: dict[str, RangeSet] = {}
+        ledgers: dict[tuple[tuple[int, ...], tuple[int, ...]], Ledgers] = {}
+        out = []
+        start = 0
+        for i, (topic, partition, sub, md, idm) in enumerate(zip(
+                cols["topic"], cols["partition"], cols["subscription"], cols["mark_delete"],
+                cols["individually_deleted"], strict=True)):
+            position = positions.get(md)
+            if position is None:
+                position = self._positions.get(md)
+                positions[md] = position = Position.parse(md) if position is None else position
+            acked = ranges.get(idm)
+            if acked is None:
+                acked = self._ranges.get(idm)
+                ranges[idm] = acked = RangeSet.parse(idm) if acked is None else acked
+            end = ends[i]
+            lg: Ledgers | None = None
+            if not missing[i]:
+                key = (tuple(ids[start:end]), tuple(counts[start:end]))
+                lg = ledgers.get(key)
+                if lg is None:
+                    lg = self._ledgers.get(key)
+                    ledgers[key] = lg = (Ledgers.of(zip(*key, strict=True))
+                                         if lg is None else lg)
+            start = end
+            out.append(ObservedCursor(PartitionKey(topic, partition), sub,
+                                      CursorState(position, acked, lg), when[which[i]]))
+        # What this batch saw, for the next: the cache holds one batch's distinct values.
+        self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
+        return out
 
 
 #: Every poll observes every cursor, so a cursor's last state is nearly always in the last
