@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.mapping import TopicMapping
@@ -95,6 +96,10 @@ class MappingSink:
         self.builder = builder
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        with collector.paused():  # the batch's garbage is freed after it
+            self._run(df, batch_id)
+
+    def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         self._prepare(batch_id)
         table = unpack(df.toArrow(), EVIDENCE_COLUMNS)

@@ -18,11 +18,12 @@ from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
+from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
-from cursorsync.sync.observed import observations, previous_states
+from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.step import SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -64,6 +65,8 @@ class SyncSink:
         self.mappings = MappingStore(store, config.source.name, config.target.name)
         self.last_batch = -1
         self._seeded = False
+        #: Parses a batch's rows, taking again what the last batch parsed.
+        self._observations = Observations()
         #: The batch the step last ran for (written or not).
         self._ran = -1
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
@@ -71,6 +74,10 @@ class SyncSink:
         self.after_batch: Callable[[], object] | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        with collector.paused():  # the batch's garbage is freed after it
+            self._run(df, batch_id)
+
+    def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         src, tgt = self.config.source.name, self.config.target.name
         known = halted(self.store, source_cluster=src, target_cluster=tgt)
@@ -102,7 +109,7 @@ class SyncSink:
 
     def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
-        obs = observations(df.toArrow())
+        obs = self._observations(df.toArrow())
         if not self._seeded:
             # After a start, a rewind is measured against the last state the tables hold.
             self.step.previous = {**previous_states(
