@@ -38,7 +38,10 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert second["acks_planned_entries"] == a * 6 + h * 160
     assert third["acks_planned_entries"] == a * 11 + h * 160
     assert out["seconds_per_batch"] == pytest.approx(
-        third["refresh_seconds"] + third["seconds"] + third["rows_seconds"])
+        third["parse_seconds"] + third["refresh_seconds"] + third["seconds"]
+        + third["rows_seconds"])
+    assert first["parse_seconds_without_the_last_batch"] is None
+    assert third["parse_seconds_without_the_last_batch"] > 0
     # Mappings are built for the partitions planned: all of them first, then the active.
     assert first["mappings_built"] == 300 and third["mappings_built"] == a
     assert out["microseconds_per_partition"] > 0

@@ -10,10 +10,12 @@ which a ``holes`` fraction has acknowledgement holes. Sync batches run through t
 those after a start, which plan the cursors a first time (at most the job's
 ``emission.first_plans_per_batch`` a batch, the others in the next ones; the idle ones
 are packed as their plans turn out to need nothing sent), then two of a running job, the
-last the steady state the figures report. Each batch's ``cursor_states`` and
-``sync_progress`` rows are built and appended to the local Delta table, timed apart
-(``rows_seconds``), and each batch after the first reads the mappings' new rows first,
-as the job does (``refresh_seconds``, none here); a batch's time is all three. The
+last the steady state the figures report. Each batch first parses its cursors from
+``pulsar-cursors`` rows as the sync sink does (``parse_seconds``; building the rows, which
+Spark does in the job, is not timed); its ``cursor_states`` and ``sync_progress`` rows
+are built and appended to the local Delta table, timed apart (``rows_seconds``), and each
+batch after the first reads the mappings' new rows first, as the job does
+(``refresh_seconds``, none here); a batch's time is all four. The
 target's admin API is a function that answers from memory and counts the requests, as
 the job's would be made: one per moving (partition, subscription) and batch, one per
 idle one every few batches.
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cursorsync.app import collector
 from cursorsync.app.settings.runtime import TablesConfig
 from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
@@ -43,6 +46,7 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.sync.observed import Observations, observations
 from cursorsync.sync.sink import rows_due
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import open_store
@@ -165,6 +169,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         step.previous = {(o.key, o.subscription): o for o in _observations(
             layout, active=active, holes=holes, seed=seed, moved=-5)[0]}
         batches: list[dict[str, Any]] = []
+        parse = Observations()
         every = TablesConfig.model_fields["unchanged_rows_every_batches"].default
         start_batches, steady = 0, 0
         for batch_id in itertools.count():
@@ -173,30 +178,44 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             moved = 5 * batch_id
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
-            requests[0] = 0
-            t0 = time.perf_counter()
-            mappings = loaded.refresh() if batch_id else loaded.mappings
-            refresh_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            result = step.run(obs, mappings)
-            seconds = time.perf_counter() - t0
-            # What the job writes for the batch: a row per cursor in each table, but for
-            # the cursors that did not change (their rows are written every few batches).
-            t0 = time.perf_counter()
-            write = rows_due(result.records, batch_id, every)
-            keep = {(r.key, r.subscription) for r, w in zip(result.records, write, strict=True)
-                    if w}
-            store.append("cursor_states", cursor_state_rows(
-                [o for o in obs if (o.key, o.subscription) in keep], source_cluster="a",
-                target_cluster="b"), app_id="bench", batch_id=batch_id)
-            store.append("sync_progress", sync_progress_rows(
-                [r for r, w in zip(result.records, write, strict=True) if w],
-                source_cluster="a", target_cluster="b"), app_id="bench", batch_id=batch_id)
-            rows_s = time.perf_counter() - t0
+            with collector.paused():  # as the job's sink runs a batch
+                polled = _poll_rows(obs)  # what the sink gets from Spark
+                t0 = time.perf_counter()
+                obs = parse(polled)
+                parse_s = time.perf_counter() - t0
+                requests[0] = 0
+                t0 = time.perf_counter()
+                mappings = loaded.refresh() if batch_id else loaded.mappings
+                refresh_s = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                result = step.run(obs, mappings)
+                seconds = time.perf_counter() - t0
+                # What the job writes for the batch: a row per cursor in each table, but for
+                # the cursors that did not change (their rows are written every few batches).
+                t0 = time.perf_counter()
+                write = rows_due(result.records, batch_id, every)
+                keep = {(r.key, r.subscription) for r, w in zip(result.records, write, strict=True)
+                        if w}
+                store.append("cursor_states", cursor_state_rows(
+                    [o for o in obs if (o.key, o.subscription) in keep], source_cluster="a",
+                    target_cluster="b"), app_id="bench", batch_id=batch_id)
+                store.append("sync_progress", sync_progress_rows(
+                    [r for r, w in zip(result.records, write, strict=True) if w],
+                    source_cluster="a", target_cluster="b"), app_id="bench", batch_id=batch_id)
+                rows_s = time.perf_counter() - t0
             outcomes: dict[str, int] = {}
             for r in result.records:
                 outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+            fresh_s = None
+            if not (batch_id == 0 or batches[-1]["cursors_waiting"]):
+                # The baseline: the same rows parsed with nothing taken from the last batch.
+                with collector.paused():
+                    t0 = time.perf_counter()
+                    observations(polled)
+                    fresh_s = round(time.perf_counter() - t0, 3)
             batches.append({
+                "parse_seconds": round(parse_s, 3),
+                "parse_seconds_without_the_last_batch": fresh_s,
                 "refresh_seconds": round(refresh_s, 3),
                 "seconds": round(seconds, 3),
                 "rows_seconds": round(rows_s, 3),
@@ -278,8 +297,29 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
 
 
 def _batch_s(batch: dict[str, Any]) -> float:
-    """A batch's time: the mapping refresh, the sync step and the rows."""
-    return sum(float(batch[k]) for k in ("refresh_seconds", "seconds", "rows_seconds"))
+    """A batch's time: parsing the polled rows, the mapping refresh, the sync step and the
+    rows written."""
+    return sum(float(batch[k]) for k in ("parse_seconds", "refresh_seconds", "seconds",
+                                         "rows_seconds"))
+
+
+def _poll_rows(obs: list[ObservedCursor]) -> pa.Table:
+    """The ``pulsar-cursors`` rows of these observations, as the sync sink gets them."""
+    return pa.table({
+        "cluster": pa.array(["a"] * len(obs)),
+        "topic": [o.key.topic for o in obs],
+        "partition": pa.array([o.key.partition for o in obs], pa.int32()),
+        "subscription": [o.subscription for o in obs],
+        "mark_delete": [str(o.state.mark_delete) for o in obs],
+        "individually_deleted": [str(o.state.individually_deleted) for o in obs],
+        "ledgers": pa.array([None if o.state.ledgers is None else [
+            {"ledger_id": i, "entries": n} for i, n in zip(
+                o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)]
+            for o in obs], pa.list_(pa.struct([("ledger_id", pa.int64()),
+                                               ("entries", pa.int64())]))),
+        "observed_at": pa.array([o.observed_at for o in obs], pa.timestamp("us", tz="UTC")),
+        "messages_consumed_counter": pa.array([0] * len(obs), pa.int64()),
+    })
 
 
 def _reader(targets: dict[PartitionKey, CursorState]) -> Callable[[str, str], CursorState]:
