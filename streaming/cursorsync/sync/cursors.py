@@ -283,18 +283,22 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
             return (known is not None and prints[name] is not None
                     and prints[name] == known.fingerprint and now < known.due)
 
-        stale = sorted(n for n in prints if not unchanged(n))
-        stats = self._read(admin, partitioned, stale)
+        stale = {n for n in prints if not unchanged(n)}
+        stats = self._read(admin, partitioned, sorted(stale))
         observed_at = datetime.now(tz=UTC)
         rows: list[Row] = []
         max_age = o.internal_stats_max_age_ms / 1000
         for name in sorted(prints):
             read = stats.get(name)
             if read is None:
-                # The rows as read, with when they were read: a source topic deleted and
-                # created since is judged against that time (see SyncStep), never a later
-                # one the stats only suggest.
-                rows.extend(self._known[name].rows)
+                known = self._known.get(name)
+                if known is not None and name not in stale:
+                    # The rows as read, with when they were read: a source topic deleted
+                    # and created since is judged against that time (see SyncStep), never
+                    # a later one the stats only suggest.
+                    rows.extend(known.rows)
+                else:  # in the stats, not in the internalStats (a partition being made)
+                    log.debug("%s: no internalStats this poll", name)
                 continue
             got = rows_from_stats(o.cluster, read, o.selection.subscriptions_of(name),
                                   observed_at)
