@@ -57,7 +57,6 @@ from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, p
 log = logging.getLogger(__name__)
 
 
-
 class EmitterLike(Protocol):
     def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
               ledgers: Ledgers | None = None) -> object: ...
@@ -74,6 +73,8 @@ SourceCreatedAt = Callable[[str], datetime]
 #: A source topic created later than this before the last observation of its cursor is
 #: taken as created after it: the broker's and this host's clocks may differ by as much.
 CLOCK_SKEW = timedelta(seconds=60)
+
+
 @dataclass(frozen=True)
 class SyncConfig:
     cumulative: bool = False
