@@ -1,12 +1,12 @@
 """The cursor poll's pre-check on real Pulsar: a topic's stats fingerprint moves with every
 kind of cursor change (so a partition whose fingerprint stands still may keep the cursor
 rows read before), and ``pulsar-cursors`` reads internalStats only of the partitions whose
-fingerprint moved."""
+fingerprint moved (in Spark too: test_sources)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
 from cursorsync_devtools.testbed import TestBed
-from cursorsync_devtools.testbed.admin_proxy import AdminProxy, Fault
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -135,52 +134,3 @@ def test_only_partitions_whose_stats_moved_are_read(
     assert {p: r[:7] for p, r in _poll(plain).items()} == {
         p: r[:7] for p, r in _poll(reader).items()}
 
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from cursorsync.app.sources import register
-
-    s = (SparkSession.builder.master("local[1]").appName("cursorsync-test-cursor-polls")
-         .config("spark.ui.enabled", "false")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.driver.host", "127.0.0.1")
-         .getOrCreate())
-    register(s)
-    yield s
-    s.stop()
-
-
-@pytest.mark.spark
-def test_in_spark_the_poll_keeps_what_it_read_across_batches(
-        spark: Any, testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
-    """The stream's reader lives across micro-batches: with nothing changing, every batch
-    asks the topic stats and only the first reads internalStats."""
-    topic = testbed.topic(topic_name("spark-polled"))
-    testbed.create_topic(topic, partitions=3)
-    testbed.client("a").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared).close()
-    paths: list[str] = []
-
-    def record(n: int, path: str) -> Fault:
-        paths.append(path)
-        return "pass"
-
-    with AdminProxy(testbed.admin_url("a"), record) as proxy:
-        q = (spark.readStream.format("pulsar-cursors")
-             .option("adminUrl", proxy.url).option("cluster", "a").option("topics", topic)
-             .option("subscriptions", SUB).option("stateDir", str(tmp_path / "polls"))
-             .option("internalStatsMaxAgeMs", "600000")
-             .load().writeStream.format("memory").queryName("polled")
-             .option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(processingTime="500 milliseconds").start())
-        try:
-            wait_for("four polls", lambda: sum(
-                1 for p in q.recentProgress if p["numInputRows"]) >= 4, 120)
-        finally:
-            q.stop()
-    polls = sum(1 for p in paths if "/partitioned-stats" in p)
-    reads = [p for p in paths if "internalStats" in p]
-    assert polls >= 4
-    assert len(reads) == 1 and "/partitioned-internalStats" in reads[0], reads
-    assert spark.table("polled").count() >= 4 * 3

@@ -58,6 +58,7 @@ from cursorsync.sync.cursors import (
     ReplayStateError,
 )
 from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.admin_proxy import AdminProxy, Fault
 from replicated import send_with_snapshots
 from test_admin import BASE, stats_doc
 from waiting import wait_for
@@ -1165,6 +1166,41 @@ def spark() -> Iterator[Any]:
     register(s)
     yield s
     s.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_in_spark_the_poll_keeps_what_it_read_across_batches(
+        spark: Any, testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The stream's reader lives across micro-batches: with nothing changing, every batch
+    asks the topic stats and only the first reads internalStats."""
+    topic = testbed.topic(topic_name("spark-polled"))
+    testbed.create_topic(topic, partitions=3)
+    testbed.client("a").subscribe(topic, "polled", consumer_type=pulsar.ConsumerType.Shared).close()
+    paths: list[str] = []
+
+    def record(n: int, path: str) -> Fault:
+        paths.append(path)
+        return "pass"
+
+    with AdminProxy(testbed.admin_url("a"), record) as proxy:
+        q = (spark.readStream.format("pulsar-cursors")
+             .option("adminUrl", proxy.url).option("cluster", "a").option("topics", topic)
+             .option("subscriptions", "polled").option("stateDir", str(tmp_path / "polls"))
+             .option("internalStatsMaxAgeMs", "600000")
+             .load().writeStream.format("memory").queryName("polled")
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="500 milliseconds").start())
+        try:
+            wait_for("four polls", lambda: sum(
+                1 for p in q.recentProgress if p["numInputRows"]) >= 4, 120)
+        finally:
+            q.stop()
+    polls = sum(1 for p in paths if "/partitioned-stats" in p)
+    reads = [p for p in paths if "internalStats" in p]
+    assert polls >= 4
+    assert len(reads) == 1 and "/partitioned-internalStats" in reads[0], reads
+    assert spark.table("polled").count() >= 4 * 3
 
 
 def entries_stream(spark: Any, bed: TestBed, topics: list[str], subscription: str) -> Any:
