@@ -37,6 +37,7 @@ def test_cursor_rows_become_observed_states() -> None:
     assert str(obs.state.individually_deleted) == "[(5:4..5:6],(5:8..5:9]]"
     assert obs.state.ledgers is not None and obs.state.ledgers.entries.tolist() == [12]
     assert obs.observed_at.tzinfo is UTC
+    assert obs.checked_at is None and obs.confirmed_at == obs.observed_at  # no column: read
 
 
 def test_mapping_store_loads_only_new_batches_and_merges(tmp_path: Path) -> None:
@@ -378,11 +379,11 @@ def _reference(rows: pa.Table) -> list[tuple[Any, ...]]:
     for r in rows.to_pylist():
         lg = None if r["ledgers"] is None else sorted(
             (x["ledger_id"], x["entries"]) for x in r["ledgers"])
-        at = r["observed_at"]
+        at, checked = (t if t.tzinfo else t.replace(tzinfo=UTC)
+                       for t in (r["observed_at"], r["checked_at"]))
         out.append((r["topic"], r["partition"], r["subscription"],
                     Position.parse(r["mark_delete"]),
-                    str(RangeSet.parse(r["individually_deleted"])), lg,
-                    at if at.tzinfo else at.replace(tzinfo=UTC)))
+                    str(RangeSet.parse(r["individually_deleted"])), lg, at, checked))
     return out
 
 
@@ -391,7 +392,7 @@ def _seen(obs: list[Any]) -> list[tuple[Any, ...]]:
              str(o.state.individually_deleted),
              None if o.state.ledgers is None else list(zip(
                  o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)),
-             o.observed_at) for o in obs]
+             o.observed_at, o.confirmed_at) for o in obs]
 
 
 _cursor_rows = st.lists(st.fixed_dictionaries({
@@ -406,7 +407,10 @@ _cursor_rows = st.lists(st.fixed_dictionaries({
     "observed_at": st.sampled_from([datetime(2026, 1, 1, 12, 0, 0),
                                     datetime(2026, 1, 1, 12, 0, 5)]),
     "messages_consumed_counter": st.just(9),
-}), max_size=12)
+    "checked_at": st.sampled_from([datetime(2026, 1, 1, 12, 0, 5),
+                                   datetime(2026, 1, 1, 12, 0, 9)]),
+}), max_size=12).map(lambda rows: [{**r, "checked_at": max(r["observed_at"], r["checked_at"])}
+                                   for r in rows])
 
 
 _CURSOR_SCHEMA = pa.schema([
@@ -414,7 +418,8 @@ _CURSOR_SCHEMA = pa.schema([
     ("subscription", pa.string()), ("mark_delete", pa.string()),
     ("individually_deleted", pa.string()),
     ("ledgers", pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))),
-    ("observed_at", pa.timestamp("us")), ("messages_consumed_counter", pa.int64())])
+    ("observed_at", pa.timestamp("us")), ("messages_consumed_counter", pa.int64()),
+    ("checked_at", pa.timestamp("us"))])
 
 
 @settings(max_examples=200, deadline=None)

@@ -1111,6 +1111,7 @@ def test_cursors_poll_store_and_replay(admin: StubAdmin, tmp_path: Path) -> None
     assert row[4] == "1:4" and row[5] == "[(3:2..3:5],(3:6..3:7]]"
     assert row[6] == [(1, 5), (3, 10)]  # the open ledger's count from lastConfirmedEntry
     assert row[8] == 40 and row[7].tzinfo is not None
+    assert row[9] == row[7]  # read in this poll: checked when read
     # The cluster moves on; a replay of (0, 1] still returns what was polled then.
     serve_partitioned(admin, "3:9")
     assert list(r.readBetweenOffsets(start, end)) == rows
@@ -1121,6 +1122,12 @@ def test_cursors_poll_store_and_replay(admin: StubAdmin, tmp_path: Path) -> None
     assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
     fresh.commit(end2)  # retention 100 keeps both
     assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
+    # A poll stored before rows had a checked_at replays as checked when read.
+    stored = json.loads(fresh.store.path(1).read_text())
+    for r in stored["rows"]:
+        del r["checked_at_us"]
+    fresh.store.path(1).write_text(json.dumps(stored))
+    assert list(fresh.readBetweenOffsets(start, end)) == rows
 
 
 def test_cursors_missing_state_and_pruning(admin: StubAdmin, tmp_path: Path) -> None:

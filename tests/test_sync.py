@@ -482,6 +482,29 @@ def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> No
     assert record.result == "halted" and record.plan.rewound_entries == 5
 
 
+def test_a_checked_time_counts_for_the_lag_never_as_evidence_of_the_state() -> None:
+    """A cursor the source's stats confirm unchanged after its read carries its read time
+    and the time of the check: the records' lag counts from the check, but a source topic
+    created again between the read and the check is judged against the read (its entries
+    shown unacked then were never acked)."""
+    _, mappings, target = _world(0)
+    source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
+    at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
+    created = NOW + timedelta(minutes=5)
+    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
+                    source_created_at=lambda topic: created)
+    for minutes in (0, 4, 10):
+        checked = NOW + timedelta(minutes=minutes)
+        (record,) = step.run([ObservedCursor(KEY, "sub", source, NOW, checked)],
+                             mappings).records
+        assert record.result == "emitted" and record.source_observed_at == checked
+    again = CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 0)]))
+    read = NOW + timedelta(minutes=11)
+    (record,) = step.run([ObservedCursor(KEY, "sub", again, read)], mappings).records
+    assert record.result == "halted" and record.plan.rewound_entries == 5
+    assert record.source_observed_at == read
+
+
 def test_a_batch_with_several_observations_of_a_cursor_plans_from_the_newest() -> None:
     """A replayed batch may hold several polls: the newest observation of each cursor is the
     one planned from (the later one in the batch when two were made at once)."""

@@ -319,6 +319,7 @@ def _poll_rows(obs: list[ObservedCursor]) -> pa.Table:
                                                ("entries", pa.int64())]))),
         "observed_at": pa.array([o.observed_at for o in obs], pa.timestamp("us", tz="UTC")),
         "messages_consumed_counter": pa.array([0] * len(obs), pa.int64()),
+        "checked_at": pa.array([o.confirmed_at for o in obs], pa.timestamp("us", tz="UTC")),
     })
 
 

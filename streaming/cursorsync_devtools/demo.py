@@ -151,8 +151,9 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
     """When the sync caught up with the source as it was at ``after`` (epoch seconds), or
     what it still waits on (a sentence naming the cursor) if it has not yet.
 
-    Caught up: for every (topic partition, subscription), a sync batch observed the source
-    after ``after`` and its plan was exact with nothing unmapped, and a later batch sent no
+    Caught up: for every (topic partition, subscription), a sync batch planned from a
+    source state known current after ``after`` (read then, or confirmed unchanged by the
+    topic stats) and its plan was exact with nothing unmapped, and a later batch sent no
     acks (the target already showed everything). A chunked topic's acked chunks stay
     unmapped (README, Limits), so for it two batches after ``after`` sending nothing is
     the test. Rows from ``since_batch`` on are read. The time returned is the newest
@@ -171,8 +172,8 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
         min_batch_id=since_batch)).to_pylist()
     by_key: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in rows:
-        observed = r["source_observed_at"].replace(tzinfo=UTC).timestamp()
-        if observed > after:
+        current = r["source_observed_at"].replace(tzinfo=UTC).timestamp()
+        if current > after:
             by_key.setdefault((r["topic"], r["partition"], r["subscription"]), []).append(r)
     done_at = after
     segments = bool({"position-property", "identity"} & set(config.evidence.strategies))

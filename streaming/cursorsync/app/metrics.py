@@ -4,8 +4,9 @@ Every metric is named ``cursorsync_*``. What each one answers:
 
 - ``cursorsync_mapping_entries_ingested_total{cluster}``: entries read by the mapping query.
 - ``cursorsync_segments_written_total{evidence}``: segments appended to ``mappings``.
-- ``cursorsync_sync_lag_seconds{subscription}`` (histogram): from observing a source
-  cursor state to having acked it on the target.
+- ``cursorsync_sync_lag_seconds{subscription}`` (histogram): from the last time a source
+  cursor state was known current (read, or confirmed unchanged by the topic stats) to
+  the target reflecting the plan made from it.
 - ``cursorsync_acks_sent_total{subscription,kind}``: acks sent, kind cumulative|individual.
 - ``cursorsync_sync_outcomes_total{subscription,result}``: what became of each plan:
   emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
@@ -122,7 +123,7 @@ class Metrics:
             "the rest wait for the next batches.", registry=r)
         self._sync_lag = Histogram(
             "cursorsync_sync_lag_seconds",
-            "From observing a source cursor state to having acked it on the target.",
+            "From a source cursor state last known current to the target reflecting it.",
             ["subscription"], buckets=LAG_BUCKETS, registry=r)
         self._acks_sent = Counter(
             "cursorsync_acks_sent", "Acknowledgements sent to target subscriptions.",

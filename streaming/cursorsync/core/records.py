@@ -26,12 +26,22 @@ class PartitionKey:
 
 @dataclass(frozen=True, slots=True)
 class ObservedCursor:
-    """A source cursor state as observed: where, which subscription, when."""
+    """A source cursor state as observed: where, which subscription, when.
+
+    ``observed_at`` is when the state was read, the only evidence of it; ``checked_at``
+    when it was last confirmed unchanged since (None: not since the read).
+    """
 
     key: PartitionKey
     subscription: str
     state: CursorState
     observed_at: datetime
+    checked_at: datetime | None = None
+
+    @property
+    def confirmed_at(self) -> datetime:
+        """When the state was last known current: how old the source view is."""
+        return self.observed_at if self.checked_at is None else self.checked_at
 
 
 #: What the sync does when a source cursor moves back: ``halt`` sends nothing more for that
@@ -69,6 +79,8 @@ class SyncRecord:
     plan: AckPlan
     acks_sent: int
     dry_run: bool
+    #: When the source state planned from was last known current
+    #: (:attr:`ObservedCursor.confirmed_at`).
     source_observed_at: datetime
     emitted_at: datetime
     result: Result = "emitted"

@@ -7,7 +7,10 @@ are not subscriptions and never appear. The cursors come from ``internalStats``
 are read). First the cheap topic stats are asked (``partitioned-stats``, one
 request per partitioned topic): a partition whose counters show no change since
 its internalStats were read (:mod:`cursorsync.pulsar.topic_stats`) yields the rows
-read then, as observed then, until ``internalStatsMaxAgeMs`` passes.
+read then, until ``internalStatsMaxAgeMs`` passes. A row's ``observed_at`` is when its
+state was read; ``checked_at`` is when it was last confirmed: the read, or a later poll
+whose stats showed no change since. Only the read is evidence of the state (the sync's
+continuity check uses ``observed_at``); ``checked_at`` measures how current it is.
 
 A poll cannot be repeated, so replays would not be deterministic. Each
 poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
@@ -53,7 +56,7 @@ SCHEMA = (
     "cluster string, topic string, partition int, subscription string, "
     "mark_delete string, individually_deleted string, "
     "ledgers array<struct<ledger_id: long, entries: long>>, observed_at timestamp, "
-    "messages_consumed_counter long"
+    "messages_consumed_counter long, checked_at timestamp"
 )
 
 _STATE_FILE = re.compile(r"^poll-(\d{20})\.json$")
@@ -137,25 +140,31 @@ def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequ
         rows.append((
             cluster, str(topic.base), topic.partition, name, str(cs.state.mark_delete),
             str(cs.state.individually_deleted), ledgers, observed_at,
-            cs.messages_consumed_counter,
+            cs.messages_consumed_counter, observed_at,
         ))
     return rows
 
 
+def _micros(at: datetime) -> int:
+    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1_000_000)
+
+
 def _encode_row(row: Row) -> dict[str, Any]:
-    (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed) = row
+    (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed, checked_at) = row
     return {"cluster": cluster, "topic": topic, "partition": partition, "subscription": sub,
             "mark_delete": md, "individually_deleted": idm, "ledgers": ledgers,
-            "observed_at_us": int(observed_at.timestamp() * 1_000_000) if observed_at.tzinfo
-            else int(observed_at.replace(tzinfo=UTC).timestamp() * 1_000_000),
-            "messages_consumed_counter": consumed}
+            "observed_at_us": _micros(observed_at), "messages_consumed_counter": consumed,
+            "checked_at_us": _micros(checked_at)}
 
 
 def _decode_row(d: Mapping[str, Any]) -> Row:
     at = datetime.fromtimestamp(d["observed_at_us"] / 1_000_000, tz=UTC)
+    # A poll stored without it was checked when it was read.
+    checked = d.get("checked_at_us")
     return (d["cluster"], d["topic"], d["partition"], d["subscription"], d["mark_delete"],
             d["individually_deleted"], [tuple(x) for x in d["ledgers"]], at,
-            d["messages_consumed_counter"])
+            d["messages_consumed_counter"],
+            at if checked is None else datetime.fromtimestamp(checked / 1_000_000, tz=UTC))
 
 
 class PollStore:
@@ -267,6 +276,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
     def _poll_changed(self, admin: AdminClient, partitioned: dict[TopicName, int],
                       concrete: list[TopicName]) -> list[Row]:
         o = self.options
+        # Before the stats are asked: what they show unchanged is unchanged since then.
+        checked_at = datetime.now(tz=UTC)
         docs: dict[str, Any] = {}
         for found in admin.map_concurrently(admin.partitioned_topic_stats,
                                             partitioned).values():
@@ -274,8 +285,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         docs.update(admin.map_concurrently(
             admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
         # Taken before the internalStats are read: a change in between shows next time.
-        prints = {n: fingerprint(n, d, _wanted(o.selection.subscriptions_of(n)))
-                  for n, d in docs.items()}
+        subs = {n: o.selection.subscriptions_of(n) for n in docs}
+        prints = {n: fingerprint(n, d, _wanted(subs[n])) for n, d in docs.items()}
         now = self.clock()
 
         def unchanged(name: str) -> bool:
@@ -295,13 +306,12 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
                 if known is not None and name not in stale:
                     # The rows as read, with when they were read: a source topic deleted
                     # and created since is judged against that time (see SyncStep), never
-                    # a later one the stats only suggest.
-                    rows.extend(known.rows)
+                    # a later one the stats only suggest. The check is this poll's.
+                    rows.extend((*r[:-1], checked_at) for r in known.rows)
                 else:  # in the stats, not in the internalStats (a partition being made)
                     log.debug("%s: no internalStats this poll", name)
                 continue
-            got = rows_from_stats(o.cluster, read, o.selection.subscriptions_of(name),
-                                  observed_at)
+            got = rows_from_stats(o.cluster, read, subs[name], observed_at)
             rows.extend(got)
             fp = prints[name]
             if fp is None:

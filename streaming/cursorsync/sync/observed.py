@@ -3,7 +3,7 @@ their last states before a batch from ``cursor_states``."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -37,12 +37,10 @@ class Observations:
     def __call__(self, table: pa.Table) -> list[ObservedCursor]:
         cols = {name: table.column(name).to_pylist() for name in (
             "topic", "partition", "subscription", "mark_delete", "individually_deleted")}
-        # A poll's rows share a few observation times: each converted once.
-        times = table.column("observed_at")
-        distinct = pc.unique(times)
-        when = [t if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
-                for t in distinct.to_pylist()]
-        which = pc.index_in(times, value_set=distinct).to_numpy(zero_copy_only=False).tolist()
+        observed = _times(table.column("observed_at"))
+        checked: list[datetime | None] = (
+            list(_times(table.column("checked_at"))) if "checked_at" in table.column_names
+            else [None] * table.num_rows)
         lists = table.column("ledgers")
         lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)
         flat = lists.flatten()
@@ -77,11 +75,23 @@ class Observations:
                     ledgers[key] = lg = (Ledgers.of(zip(*key, strict=True))
                                          if lg is None else lg)
             start = end
+            at = observed[i]
             out.append(ObservedCursor(PartitionKey(topic, partition), sub,
-                                      CursorState(position, acked, lg), when[which[i]]))
+                                      CursorState(position, acked, lg), at,
+                                      None if checked[i] == at else checked[i]))
         # What this batch saw, for the next: the cache holds one batch's distinct values.
         self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
         return out
+
+
+def _times(column: pa.ChunkedArray) -> list[datetime]:
+    """A timestamp column (never null: the source stamps every row) as UTC datetimes; a
+    poll's rows share a few times, each converted once."""
+    distinct = pc.unique(column)
+    when = [t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+            for t in distinct.to_pylist()]
+    which = pc.index_in(column, value_set=distinct).to_numpy(zero_copy_only=False).tolist()
+    return [when[w] for w in which]
 
 
 #: Every poll observes every cursor, so a cursor's last state is nearly always in the last

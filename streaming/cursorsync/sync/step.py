@@ -279,7 +279,7 @@ class SyncStep:
                                individually_deleted=target.individually_deleted,
                                to_ack=RangeSet())
             records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
-                                      obs.observed_at, datetime.now(UTC), result))
+                                      obs.confirmed_at, datetime.now(UTC), result))
         if packed > len(self._plans):
             # Most plans went idle: dicts keep their size when emptied, so they are copied.
             self._plans, self.previous = dict(self._plans), dict(self.previous)
@@ -290,7 +290,7 @@ class SyncStep:
         """An idle cursor's record again: its plan, nothing sent."""
         idle.observed_at = obs.observed_at
         return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
-                          obs.observed_at, datetime.now(UTC), repeated=True)
+                          obs.confirmed_at, datetime.now(UTC), repeated=True)
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
         """How many entries the previous observation showed unacked went with a source topic
@@ -396,7 +396,7 @@ def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
     # Sorted on plain tuples (comparing the dataclass keys costs ten times as much), newest
     # last within a key; then the last of each run of equal keys.
     obs = sorted(observed, key=lambda o: (o.key.topic, o.key.partition, o.subscription,
-                                          o.observed_at))
+                                          o.observed_at, o.confirmed_at))
     return [o for o, n in zip(obs, [*obs[1:], None] if obs else [], strict=True)
             if n is None or n.key != o.key or n.subscription != o.subscription]
 
