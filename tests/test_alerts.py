@@ -229,7 +229,7 @@ def test_label_values_the_alerts_match_are_ones_the_job_records(
     _, helps = exposed()
     source = "\n".join(p.read_text(encoding="utf-8")
                        for p in (ht.ROOT / "streaming" / "cursorsync").rglob("*.py"))
-    recorded_stages = set(re.findall(r'record_error\("([a-z_]+)"\)', source))
+    recorded_stages = set(re.findall(r'record_error\("([a-z_]+)"[,)]', source))
     # The outcomes are named in the counter's help text.
     outcomes = set(re.findall(r"[a-z_]+", helps["cursorsync_sync_outcomes"].split(":", 1)[1]))
     for where, expr in expressions(default_rules).items():

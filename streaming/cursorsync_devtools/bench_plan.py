@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 
 from cursorsync.app import collector
+from cursorsync.app.metrics import Metrics
+from cursorsync.app.settings import Config, parse_config
 from cursorsync.app.settings.runtime import TablesConfig
 from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
@@ -46,12 +48,12 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.observed import Observations, observations
-from cursorsync.sync.sink import rows_due
+from cursorsync.sync.observed import observations
+from cursorsync.sync.sink import SyncSink, rows_due
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
-from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
+from cursorsync.tables.rows import mapping_rows
 
 PARTITIONS_PER_TOPIC = 100
 ENTRIES = 1_000  # per source ledger; two source ledgers per partition
@@ -129,7 +131,9 @@ def _observations(layout: _Layout, *, active: float, holes: float, seed: int, mo
                 idm = RangeSet(np.stack([np.full(20, s0), lo, np.full(20, s0), lo + 8], axis=1))
             state = CursorState(Position(s0, md), idm, ledgers)
             target = CursorState(Position(t, 99), RangeSet(), target_ledgers)
-        obs.append(ObservedCursor(key, SUBSCRIPTION, state, at))
+        # An idle cursor was read at the start and its topic stats confirm it since.
+        obs.append(ObservedCursor(key, SUBSCRIPTION, state, at, None) if is_active[i]
+                   else ObservedCursor(key, SUBSCRIPTION, state, NOW, at))
         targets[key] = target
     return obs, targets, int(is_active.sum()), int(has_holes.sum())
 
@@ -168,9 +172,12 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         # before the start (the active ones have moved since).
         step.previous = {(o.key, o.subscription): o for o in _observations(
             layout, active=active, holes=holes, seed=seed, moved=-5)[0]}
-        batches: list[dict[str, Any]] = []
-        parse = Observations()
+        # The job's sink, with its metrics: it parses the rows, runs the step, builds and
+        # writes the tables' rows and records the metrics, each phase timed.
+        sink = SyncSink(_config(root), store, step, Metrics())
+        sink.mappings = loaded
         every = TablesConfig.model_fields["unchanged_rows_every_batches"].default
+        batches: list[dict[str, Any]] = []
         start_batches, steady = 0, 0
         for batch_id in itertools.count():
             if steady == 2:
@@ -178,31 +185,13 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             moved = 5 * batch_id
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
-            with collector.paused():  # as the job's sink runs a batch
-                polled = _poll_rows(obs)  # what the sink gets from Spark
-                t0 = time.perf_counter()
-                obs = parse(polled)
-                parse_s = time.perf_counter() - t0
-                requests[0] = 0
-                t0 = time.perf_counter()
-                mappings = loaded.refresh() if batch_id else loaded.mappings
-                refresh_s = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                result = step.run(obs, mappings)
-                seconds = time.perf_counter() - t0
-                # What the job writes for the batch: a row per cursor in each table, but for
-                # the cursors that did not change (their rows are written every few batches).
-                t0 = time.perf_counter()
-                write = rows_due(result.records, batch_id, every)
-                keep = {(r.key, r.subscription) for r, w in zip(result.records, write, strict=True)
-                        if w}
-                store.append("cursor_states", cursor_state_rows(
-                    [o for o in obs if (o.key, o.subscription) in keep], source_cluster="a",
-                    target_cluster="b"), app_id="bench", batch_id=batch_id)
-                store.append("sync_progress", sync_progress_rows(
-                    [r for r, w in zip(result.records, write, strict=True) if w],
-                    source_cluster="a", target_cluster="b"), app_id="bench", batch_id=batch_id)
-                rows_s = time.perf_counter() - t0
+            polled = _poll_rows(obs)  # what the sink gets from Spark
+            requests[0] = 0
+            t0 = time.perf_counter()
+            sink(_Frame(polled), batch_id)
+            batch_s = time.perf_counter() - t0
+            result, phases = sink.last_result, sink.timings
+            assert result is not None
             outcomes: dict[str, int] = {}
             for r in result.records:
                 outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
@@ -213,20 +202,19 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                     t0 = time.perf_counter()
                     observations(polled)
                     fresh_s = round(time.perf_counter() - t0, 3)
+            due = sum(rows_due(result.records, batch_id, every))
             batches.append({
-                "parse_seconds": round(parse_s, 3),
+                "batch_seconds": round(batch_s, 3),
+                **{f"{phase}_seconds": round(v, 3) for phase, v in phases.items()},
                 "parse_seconds_without_the_last_batch": fresh_s,
-                "refresh_seconds": round(refresh_s, 3),
-                "seconds": round(seconds, 3),
-                "rows_seconds": round(rows_s, 3),
                 "translate_seconds": round(result.translate_seconds, 3),
                 "target_requests": requests[0],
                 "cursors": len(result.records),
-                "rows_written": 2 * len(keep),
+                "rows_written": 2 * due,
                 "acks_planned_entries": sum(r.plan.to_ack.count_entries() for r in
                                             result.records),
                 "outcomes": outcomes,
-                "mappings_built": mappings.built,
+                "mappings_built": loaded.mappings.built,
                 "cursors_waiting": result.deferred,
                 "cursors_with_acks_planned": sum(1 for r in result.records if r.plan.to_ack),
             })
@@ -297,10 +285,29 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
 
 
 def _batch_s(batch: dict[str, Any]) -> float:
-    """A batch's time: parsing the polled rows, the mapping refresh, the sync step and the
-    rows written."""
-    return sum(float(batch[k]) for k in ("parse_seconds", "refresh_seconds", "seconds",
-                                         "rows_seconds"))
+    """A batch's time: the sink's call, from the rows Spark hands it to the metrics."""
+    return float(batch["batch_seconds"])
+
+
+class _Frame:
+    """What the sink reads of a Spark DataFrame: toArrow()."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+
+def _config(root: str) -> Config:
+    """Clusters a -> b, the tables under ``root``; the rest the job's defaults."""
+    return parse_config({
+        "clusters": {"source": {"name": "a", "service_url": "pulsar://a:6650",
+                                "admin_url": "http://a:8080"},
+                     "target": {"name": "b", "service_url": "pulsar://b:6650",
+                                "admin_url": "http://b:8080"}},
+        "topics": [{"topic": "persistent://bench/ns/t0", "subscriptions": [SUBSCRIPTION]}],
+        "tables": {"path": root}, "spark": {"checkpoint_dir": f"{root}/checkpoints"}})
 
 
 def _poll_rows(obs: list[ObservedCursor]) -> pa.Table:

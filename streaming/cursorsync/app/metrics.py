@@ -37,7 +37,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -176,6 +176,7 @@ class Metrics:
             ["query"], registry=r)
         self._lock = threading.Lock()
         self._unmapped_by_topic: dict[str, dict[str, int]] = {}
+        self._unmapped_total: dict[str, int] = {}
 
     # ------------------------------------------------------------------ mapping
 
@@ -203,8 +204,15 @@ class Metrics:
         self._first_plans_waiting.set(_count(count, "count"))
 
     def observe_sync_lag(self, subscription: str, seconds: float) -> None:
-        """How long a source ack took to reach the target (negative clock skew counts as 0)."""
-        self._sync_lag.labels(subscription=subscription).observe(max(0.0, seconds))
+        """How old the source state the target reflects was (negative clock skew counts
+        as 0)."""
+        self.observe_sync_lags(subscription, (seconds,))
+
+    def observe_sync_lags(self, subscription: str, seconds: Iterable[float]) -> None:
+        """:meth:`observe_sync_lag` for each of a batch's plans of ``subscription``."""
+        histogram = self._sync_lag.labels(subscription=subscription)
+        for s in seconds:
+            histogram.observe(max(0.0, s))
 
     def record_acks(self, subscription: str, kind: AckKind, count: int = 1) -> None:
         """``count`` acks of one kind were sent on the target subscription."""
@@ -214,20 +222,29 @@ class Metrics:
             )
         self._acks_sent.labels(subscription=subscription, kind=kind).inc(_count(count, "count"))
 
-    def record_outcome(self, subscription: str, result: str) -> None:
-        """One plan of ``subscription`` ended as ``result`` (see the metric's help)."""
-        self._outcomes.labels(subscription=subscription, result=result).inc()
+    def record_outcome(self, subscription: str, result: str, count: int = 1) -> None:
+        """``count`` plans of ``subscription`` ended as ``result`` (see the metric's help)."""
+        self._outcomes.labels(subscription=subscription, result=result).inc(
+            _count(count, "count"))
 
     def set_unmapped_acked(self, subscription: str, topic: str, entries: int) -> None:
         """The current unmapped-acked count of one topic; the gauge shows the sum over topics."""
-        entries = _count(entries, "entries")
+        self.set_unmapped_acked_many(subscription, {topic: entries})
+
+    def set_unmapped_acked_many(self, subscription: str, entries: Mapping[str, int]) -> None:
+        """:meth:`set_unmapped_acked` for several topics at once (a batch's)."""
+        counts = {topic: _count(n, "entries") for topic, n in entries.items()}
         with self._lock:
             per_topic = self._unmapped_by_topic.setdefault(subscription, {})
-            if entries:
-                per_topic[topic] = entries
-            else:
-                per_topic.pop(topic, None)
-            self._unmapped.labels(subscription=subscription).set(sum(per_topic.values()))
+            total = self._unmapped_total.get(subscription, 0)
+            for topic, n in counts.items():
+                total += n - per_topic.get(topic, 0)
+                if n:
+                    per_topic[topic] = n
+                else:
+                    per_topic.pop(topic, None)
+            self._unmapped_total[subscription] = total
+            self._unmapped.labels(subscription=subscription).set(total)
 
     def record_rewound(self, subscription: str, entries: int) -> None:
         """A source rewind un-acked ``entries`` entries (acks on the target stay)."""
@@ -261,14 +278,15 @@ class Metrics:
         """The subscription was synced without error at Unix time ``at`` (default: now)."""
         self._last_sync.labels(subscription=subscription).set(time.time() if at is None else at)
 
-    def record_error(self, stage: str) -> None:
-        """One failure in ``stage`` (see :data:`STAGES`); never pass a message as the stage."""
+    def record_error(self, stage: str, count: int = 1) -> None:
+        """``count`` failures in ``stage`` (see :data:`STAGES`); never pass a message as the
+        stage."""
         if not _STAGE_RE.fullmatch(stage):
             raise ValueError(
                 f"{stage!r} is not a valid stage: use a short lower_snake_case name such as "
                 f"{', '.join(STAGES)}"
             )
-        self._errors.labels(stage=stage).inc()
+        self._errors.labels(stage=stage).inc(_count(count, "count"))
 
     # ------------------------------------------------------------------ tables
 

@@ -14,9 +14,11 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
@@ -24,7 +26,7 @@ from cursorsync.app.settings import Config
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.observed import Observations, observations, previous_states
-from cursorsync.sync.step import SyncStep
+from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
 from cursorsync.tables.store import TableStore
@@ -50,7 +52,7 @@ class _Synced(NamedTuple):
 
     def count(self, outcome: str) -> int:
         """Rows with this outcome (the same in both emission modes)."""
-        return self.rows.column("outcome").to_pylist().count(outcome) if self.rows.num_rows else 0
+        return int(pc.sum(pc.equal(self.rows.column("outcome"), outcome)).as_py() or 0)
 
 
 class SyncSink:
@@ -72,6 +74,10 @@ class SyncSink:
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
+        #: Seconds of the last batch by phase (parse, refresh, step, rows, write, metrics;
+        #: the first three on the driver path only), and the step's result there.
+        self.timings: dict[str, float] = {}
+        self.last_result: StepResult | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         with collector.paused():  # the batch's garbage is freed after it
@@ -79,6 +85,7 @@ class SyncSink:
 
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
+        self.timings = {}
         src, tgt = self.config.source.name, self.config.target.name
         known = halted(self.store, source_cluster=src, target_cluster=tgt)
         done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
@@ -90,6 +97,7 @@ class SyncSink:
         if fresh:
             record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
                          app_id=SYNC_APP, batch_id=batch_id)
+        t_write = time.perf_counter()
         skip = done.unchanged
         written = [o for o in obs if (o.key, o.subscription) not in skip] if skip else obs
         self.store.append("cursor_states", cursor_state_rows(
@@ -98,18 +106,28 @@ class SyncSink:
         self.store.append("sync_progress", rows if done.written is None else done.written,
                           app_id=SYNC_APP, batch_id=batch_id)
         self.last_batch = batch_id
+        t_metrics = time.perf_counter()
+        self.timings["write"] = t_metrics - t_write
         if self.metrics:
-            self._record(done, time.perf_counter() - t0)
+            self._record(done, t_metrics - t0)
+            self.timings["metrics"] = time.perf_counter() - t_metrics
         if self.after_batch is not None:
             self.after_batch()
-        acks = sum(rows.column("acks_sent").to_pylist()) if rows.num_rows else 0
+        acks = int(pc.sum(rows.column("acks_sent")).as_py() or 0)
         log.info("sync batch %d: %d cursors, %d acks sent, %d halted, %d refused, %d failed",
                  batch_id, len(obs), acks, done.count("halted"), done.count("refused"),
                  done.count("failed"))
+        log.debug("sync batch %d seconds by phase: %s", batch_id,
+                  ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items()))
 
     def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
-        obs = self._observations(df.toArrow())
+        t = self.timings
+        t0 = time.perf_counter()
+        table = df.toArrow()
+        t1 = time.perf_counter()
+        obs = self._observations(table)
+        t["collect"], t["parse"] = t1 - t0, time.perf_counter() - t1
         if not self._seeded:
             # After a start, a rewind is measured against the last state the tables hold.
             self.step.previous = {**previous_states(
@@ -121,7 +139,12 @@ class SyncSink:
         # previous run was the previous batch, and that batch's rows were written.
         follows = self._ran == batch_id - 1 == self.last_batch
         self._ran = batch_id
-        result = self.step.run(obs, self.mappings.refresh())
+        t0 = time.perf_counter()
+        mappings = self.mappings.refresh()
+        t1 = time.perf_counter()
+        self.last_result = result = self.step.run(obs, mappings)
+        t2 = time.perf_counter()
+        t["refresh"], t["step"] = t1 - t0, t2 - t1
         if result.deferred:
             log.info("sync batch %d: %d cursors wait for their first plan in the next "
                      "batches (emission.first_plans_per_batch %d)", batch_id, result.deferred,
@@ -134,9 +157,11 @@ class SyncSink:
                  if follows else [True] * len(result.records))
         unchanged = frozenset((r.key, r.subscription)
                               for r, w in zip(result.records, write, strict=True) if not w)
-        return _Synced(obs, rows, result.translate_seconds, result.unavailable,
+        done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
                        result.anchor_conflicts, unchanged,
                        rows.filter(pa.array(write, pa.bool_())) if unchanged else None)
+        t["rows"] = time.perf_counter() - t2
+        return done
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
         """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
@@ -152,35 +177,61 @@ class SyncSink:
         return _Synced(obs, rows, None)
 
     def _record(self, done: _Synced, batch_s: float) -> None:
-        """Metrics from the sync_progress rows, the same whichever path produced them."""
+        """Metrics from the sync_progress rows, the same whichever path produced them;
+        added up per subscription first (a batch has a row per cursor, 100,000 at scale)."""
         m = self.metrics
         assert m is not None
         kind: Literal["cumulative", "individual"] = (
             "cumulative" if self.step.config.cumulative else "individual")
         if done.translate_seconds is not None:
             m.observe_translation(done.translate_seconds)
-        for r in done.rows.to_pylist():
-            sub, outcome = r["subscription"], r["outcome"]
+        cols = {c: done.rows.column(c).to_pylist() for c in (
+            "subscription", "outcome", "dry_run", "acks_sent", "topic", "partition",
+            "unmapped_acked_entries", "rewound_entries", "lag_ms")}
+        subs: dict[str, _SubscriptionBatch] = {}
+        for (sub, outcome, dry_run, acks, topic, partition, unmapped, rewound,
+             lag_ms) in zip(*cols.values(), strict=True):
+            b = subs.get(sub)
+            if b is None:
+                subs[sub] = b = _SubscriptionBatch()
             emitted = outcome not in ("halted", "refused", "failed")
-            m.record_outcome(sub, ("dry_run" if r["dry_run"] else "emitted") if emitted
-                             else outcome)
-            m.record_acks(sub, kind, r["acks_sent"])
-            m.set_unmapped_acked(sub, f"{r['topic']}#{r['partition']}",
-                                 r["unmapped_acked_entries"])
-            if r["rewound_entries"]:
-                m.record_rewound(sub, r["rewound_entries"])
-            if outcome == "refused":
-                m.record_error("guard")
-            elif outcome == "failed":
-                m.record_error("emit")
+            result = ("dry_run" if dry_run else "emitted") if emitted else outcome
+            b.outcomes[result] = b.outcomes.get(result, 0) + 1
+            b.acks += acks
+            b.unmapped[f"{topic}#{partition}"] = unmapped
+            b.rewound += rewound
             if emitted:
-                m.observe_sync_lag(sub, r["lag_ms"] / 1000)
+                b.lags.append(lag_ms / 1000)
+        for sub, b in subs.items():
+            for result, count in b.outcomes.items():
+                m.record_outcome(sub, result, count)
+            m.record_acks(sub, kind, b.acks)
+            m.set_unmapped_acked_many(sub, b.unmapped)
+            if b.rewound:
+                m.record_rewound(sub, b.rewound)
+            if b.outcomes.get("refused"):
+                m.record_error("guard", b.outcomes["refused"])
+            if b.outcomes.get("failed"):
+                m.record_error("emit", b.outcomes["failed"])
+            if b.lags:
+                m.observe_sync_lags(sub, b.lags)
                 m.mark_synced(sub)
-        for _ in range(done.unavailable):
-            m.record_error("admin")
-        for _ in range(done.anchor_conflicts):
-            m.record_error("anchor_conflict")
+        if done.unavailable:
+            m.record_error("admin", done.unavailable)
+        if done.anchor_conflicts:
+            m.record_error("anchor_conflict", done.anchor_conflicts)
         m.observe_batch("sync", batch_s)
+
+
+@dataclass
+class _SubscriptionBatch:
+    """One subscription's share of a batch's rows, for the metrics."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    acks: int = 0
+    unmapped: dict[str, int] = field(default_factory=dict)
+    rewound: int = 0
+    lags: list[float] = field(default_factory=list)
 
 
 def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]:
