@@ -4,7 +4,7 @@ modules are loaded only when one runs (they need the devtools extra)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,6 +58,18 @@ def demo(
 # ------------------------------------------------------------------ bench
 
 
+def print_figures(result: dict[str, Any], json_output: bool,
+                  rows: list[tuple[str, Any]] | None = None) -> None:
+    """A benchmark's figures: its JSON, or a FIGURE / VALUE table of ``rows`` (by default
+    each top-level figure)."""
+    if json_output:
+        echo_json(result)
+        return
+    from cursorsync.app.render import format_table
+
+    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items()) if rows is None else rows))
+
+
 @bench_app.command("translate")
 @user_errors
 def bench_translate(
@@ -75,12 +87,7 @@ def bench_translate(
     run_bench = load_lazily(f"{DEVTOOLS}.bench", "bench_translate", "cursorsync bench translate")
     with progress(f"bench translate: {ranges} ranges", json_output=json_output):
         result = run_bench(ranges, oracle_entries=oracle_entries)
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
-    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+    print_figures(result, json_output)
 
 
 @bench_app.command("plan")
@@ -100,15 +107,9 @@ def bench_plan(
     run_bench = load_lazily(f"{DEVTOOLS}.bench_plan", "bench_plan", "cursorsync bench plan")
     with progress(f"bench plan: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, active=active)
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
-    last = result["batches"][-1]
     rows = [(k, v) for k, v in result.items() if k != "batches"]
-    rows += [(f"steady batch: {k}", v) for k, v in last.items()]
-    typer.echo(format_table(("FIGURE", "VALUE"), rows))
+    rows += [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
+    print_figures(result, json_output, rows)
 
 
 @bench_app.command("mapping-rows")
@@ -126,12 +127,7 @@ def bench_mapping_rows(
                             "cursorsync bench mapping-rows")
     with progress(f"bench mapping-rows: {entries} entries", json_output=json_output):
         result = run_bench(entries, batch_entries=batch_entries)
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
-    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+    print_figures(result, json_output)
 
 
 @bench_app.command("partitions")
@@ -150,12 +146,7 @@ def bench_partitions(
                             "cursorsync bench partitions")
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds)
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
-    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items())))
+    print_figures(result, json_output)
 
 
 @bench_app.command("admin")
@@ -181,17 +172,12 @@ def bench_admin(
     run_bench = load_lazily(f"{DEVTOOLS}.bench_admin", "bench_admin", "cursorsync bench admin")
     with progress(f"bench admin: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, workers=counts)
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
     rows = [(k, v) for k, v in result.items() if k not in ("by_workers", "source_poll")]
     rows += [(f"target reads, {r['workers']} threads: {k}", v) for r in result["by_workers"]
              for k, v in r.items() if k != "workers"]
     rows += [(f"source poll, {label}: {k}", v) for label, r in result["source_poll"].items()
              for k, v in r.items()]
-    typer.echo(format_table(("FIGURE", "VALUE"), rows))
+    print_figures(result, json_output, rows)
 
 
 @bench_app.command("failover")
