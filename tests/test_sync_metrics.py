@@ -69,8 +69,16 @@ def test_a_batch_is_recorded_per_subscription_as_its_rows_add_up(tmp_path: Path)
     # The next batch: partition 0 mapped, 1 still waiting; the gauge is the sum per topic.
     second = [_record(PartitionKey(topic, 0), "billing"),
               _record(PartitionKey(topic, 1), "billing", unmapped=7)]
+    # Idle cursors whose rows are not written this batch count by their lags alone.
     rows = sync_progress_rows(second, source_cluster="A", target_cluster="B")
-    sink._record(_Synced([], rows, None), 1.0)
+    sink._record(_Synced([], rows, None, unchanged_lags={"billing": [0.5, 1.5],
+                                                          "audit": [2.0]}), 1.0)
     assert sample(metrics, "cursorsync_unmapped_acked_entries", subscription="billing") == 7
     assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
-                  result="emitted") == 4
+                  result="emitted") == 6
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="audit",
+                  result="emitted") == 1
+    assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="billing") == 6
+    assert sample(metrics, "cursorsync_sync_lag_seconds_sum", subscription="billing") == 34.5
+    assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
+                  subscription="audit") is not None

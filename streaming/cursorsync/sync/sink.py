@@ -41,14 +41,15 @@ class _Synced(NamedTuple):
     """What one sync batch produced, on the driver or on the executors."""
 
     observed: list[ObservedCursor]
-    rows: pa.Table  # sync_progress rows
+    rows: pa.Table  # the sync_progress rows to write
     translate_seconds: float | None
     unavailable: int = 0  # subscriptions skipped: the target's admin API did not answer
     anchor_conflicts: int = 0  # plans refused: the mapping contradicts a snapshot anchor
     #: Cursors whose rows repeat those written in an earlier batch and are not due again.
     unchanged: frozenset[tuple[PartitionKey, str]] = frozenset()
-    #: The sync_progress rows to write: ``rows`` but the unchanged cursors' (None: all).
-    written: pa.Table | None = None
+    #: Per subscription, the lags of the unchanged cursors' records (not in ``rows``: each
+    #: repeats an idle cursor's plan, emitted with nothing sent, unmapped or rewound).
+    unchanged_lags: dict[str, list[float]] | None = None
 
     def count(self, outcome: str) -> int:
         """Rows with this outcome (the same in both emission modes)."""
@@ -74,37 +75,40 @@ class SyncSink:
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
-        #: Seconds of the last batch by phase (parse, refresh, step, rows, write, metrics;
-        #: the first three on the driver path only), and the step's result there.
+        #: Seconds of the last batch by phase (halts, collect, parse, refresh, step, rows,
+        #: write, metrics, collector; collect to rows on the driver path only), and the
+        #: step's result there.
         self.timings: dict[str, float] = {}
         self.last_result: StepResult | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         with collector.paused():  # the batch's garbage is freed after it
             self._run(df, batch_id)
+            t0 = time.perf_counter()
+        self.timings["collector"] = time.perf_counter() - t0
 
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         self.timings = {}
         src, tgt = self.config.source.name, self.config.target.name
         known = halted(self.store, source_cluster=src, target_cluster=tgt)
+        self.timings["halts"] = time.perf_counter() - t0
         done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
                 else self._on_driver(df, batch_id, known))
         obs, rows = done.observed, done.rows
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
+        t_write = time.perf_counter()
         fresh = new_halts(rows, known)
         if fresh:
             record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
                          app_id=SYNC_APP, batch_id=batch_id)
-        t_write = time.perf_counter()
         skip = done.unchanged
         written = [o for o in obs if (o.key, o.subscription) not in skip] if skip else obs
         self.store.append("cursor_states", cursor_state_rows(
             written, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP,
             batch_id=batch_id)
-        self.store.append("sync_progress", rows if done.written is None else done.written,
-                          app_id=SYNC_APP, batch_id=batch_id)
+        self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
         self.last_batch = batch_id
         t_metrics = time.perf_counter()
         self.timings["write"] = t_metrics - t_write
@@ -151,15 +155,22 @@ class SyncSink:
                      self.step.config.first_plans_per_batch)
         if self.metrics:
             self.metrics.set_first_plans_waiting(result.deferred)
-        rows = sync_progress_rows(result.records, source_cluster=self.config.source.name,
-                                  target_cluster=self.config.target.name)
-        write = (rows_due(result.records, batch_id, self.config.tables.unchanged_rows_every_batches)
-                 if follows else [True] * len(result.records))
+        records = result.records
+        write = (rows_due(records, batch_id, self.config.tables.unchanged_rows_every_batches)
+                 if follows else [True] * len(records))
         unchanged = frozenset((r.key, r.subscription)
-                              for r, w in zip(result.records, write, strict=True) if not w)
+                              for r, w in zip(records, write, strict=True) if not w)
+        lags: dict[str, list[float]] = {}
+        if unchanged:
+            for r, w in zip(records, write, strict=True):
+                if not w:  # as the rows' lag_ms has it
+                    lags.setdefault(r.subscription, []).append(
+                        int((r.emitted_at - r.source_observed_at).total_seconds() * 1000) / 1000)
+            records = [r for r, w in zip(records, write, strict=True) if w]
+        rows = sync_progress_rows(records, source_cluster=self.config.source.name,
+                                  target_cluster=self.config.target.name)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
-                       result.anchor_conflicts, unchanged,
-                       rows.filter(pa.array(write, pa.bool_())) if unchanged else None)
+                       result.anchor_conflicts, unchanged, lags)
         t["rows"] = time.perf_counter() - t2
         return done
 
@@ -202,6 +213,13 @@ class SyncSink:
             b.rewound += rewound
             if emitted:
                 b.lags.append(lag_ms / 1000)
+        for sub, lags in (done.unchanged_lags or {}).items():
+            b = subs.get(sub)
+            if b is None:
+                subs[sub] = b = _SubscriptionBatch()
+            result = "dry_run" if self.step.config.dry_run else "emitted"
+            b.outcomes[result] = b.outcomes.get(result, 0) + len(lags)
+            b.lags.extend(lags)
         for sub, b in subs.items():
             for result, count in b.outcomes.items():
                 m.record_outcome(sub, result, count)
