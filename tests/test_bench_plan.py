@@ -39,7 +39,8 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert third["acks_planned_entries"] == a * 11 + h * 160
     # The batch is the sink's call, its phases timed within it.
     phases = ("collect", "parse", "refresh", "step", "rows", "write", "metrics")
-    assert 0 < sum(third[f"{p}_seconds"] for p in phases) <= out["seconds_per_batch"]
+    timed = sum(third[f"{p}_seconds"] for p in phases)
+    assert 0 < timed <= out["seconds_per_batch"] + 0.0005 * (len(phases) + 1)  # each rounded
     assert out["seconds_per_batch"] == third["batch_seconds"]
     assert first["parse_seconds_without_the_last_batch"] is None
     assert third["parse_seconds_without_the_last_batch"] > 0
