@@ -88,6 +88,11 @@ class SyncRecord:
     repeated: bool = False
 
     @property
+    def lag_ms(self) -> int:
+        """How old the source view the plan reflects was when it was emitted."""
+        return int((self.emitted_at - self.source_observed_at).total_seconds() * 1000)
+
+    @property
     def outcome(self) -> str:
         """The ``sync_progress.outcome`` value: the plan's coverage (exact, partial,
         unknown) when emitted, else the result (halted, refused, failed)."""

@@ -3,6 +3,7 @@ their last states before a batch from ``cursor_states``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -38,8 +39,8 @@ class Observations:
         cols = {name: table.column(name).to_pylist() for name in (
             "topic", "partition", "subscription", "mark_delete", "individually_deleted")}
         observed = _times(table.column("observed_at"))
-        checked: list[datetime | None] = (
-            list(_times(table.column("checked_at"))) if "checked_at" in table.column_names
+        checked: Sequence[datetime | None] = (
+            _times(table.column("checked_at")) if "checked_at" in table.column_names
             else [None] * table.num_rows)
         lists = table.column("ledgers")
         lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)

@@ -155,22 +155,22 @@ class SyncSink:
                      self.step.config.first_plans_per_batch)
         if self.metrics:
             self.metrics.set_first_plans_waiting(result.deferred)
-        records = result.records
-        write = (rows_due(records, batch_id, self.config.tables.unchanged_rows_every_batches)
-                 if follows else [True] * len(records))
-        unchanged = frozenset((r.key, r.subscription)
-                              for r, w in zip(records, write, strict=True) if not w)
+        write = (rows_due(result.records, batch_id,
+                          self.config.tables.unchanged_rows_every_batches)
+                 if follows else [True] * len(result.records))
+        written: list[SyncRecord] = []
+        unchanged: set[tuple[PartitionKey, str]] = set()
         lags: dict[str, list[float]] = {}
-        if unchanged:
-            for r, w in zip(records, write, strict=True):
-                if not w:  # as the rows' lag_ms has it
-                    lags.setdefault(r.subscription, []).append(
-                        int((r.emitted_at - r.source_observed_at).total_seconds() * 1000) / 1000)
-            records = [r for r, w in zip(records, write, strict=True) if w]
-        rows = sync_progress_rows(records, source_cluster=self.config.source.name,
+        for r, w in zip(result.records, write, strict=True):
+            if w:
+                written.append(r)
+            else:
+                unchanged.add((r.key, r.subscription))
+                lags.setdefault(r.subscription, []).append(r.lag_ms / 1000)
+        rows = sync_progress_rows(written, source_cluster=self.config.source.name,
                                   target_cluster=self.config.target.name)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
-                       result.anchor_conflicts, unchanged, lags)
+                       result.anchor_conflicts, frozenset(unchanged), lags)
         t["rows"] = time.perf_counter() - t2
         return done
 

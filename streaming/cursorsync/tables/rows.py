@@ -323,8 +323,7 @@ def sync_progress_rows(
         "outcome": [r.outcome for r in recs], "dry_run": [r.dry_run for r in recs],
         "source_observed_at": [r.source_observed_at for r in recs],
         "emitted_at": [r.emitted_at for r in recs],
-        "lag_ms": [int((r.emitted_at - r.source_observed_at).total_seconds() * 1000)
-                   for r in recs],
+        "lag_ms": [r.lag_ms for r in recs],
     }
     schema = _arrow_schema("sync_progress")
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema)
