@@ -29,6 +29,8 @@ def vanished_unacked(previous: CursorState, current: CursorState) -> RangeSet:
     if previous.ledgers is None or current.ledgers is None or not len(previous.ledgers.ids):
         return RangeSet()
     ids, counts = previous.ledgers.ids, previous.ledgers.entries
+    if previous.ledgers is current.ledgers or ids.tobytes() == current.ledgers.ids.tobytes():
+        return RangeSet()  # the usual case: the same ledgers
     gone = ~np.isin(ids, current.ledgers.ids)
     if not gone.any():
         return RangeSet()

@@ -21,6 +21,8 @@ class CursorState:
     mark_delete: Position
     individually_deleted: RangeSet = field(default_factory=RangeSet)
     ledgers: Ledgers | None = None
+    #: :meth:`acked`, once asked: a plan and its guard ask it of the same state several times.
+    _acked: RangeSet | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def parse(cls, mark_delete: str, individually_deleted: str = "[]",
@@ -29,7 +31,12 @@ class CursorState:
 
     def acked(self) -> RangeSet:
         """Every acked position: up to the markDeletePosition, and the individual ranges."""
-        return RangeSet.up_to(self.mark_delete) | self.individually_deleted
+        if self._acked is None:
+            # A value derived from the fields, kept once: the state stays frozen in meaning.
+            object.__setattr__(self, "_acked",
+                               RangeSet.up_to(self.mark_delete) | self.individually_deleted)
+            assert self._acked is not None
+        return self._acked
 
     def __str__(self) -> str:
         return f"markDelete={self.mark_delete} individual={self.individually_deleted}"

@@ -45,6 +45,21 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     from a source entry inside ``source_acked``. Nothing is extrapolated
     beyond a segment; unmapped source acks produce nothing.
     """
+    global _last_rule
+    last = _last_rule
+    if last[0] is source_acked and last[1] is segments:
+        return last[2]  # the same values (both immutable): the plan's answer, for its guard
+    result = _safe_target_acks(source_acked, segments)
+    _last_rule = (source_acked, segments, result)
+    return result
+
+
+#: The last inputs of :func:`safe_target_acks` and its answer: a sync translates a cursor,
+#: then guards the plan against the rule for the same source and mapping.
+_last_rule: tuple[object, object, RangeSet] = (None, None, RangeSet())
+
+
+def _safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     rows = segments.rows
     if len(rows) == 0 or not source_acked:
         return RangeSet()

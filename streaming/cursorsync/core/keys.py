@@ -203,7 +203,9 @@ def sweep_few(alo: I64, ahi: I64, blo: I64, bhi: I64, op: str) -> tuple[I64, I64
     events = sorted([*((k, 0, 1) for k in alo.tolist()), *((k, 0, 2) for k in blo.tolist()),
                      *((k, 1, -1) for k in ahi.tolist()), *((k, 1, -2) for k in bhi.tolist())])
     select = _SELECTS[op]
-    cover, inside, lo, hi = 0, False, [], []
+    cover, inside = 0, False
+    lo: list[int] = []
+    hi: list[int] = []
     for key, _, code in events:
         cover += code
         if select[cover] != inside:
