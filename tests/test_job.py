@@ -422,13 +422,16 @@ _CURSOR_SCHEMA = pa.schema([
     ("checked_at", pa.timestamp("us"))])
 
 
-@settings(max_examples=200, deadline=None)
-@given(_cursor_rows, _cursor_rows)
+@settings(max_examples=300, deadline=None)
+@given(_cursor_rows, _cursor_rows, st.lists(st.booleans(), min_size=12, max_size=12))
 def test_observations_of_batch_after_batch_are_each_row_parsed_alone(
-        first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
+        first: list[dict[str, Any]], second: list[dict[str, Any]], keep: list[bool]) -> None:
     """The sink's parser takes again what the last batch parsed: the same states as
-    parsing every row on its own, whatever repeats within and across the batches."""
+    parsing every row on its own, whatever repeats within and across the batches, and
+    whichever rows change in place (a poll lists the partitions in the same order)."""
     parse = Observations()
-    for rows in (first, second + first):
+    in_place = [a if k or i >= len(second) else second[i]
+                for i, (a, k) in enumerate(zip(first, keep, strict=False))]
+    for rows in (first, in_place, second + first, second + first, first):
         table = pa.Table.from_pylist(rows, schema=_CURSOR_SCHEMA)
         assert _seen(parse(table)) == _reference(table)

@@ -26,14 +26,23 @@ def observations(table: pa.Table) -> list[ObservedCursor]:
 
 class Observations:
     """``pulsar-cursors`` rows -> observed cursor states, for a sink that reads one batch
-    after another: a partition nothing happened on repeats its values batch after batch,
-    so the positions, ranges and ledger lists the last batch parsed are taken again, not
-    parsed again (they are values: nothing changes them in place)."""
+    after another.
+
+    Most partitions repeat their row batch after batch (only the times move), and a poll
+    lists them in the same order: a row whose key and state columns equal those of the row
+    at its place in the last batch takes that row's parsed state again, found by comparing
+    the columns whole, not row by row. Other rows take again the positions, ranges and
+    ledger lists the last batch parsed, or parse them (they are values: nothing changes
+    them in place)."""
 
     def __init__(self) -> None:
         self._positions: dict[str, Position] = {}
         self._ranges: dict[str, RangeSet] = {}
-        self._ledgers: dict[tuple[tuple[int, ...], tuple[int, ...]], Ledgers] = {}
+        self._ledgers: dict[bytes, Ledgers] = {}
+        #: The last batch's key and state columns, and what its rows parsed to.
+        self._columns: _Columns | None = None
+        self._keys: list[PartitionKey] = []
+        self._states: list[CursorState] = []
 
     def __call__(self, table: pa.Table) -> list[ObservedCursor]:
         cols = {name: table.column(name).to_pylist() for name in (
@@ -42,47 +51,119 @@ class Observations:
         checked: Sequence[datetime | None] = (
             _times(table.column("checked_at")) if "checked_at" in table.column_names
             else [None] * table.num_rows)
-        lists = table.column("ledgers")
-        lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)
-        flat = lists.flatten()
-        ids = flat.field("ledger_id").to_numpy(zero_copy_only=False).tolist()
-        counts = flat.field("entries").to_numpy(zero_copy_only=False).tolist()
-        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        ends = np.cumsum(lengths).tolist()
-        missing = lists.is_null().to_numpy(zero_copy_only=False).tolist()
+        columns = _Columns.of(table)
+        same = (columns.same_rows(self._columns) if self._columns is not None
+                else np.zeros(table.num_rows, bool)).tolist()
+        ids, counts, ends, missing = columns.ledger_lists()
+        pairs = np.stack([ids, counts], axis=1)
         positions: dict[str, Position] = {}
         ranges: dict[str, RangeSet] = {}
-        ledgers: dict[tuple[tuple[int, ...], tuple[int, ...]], Ledgers] = {}
+        ledgers: dict[bytes, Ledgers] = {}
+        keys: list[PartitionKey] = []
+        states: list[CursorState] = []
         out = []
-        start = 0
         for i, (topic, partition, sub, md, idm) in enumerate(zip(
                 cols["topic"], cols["partition"], cols["subscription"], cols["mark_delete"],
                 cols["individually_deleted"], strict=True)):
-            position = positions.get(md)
-            if position is None:
-                position = self._positions.get(md)
-                positions[md] = position = Position.parse(md) if position is None else position
-            acked = ranges.get(idm)
-            if acked is None:
-                acked = self._ranges.get(idm)
-                ranges[idm] = acked = RangeSet.parse(idm) if acked is None else acked
-            end = ends[i]
-            lg: Ledgers | None = None
-            if not missing[i]:
-                key = (tuple(ids[start:end]), tuple(counts[start:end]))
-                lg = ledgers.get(key)
-                if lg is None:
-                    lg = self._ledgers.get(key)
-                    ledgers[key] = lg = (Ledgers.of(zip(*key, strict=True))
-                                         if lg is None else lg)
-            start = end
+            if same[i]:
+                key, state = self._keys[i], self._states[i]
+            else:
+                key = PartitionKey(topic, partition)
+                state = CursorState(self._position(md, positions), self._range(idm, ranges),
+                                    None if missing[i] else self._ledger_list(
+                                        pairs[ends[i]:ends[i + 1]], ledgers))
+            keys.append(key)
+            states.append(state)
             at = observed[i]
-            out.append(ObservedCursor(PartitionKey(topic, partition), sub,
-                                      CursorState(position, acked, lg), at,
+            out.append(ObservedCursor(key, sub, state, at,
                                       None if checked[i] == at else checked[i]))
-        # What this batch saw, for the next: the cache holds one batch's distinct values.
+        # What this batch saw, for the next: the caches hold one batch's distinct values.
         self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
+        self._columns, self._keys, self._states = columns, keys, states
         return out
+
+    def _position(self, text: str, seen: dict[str, Position]) -> Position:
+        found = seen.get(text)
+        if found is None:
+            found = self._positions.get(text)
+            seen[text] = found = Position.parse(text) if found is None else found
+        return found
+
+    def _range(self, text: str, seen: dict[str, RangeSet]) -> RangeSet:
+        found = seen.get(text)
+        if found is None:
+            found = self._ranges.get(text)
+            seen[text] = found = RangeSet.parse(text) if found is None else found
+        return found
+
+    def _ledger_list(self, pairs: np.ndarray, seen: dict[bytes, Ledgers]) -> Ledgers:
+        """A row's (ledger id, entries) pairs as a ledger list."""
+        key = pairs.tobytes()
+        found = seen.get(key)
+        if found is None:
+            found = self._ledgers.get(key)
+            seen[key] = found = (Ledgers.of(pairs.tolist()) if found is None else found)
+        return found
+
+
+class _Columns:
+    """A batch's key and state columns, to compare with the next batch's row by row."""
+
+    def __init__(self, scalars: dict[str, pa.Array], ids: np.ndarray, counts: np.ndarray,
+                 ends: np.ndarray, missing: np.ndarray) -> None:
+        self.scalars, self.ids, self.counts = scalars, ids, counts
+        self.ends, self.missing = ends, missing
+
+    @classmethod
+    def of(cls, table: pa.Table) -> _Columns:
+        scalars = {name: _one_chunk(table.column(name)) for name in _STATE_COLUMNS}
+        lists = _one_chunk(table.column("ledgers"))
+        flat = lists.flatten()
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        return cls(scalars,
+                   flat.field("ledger_id").to_numpy(zero_copy_only=False).astype(np.int64),
+                   flat.field("entries").to_numpy(zero_copy_only=False).astype(np.int64),
+                   np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+                   lists.is_null().to_numpy(zero_copy_only=False))
+
+    def ledger_lists(self) -> tuple[np.ndarray, np.ndarray, list[int], list[bool]]:
+        """Every row's ledger ids and entry counts, flat; where each row's begin (with
+        the end after the last); which rows have no list."""
+        return self.ids, self.counts, self.ends.tolist(), self.missing.tolist()
+
+    def same_rows(self, last: _Columns) -> np.ndarray:
+        """Per row, whether ``last`` (the previous batch) has the same key and state at
+        the same place. A null key or state value counts as changed; two rows without a
+        ledger list are the same."""
+        n = len(self.missing)
+        if len(last.missing) != n or n == 0:
+            return np.zeros(n, bool)
+        same = np.ones(n, bool)
+        for name, now in self.scalars.items():
+            equal = pc.fill_null(pc.equal(now, last.scalars[name]), False)
+            same &= equal.to_numpy(zero_copy_only=False)
+        lengths, last_lengths = np.diff(self.ends), np.diff(last.ends)
+        same &= (lengths == last_lengths) & (self.missing == last.missing)
+        rows = np.flatnonzero(same)
+        width = lengths[rows]
+        if width.sum():
+            # Each such row's pairs against the last batch's, all at once.
+            row_of = np.repeat(np.arange(len(rows)), width)
+            offset = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width)
+            here = self.ends[rows][row_of] + offset
+            there = last.ends[rows][row_of] + offset
+            differs = ((self.ids[here] != last.ids[there])
+                       | (self.counts[here] != last.counts[there]))
+            same[rows[np.unique(row_of[differs])]] = False
+        return same
+
+
+#: The columns a row's key and cursor state come from, but the ledger lists.
+_STATE_COLUMNS = ("topic", "partition", "subscription", "mark_delete", "individually_deleted")
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
 
 
 def _times(column: pa.ChunkedArray) -> list[datetime]:

@@ -76,10 +76,14 @@ class SyncSink:
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
         #: Seconds of the last batch by phase (halts, collect, parse, refresh, step, rows,
-        #: write, metrics, collector; collect to rows on the driver path only), and the
-        #: step's result there.
+        #: write, metrics, collector; collect to rows on the driver path only).
         self.timings: dict[str, float] = {}
-        self.last_result: StepResult | None = None
+        #: Rows the last batch wrote to cursor_states and sync_progress.
+        self.rows_written = 0
+        #: Called with each batch's step result on the driver path, outside the timed
+        #: phases (a benchmark's figures). The sink keeps no record past its batch: the
+        #: collector would walk a row's worth of objects per cursor after every batch.
+        self.on_result: Callable[[StepResult], None] | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         with collector.paused():  # the batch's garbage is freed after it
@@ -109,6 +113,7 @@ class SyncSink:
             written, source_cluster=src, target_cluster=tgt), app_id=SYNC_APP,
             batch_id=batch_id)
         self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
+        self.rows_written = len(written) + rows.num_rows
         self.last_batch = batch_id
         t_metrics = time.perf_counter()
         self.timings["write"] = t_metrics - t_write
@@ -146,7 +151,7 @@ class SyncSink:
         t0 = time.perf_counter()
         mappings = self.mappings.refresh()
         t1 = time.perf_counter()
-        self.last_result = result = self.step.run(obs, mappings)
+        result = self.step.run(obs, mappings)
         t2 = time.perf_counter()
         t["refresh"], t["step"] = t1 - t0, t2 - t1
         if result.deferred:
@@ -172,6 +177,8 @@ class SyncSink:
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
                        result.anchor_conflicts, frozenset(unchanged), lags)
         t["rows"] = time.perf_counter() - t2
+        if self.on_result is not None:
+            self.on_result(result)
         return done
 
     def _on_executors(self, df: Any, batch_id: int) -> _Synced:
