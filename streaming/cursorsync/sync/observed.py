@@ -43,6 +43,8 @@ class Observations:
         self._columns: _Columns | None = None
         self._keys: list[PartitionKey] = []
         self._states: list[CursorState] = []
+        #: Rows of the last call that took the state of the row at their place again.
+        self.taken_again = 0
 
     def __call__(self, table: pa.Table) -> list[ObservedCursor]:
         cols = {name: table.column(name).to_pylist() for name in (
@@ -80,6 +82,7 @@ class Observations:
         # What this batch saw, for the next: the caches hold one batch's distinct values.
         self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
         self._columns, self._keys, self._states = columns, keys, states
+        self.taken_again = sum(same)
         return out
 
     def _position(self, text: str, seen: dict[str, Position]) -> Position:

@@ -126,8 +126,9 @@ class SyncSink:
         log.info("sync batch %d: %d cursors, %d acks sent, %d halted, %d refused, %d failed",
                  batch_id, len(obs), acks, done.count("halted"), done.count("refused"),
                  done.count("failed"))
-        log.debug("sync batch %d seconds by phase: %s", batch_id,
-                  ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items()))
+        log.debug("sync batch %d seconds by phase: %s; %d rows parsed, %d as the last batch's",
+                  batch_id, ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items()),
+                  len(obs) - self._observations.taken_again, self._observations.taken_again)
 
     def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
