@@ -428,10 +428,12 @@ def test_observations_of_batch_after_batch_are_each_row_parsed_alone(
         first: list[dict[str, Any]], second: list[dict[str, Any]], keep: list[bool]) -> None:
     """The sink's parser takes again what the last batch parsed: the same states as
     parsing every row on its own, whatever repeats within and across the batches, and
-    whichever rows change in place (a poll lists the partitions in the same order)."""
+    whichever rows change, in place (a poll lists the partitions in the same order) or
+    elsewhere."""
     parse = Observations()
     in_place = [a if k or i >= len(second) else second[i]
                 for i, (a, k) in enumerate(zip(first, keep, strict=False))]
-    for rows in (first, in_place, second + first, second + first, first):
+    for rows in (first, in_place, second + first, second + first, first, first[::-1],
+                 first[1:]):
         table = pa.Table.from_pylist(rows, schema=_CURSOR_SCHEMA)
         assert _seen(parse(table)) == _reference(table)

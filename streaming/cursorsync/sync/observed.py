@@ -28,12 +28,12 @@ class Observations:
     """``pulsar-cursors`` rows -> observed cursor states, for a sink that reads one batch
     after another.
 
-    Most partitions repeat their row batch after batch (only the times move), and a poll
-    lists them in the same order: a row whose key and state columns equal those of the row
-    at its place in the last batch takes that row's parsed state again, found by comparing
-    the columns whole, not row by row. Other rows take again the positions, ranges and
-    ledger lists the last batch parsed, or parse them (they are values: nothing changes
-    them in place)."""
+    Most partitions repeat their row batch after batch (only the times move): a row whose
+    key and state columns equal those of a row of the last batch takes that row's parsed
+    state again, found by comparing the columns whole, not row by row (a poll lists its
+    partitions in the same order, which makes it cheapest). Other rows take again the
+    positions, ranges and ledger lists the last batch parsed, or parse them (they are
+    values: nothing changes them in place)."""
 
     def __init__(self) -> None:
         self._positions: dict[str, Position] = {}
@@ -54,8 +54,8 @@ class Observations:
             _times(table.column("checked_at")) if "checked_at" in table.column_names
             else [None] * table.num_rows)
         columns = _Columns.of(table)
-        same = (columns.same_rows(self._columns) if self._columns is not None
-                else np.zeros(table.num_rows, bool)).tolist()
+        match = (columns.matches(self._columns) if self._columns is not None
+                 else np.full(table.num_rows, -1, np.int64)).tolist()
         ids, counts, ends, missing = columns.ledger_lists()
         pairs = np.stack([ids, counts], axis=1)
         positions: dict[str, Position] = {}
@@ -67,8 +67,9 @@ class Observations:
         for i, (topic, partition, sub, md, idm) in enumerate(zip(
                 cols["topic"], cols["partition"], cols["subscription"], cols["mark_delete"],
                 cols["individually_deleted"], strict=True)):
-            if same[i]:
-                key, state = self._keys[i], self._states[i]
+            j = match[i]
+            if j >= 0:
+                key, state = self._keys[j], self._states[j]
             else:
                 key = PartitionKey(topic, partition)
                 state = CursorState(self._position(md, positions), self._range(idm, ranges),
@@ -79,10 +80,10 @@ class Observations:
             at = observed[i]
             out.append(ObservedCursor(key, sub, state, at,
                                       None if checked[i] == at else checked[i]))
-        # What this batch saw, for the next: the caches hold one batch's distinct values.
+        # What this batch saw, for the next: the caches hold the values this batch parsed.
         self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
         self._columns, self._keys, self._states = columns, keys, states
-        self.taken_again = sum(same)
+        self.taken_again = len(match) - match.count(-1)
         return out
 
     def _position(self, text: str, seen: dict[str, Position]) -> Position:
@@ -110,20 +111,24 @@ class Observations:
 
 
 class _Columns:
-    """A batch's key and state columns, to compare with the next batch's row by row."""
+    """A batch's key and state columns, to compare with the next batch's."""
 
-    def __init__(self, scalars: dict[str, pa.Array], ids: np.ndarray, counts: np.ndarray,
-                 ends: np.ndarray, missing: np.ndarray) -> None:
-        self.scalars, self.ids, self.counts = scalars, ids, counts
+    def __init__(self, scalars: dict[str, pa.Array], keys: pa.Array, ids: np.ndarray,
+                 counts: np.ndarray, ends: np.ndarray, missing: np.ndarray) -> None:
+        self.scalars, self.keys, self.ids, self.counts = scalars, keys, ids, counts
         self.ends, self.missing = ends, missing
 
     @classmethod
     def of(cls, table: pa.Table) -> _Columns:
         scalars = {name: _one_chunk(table.column(name)) for name in _STATE_COLUMNS}
+        # Only to find a row's counterpart: every column is compared after.
+        keys = pc.binary_join_element_wise(
+            scalars["topic"], pc.cast(scalars["partition"], pa.string()),
+            scalars["subscription"], "\0")
         lists = _one_chunk(table.column("ledgers"))
         flat = lists.flatten()
         lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        return cls(scalars,
+        return cls(scalars, keys,
                    flat.field("ledger_id").to_numpy(zero_copy_only=False).astype(np.int64),
                    flat.field("entries").to_numpy(zero_copy_only=False).astype(np.int64),
                    np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
@@ -134,31 +139,43 @@ class _Columns:
         the end after the last); which rows have no list."""
         return self.ids, self.counts, self.ends.tolist(), self.missing.tolist()
 
-    def same_rows(self, last: _Columns) -> np.ndarray:
-        """Per row, whether ``last`` (the previous batch) has the same key and state at
-        the same place. A null key or state value counts as changed; two rows without a
-        ledger list are the same."""
+    def matches(self, last: _Columns) -> np.ndarray:
+        """Per row, a row of ``last`` (the previous batch) with the same key and state:
+        the one at the same place when the batches list the same keys in the same order,
+        else the first with the same key; -1 when there is none. A null key or state
+        value counts as changed; two rows without a ledger list are the same."""
         n = len(self.missing)
-        if len(last.missing) != n or n == 0:
-            return np.zeros(n, bool)
-        same = np.ones(n, bool)
+        if n == 0 or len(last.missing) == 0:
+            return np.full(n, -1, np.int64)
+        if len(last.missing) == n and self.keys.equals(last.keys):
+            at = np.arange(n, dtype=np.int64)
+        else:
+            found = pc.index_in(self.keys, value_set=last.keys)
+            at = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = np.flatnonzero(at >= 0)
+        there = at[rows]
+        ordered = len(rows) == n == len(last.missing) and bool((there == rows).all())
+        same = np.ones(len(rows), bool)
         for name, now in self.scalars.items():
-            equal = pc.fill_null(pc.equal(now, last.scalars[name]), False)
-            same &= equal.to_numpy(zero_copy_only=False)
-        lengths, last_lengths = np.diff(self.ends), np.diff(last.ends)
-        same &= (lengths == last_lengths) & (self.missing == last.missing)
-        rows = np.flatnonzero(same)
-        width = lengths[rows]
+            before = last.scalars[name]
+            if not ordered:
+                now, before = now.take(pa.array(rows)), before.take(pa.array(there))
+            same &= pc.fill_null(pc.equal(now, before), False).to_numpy(zero_copy_only=False)
+        lengths, last_lengths = np.diff(self.ends)[rows], np.diff(last.ends)[there]
+        same &= (lengths == last_lengths) & (self.missing[rows] == last.missing[there])
+        kept = np.flatnonzero(same)
+        width = lengths[kept]
         if width.sum():
-            # Each such row's pairs against the last batch's, all at once.
-            row_of = np.repeat(np.arange(len(rows)), width)
+            # Each such row's pairs against its counterpart's, all at once.
+            row_of = np.repeat(np.arange(len(kept)), width)
             offset = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width)
-            here = self.ends[rows][row_of] + offset
-            there = last.ends[rows][row_of] + offset
-            differs = ((self.ids[here] != last.ids[there])
-                       | (self.counts[here] != last.counts[there]))
-            same[rows[np.unique(row_of[differs])]] = False
-        return same
+            here = self.ends[rows[kept]][row_of] + offset
+            back = last.ends[there[kept]][row_of] + offset
+            differs = (self.ids[here] != last.ids[back]) | (self.counts[here] != last.counts[back])
+            same[kept[np.unique(row_of[differs])]] = False
+        out = np.full(n, -1, np.int64)
+        out[rows[same]] = there[same]
+        return out
 
 
 #: The columns a row's key and cursor state come from, but the ledger lists.
