@@ -39,6 +39,11 @@ def _latest_outcome(store: TableStore, topic: str) -> str | None:
     return max(rows, key=lambda r: (r["batch_id"], r["emitted_at"]))["outcome"] if rows else None
 
 
+def _latest_batch(store: TableStore, topic: str) -> int:
+    return max(r["batch_id"] for r in store.read("sync_progress").to_pylist()
+               if r["topic"] == topic)
+
+
 def _md(bed: TestBed, cluster: str, topic: str) -> Position:
     return mark_delete(bed, cluster, topic, SUB)
 
@@ -216,6 +221,11 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
             send_and_ack(testbed, topic, consumer, 3)
             _until("the sync of the subscription halts",
                    lambda: any(k[1] == SUB for k in halted(store, **clusters)))
+            # A batch records its halts before its sync_progress rows: the halting batch's
+            # row, then the next batch's, say halted.
+            _until("the halting batch's row", lambda: _latest_outcome(store, topic) == "halted")
+            halting = _latest_batch(store, topic)
+            _until("a later batch's row", lambda: _latest_batch(store, topic) > halting)
             assert _latest_outcome(store, topic) == "halted"
         finally:
             consumer.close()
