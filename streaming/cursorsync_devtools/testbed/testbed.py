@@ -272,6 +272,18 @@ class TestBed:
     def last_entry(self, cluster: str, topic: str) -> Position:
         return Position.parse(self.internal_stats(cluster, topic)["lastConfirmedEntry"])
 
+    def _stats_until(self, cluster: str, topic: str, deadline: float) -> dict[str, Any]:
+        """internalStats, asked again while the broker answers with an error until
+        ``deadline``: a broker back from a crash fails to open a topic now and then while
+        its bookie's registration flaps (:meth:`crash_and_restart`)."""
+        while True:
+            try:
+                return self.internal_stats(cluster, topic)
+            except TestBedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def wait_replicated(self, topics: Iterable[str], *, origin: str = SOURCE,
                         timeout_s: float = 120.0) -> float:
         """Wait until every entry the topics' partitions hold now on ``origin`` has been
@@ -279,12 +291,14 @@ class TestBed:
         other = TARGET if origin == SOURCE else SOURCE
         cursor = f"pulsar.repl.{other}"
         parts = [p for t in topics for p in self.partitions(t)]
-        goal = {p: self.last_entry(origin, p) for p in parts}
         t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        goal = {p: Position.parse(self._stats_until(origin, p, deadline)["lastConfirmedEntry"])
+                for p in parts}
         while True:
             behind = []
             for p in parts:
-                cursors = self.internal_stats(origin, p).get("cursors", {})
+                cursors = self._stats_until(origin, p, deadline).get("cursors", {})
                 md = cursors.get(cursor, {}).get("markDeletePosition")
                 if goal[p].entry < 0 and md is None:
                     continue  # nothing to send yet
