@@ -3,8 +3,9 @@ their last states before a batch from ``cursor_states``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,10 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.tables.rows import cursor_states
 from cursorsync.tables.store import RowFilter, TableStore
+
+K = TypeVar("K")
+T = TypeVar("T")
+V = TypeVar("V")
 
 
 def observations(table: pa.Table) -> list[ObservedCursor]:
@@ -43,19 +48,22 @@ class Observations:
         self._columns: _Columns | None = None
         self._keys: list[PartitionKey] = []
         self._states: list[CursorState] = []
-        #: Rows of the last call that took the state of the row at their place again.
+        #: Rows of the last call that took the parsed state of a last batch's row again.
         self.taken_again = 0
 
     def __call__(self, table: pa.Table) -> list[ObservedCursor]:
-        cols = {name: table.column(name).to_pylist() for name in (
-            "topic", "partition", "subscription", "mark_delete", "individually_deleted")}
         observed = _times(table.column("observed_at"))
         checked: Sequence[datetime | None] = (
             _times(table.column("checked_at")) if "checked_at" in table.column_names
             else [None] * table.num_rows)
         columns = _Columns.of(table)
         match = (columns.matches(self._columns) if self._columns is not None
-                 else np.full(table.num_rows, -1, np.int64)).tolist()
+                 else np.full(table.num_rows, -1, np.int64))
+        subs = columns.scalars["subscription"].to_pylist()
+        # Only the rows that changed are read further.
+        fresh = np.flatnonzero(match < 0)
+        picked = {name: columns.scalars[name].take(pa.array(fresh)).to_pylist()
+                  for name in ("topic", "partition", "mark_delete", "individually_deleted")}
         ids, counts, ends, missing = columns.ledger_lists()
         pairs = np.stack([ids, counts], axis=1)
         positions: dict[str, Position] = {}
@@ -64,17 +72,20 @@ class Observations:
         keys: list[PartitionKey] = []
         states: list[CursorState] = []
         out = []
-        for i, (topic, partition, sub, md, idm) in enumerate(zip(
-                cols["topic"], cols["partition"], cols["subscription"], cols["mark_delete"],
-                cols["individually_deleted"], strict=True)):
-            j = match[i]
+        n = 0  # the changed rows parsed so far
+        for i, (j, sub) in enumerate(zip(match.tolist(), subs, strict=True)):
             if j >= 0:
                 key, state = self._keys[j], self._states[j]
             else:
-                key = PartitionKey(topic, partition)
-                state = CursorState(self._position(md, positions), self._range(idm, ranges),
-                                    None if missing[i] else self._ledger_list(
-                                        pairs[ends[i]:ends[i + 1]], ledgers))
+                md, idm = picked["mark_delete"][n], picked["individually_deleted"][n]
+                key = PartitionKey(picked["topic"][n], picked["partition"][n])
+                row = pairs[ends[i]:ends[i + 1]]
+                n += 1
+                state = CursorState(
+                    _cached(md, md, positions, self._positions, Position.parse),
+                    _cached(idm, idm, ranges, self._ranges, RangeSet.parse),
+                    None if missing[i] else _cached(row.tobytes(), row, ledgers, self._ledgers,
+                                                    _ledger_list))
             keys.append(key)
             states.append(state)
             at = observed[i]
@@ -83,31 +94,24 @@ class Observations:
         # What this batch saw, for the next: the caches hold the values this batch parsed.
         self._positions, self._ranges, self._ledgers = positions, ranges, ledgers
         self._columns, self._keys, self._states = columns, keys, states
-        self.taken_again = len(match) - match.count(-1)
+        self.taken_again = len(match) - len(fresh)
         return out
 
-    def _position(self, text: str, seen: dict[str, Position]) -> Position:
-        found = seen.get(text)
-        if found is None:
-            found = self._positions.get(text)
-            seen[text] = found = Position.parse(text) if found is None else found
-        return found
 
-    def _range(self, text: str, seen: dict[str, RangeSet]) -> RangeSet:
-        found = seen.get(text)
-        if found is None:
-            found = self._ranges.get(text)
-            seen[text] = found = RangeSet.parse(text) if found is None else found
-        return found
+def _cached(key: K, text: T, seen: dict[K, V], last: dict[K, V], parse: Callable[[T], V],
+            ) -> V:
+    """``text`` parsed, found by ``key``: as this batch parsed it already, or the last
+    batch did, or anew."""
+    found = seen.get(key)
+    if found is None:
+        found = last.get(key)
+        seen[key] = found = parse(text) if found is None else found
+    return found
 
-    def _ledger_list(self, pairs: np.ndarray, seen: dict[bytes, Ledgers]) -> Ledgers:
-        """A row's (ledger id, entries) pairs as a ledger list."""
-        key = pairs.tobytes()
-        found = seen.get(key)
-        if found is None:
-            found = self._ledgers.get(key)
-            seen[key] = found = (Ledgers.of(pairs.tolist()) if found is None else found)
-        return found
+
+def _ledger_list(pairs: np.ndarray) -> Ledgers:
+    """A row's (ledger id, entries) pairs as a ledger list."""
+    return Ledgers.of(pairs.tolist())
 
 
 class _Columns:
