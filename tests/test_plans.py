@@ -33,3 +33,15 @@ def test_a_packed_cursor_state_unpacks_to_the_same_state(w: World, with_ledgers:
 def test_a_packed_plan_is_the_same_plan(w: World) -> None:
     plan = translate(w.source, w.mapping, w.target)
     assert lean(plan) == plan
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_a_state_that_forgets_what_it_derived_plans_the_same(w: World) -> None:
+    """An idle cursor's source state drops its derived arrays: made again, they give the
+    same plan."""
+    plan = translate(w.source, w.mapping, w.target)
+    w.source.forget()
+    w.target.forget()
+    assert w.source._acked is None
+    assert translate(w.source, w.mapping, w.target) == plan

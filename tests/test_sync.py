@@ -466,6 +466,34 @@ def test_a_packed_idle_cursor_sends_again_once_its_target_is_reset() -> None:
     assert record.acks_sent == 10
 
 
+def test_an_idle_cursor_keeps_its_source_state_without_what_was_derived_from_it() -> None:
+    """The sink hands the step the same state object for a row that did not change: the idle
+    cursor keeps that object (nothing more to hold) with its derived arrays dropped, and an
+    equal state in another object is as unchanged."""
+    obs, mappings, target = _world(0)
+    acked = CursorState(Position(7, 9), RangeSet(), target.ledgers)
+    reads: list[int] = []
+
+    def read(topic: str, sub: str) -> CursorState:
+        reads.append(1)
+        return acked
+
+    step = SyncStep(SyncConfig(), _Emitter(), read)
+    step.run([obs], mappings)
+    idle = step._idle[KEY, "sub"]
+    assert idle.source is obs.state
+    assert obs.state._acked is None
+    assert obs.state.ledgers is not None and obs.state.ledgers._memo is None
+    copy = replace(obs, state=CursorState(obs.state.mark_delete, obs.state.individually_deleted,
+                                          Ledgers(obs.state.ledgers.ids.copy(),
+                                                  obs.state.ledgers.entries.copy())))
+    (record,) = step.run([copy], mappings).records
+    assert record.repeated and step._idle[KEY, "sub"] is idle
+    moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
+    (record,) = step.run([moved], mappings).records
+    assert not record.repeated and (KEY, "sub") not in step._idle
+
+
 def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> None:
     """The previous observation of a packed cursor is its packed source: entries it showed
     unacked, gone with a source topic deleted and created since, halt the sync."""

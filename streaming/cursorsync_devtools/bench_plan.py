@@ -47,7 +47,7 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.observed import observations
+from cursorsync.sync.observed import Observations, observations
 from cursorsync.sync.sink import SyncSink
 from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
 from cursorsync.tables import open_store
@@ -257,33 +257,42 @@ KEPT_SAMPLE = 2_000
 
 
 def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
-    """Bytes the job keeps between batches (live Python and numpy allocations, as
-    tracemalloc counts them) per partition, for its mapping and the sync step's state
-    after three batches: all partitions idle, or all moving."""
+    """Bytes the job keeps between batches per partition, after three batches with all
+    partitions idle, or all moving: the mappings, the sync step's state and what the sink's
+    parser keeps of the last batch (its parsed states and its Arrow columns); live Python
+    and numpy allocations as tracemalloc counts them, plus Arrow's own."""
     layout = _layout(partitions)
     out: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-kept-") as root:
         store = open_store("delta-rs", root)
         write_mappings(store, layout)
         for name, active in (("idle", 0.0), ("moving", 1.0)):
+            polls = []
+            for moved in (0, 5, 10):
+                obs, now, *_ = _observations(layout, active=active, holes=holes, seed=seed,
+                                             moved=moved)
+                polls.append((_poll_rows(obs), now))
+            del obs, now
             gc.collect()
+            arrow = pa.total_allocated_bytes() - sum(t.nbytes for t, _ in polls)
             tracemalloc.start()
             try:
                 held = MappingStore(store, "a", "b")
                 targets: dict[PartitionKey, CursorState] = {}
                 step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
-                for moved in (0, 5, 10):
-                    obs, now, *_ = _observations(layout, active=active, holes=holes,
-                                                 seed=seed, moved=moved)
+                parse = Observations()
+                while polls:
+                    rows, now = polls.pop(0)
                     targets.clear()
                     targets.update(now)
-                    step.run(obs, held.refresh())
-                del obs, now
+                    step.run(parse(rows), held.refresh())
+                del rows, now
                 targets.clear()
                 gc.collect()
                 kept = tracemalloc.get_traced_memory()[0]
             finally:
                 tracemalloc.stop()
+            kept += pa.total_allocated_bytes() - arrow
             out[f"kept_bytes_per_{name}_partition"] = round(kept / partitions)
     return out
 

@@ -38,6 +38,13 @@ class CursorState:
             assert self._acked is not None
         return self._acked
 
+    def forget(self) -> None:
+        """Drops what was derived from the state and its ledger list (made again on use):
+        for a state kept long while nothing asks it."""
+        object.__setattr__(self, "_acked", None)
+        if self.ledgers is not None:
+            self.ledgers.forget()
+
     def __str__(self) -> str:
         return f"markDelete={self.mark_delete} individual={self.individually_deleted}"
 

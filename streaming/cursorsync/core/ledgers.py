@@ -24,9 +24,10 @@ class Ledgers:
 
     ids: I64
     entries: I64
-    #: Derived arrays, made on first use: a plan asks the same list many times.
-    _memo: dict[object, object] = field(default_factory=dict, init=False, repr=False,
-                                        compare=False)
+    #: Derived arrays, made on first use: a plan asks the same list many times. None until
+    #: then (and again after :meth:`forget`): most lists a job holds are of idle cursors.
+    _memo: dict[object, object] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[int, int]]) -> Ledgers:
@@ -123,7 +124,7 @@ class Ledgers:
     def _key_table(self, base: int) -> tuple[I64, I64, int, int] | None:
         """For :meth:`canonical_keys` in ``base``: the keys of each non-empty ledger's first
         and last entry, of the position before them all, and of the open ledger's start."""
-        memo = self._memo.get(("keys", base))
+        memo = self._memo.get(("keys", base)) if self._memo is not None else None
         if memo is None:
             nonempty = self.entries > 0
             ids = self.ids[nonempty]
@@ -133,15 +134,27 @@ class Ledgers:
                     pack(ids, self.entries[nonempty] - 1, base, minus_one=False),
                     int(pack(ids[:1], np.array([-1]), base, minus_one=False)[0]),
                     int(pack(self.ids[-1:], np.zeros(1, np.int64), base, minus_one=False)[0]))
-            self._memo[("keys", base)] = memo
+            self._remember(("keys", base), memo)
         return memo  # type: ignore[return-value]
 
     def _cumulative(self) -> I64:
         """Entries before each listed ledger, then the total."""
-        cum = self._memo.get("cum")
+        cum = self._memo.get("cum") if self._memo is not None else None
         if cum is None:
-            cum = self._memo["cum"] = np.concatenate(([0], np.cumsum(self.entries)))
+            cum = np.concatenate(([0], np.cumsum(self.entries)))
+            self._remember("cum", cum)
         return cum  # type: ignore[return-value]
+
+    def _remember(self, key: object, value: object) -> None:
+        if self._memo is None:
+            object.__setattr__(self, "_memo", {})
+        assert self._memo is not None
+        self._memo[key] = value
+
+    def forget(self) -> None:
+        """Drops what was derived from the list (made again on use): for a list kept long
+        while nothing asks it."""
+        object.__setattr__(self, "_memo", None)
 
     def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
         """How many existing entries lie at or before each position (past the last ledger: all)."""

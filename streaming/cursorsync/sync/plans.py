@@ -4,9 +4,10 @@ moves, packed into a few bytes while it is idle.
 Most of a job's cursors sit still (everything acked on both sides, nothing to send), and
 the arrays their plans were made from (cursor states, ledger lists, the tables derived
 from them) cost kilobytes each. An idle cursor keeps only what tells the step whether
-anything changed (its source and target cursors as bytes, the version of the mapping and
-the markers it was planned with) and the plan it records again. The step's memory then grows
-with the cursors that move; an idle one costs a few hundred bytes.
+anything changed (its source state without what was derived from it, its target cursor as
+bytes, the version of the mapping and the markers it was planned with) and the plan it
+records again. The step's memory then grows with the cursors that move; an idle one
+costs a few hundred bytes.
 """
 
 from __future__ import annotations
@@ -78,9 +79,14 @@ class Planned:
 @dataclass(slots=True)
 class IdleCursor:
     """An idle cursor, packed: its last plan passed the guard, sent nothing and had nothing
-    unmapped, and the source, mapping, markers and target it was made from are these."""
+    unmapped, and the source, mapping, markers and target it was made from are these.
 
-    source: bytes
+    The source state is kept as it is, without what was derived from it: the sync sink
+    hands the step the same state object for a row that did not change
+    (:class:`cursorsync.sync.observed.Observations`), so it costs nothing more, and
+    comparing it is an identity check."""
+
+    source: CursorState
     target: bytes
     #: When the source was last observed as it is.
     observed_at: datetime
@@ -92,16 +98,17 @@ class IdleCursor:
 
     @classmethod
     def of(cls, planned: Planned, observed_at: datetime) -> IdleCursor:
-        return cls(pack(planned.source), pack(planned.target), observed_at, planned.version,
+        planned.source.forget()
+        return cls(planned.source, pack(planned.target), observed_at, planned.version,
                    planned.markers, lean(planned.plan), planned.unread)
 
     def unchanged(self, source: CursorState, version: int, markers: RangeSet | None) -> bool:
         """The same source, mapping and markers as when it went idle."""
         return (version == self.version and _same_markers(markers, self.markers)
-                and pack(source) == self.source)
+                and same(source, self.source))
 
     def source_state(self) -> CursorState:
-        return unpack(self.source)
+        return self.source
 
 
 def read_offset(k: tuple[PartitionKey, str]) -> int:
