@@ -59,11 +59,12 @@ class Observations:
         columns = _Columns.of(table)
         match = (columns.matches(self._columns) if self._columns is not None
                  else np.full(table.num_rows, -1, np.int64))
-        subs = columns.scalars["subscription"].to_pylist()
+        subs = _strings(columns.scalars["subscription"])
         # Only the rows that changed are read further.
-        fresh = np.flatnonzero(match < 0)
-        picked = {name: columns.scalars[name].take(pa.array(fresh)).to_pylist()
-                  for name in ("topic", "partition", "mark_delete", "individually_deleted")}
+        fresh = pa.array(np.flatnonzero(match < 0))
+        picked = {name: columns.scalars[name].take(fresh).to_pylist()
+                  for name in ("partition", "mark_delete", "individually_deleted")}
+        picked["topic"] = _strings(columns.scalars["topic"].take(fresh))
         ids, counts, ends, missing = columns.ledger_lists()
         pairs = np.stack([ids, counts], axis=1)
         positions: dict[str, Position] = {}
@@ -96,6 +97,16 @@ class Observations:
         self._columns, self._keys, self._states = columns, keys, states
         self.taken_again = len(match) - len(fresh)
         return out
+
+
+def _strings(column: pa.Array) -> list[str]:
+    """A string column as Python strings, one object per distinct value: the partitions
+    of a topic, and the cursors of a subscription, share it while they are kept."""
+    if column.null_count:
+        return column.to_pylist()  # type: ignore[no-any-return]
+    encoded = column.dictionary_encode()
+    names = encoded.dictionary.to_pylist()
+    return [names[i] for i in encoded.indices.to_numpy(zero_copy_only=False).tolist()]
 
 
 def _cached(key: K, text: T, seen: dict[K, V], last: dict[K, V], parse: Callable[[T], V],
