@@ -11,7 +11,7 @@ from cursorsync.core.keys import I64, base_for, fits, pack
 from cursorsync.core.positions import Position
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ledgers:
     """The ledgers of a topic partition with their entry counts, oldest first.
 
