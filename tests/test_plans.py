@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_strategies import World, worlds
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.translate import translate
 from cursorsync.sync.plans import lean, pack, same, unpack
 
@@ -45,3 +46,17 @@ def test_a_state_that_forgets_what_it_derived_plans_the_same(w: World) -> None:
     w.target.forget()
     assert w.source._acked is None
     assert translate(w.source, w.mapping, w.target) == plan
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_cursor_states_compare_by_value_ledger_lists_included(w: World) -> None:
+    """Two states with equal values are equal whatever objects hold their ledger lists."""
+    for state in (w.source, w.target):
+        back = unpack(pack(state))
+        assert back == state and state == back
+        assert (back != state) is False
+        if state.ledgers is not None and len(state.ledgers.ids):
+            fewer = replace(state, ledgers=Ledgers(state.ledgers.ids[:-1].copy(),
+                                                   state.ledgers.entries[:-1].copy()))
+            assert fewer != state and not same(fewer, state)

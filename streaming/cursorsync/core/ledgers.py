@@ -46,6 +46,13 @@ class Ledgers:
         if len(self.ids) > 1 and (np.diff(self.ids) <= 0).any():
             raise ValueError("ledger ids must be strictly increasing")
 
+    def __eq__(self, other: object) -> bool:
+        """The same ledgers with the same entry counts (the arrays compared by value)."""
+        if not isinstance(other, Ledgers):
+            return NotImplemented
+        return self is other or (self.ids.tobytes() == other.ids.tobytes()
+                                 and self.entries.tobytes() == other.entries.tobytes())
+
     def canonical(self, ledgers: I64, entries: I64) -> tuple[I64, I64]:
         """Map each position to the last existing entry at or before it.
 
