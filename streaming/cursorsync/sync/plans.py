@@ -17,12 +17,8 @@ import zlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-import numpy as np
-
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
 
@@ -34,7 +30,7 @@ IDLE_TARGET_READ_EVERY = 10
 #: One empty set shared by every packed plan.
 _EMPTY = RangeSet()
 #: A packed state's head: markDeletePosition, ranges, ledgers (-1: no list); int64s in the
-#: machine's order, as numpy reads them back.
+#: machine's order, like the arrays after it.
 _HEAD = struct.Struct("=4q")
 
 
@@ -126,11 +122,7 @@ def same(a: CursorState, b: CursorState) -> bool:
         return True
     if a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted:
         return False
-    if a.ledgers is None or b.ledgers is None:
-        return a.ledgers is b.ledgers
-    # Byte comparison: a few ledgers each, where np.array_equal's overhead dominates.
-    return (a.ledgers.ids.tobytes() == b.ledgers.ids.tobytes()
-            and a.ledgers.entries.tobytes() == b.ledgers.entries.tobytes())
+    return a.ledgers == b.ledgers
 
 
 def _same_markers(a: RangeSet | None, b: RangeSet | None) -> bool:
@@ -139,7 +131,7 @@ def _same_markers(a: RangeSet | None, b: RangeSet | None) -> bool:
 
 def pack(state: CursorState) -> bytes:
     """A cursor state as bytes: markDeletePosition, the individually deleted ranges' bounds,
-    the ledger list (or none). Equal bytes are equal states; :func:`unpack` inverts it."""
+    the ledger list (or none), each part led by its length: equal bytes are equal states."""
     md = state.mark_delete
     bounds = state.individually_deleted.bounds
     ledgers = state.ledgers
@@ -147,18 +139,6 @@ def pack(state: CursorState) -> bytes:
         return _HEAD.pack(md.ledger, md.entry, len(bounds), -1) + bounds.tobytes()
     return (_HEAD.pack(md.ledger, md.entry, len(bounds), len(ledgers.ids)) + bounds.tobytes()
             + ledgers.ids.tobytes() + ledgers.entries.tobytes())
-
-
-def unpack(data: bytes) -> CursorState:
-    a = np.frombuffer(data, np.int64)
-    md_l, md_e, ranges, n = (int(x) for x in a[:4])
-    bounds = a[4:4 + 4 * ranges].reshape(-1, 4).copy()
-    individually = RangeSet(bounds, _canonical=True) if ranges else RangeSet()
-    if n < 0:
-        return CursorState(Position(md_l, md_e), individually, None)
-    rest = a[4 + 4 * ranges:]
-    return CursorState(Position(md_l, md_e), individually,
-                       Ledgers(rest[:n].copy(), rest[n:].copy()))
 
 
 def lean(plan: AckPlan) -> AckPlan:
