@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -104,9 +104,8 @@ def _strings(column: pa.Array) -> list[str]:
     of a topic, and the cursors of a subscription, share it while they are kept."""
     if column.null_count:
         return column.to_pylist()  # type: ignore[no-any-return]
-    encoded = column.dictionary_encode()
-    names = encoded.dictionary.to_pylist()
-    return [names[i] for i in encoded.indices.to_numpy(zero_copy_only=False).tolist()]
+    names, which = _each_once(column)
+    return [names[w] for w in which]
 
 
 def _cached(key: K, text: T, seen: dict[K, V], last: dict[K, V], parse: Callable[[T], V],
@@ -204,11 +203,17 @@ def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
 def _times(column: pa.ChunkedArray) -> list[datetime]:
     """A timestamp column (never null: the source stamps every row) as UTC datetimes; a
     poll's rows share a few times, each converted once."""
-    distinct = pc.unique(column)
-    when = [t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-            for t in distinct.to_pylist()]
-    which = pc.index_in(column, value_set=distinct).to_numpy(zero_copy_only=False).tolist()
+    distinct, which = _each_once(_one_chunk(column))
+    when = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for t in distinct]
     return [when[w] for w in which]
+
+
+def _each_once(column: pa.Array) -> tuple[list[Any], list[int]]:
+    """A column's distinct values as Python values, each made once, and per row the index
+    of its value."""
+    encoded = column.dictionary_encode()
+    return (encoded.dictionary.to_pylist(),
+            encoded.indices.to_numpy(zero_copy_only=False).tolist())
 
 
 #: Every poll observes every cursor, so a cursor's last state is nearly always in the last
