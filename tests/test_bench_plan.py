@@ -27,8 +27,17 @@ def test_a_small_plan_run_syncs_every_partition_and_reports(
     assert first["target_requests"] == first["cursors"] == first["rows_written"] / 2 == 300
     for batch in (second, third):
         assert a <= batch["target_requests"] < a + (300 - a) // 4 and batch["cursors"] == 300
+    # Every cursor is idle but the active ones after the first batch: the step sees those,
+    # and the idle ones whose target read or rows are due; the others are repeated in bulk.
+    assert first["cursors_stepped"] == 300 and first["cursors_repeated_in_bulk"] == 0
+    assert first["idle_cursors_in_columns"] == 300 - a
+    for batch in (second, third):
+        assert batch["cursors_stepped"] + batch["cursors_repeated_in_bulk"] == 300
+        assert a < batch["cursors_stepped"] < a + (300 - a) // 4
+        assert batch["idle_cursors_in_columns"] == 300 - a
     for batch in (first, second, third):
-        assert batch["outcomes"] == {"exact": 300}  # no rewind, nothing refused
+        # No rewind, nothing refused.
+        assert batch["outcomes"] == {"exact": batch["cursors_stepped"]}
     # Idle cursors' rows are written every few batches: a moving one's every batch.
     for batch in (second, third):
         assert a <= batch["rows_written"] // 2 < a + (300 - a) // 5
@@ -62,7 +71,10 @@ def test_a_start_plans_the_cursors_over_batches_of_first_plans() -> None:
     batches = out["batches"]
     assert [b["cursors_waiting"] for b in batches] == [200, 100, 0, 0, 0]
     assert [b["cursors"] for b in batches] == [100, 200, 300, 300, 300]
-    assert [b["outcomes"] for b in batches] == [{"exact": n} for n in (100, 200, 300, 300, 300)]
+    assert [b["outcomes"] for b in batches] == [{"exact": b["cursors_stepped"]}
+                                                for b in batches]
+    # Idle cursors go to columns as they are planned, and stay there.
+    assert [b["idle_cursors_in_columns"] for b in batches][-1] == 300 - out["active_partitions"]
     assert out["start_batch_max_seconds"] <= out["start_seconds"]
     # The cursors that moved since the state the tables held before the start go first.
     assert batches[0]["cursors_with_acks_planned"] == out["active_partitions"]

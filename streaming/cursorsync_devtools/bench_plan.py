@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
-from cursorsync.app.settings import Config, parse_config
+from cursorsync.app.settings import Config, TablesConfig, parse_config
 from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -47,7 +47,8 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.observed import Observations, observations
+from cursorsync.sync.idle_store import IdleStore
+from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
 from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
 from cursorsync.tables import open_store
@@ -185,7 +186,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
             figures.update(
                 translate_seconds=round(result.translate_seconds, 3),
-                cursors=len(result.records),
+                cursors_stepped=len(result.records),
                 acks_planned_entries=sum(r.plan.to_ack.count_entries() for r in
                                          result.records),
                 outcomes=outcomes, cursors_waiting=result.deferred,
@@ -201,7 +202,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             moved = 5 * batch_id
             obs, targets, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
-            polled = _poll_rows(obs)  # what the sink gets from Spark
+            polled = poll_rows(obs, "a")  # what the sink gets from Spark
             requests[0] = 0
             t0 = time.perf_counter()
             sink(_Frame(polled), batch_id)
@@ -220,6 +221,10 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 "target_requests": requests[0],
                 "rows_written": sink.rows_written,
                 "mappings_built": loaded.mappings.built,
+                # Cursors with a record, and idle ones repeated without the step.
+                "cursors": figures["cursors_stepped"] + sink.repeated,
+                "cursors_repeated_in_bulk": sink.repeated,
+                "idle_cursors_in_columns": len(sink.idle),
                 **figures,
             })
             if batch_id == 0 or batches[-2]["cursors_waiting"]:
@@ -254,6 +259,8 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 #: Partitions of the runs that measure what the job keeps per partition (under tracemalloc,
 #: which makes them slow; the figure does not depend on their number).
 KEPT_SAMPLE = 2_000
+#: How often the job writes an unchanged cursor's rows again, by default.
+ROWS_EVERY = TablesConfig.model_fields["unchanged_rows_every_batches"].default
 
 
 def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
@@ -271,7 +278,7 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             for moved in (0, 5, 10):
                 obs, now, *_ = _observations(layout, active=active, holes=holes, seed=seed,
                                              moved=moved)
-                polls.append((_poll_rows(obs), now))
+                polls.append((poll_rows(obs, "a"), now))
             del obs, now
             gc.collect()
             arrow = pa.total_allocated_bytes() - sum(t.nbytes for t, _ in polls)
@@ -280,13 +287,20 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                 held = MappingStore(store, "a", "b")
                 targets: dict[PartitionKey, CursorState] = {}
                 step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
-                parse = Observations()
-                while polls:
+                # The sink's parser and its store of idle cursors, with no tables.
+                parse, idle = Observations(), IdleStore()
+                for batch_id in range(len(polls)):
                     rows, now = polls.pop(0)
                     targets.clear()
                     targets.update(now)
-                    step.run(parse(rows), held.refresh())
-                del rows, now
+                    mappings = held.refresh()
+                    split = idle.split(rows, mappings, step, bulk=batch_id > 0,
+                                       batch_id=batch_id, rows_every=ROWS_EVERY)
+                    obs = parse(split.rest)
+                    idle.restore(split, obs, step)
+                    step.run(obs, mappings)
+                    idle.keep(step, split.rest, obs)
+                del rows, now, split, obs, mappings
                 targets.clear()
                 gc.collect()
                 kept = tracemalloc.get_traced_memory()[0]
@@ -321,26 +335,6 @@ def _config(root: str) -> Config:
                                 "admin_url": "http://b:8080"}},
         "topics": [{"topic": "persistent://bench/ns/t0", "subscriptions": [SUBSCRIPTION]}],
         "tables": {"path": root}, "spark": {"checkpoint_dir": f"{root}/checkpoints"}})
-
-
-def _poll_rows(obs: list[ObservedCursor]) -> pa.Table:
-    """The ``pulsar-cursors`` rows of these observations, as the sync sink gets them."""
-    return pa.table({
-        "cluster": pa.array(["a"] * len(obs)),
-        "topic": [o.key.topic for o in obs],
-        "partition": pa.array([o.key.partition for o in obs], pa.int32()),
-        "subscription": [o.subscription for o in obs],
-        "mark_delete": [str(o.state.mark_delete) for o in obs],
-        "individually_deleted": [str(o.state.individually_deleted) for o in obs],
-        "ledgers": pa.array([None if o.state.ledgers is None else [
-            {"ledger_id": i, "entries": n} for i, n in zip(
-                o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)]
-            for o in obs], pa.list_(pa.struct([("ledger_id", pa.int64()),
-                                               ("entries", pa.int64())]))),
-        "observed_at": pa.array([o.observed_at for o in obs], pa.timestamp("us", tz="UTC")),
-        "messages_consumed_counter": pa.array([0] * len(obs), pa.int64()),
-        "checked_at": pa.array([o.confirmed_at for o in obs], pa.timestamp("us", tz="UTC")),
-    })
 
 
 def _reader(targets: dict[PartitionKey, CursorState]) -> Callable[[str, str], CursorState]:

@@ -45,7 +45,7 @@ class Observations:
         self._ranges: dict[str, RangeSet] = {}
         self._ledgers: dict[bytes, Ledgers] = {}
         #: The last batch's key and state columns, and what its rows parsed to.
-        self._columns: _Columns | None = None
+        self._columns: CursorColumns | None = None
         self._keys: list[PartitionKey] = []
         self._states: list[CursorState] = []
         #: Rows of the last call that took the parsed state of a last batch's row again.
@@ -56,7 +56,7 @@ class Observations:
         checked: Sequence[datetime | None] = (
             _times(table.column("checked_at")) if "checked_at" in table.column_names
             else [None] * table.num_rows)
-        columns = _Columns.of(table)
+        columns = CursorColumns.of(table)
         match = (columns.matches(self._columns) if self._columns is not None
                  else np.full(table.num_rows, -1, np.int64))
         subs = _strings(columns.scalars["subscription"])
@@ -99,6 +99,32 @@ class Observations:
         return out
 
 
+#: ``pulsar-cursors``' ledger list type.
+LEDGER_LIST = pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))
+_TIME = pa.timestamp("us", tz="UTC")
+
+
+def poll_rows(observed: Sequence[ObservedCursor], cluster: str = "") -> pa.Table:
+    """Observations as ``pulsar-cursors`` rows, the values written as the source writes
+    them (what :class:`Observations` reads back)."""
+    return pa.table({
+        "cluster": pa.array([cluster] * len(observed), pa.string()),
+        "topic": pa.array([o.key.topic for o in observed], pa.string()),
+        "partition": pa.array([o.key.partition for o in observed], pa.int32()),
+        "subscription": pa.array([o.subscription for o in observed], pa.string()),
+        "mark_delete": pa.array([str(o.state.mark_delete) for o in observed], pa.string()),
+        "individually_deleted": pa.array([str(o.state.individually_deleted)
+                                          for o in observed], pa.string()),
+        "ledgers": pa.array([None if o.state.ledgers is None else [
+            {"ledger_id": i, "entries": n} for i, n in zip(
+                o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)]
+            for o in observed], LEDGER_LIST),
+        "observed_at": pa.array([o.observed_at for o in observed], _TIME),
+        "messages_consumed_counter": pa.array([0] * len(observed), pa.int64()),
+        "checked_at": pa.array([o.confirmed_at for o in observed], _TIME),
+    })
+
+
 def _strings(column: pa.Array) -> list[str]:
     """A string column as Python strings, one object per distinct value: the partitions
     of a topic, and the cursors of a subscription, share it while they are kept."""
@@ -124,7 +150,7 @@ def _ledger_list(pairs: np.ndarray) -> Ledgers:
     return Ledgers.of(pairs.tolist())
 
 
-class _Columns:
+class CursorColumns:
     """A batch's key and state columns, to compare with the next batch's."""
 
     def __init__(self, scalars: dict[str, pa.Array], keys: pa.Array, ids: np.ndarray,
@@ -133,7 +159,7 @@ class _Columns:
         self.ends, self.missing = ends, missing
 
     @classmethod
-    def of(cls, table: pa.Table) -> _Columns:
+    def of(cls, table: pa.Table) -> CursorColumns:
         scalars = {name: _one_chunk(table.column(name)) for name in _STATE_COLUMNS}
         # Only to find a row's counterpart: every column is compared after.
         keys = pc.binary_join_element_wise(
@@ -153,19 +179,22 @@ class _Columns:
         the end after the last); which rows have no list."""
         return self.ids, self.counts, self.ends.tolist(), self.missing.tolist()
 
-    def matches(self, last: _Columns) -> np.ndarray:
-        """Per row, a row of ``last`` (the previous batch) with the same key and state:
-        the one at the same place when the batches list the same keys in the same order,
-        else the first with the same key; -1 when there is none. A null key or state
-        value counts as changed; two rows without a ledger list are the same."""
+    def counterparts(self, last: CursorColumns) -> np.ndarray:
+        """Per row, the row of ``last`` with the same key: the one at the same place when
+        both list the same keys in the same order, else the first; -1 when there is none."""
         n = len(self.missing)
         if n == 0 or len(last.missing) == 0:
             return np.full(n, -1, np.int64)
         if len(last.missing) == n and self.keys.equals(last.keys):
-            at = np.arange(n, dtype=np.int64)
-        else:
-            found = pc.index_in(self.keys, value_set=last.keys)
-            at = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+            return np.arange(n, dtype=np.int64)
+        found = pc.index_in(self.keys, value_set=last.keys)
+        return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
+
+    def same_as(self, last: CursorColumns, at: np.ndarray) -> np.ndarray:
+        """Per row, whether its counterpart ``at`` in ``last`` (-1: none) has the same key
+        and state. A null key or state value counts as changed; two rows without a ledger
+        list are the same."""
+        n = len(self.missing)
         rows = np.flatnonzero(at >= 0)
         there = at[rows]
         ordered = len(rows) == n == len(last.missing) and bool((there == rows).all())
@@ -187,9 +216,15 @@ class _Columns:
             back = last.ends[there[kept]][row_of] + offset
             differs = (self.ids[here] != last.ids[back]) | (self.counts[here] != last.counts[back])
             same[kept[np.unique(row_of[differs])]] = False
-        out = np.full(n, -1, np.int64)
-        out[rows[same]] = there[same]
+        out = np.zeros(n, bool)
+        out[rows[same]] = True
         return out
+
+    def matches(self, last: CursorColumns) -> np.ndarray:
+        """Per row, the row of ``last`` (the previous batch) with the same key and state
+        (:meth:`counterparts`, :meth:`same_as`); -1 when there is none."""
+        at = self.counterparts(last)
+        return np.where(self.same_as(last, at), at, -1)
 
 
 #: The columns a row's key and cursor state come from, but the ledger lists.

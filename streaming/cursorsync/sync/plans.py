@@ -17,8 +17,11 @@ import zlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from cursorsync.core.cursor import AckPlan, CursorState
+import numpy as np
+
+from cursorsync.core.cursor import AckPlan, CursorState, Outcome
 from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
 
@@ -32,6 +35,10 @@ _EMPTY = RangeSet()
 #: A packed state's head: markDeletePosition, ranges, ledgers (-1: no list); int64s in the
 #: machine's order, like the arrays after it.
 _HEAD = struct.Struct("=4q")
+#: A packed idle plan's head: markDeletePosition, the previous one, the four counts, the
+#: outcome; the individually deleted ranges' bounds follow.
+_PLAN = struct.Struct("=8qB")
+_OUTCOMES: tuple[Outcome, ...] = ("exact", "partial", "unknown")
 
 
 @dataclass
@@ -111,9 +118,14 @@ def read_offset(k: tuple[PartitionKey, str]) -> int:
     """Batches an idle cursor counts as already passed without a target read, by its key:
     its target is read within IDLE_TARGET_READ_EVERY batches of going idle, and the reads
     of cursors that went idle in one batch spread over the next ones."""
+    return spread(k) % IDLE_TARGET_READ_EVERY
+
+
+def spread(k: tuple[PartitionKey, str]) -> int:
+    """A number drawn from a (partition, subscription) key, the same in every process: what
+    spreads per-cursor work that recurs every few batches over those batches."""
     key, subscription = k
-    spread = zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
-    return spread % IDLE_TARGET_READ_EVERY
+    return zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
 
 
 def same(a: CursorState, b: CursorState) -> bool:
@@ -149,3 +161,26 @@ def lean(plan: AckPlan) -> AckPlan:
         plan.previous_mark_delete
     return replace(plan, individually_deleted=kept, previous_mark_delete=previous,
                    to_ack=_EMPTY if not plan.to_ack else plan.to_ack)
+
+
+def pack_plan(plan: AckPlan) -> bytes:
+    """A plan with nothing to ack as bytes (:func:`unpack_plan` gives :func:`lean` of it
+    back): an idle cursor's plan, kept in a column."""
+    if plan.to_ack:
+        raise ValueError("only a plan with nothing to ack is packed")
+    md, prev = plan.mark_delete, plan.previous_mark_delete
+    return _PLAN.pack(md.ledger, md.entry, prev.ledger, prev.entry,
+                      plan.unmapped_acked_entries, plan.rewound_entries,
+                      plan.partial_batches_unacked, plan.skippable_acked_entries,
+                      _OUTCOMES.index(plan.outcome)) + plan.individually_deleted.bounds.tobytes()
+
+
+def unpack_plan(data: bytes) -> AckPlan:
+    (md_l, md_e, prev_l, prev_e, unmapped, rewound, partial, skippable,
+     outcome) = _PLAN.unpack_from(data)
+    md = Position(md_l, md_e)
+    bounds = np.frombuffer(data, np.int64, offset=_PLAN.size).reshape(-1, 4).copy()
+    idm = RangeSet(bounds, _canonical=True) if len(bounds) else _EMPTY
+    prev = md if (prev_l, prev_e) == (md_l, md_e) else Position(prev_l, prev_e)
+    return AckPlan(md, idm, _EMPTY, prev, unmapped, rewound, partial, skippable,
+                   _OUTCOMES[outcome])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -25,7 +24,9 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
+from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
+from cursorsync.sync.plans import spread
 from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -70,6 +71,10 @@ class SyncSink:
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
         self._observations = Observations()
+        #: The idle cursors between batches, in columns.
+        self.idle = IdleStore()
+        #: Cursors in the last batch's rows, and those of them repeated in bulk.
+        self.cursors = self.repeated = 0
         #: The batch the step last ran for (written or not).
         self._ran = -1
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
@@ -124,11 +129,13 @@ class SyncSink:
             self.after_batch()
         acks = int(pc.sum(rows.column("acks_sent")).as_py() or 0)
         log.info("sync batch %d: %d cursors, %d acks sent, %d halted, %d refused, %d failed",
-                 batch_id, len(obs), acks, done.count("halted"), done.count("refused"),
+                 batch_id, self.cursors, acks, done.count("halted"), done.count("refused"),
                  done.count("failed"))
         log.debug("sync batch %d seconds by phase: %s; %d rows parsed, %d as the last batch's",
                   batch_id, ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items()),
                   len(obs) - self._observations.taken_again, self._observations.taken_again)
+        log.debug("sync batch %d: %d idle cursors repeated in bulk, %d kept in columns",
+                  batch_id, self.repeated, len(self.idle))
 
     def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
@@ -136,37 +143,44 @@ class SyncSink:
         t0 = time.perf_counter()
         table = df.toArrow()
         t1 = time.perf_counter()
-        obs = self._observations(table)
-        t["collect"], t["parse"] = t1 - t0, time.perf_counter() - t1
+        t["collect"] = t1 - t0
+        mappings = self.mappings.refresh()
+        t2 = time.perf_counter()
+        t["refresh"] = t2 - t1
+        self.step.halted = known
+        # A repeated record repeats rows written by an earlier batch only if the step's
+        # previous run was the previous batch, and that batch's rows were written.
+        follows = self._ran == batch_id - 1 == self.last_batch
+        self._ran = batch_id
+        every = self.config.tables.unchanged_rows_every_batches
+        split = self.idle.split(table, mappings, self.step, bulk=follows, batch_id=batch_id,
+                                rows_every=every)
+        obs = self._observations(split.rest)
+        self.cursors, self.repeated = table.num_rows, split.repeated
+        t3 = time.perf_counter()
+        t["parse"] = t3 - t2
         if not self._seeded:
             # After a start, a rewind is measured against the last state the tables hold.
             self.step.previous = {**previous_states(
                 self.store, obs, batch_id, source_cluster=self.config.source.name,
                 target_cluster=self.config.target.name), **self.step.previous}
             self._seeded = True
-        self.step.halted = known
-        # A repeated record repeats rows written by an earlier batch only if the step's
-        # previous run was the previous batch, and that batch's rows were written.
-        follows = self._ran == batch_id - 1 == self.last_batch
-        self._ran = batch_id
-        t0 = time.perf_counter()
-        mappings = self.mappings.refresh()
-        t1 = time.perf_counter()
+        self.idle.restore(split, obs, self.step)
         result = self.step.run(obs, mappings)
-        t2 = time.perf_counter()
-        t["refresh"], t["step"] = t1 - t0, t2 - t1
+        self.idle.keep(self.step, split.rest, obs)
+        t4 = time.perf_counter()
+        t["step"] = t4 - t3
         if result.deferred:
             log.info("sync batch %d: %d cursors wait for their first plan in the next "
                      "batches (emission.first_plans_per_batch %d)", batch_id, result.deferred,
                      self.step.config.first_plans_per_batch)
         if self.metrics:
             self.metrics.set_first_plans_waiting(result.deferred)
-        write = (rows_due(result.records, batch_id,
-                          self.config.tables.unchanged_rows_every_batches)
-                 if follows else [True] * len(result.records))
+        write = (rows_due(result.records, batch_id, every) if follows
+                 else [True] * len(result.records))
         written: list[SyncRecord] = []
         unchanged: set[tuple[PartitionKey, str]] = set()
-        lags: dict[str, list[float]] = {}
+        lags = split.lags
         for r, w in zip(result.records, write, strict=True):
             if w:
                 written.append(r)
@@ -177,7 +191,7 @@ class SyncSink:
                                   target_cluster=self.config.target.name)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
                        result.anchor_conflicts, frozenset(unchanged), lags)
-        t["rows"] = time.perf_counter() - t2
+        t["rows"] = time.perf_counter() - t4
         if self.on_result is not None:
             self.on_result(result)
         return done
@@ -189,6 +203,7 @@ class SyncSink:
         df = df.persist()
         try:
             obs = observations(df.toArrow())
+            self.cursors = len(obs)
             rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
                                      cumulative=self.step.config.cumulative)
         finally:
@@ -270,5 +285,4 @@ def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]
 def history_due(key: PartitionKey, subscription: str, batch_id: int, every: int) -> bool:
     """Whether an unchanged cursor's rows are written in this batch: once every ``every``
     batches, which one chosen by its key (so that the rows spread over them)."""
-    spread = zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
-    return (spread + batch_id) % every == 0
+    return (spread((key, subscription)) + batch_id) % every == 0

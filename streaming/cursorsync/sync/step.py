@@ -286,6 +286,20 @@ class SyncStep:
         return StepResult(records, sent, refused, halted, t_translate, unavailable,
                           self.anchor_conflicts, len(deferred))
 
+    def release_idle(self) -> dict[tuple[PartitionKey, str], IdleCursor]:
+        """Takes out the idle cursors that can be kept elsewhere until something changes
+        for them (:mod:`cursorsync.sync.idle_store`): those not halted, of partitions
+        without markers found."""
+        out = {k: c for k, c in self._idle.items()
+               if c.markers is None and k not in self.halted}
+        if out:
+            self._idle = {k: c for k, c in self._idle.items() if k not in out}
+        return out
+
+    def adopt_idle(self, cursors: Mapping[tuple[PartitionKey, str], IdleCursor]) -> None:
+        """Idle cursors handed back: :meth:`run` decides for them as for its own."""
+        self._idle.update(cursors)
+
     def _repeated(self, idle: IdleCursor, obs: ObservedCursor) -> SyncRecord:
         """An idle cursor's record again: its plan, nothing sent."""
         idle.observed_at = obs.observed_at

@@ -1,0 +1,194 @@
+"""The idle cursors the sync sink keeps in columns between batches: a step fed through the
+store decides, sends and reads exactly what a step that keeps every cursor itself does;
+the rows it leaves out are the repeats of idle plans, nothing else."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.guard import SafePlan
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.pulsar.emitter import EmitResult
+from cursorsync.sync.idle_store import IdleStore
+from cursorsync.sync.observed import Observations, poll_rows
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, pack_plan, unpack_plan
+from cursorsync.sync.sink import history_due
+from cursorsync.sync.step import SyncConfig, SyncStep
+
+KEYS = [PartitionKey("persistent://t/n/orders", p) for p in range(3)]
+SUBS = ("billing", "audit")
+CURSORS = [(k, s) for k in KEYS for s in SUBS]
+MAPPING = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]))
+T0 = datetime(2026, 11, 26, tzinfo=UTC)
+ROWS_EVERY = 3
+
+
+@dataclass
+class _Emitter:
+    sent: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
+              ledgers: Ledgers | None = None) -> EmitResult:
+        self.sent.append((topic, subscription, str(safe.plan.to_ack)))
+        return EmitResult(safe.plan.to_ack.count_entries(ledgers), None, 1)
+
+
+def _source(md: int, hole: bool) -> CursorState:
+    idm = RangeSet.parse("[(5:6..5:7]]") if hole and md < 6 else RangeSet()
+    return CursorState(Position(5, md), idm, Ledgers.of([(5, 10)]))
+
+
+def _target(md: int) -> CursorState:
+    return CursorState(Position(7, md), RangeSet(), Ledgers.of([(7, 10)]))
+
+
+class _Pipeline:
+    """A step, its reads and sends counted; with the store in front of it or not."""
+
+    def __init__(self, *, store: bool) -> None:
+        self.targets: dict[tuple[str, str], CursorState] = {}
+        self.reads = 0
+        self.emitter = _Emitter()
+        self.step = SyncStep(SyncConfig(), self.emitter, self._read)
+        self.parse = Observations()
+        self.store = IdleStore() if store else None
+
+    def _read(self, topic: str, subscription: str) -> CursorState:
+        self.reads += 1
+        return self.targets[topic, subscription]
+
+    def run(self, rows: pa.Table, mappings: PackedMappings, batch_id: int,
+            halted: set[tuple[PartitionKey, str]]) -> tuple[list[SyncRecord], int]:
+        self.step.halted = set(halted)
+        if self.store is None:
+            return self.step.run(self.parse(rows), mappings).records, 0
+        split = self.store.split(rows, mappings, self.step, bulk=batch_id > 0,
+                                 batch_id=batch_id, rows_every=ROWS_EVERY)
+        obs = self.parse(split.rest)
+        self.store.restore(split, obs, self.step)
+        records = self.step.run(obs, mappings).records
+        self.store.keep(self.step, split.rest, obs)
+        assert sum(len(v) for v in split.lags.values()) == split.repeated
+        return records, split.repeated
+
+
+_cursor_batch = st.fixed_dictionaries({
+    "polled": st.integers(0, 5).map(lambda n: n != 0),
+    "twice": st.integers(0, 9).map(lambda n: n == 0),
+    "source": st.sampled_from([3, 9]),
+    "hole": st.booleans(),
+    "target": st.sampled_from([3, 9, 9, 9, -1]),
+    "halted": st.integers(0, 7).map(lambda n: n == 0),
+})
+_batch = st.tuples(st.lists(_cursor_batch, min_size=len(CURSORS), max_size=len(CURSORS)),
+                   st.sets(st.sampled_from(KEYS), max_size=1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_batch, min_size=1, max_size=3 * IDLE_TARGET_READ_EVERY))
+def test_the_store_leaves_out_only_repeats_of_idle_plans(batches: list) -> None:
+    plain, stored = _Pipeline(store=False), _Pipeline(store=True)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for batch_id, (cursors, moved_mappings) in enumerate(batches):
+        for key in moved_mappings:
+            mappings.put(key, MAPPING)  # the same rows again: a new version
+        at = T0 + timedelta(seconds=batch_id)
+        obs: list[ObservedCursor] = []
+        halted = set()
+        for (key, sub), c in zip(CURSORS, cursors, strict=True):
+            target = _target(c["target"])
+            for p in (plain, stored):
+                p.targets[key.concrete_topic(), sub] = target
+            if c["halted"]:
+                halted.add((key, sub))
+            if not c["polled"]:
+                continue
+            obs.append(ObservedCursor(key, sub, _source(c["source"], c["hole"]), at))
+            if c["twice"]:  # an older row of the same cursor in the same batch
+                obs.append(ObservedCursor(key, sub, _source(3, False), at - timedelta(
+                    milliseconds=500)))
+        rows = poll_rows(obs, "A")
+        want, _ = plain.run(rows, mappings, batch_id, halted)
+        got, repeated = stored.run(rows, mappings, batch_id, halted)
+        by_key = {(r.key, r.subscription): r for r in want}
+        assert len(got) + repeated == len(want)
+        for r in got:
+            w = by_key.pop((r.key, r.subscription))
+            assert (r.plan, r.acks_sent, r.result, r.repeated) == (
+                w.plan, w.acks_sent, w.result, w.repeated)
+        # What the store repeated in bulk, the plain step repeated too: an idle plan,
+        # nothing sent, rows not due.
+        assert all(w.repeated and w.acks_sent == 0 and w.result == "emitted"
+                   for w in by_key.values())
+        # And its rows are not due in this batch: the sink writes all it must.
+        assert not any(history_due(w.key, w.subscription, batch_id, ROWS_EVERY)
+                       for w in by_key.values())
+        assert stored.emitter.sent == plain.emitter.sent
+        assert stored.reads == plain.reads
+        assert stored.step.target_reads_skipped == plain.step.target_reads_skipped
+
+
+def test_a_long_idle_run_is_repeated_in_bulk_but_for_target_reads_and_rows_due() -> None:
+    p = _Pipeline(store=True)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for key, sub in CURSORS:
+        p.targets[key.concrete_topic(), sub] = _target(9)
+    repeated = []
+    for batch_id in range(2 * IDLE_TARGET_READ_EVERY):
+        at = T0 + timedelta(seconds=batch_id)
+        rows = poll_rows([ObservedCursor(k, s, _source(9, False), at) for k, s in CURSORS])
+        _, n = p.run(rows, mappings, batch_id, set())
+        repeated.append(n)
+    assert repeated[0] == 0 and len(p.store or []) == len(CURSORS)
+    # Each cursor goes back to the step once in IDLE_TARGET_READ_EVERY batches for a read of
+    # its target, and once in ROWS_EVERY for its rows: most batches repeat most in bulk.
+    assert 0 < sum(repeated) < len(CURSORS) * (len(repeated) - 1)
+    assert p.reads <= len(CURSORS) * 3
+
+
+def test_a_packed_idle_plan_reads_back_as_the_lean_plan() -> None:
+    p = _Pipeline(store=False)
+    p.targets[KEYS[0].concrete_topic(), "billing"] = CursorState(
+        Position(7, 4), RangeSet.parse("[(7:6..7:7]]"), Ledgers.of([(7, 10)]))
+    mappings = PackedMappings.of({KEYS[0]: MAPPING})
+    rows = poll_rows([ObservedCursor(KEYS[0], "billing", _source(4, True), T0)])
+    (record,), _ = p.run(rows, mappings, 0, set())
+    assert not record.plan.to_ack and len(record.plan.individually_deleted)
+    assert unpack_plan(pack_plan(record.plan)) == record.plan
+
+
+def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> None:
+    p = _Pipeline(store=True)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for key, sub in CURSORS:
+        p.targets[key.concrete_topic(), sub] = _target(9)
+
+    def poll(batch_id: int) -> pa.Table:
+        at = T0 + timedelta(seconds=batch_id)
+        return poll_rows([ObservedCursor(k, s, _source(9, False), at) for k, s in CURSORS])
+
+    p.run(poll(0), mappings, 0, set())
+    assert p.store is not None and len(p.store) == len(CURSORS)
+    marked = copy.deepcopy(p)
+    marked.step.lookups.cache.markers[KEYS[0]] = RangeSet.parse("[(5:9..5:10]]")
+    assert marked.store is not None
+    # The same batch, but for the markers: KEYS[0]'s cursors go back to the step.
+    plain = p.store.split(poll(1), mappings, p.step, bulk=True, batch_id=1, rows_every=10**9)
+    split = marked.store.split(poll(1), mappings, marked.step, bulk=True, batch_id=1,
+                               rows_every=10**9)
+    stepped = {(o.key, o.subscription) for o in Observations()(split.rest)}
+    assert stepped == {(o.key, o.subscription) for o in Observations()(plain.rest)} | {
+        (KEYS[0], s) for s in SUBS}
+    assert split.repeated == len(CURSORS) - len(stepped) < plain.repeated
