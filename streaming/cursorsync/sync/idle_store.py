@@ -154,27 +154,25 @@ class IdleStore:
         Returns how many it took."""
         taken = step.release_idle()
         where = {(o.key, o.subscription): i for i, o in enumerate(observed)}
-        rows: list[int] = []
-        other: list[ObservedCursor] = []
-        cursors: list[IdleCursor] = []
+        polled: list[tuple[int, IdleCursor]] = []
+        other: list[tuple[ObservedCursor, IdleCursor]] = []
         for k, idle in taken.items():
             i = where.get(k)
             if i is not None and observed[i].state is idle.source:
-                rows.append(i)
-                cursors.append(idle)
-        for k, idle in taken.items():
-            i = where.get(k)
-            if i is None or observed[i].state is not idle.source:
-                other.append(ObservedCursor(k[0], k[1], idle.source, idle.observed_at))
-                cursors.append(idle)
+                polled.append((i, idle))
+            else:  # its source is an older row's (its batch skipped it): written anew
+                other.append((ObservedCursor(k[0], k[1], idle.source, idle.observed_at), idle))
+        schema = self._rows.select(KEPT).schema
         fresh = pa.concat_tables([
-            rest.select(KEPT).take(pa.array(rows, pa.int64())).cast(self._kept_schema()),
-            poll_rows(other).select(KEPT).cast(self._kept_schema())])
+            rest.select(KEPT).take(pa.array([i for i, _ in polled], pa.int64())).cast(schema),
+            poll_rows([o for o, _ in other]).select(KEPT).cast(schema)])
+        cursors = [c for _, c in polled] + [c for _, c in other]
         fresh = fresh.append_column("target", pa.array([c.target for c in cursors],
                                                        pa.binary()))
         fresh = fresh.append_column("plan", pa.array([pack_plan(c.plan) for c in cursors],
                                                      pa.binary()))
-        keys = [(o.key, o.subscription) for o in (*(observed[i] for i in rows), *other)]
+        keys = [*((observed[i].key, observed[i].subscription) for i, _ in polled),
+                *((o.key, o.subscription) for o, _ in other)]
         self._append(fresh, cursors, keys)
         return len(cursors)
 
@@ -197,9 +195,6 @@ class IdleStore:
             (c.observed_at - _EPOCH) // _US for c in cursors]]).astype(np.int64)
         self._spread = np.concatenate([self._spread[mask],
                                        [spread(k) for k in keys]]).astype(np.int64)
-
-    def _kept_schema(self) -> pa.Schema:
-        return self._rows.select(KEPT).schema
 
     def _cursor(self, slot: int, obs: ObservedCursor) -> IdleCursor:
         return IdleCursor(obs.state, self._rows.column("target")[slot].as_py(),
