@@ -15,7 +15,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.translate import translate
-from cursorsync.sync.plans import lean, pack, same
+from cursorsync.sync.plans import lean, pack, pack_plan, same, unpack_plan
 
 
 def unpack(data: bytes) -> CursorState:
@@ -51,6 +51,9 @@ def test_a_packed_cursor_state_unpacks_to_the_same_state(w: World, with_ledgers:
 def test_a_packed_plan_is_the_same_plan(w: World) -> None:
     plan = translate(w.source, w.mapping, w.target)
     assert lean(plan) == plan
+    # A plan with nothing to ack (an idle cursor's) kept as bytes in a column.
+    quiet = replace(plan, to_ack=RangeSet())
+    assert unpack_plan(pack_plan(quiet)) == lean(quiet)
 
 
 @settings(max_examples=200, deadline=None)

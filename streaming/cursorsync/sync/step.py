@@ -23,7 +23,9 @@ An idle cursor (its last plan passed the guard and needed nothing sent, and its 
 state, mapping and target are what they were) records that plan again without the chain:
 the same inputs give the same answer. Its target is read again every
 IDLE_TARGET_READ_EVERY batches, and it is kept packed (:mod:`cursorsync.sync.plans`)
-until something changes.
+until something changes; the sync sink keeps idle cursors out of the step between
+batches, in columns (:mod:`cursorsync.sync.idle_store`), and hands one back when its row
+needs deciding.
 
 Re-running a step for the same observations re-sends only acks that the
 target does not show yet; acks are idempotent on the broker.
