@@ -53,6 +53,12 @@ def test_an_unchanged_cursor_writes_its_rows_every_nth_batch(tmp_path: Path) -> 
     outcomes = sink.metrics.registry.get_sample_value(
         "cursorsync_sync_outcomes_total", {"subscription": "billing", "result": "emitted"})
     assert outcomes == 21  # every batch, written or not
+    lags = sink.metrics.registry.get_sample_value(
+        "cursorsync_sync_lag_seconds_count", {"subscription": "billing"})
+    assert lags == 21
+    # Idle since batch 2, kept in columns: most batches repeated it in bulk.
+    assert sink.metrics.registry.get_sample_value("cursorsync_sync_idle_cursors") == 1
+    assert len(sink.idle) == 1
 
     # The source moves: its rows are written at once.
     sink(polled("5:12", T0 + timedelta(seconds=30)), 21)

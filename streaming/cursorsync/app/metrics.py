@@ -121,6 +121,11 @@ class Metrics:
             "Source cursors observed but not planned yet: the driver plans at most "
             "emission.first_plans_per_batch new cursors a sync batch (after a start), and "
             "the rest wait for the next batches.", registry=r)
+        self._idle_cursors = Gauge(
+            "cursorsync_sync_idle_cursors",
+            "Source cursors idle after the last sync batch, kept in columns: their last plan "
+            "passed the guard and needed nothing sent, and a poll row that repeats their "
+            "state is counted without being planned again.", registry=r)
         self._sync_lag = Histogram(
             "cursorsync_sync_lag_seconds",
             "From a source cursor state last known current to the target reflecting it.",
@@ -202,6 +207,10 @@ class Metrics:
     def set_first_plans_waiting(self, count: int) -> None:
         """Cursors the last sync batch left for later batches to plan a first time."""
         self._first_plans_waiting.set(_count(count, "count"))
+
+    def set_idle_cursors(self, count: int) -> None:
+        """Cursors kept idle in columns after the last sync batch."""
+        self._idle_cursors.set(_count(count, "count"))
 
     def observe_sync_lag(self, subscription: str, seconds: float) -> None:
         """How old the source state the target reflects was (negative clock skew counts

@@ -176,6 +176,7 @@ class SyncSink:
                      self.step.config.first_plans_per_batch)
         if self.metrics:
             self.metrics.set_first_plans_waiting(result.deferred)
+            self.metrics.set_idle_cursors(len(self.idle))
         write = (rows_due(result.records, batch_id, every) if follows
                  else [True] * len(result.records))
         written: list[SyncRecord] = []
