@@ -70,14 +70,20 @@ class _Pipeline:
         return self.targets[topic, subscription]
 
     def run(self, rows: pa.Table, mappings: PackedMappings, batch_id: int,
-            halted: set[tuple[PartitionKey, str]]) -> tuple[list[SyncRecord], int]:
+            halted: set[tuple[PartitionKey, str]], *, bulk: bool | None = None,
+            fail: bool = False) -> tuple[list[SyncRecord], int]:
+        """A batch; ``fail``: it fails once the idle cursors are handed back, before the
+        step runs."""
         self.step.halted = set(halted)
         if self.store is None:
             return self.step.run(self.parse(rows), mappings).records, 0
-        split = self.store.split(rows, mappings, self.step, bulk=batch_id > 0,
+        split = self.store.split(rows, mappings, self.step,
+                                 bulk=batch_id > 0 if bulk is None else bulk,
                                  batch_id=batch_id, rows_every=ROWS_EVERY)
         obs = self.parse(split.rest)
         self.store.restore(split, obs, self.step)
+        if fail:
+            return [], 0
         records = self.step.run(obs, mappings).records
         self.store.keep(self.step, split.rest, obs)
         assert sum(len(v) for v in split.lags.values()) == split.repeated
@@ -192,3 +198,40 @@ def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> N
     assert stepped == {(o.key, o.subscription) for o in Observations()(plain.rest)} | {
         (KEYS[0], s) for s in SUBS}
     assert split.repeated == len(CURSORS) - len(stepped) < plain.repeated
+
+
+def test_a_batch_that_fails_after_the_hand_back_loses_no_idle_cursor() -> None:
+    """The cursors handed back stay the step's; the next batch (not following a written
+    one, so nothing in bulk) decides them as a step that never had the store does."""
+    plain, stored = _Pipeline(store=False), _Pipeline(store=True)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for p in (plain, stored):
+        for key, sub in CURSORS:
+            p.targets[key.concrete_topic(), sub] = _target(9)
+
+    def poll(batch_id: int, md: int = 9, keys: list[PartitionKey] = KEYS) -> pa.Table:
+        at = T0 + timedelta(seconds=batch_id)
+        return poll_rows([ObservedCursor(k, s, _source(md if k == KEYS[1] else 9, False), at)
+                          for k, s in CURSORS if k in keys])
+
+    for b in range(4):
+        plain.run(poll(b), mappings, b, set())
+        stored.run(poll(b), mappings, b, set())
+    # Every idle cursor goes back to the step, and the batch fails.
+    stored.run(poll(4), mappings, 4, set(), bulk=False, fail=True)
+    assert stored.store is not None
+    for b in (4, 5, 6):
+        # The batch again, without KEYS[2]'s rows this time; KEYS[1]'s source moves back
+        # in batch 5: a rewind, halted by both.
+        rows = poll(b, 3 if b == 5 else 9, KEYS[:2] if b == 4 else KEYS)
+        want, _ = plain.run(rows, mappings, b, set(), bulk=b != 4)
+        got, repeated = stored.run(rows, mappings, b, set(), bulk=b != 4)
+        assert [(r.key, r.subscription, r.plan, r.result) for r in got] == [
+            (r.key, r.subscription, r.plan, r.result) for r in want
+            if (r.key, r.subscription) in {(g.key, g.subscription) for g in got}]
+        assert len(got) + repeated == len(want)
+        keys = stored.store._columns.keys.to_pylist()
+        assert len(keys) == len(set(keys))
+        if b == 5:
+            assert {r.result for r in got if r.key == KEYS[1]} == {"halted"}
+    assert stored.emitter.sent == plain.emitter.sent and stored.reads == plain.reads
