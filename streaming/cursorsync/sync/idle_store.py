@@ -97,8 +97,9 @@ class IdleStore:
         same = cols.same_as(self._columns, at)
         # A key polled twice in one batch goes to the step, which keeps the newest.
         keys = cols.keys.dictionary_encode()
-        which = keys.indices.to_numpy(zero_copy_only=False)
-        unique = np.bincount(which, minlength=len(keys.dictionary))[which] == 1
+        which = pc.fill_null(keys.indices, 0).to_numpy(zero_copy_only=False)
+        unique = ((np.bincount(which, minlength=len(keys.dictionary))[which] == 1)
+                  & keys.indices.is_valid().to_numpy(zero_copy_only=False))
         repeat = same & unique
         if bulk:
             repeat &= ~self._left_out(cols, step)
