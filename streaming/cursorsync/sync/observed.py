@@ -168,9 +168,10 @@ class CursorColumns:
         lists = _one_chunk(table.column("ledgers"))
         flat = lists.flatten()
         lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        # Views of the Arrow columns where they are int64 without nulls, as a poll's are.
         return cls(scalars, keys,
-                   flat.field("ledger_id").to_numpy(zero_copy_only=False).astype(np.int64),
-                   flat.field("entries").to_numpy(zero_copy_only=False).astype(np.int64),
+                   np.asarray(flat.field("ledger_id").to_numpy(zero_copy_only=False), np.int64),
+                   np.asarray(flat.field("entries").to_numpy(zero_copy_only=False), np.int64),
                    np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
                    lists.is_null().to_numpy(zero_copy_only=False))
 
