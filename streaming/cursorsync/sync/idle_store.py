@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from cursorsync.core.packed_mappings import Mappings
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.observed import LEDGER_LIST, CursorColumns, observations, poll_rows
+from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (
     IDLE_TARGET_READ_EVERY,
     IdleCursor,
@@ -65,8 +65,9 @@ class IdleStore:
     """The idle cursors the step gave up, one row each, unique by key."""
 
     def __init__(self) -> None:
-        self._rows = pa.table({name: pa.array([], _type(name)) for name in
-                               (*KEPT, "target", "plan")})
+        empty = pa.array([], pa.binary())
+        self._rows = poll_rows([]).select(KEPT).append_column("target", empty).append_column(
+            "plan", empty)
         self._columns = CursorColumns.of(self._rows)
         self._version = np.empty(0, np.int64)
         self._unread = np.empty(0, np.int64)
@@ -220,11 +221,6 @@ class IdleStore:
                 cols.scalars["topic"], pc.cast(cols.scalars["partition"], pa.string()), "\0")
             out |= pc.is_in(partitions, value_set=named).to_numpy(zero_copy_only=False)
         return out
-
-
-def _type(name: str) -> pa.DataType:
-    return {"partition": pa.int32(), "ledgers": LEDGER_LIST, "target": pa.binary(),
-            "plan": pa.binary()}.get(name, pa.string())
 
 
 def _versions(rows: pa.Table, mappings: Mappings) -> np.ndarray:

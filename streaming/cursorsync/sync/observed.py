@@ -100,7 +100,7 @@ class Observations:
 
 
 #: ``pulsar-cursors``' ledger list type.
-LEDGER_LIST = pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))
+_LEDGER_LIST = pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))
 _TIME = pa.timestamp("us", tz="UTC")
 
 
@@ -118,7 +118,7 @@ def poll_rows(observed: Sequence[ObservedCursor], cluster: str = "") -> pa.Table
         "ledgers": pa.array([None if o.state.ledgers is None else [
             {"ledger_id": i, "entries": n} for i, n in zip(
                 o.state.ledgers.ids.tolist(), o.state.ledgers.entries.tolist(), strict=True)]
-            for o in observed], LEDGER_LIST),
+            for o in observed], _LEDGER_LIST),
         "observed_at": pa.array([o.observed_at for o in observed], _TIME),
         "messages_consumed_counter": pa.array([0] * len(observed), pa.int64()),
         "checked_at": pa.array([o.confirmed_at for o in observed], _TIME),
