@@ -25,6 +25,7 @@ from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, poll_rows
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, pack_plan, unpack_plan
 from cursorsync.sync.sink import history_due
+from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import SyncConfig, SyncStep
 
 KEYS = [PartitionKey("persistent://t/n/orders", p) for p in range(3)]
@@ -57,13 +58,13 @@ def _target(md: int) -> CursorState:
 class _Pipeline:
     """A step, its reads and sends counted; with the store in front of it or not."""
 
-    def __init__(self, *, store: bool) -> None:
+    def __init__(self, *, store: bool, spill: Spill | None = None) -> None:
         self.targets: dict[tuple[str, str], CursorState] = {}
         self.reads = 0
         self.emitter = _Emitter()
         self.step = SyncStep(SyncConfig(), self.emitter, self._read)
         self.parse = Observations()
-        self.store = IdleStore() if store else None
+        self.store = IdleStore(spill) if store else None
 
     def _read(self, topic: str, subscription: str) -> CursorState:
         self.reads += 1
@@ -99,17 +100,23 @@ _cursor_batch = st.fixed_dictionaries({
     "halted": st.integers(0, 7).map(lambda n: n == 0),
 })
 _batch = st.tuples(st.lists(_cursor_batch, min_size=len(CURSORS), max_size=len(CURSORS)),
-                   st.sets(st.sampled_from(KEYS), max_size=1))
+                   st.sets(st.sampled_from(KEYS), max_size=1), st.booleans())
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(_batch, min_size=1, max_size=3 * IDLE_TARGET_READ_EVERY))
-def test_the_store_leaves_out_only_repeats_of_idle_plans(batches: list) -> None:
-    plain, stored = _Pipeline(store=False), _Pipeline(store=True)
-    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
-    for batch_id, (cursors, moved_mappings) in enumerate(batches):
+@given(st.lists(_batch, min_size=1, max_size=3 * IDLE_TARGET_READ_EVERY), st.booleans())
+def test_the_store_leaves_out_only_repeats_of_idle_plans(batches: list, spilled: bool,
+                                                         ) -> None:
+    """With its rows and the mappings on the heap or mapped from files; new mappings
+    fresh or settled."""
+    spill = Spill() if spilled else None
+    plain, stored = _Pipeline(store=False), _Pipeline(store=True, spill=spill)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING), spill)
+    for batch_id, (cursors, moved_mappings, settle) in enumerate(batches):
         for key in moved_mappings:
             mappings.put(key, MAPPING)  # the same rows again: a new version
+        if settle:
+            mappings.settle(always=True)
         at = T0 + timedelta(seconds=batch_id)
         obs: list[ObservedCursor] = []
         halted = set()

@@ -4,9 +4,13 @@ read in a batch is dropped from memory but for its bytes."""
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +23,7 @@ from cursorsync.core.packed_mappings import (
     NO_VERSION,
     HeldMappings,
     PackedMappings,
+    key_bytes,
     pack_mapping,
     packed_version,
     unpack_mapping,
@@ -27,6 +32,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.translate import translate
+from cursorsync.sync.spill import Spill, SpillError
 from cursorsync.sync.step import SyncConfig, SyncStep
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
@@ -139,3 +145,61 @@ def test_an_idle_cursor_leaves_its_mapping_packed_and_a_new_mapping_moves_it() -
     (record,) = step.run([obs], held).records
     assert sent == [RangeSet.of(("7:9", "7:12"))]
     assert record.plan.mark_delete == Position(7, 12)
+
+
+_universe = [PartitionKey(t, p) for t in ("persistent://t/n/a", "persistent://t/n/a-long",
+                                          "persistent://t/n/b") for p in (-1, 0, 1, 10)]
+_ops = st.lists(st.tuples(st.sampled_from(["put", "merge", "settle", "batch"]),
+                          st.sampled_from(_universe), st.integers(1, 30)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops, st.booleans())
+def test_settled_and_fresh_mappings_read_as_one_dict(ops: list, spilled: bool) -> None:
+    """Whatever mix of fresh and settled rows, on the heap or mapped from files: every
+    partition reads back its last mapping and version, and an absent one reads as absent
+    (by itself and in a batch of keys)."""
+    held = PackedMappings(Spill() if spilled else None)
+    want: dict[PartitionKey, TopicMapping] = {}
+    versions: dict[PartitionKey, int] = {}
+    for op, key, count in ops:
+        if op == "settle":
+            held.settle(always=True)
+        elif op == "batch":
+            held.next_batch()
+        else:
+            mapping = _mapping(count)
+            if op == "put":
+                held.put(key, mapping)
+                want[key] = mapping
+            else:
+                held.merge(key, mapping)
+                want[key] = want[key].union(mapping) if key in want else mapping
+            assert held.version(key) not in versions.values()  # new, never seen
+            versions[key] = held.version(key)
+        assert len(held) == len(want) and set(held) == set(want)
+        for k in _universe:
+            assert (k in held) == (k in want)
+            assert held.version(k) == versions.get(k, NO_VERSION)
+            got = held.get(k)
+            assert (got is None) == (k not in want)
+            if got is not None:
+                assert got.segments == want[k].segments
+                assert got.unreplicated == want[k].unreplicated
+        wanted = np.array([key_bytes(k) for k in _universe])
+        assert held.versions(wanted).tolist() == [versions.get(k, NO_VERSION)
+                                                 for k in _universe]
+
+
+def test_settled_mappings_are_mapped_from_a_file_not_the_heap() -> None:
+    held = PackedMappings.of({KEY: _mapping(10), OTHER: _mapping(20)}, Spill())
+    assert held.fresh == 0 and held.settled_bytes > 0
+    assert all(isinstance(a.base, mmap.mmap) or isinstance(getattr(a.base, "base", None),
+               mmap.mmap) for a in held.settled_arrays())
+    assert held[OTHER].segments == _mapping(20).segments
+
+
+def test_a_spill_directory_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    with pytest.raises(SpillError, match=str(missing)):
+        Spill(missing).array(np.arange(3))

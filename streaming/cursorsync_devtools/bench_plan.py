@@ -50,6 +50,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
+from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
@@ -266,14 +267,17 @@ ROWS_EVERY = TablesConfig.model_fields["unchanged_rows_every_batches"].default
 def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
     """Bytes the job keeps between batches per partition, after three batches with all
     partitions idle, or all moving: the mappings, the sync step's state and what the sink's
-    parser keeps of the last batch (its parsed states and its Arrow columns); live Python
-    and numpy allocations as tracemalloc counts them, plus Arrow's own."""
+    parser keeps of the last batch (its parsed states and its Arrow columns). On the heap:
+    live Python and numpy allocations as tracemalloc counts them, plus Arrow's own; mapped:
+    the settled mappings and idle rows in files, as the job keeps them (``_on_heap``: the
+    same kept on the heap instead, for comparison)."""
     layout = _layout(partitions)
     out: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-kept-") as root:
         store = open_store("delta-rs", root)
         write_mappings(store, layout)
-        for name, active in (("idle", 0.0), ("moving", 1.0)):
+        for name, active, spill in (("idle", 0.0, Spill()), ("moving", 1.0, Spill()),
+                                    ("idle", 0.0, None)):
             polls = []
             for moved in (0, 5, 10):
                 obs, now, *_ = _observations(layout, active=active, holes=holes, seed=seed,
@@ -284,11 +288,11 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             arrow = pa.total_allocated_bytes() - sum(t.nbytes for t, _ in polls)
             tracemalloc.start()
             try:
-                held = MappingStore(store, "a", "b")
+                held = MappingStore(store, "a", "b", spill=spill)
                 targets: dict[PartitionKey, CursorState] = {}
                 step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
                 # The sink's parser and its store of idle cursors, with no tables.
-                parse, idle = Observations(), IdleStore()
+                parse, idle = Observations(), IdleStore(spill)
                 for batch_id in range(len(polls)):
                     rows, now = polls.pop(0)
                     targets.clear()
@@ -307,7 +311,12 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             finally:
                 tracemalloc.stop()
             kept += pa.total_allocated_bytes() - arrow
+            if spill is None:
+                out[f"kept_bytes_per_{name}_partition_on_heap"] = round(kept / partitions)
+                continue
             out[f"kept_bytes_per_{name}_partition"] = round(kept / partitions)
+            mapped = idle.nbytes + held.mappings.settled_bytes
+            out[f"mapped_bytes_per_{name}_partition"] = round(mapped / partitions)
     return out
 
 

@@ -5,8 +5,9 @@ A job of 100,000 partitions holds 100,000 mappings, and most of their cursors si
 An idle cursor only needs to know that its partition's mapping has not changed since its
 plan, which the version says; the mapping's objects (arrays of a few hundred bytes each)
 are built for the partitions whose cursors are planned, and dropped again when a batch
-goes by without a plan needing them. Memory then grows with the moving partitions; an idle
-one keeps its packed bytes.
+goes by without a plan needing them. An idle one keeps its packed bytes, in arrays sorted
+by key that can live in a memory-mapped file (:class:`Spill`): then the heap grows with
+the moving partitions only.
 """
 
 from __future__ import annotations
@@ -95,26 +96,64 @@ class Mappings(Protocol):
         ...
 
 
+class Spill(Protocol):
+    """Where a holder keeps its settled arrays: an equal array, in memory or mapped from a
+    file (:class:`cursorsync.sync.spill.Spill`)."""
+
+    def array(self, values: np.ndarray) -> np.ndarray: ...
+
+
+class InMemory:
+    """Arrays stay on the heap."""
+
+    def array(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+
+#: Fresh mappings move into the settled arrays once they are this many, or this share of
+#: the settled ones (whichever is more): a settle rewrites every partition's row.
+SETTLE_MIN = 1024
+SETTLE_SHARE = 16
+
+
 class PackedMappings(Mapping[PartitionKey, TopicMapping]):
     """Every partition's mapping packed, with the ones read or written since the last batch
-    began kept built as well (:meth:`next_batch` drops the others)."""
+    began kept built as well (:meth:`next_batch` drops the others).
 
-    def __init__(self) -> None:
-        self._packed: dict[PartitionKey, bytes] = {}
+    The packed mappings are *settled*: four arrays sorted by key (the key's bytes, the
+    version, the bytes of all mappings and where each begins), with no Python object per
+    partition, kept where ``spill`` puts them (a memory-mapped file, so an idle partition
+    costs the driver's heap nothing). Mappings written since the last settle are *fresh*,
+    in a dict, until :meth:`settle` finds them many.
+    """
+
+    def __init__(self, spill: Spill | None = None) -> None:
+        self._spill = spill or InMemory()
+        self._keys = np.empty(0, "S1")
+        self._versions = np.empty(0, np.int64)
+        self._data = np.empty(0, np.uint8)
+        self._offsets = np.zeros(1, np.int64)
+        self._fresh: dict[PartitionKey, bytes] = {}
+        #: Fresh keys that are not settled.
+        self._new = 0
         self._built: dict[PartitionKey, TopicMapping] = {}
         self._read: set[PartitionKey] = set()
 
     @classmethod
-    def of(cls, mappings: Mapping[PartitionKey, TopicMapping]) -> PackedMappings:
-        held = cls()
+    def of(cls, mappings: Mapping[PartitionKey, TopicMapping],
+           spill: Spill | None = None) -> PackedMappings:
+        held = cls(spill)
         for key, mapping in mappings.items():
             held.put(key, mapping)
+        held.settle(always=True)
         return held
 
     def put(self, key: PartitionKey, mapping: TopicMapping) -> None:
         """The partition's mapping is now ``mapping``, with a new version (kept built, as
         if read)."""
-        self._packed[key] = pack_mapping(mapping, next(_VERSIONS))
+        if key not in self._fresh and self._slot(key) < 0:
+            self._new += 1
+        self._fresh[key] = pack_mapping(mapping, next(_VERSIONS))
         self._built[key] = mapping
         self._read.add(key)
 
@@ -124,13 +163,28 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         """Union ``mapping`` into the partition's (MappingConflictError when they disagree)."""
         built = self._built.get(key)
         if built is None:
-            data = self._packed.get(key)
+            data = self._packed(key)
             built = None if data is None else unpack_mapping(data)
         self.put(key, mapping if built is None else built.union(mapping))
 
     def version(self, key: PartitionKey) -> int:
-        data = self._packed.get(key)
-        return NO_VERSION if data is None else packed_version(data)
+        data = self._fresh.get(key)
+        if data is not None:
+            return packed_version(data)
+        slot = self._slot(key)
+        return NO_VERSION if slot < 0 else int(self._versions[slot])
+
+    def versions(self, keys: np.ndarray) -> np.ndarray:
+        """The versions of many partitions at once, by their keys' bytes
+        (:func:`key_bytes`, a numpy ``S`` array)."""
+        out = _find(self._versions, self._keys, keys)
+        if self._fresh:
+            fresh = np.array([key_bytes(k) for k in self._fresh])
+            order = np.argsort(fresh, kind="stable")
+            found = _find(np.array([packed_version(d) for d in self._fresh.values()],
+                                   np.int64)[order], fresh[order], keys)
+            out = np.where(found != NO_VERSION, found, out)
+        return out
 
     @overload  # type: ignore[override]
     def get(self, key: PartitionKey) -> TopicMapping | None: ...
@@ -143,7 +197,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         reading it)."""
         built = self._built.get(key)
         if built is None:
-            data = self._packed.get(key)
+            data = self._packed(key)
             if data is None:
                 return default
             built = self._built[key] = unpack_mapping(data)
@@ -157,11 +211,71 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
             # A new dict: one emptied by deletes keeps its size.
             self._built = {k: m for k, m in self._built.items() if k in self._read}
         self._read = set()
+        self.settle()
+
+    def settle(self, *, always: bool = False) -> None:
+        """Moves the fresh mappings into the settled arrays when they are many (``always``:
+        whenever there are any)."""
+        if not self._fresh or (not always and len(self._fresh) < max(
+                SETTLE_MIN, len(self._keys) // SETTLE_SHARE)):
+            return
+        fresh = np.array([key_bytes(k) for k in self._fresh])
+        blobs = list(self._fresh.values())
+        keys = np.concatenate([self._keys, fresh])
+        versions = np.concatenate([self._versions, np.array(
+            [packed_version(b) for b in blobs], np.int64)])
+        data = np.concatenate([self._data, np.frombuffer(b"".join(blobs), np.uint8)])
+        ends = self._offsets[-1] + np.cumsum([len(b) for b in blobs], dtype=np.int64)
+        offsets = np.concatenate([self._offsets, ends])
+        # A fresh mapping replaces its settled one; the fresh rows come last, so a stable
+        # sort puts each key's fresh row after its settled one.
+        order = np.argsort(keys, kind="stable")
+        last = np.ones(len(order), bool)
+        last[:-1] = keys[order[1:]] != keys[order[:-1]]
+        rows = order[last]
+        starts, lengths = offsets[rows], np.diff(offsets)[rows]
+        spill = self._spill
+        self._keys = spill.array(keys[rows])
+        self._versions = spill.array(versions[rows])
+        self._data = spill.array(data[_spans(starts, lengths)])
+        self._offsets = spill.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+        self._fresh = {}
+        self._new = 0
 
     @property
     def built(self) -> int:
         """How many mappings are kept built."""
         return len(self._built)
+
+    @property
+    def settled_bytes(self) -> int:
+        """Bytes of the settled arrays."""
+        return sum(a.nbytes for a in self.settled_arrays())
+
+    def settled_arrays(self) -> tuple[np.ndarray, ...]:
+        """The settled arrays: keys, versions, packed bytes, where each mapping begins."""
+        return self._keys, self._versions, self._data, self._offsets
+
+    @property
+    def fresh(self) -> int:
+        """How many mappings are written since the last settle."""
+        return len(self._fresh)
+
+    def _slot(self, key: PartitionKey) -> int:
+        """Where the partition's settled row is; -1 when it has none."""
+        want = key_bytes(key)
+        at = int(np.searchsorted(self._keys, want))
+        return at if at < len(self._keys) and self._keys[at] == want else -1
+
+    def _packed(self, key: PartitionKey) -> bytes | None:
+        data = self._fresh.get(key)
+        if data is not None:
+            return data
+        slot = self._slot(key)
+        if slot < 0:
+            return None
+        # A copy: a built mapping must not hold a file the next settle replaces.
+        return self._data[self._offsets[slot]:self._offsets[slot + 1]].tobytes()
 
     def __getitem__(self, key: PartitionKey) -> TopicMapping:
         found = self.get(key)
@@ -170,13 +284,49 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         return found
 
     def __contains__(self, key: object) -> bool:
-        return key in self._packed
+        return isinstance(key, PartitionKey) and (key in self._fresh or self._slot(key) >= 0)
 
     def __iter__(self) -> Iterator[PartitionKey]:
-        return iter(self._packed)
+        for raw in self._keys.tolist():
+            key = _partition_key(raw)
+            if key not in self._fresh:
+                yield key
+        yield from self._fresh
 
     def __len__(self) -> int:
-        return len(self._packed)
+        return len(self._keys) + self._new
+
+
+def key_bytes(key: PartitionKey) -> bytes:
+    """A partition's key as the settled arrays sort it: topic, NUL, partition (a topic
+    name holds no NUL, and the key never ends in one, which numpy would drop)."""
+    return f"{key.topic}\0{key.partition}".encode()
+
+
+def _partition_key(raw: bytes) -> PartitionKey:
+    topic, _, partition = raw.decode().rpartition("\0")
+    return PartitionKey(topic, int(partition))
+
+
+def _find(values: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``values`` at each wanted key's place in the sorted ``keys``; NO_VERSION where it
+    is not there."""
+    out = np.full(len(wanted), NO_VERSION, np.int64)
+    if not len(keys) or not len(wanted):
+        return out
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = keys[at] == wanted
+    out[hit] = values[at[hit]]
+    return out
+
+
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of each span ``[start, start + length)``, one after another."""
+    total = int(lengths.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    begin = np.cumsum(lengths) - lengths
+    return np.repeat(starts - begin, lengths) + np.arange(total)
 
 
 class HeldMappings:

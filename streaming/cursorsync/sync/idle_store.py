@@ -10,7 +10,9 @@ idle row, for a partition whose mapping version is the same and that has no mark
 found nor a halt, is repeated in bulk: counted and timed for the metrics, never parsed,
 planned or recorded one by one. The others (a changed source, a new mapping, a target
 due for a read, rows due to be written again) go back to the step as objects, which
-decides as it always does. An idle cursor then costs a few hundred bytes of columns.
+decides as it always does. An idle cursor then costs a few hundred bytes of columns,
+mapped from a file when a :class:`~cursorsync.sync.spill.Spill` is given, so the driver's
+heap holds none of them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.packed_mappings import Mappings
+from cursorsync.core.packed_mappings import PackedMappings
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (
@@ -33,6 +35,7 @@ from cursorsync.sync.plans import (
     spread,
     unpack_plan,
 )
+from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import SyncStep
 
 Key = tuple[PartitionKey, str]
@@ -62,9 +65,11 @@ class Split:
 
 
 class IdleStore:
-    """The idle cursors the step gave up, one row each, unique by key."""
+    """The idle cursors the step gave up, one row each, unique by key; in files ``spill``
+    maps, or on the heap when it is None."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill: Spill | None = None) -> None:
+        self._spill = spill
         empty = pa.array([], pa.binary())
         self._rows = poll_rows([]).select(KEPT).append_column("target", empty).append_column(
             "plan", empty)
@@ -80,7 +85,14 @@ class IdleStore:
     def __len__(self) -> int:
         return int(self._rows.num_rows)
 
-    def split(self, table: pa.Table, mappings: Mappings, step: SyncStep, *, bulk: bool,
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the idle rows and their columns."""
+        return int(self._rows.nbytes + self._columns.keys.nbytes + sum(a.nbytes for a in (
+            self._columns.ends, self._columns.missing, self._version, self._unread,
+            self._observed_us, self._spread)))
+
+    def split(self, table: pa.Table, mappings: PackedMappings, step: SyncStep, *, bulk: bool,
               batch_id: int, rows_every: int, now: datetime | None = None) -> Split:
         """``table``'s rows repeated in bulk, and the others for the step, with the idle
         cursors among them handed back to it (by :meth:`restore`, once they are parsed).
@@ -186,17 +198,31 @@ class IdleStore:
         mask = np.ones(len(self), bool)
         mask[self._gone] = False
         self._gone = np.empty(0, np.int64)
-        self._rows = pa.concat_tables([self._rows.filter(pa.array(mask)), *(
+        rows = pa.concat_tables([self._rows.filter(pa.array(mask)), *(
             [fresh] if fresh.num_rows else [])]).combine_chunks()
-        self._columns = CursorColumns.of(self._rows)
-        self._version = np.concatenate([self._version[mask],
-                                        [c.version for c in cursors]]).astype(np.int64)
-        self._unread = np.concatenate([self._unread[mask],
-                                       [c.unread for c in cursors]]).astype(np.int64)
-        self._observed_us = np.concatenate([self._observed_us[mask], [
-            (c.observed_at - _EPOCH) // _US for c in cursors]]).astype(np.int64)
-        self._spread = np.concatenate([self._spread[mask],
-                                       [spread(k) for k in keys]]).astype(np.int64)
+        version = np.concatenate([self._version[mask], [c.version for c in cursors]])
+        unread = np.concatenate([self._unread[mask], [c.unread for c in cursors]])
+        observed = np.concatenate([self._observed_us[mask], [
+            (c.observed_at - _EPOCH) // _US for c in cursors]])
+        spread_ = np.concatenate([self._spread[mask], [spread(k) for k in keys]])
+        # Read-only but for the two a split moves on for the rows it repeats.
+        self._version = self._array(version.astype(np.int64))
+        self._unread = self._array(unread.astype(np.int64), writable=True)
+        self._observed_us = self._array(observed.astype(np.int64), writable=True)
+        self._spread = self._array(spread_.astype(np.int64))
+        if self._spill is None:
+            self._rows = rows
+            self._columns = CursorColumns.of(rows)
+            return
+        self._rows = self._spill.table(rows)
+        cols = CursorColumns.of(self._rows)
+        joined = self._spill.table(pa.table({"key": cols.keys})).column(0)
+        self._columns = CursorColumns(
+            cols.scalars, joined.chunk(0) if joined.num_chunks else cols.keys, cols.ids,
+            cols.counts, self._spill.array(cols.ends), self._spill.array(cols.missing))
+
+    def _array(self, values: np.ndarray, *, writable: bool = False) -> np.ndarray:
+        return values if self._spill is None else self._spill.array(values, writable=writable)
 
     def _cursor(self, slot: int, obs: ObservedCursor) -> IdleCursor:
         return IdleCursor(obs.state, self._rows.column("target")[slot].as_py(),
@@ -223,12 +249,11 @@ class IdleStore:
         return out
 
 
-def _versions(rows: pa.Table, mappings: Mappings) -> np.ndarray:
+def _versions(rows: pa.Table, mappings: PackedMappings) -> np.ndarray:
     """The mapping version of each row's partition."""
-    topics = rows.column("topic").to_pylist()
-    parts = rows.column("partition").to_pylist()
-    return np.fromiter((mappings.version(PartitionKey(t, p)) for t, p in
-                        zip(topics, parts, strict=True)), np.int64, len(topics))
+    keys = pc.binary_join_element_wise(rows.column("topic"), pc.cast(
+        rows.column("partition"), pa.string()), "\0").to_pylist()
+    return mappings.versions(np.array([k.encode() for k in keys] if keys else [], "S"))
 
 
 def _micros(column: pa.ChunkedArray, fill: np.ndarray | None = None) -> np.ndarray:

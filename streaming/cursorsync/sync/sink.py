@@ -27,6 +27,7 @@ from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import spread
+from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -66,13 +67,16 @@ class SyncSink:
         self.store = store
         self.step = step
         self.metrics = metrics
-        self.mappings = MappingStore(store, config.source.name, config.target.name)
+        #: Keeps the per-partition rows kept between batches off the heap.
+        self.spill = Spill()
+        self.mappings = MappingStore(store, config.source.name, config.target.name,
+                                     spill=self.spill)
         self.last_batch = -1
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
         self._observations = Observations()
         #: The idle cursors between batches, in columns.
-        self.idle = IdleStore()
+        self.idle = IdleStore(self.spill)
         #: Cursors in the last batch's rows, and those of them repeated in bulk.
         self.cursors = self.repeated = 0
         #: The batch the step last ran for (written or not).

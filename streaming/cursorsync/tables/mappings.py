@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed_mappings import PackedMappings, Spill
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
 from cursorsync.tables.rows import mapping_rows, topic_mappings
@@ -123,7 +123,12 @@ class MappingStore:
     source_cluster: str
     target_cluster: str
     loaded_upto: int = -1
-    mappings: PackedMappings = field(default_factory=PackedMappings)
+    #: Where the settled mappings are kept (None: on the heap).
+    spill: Spill | None = None
+    mappings: PackedMappings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mappings = PackedMappings(self.spill)
 
     def refresh(self) -> PackedMappings:
         """Every mapping known so far, with the batches written since the last refresh; a
@@ -136,4 +141,5 @@ class MappingStore:
             self.mappings.merge(key, part)
         if top is not None:
             self.loaded_upto = top
+        self.mappings.settle()
         return self.mappings
