@@ -86,7 +86,7 @@ class _Pipeline:
         if fail:
             return [], 0
         records = self.step.run(obs, mappings).records
-        self.store.keep(self.step, split.rest, obs)
+        self.parse.forget(self.store.keep(self.step, split.rest, obs))
         assert sum(len(v) for v in split.lags.values()) == split.repeated
         return records, split.repeated
 

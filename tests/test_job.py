@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -423,13 +424,15 @@ _CURSOR_SCHEMA = pa.schema([
 
 
 @settings(max_examples=300, deadline=None)
-@given(_cursor_rows, _cursor_rows, st.lists(st.booleans(), min_size=12, max_size=12))
+@given(_cursor_rows, _cursor_rows, st.lists(st.booleans(), min_size=12, max_size=12),
+       st.lists(st.booleans(), min_size=24, max_size=24))
 def test_observations_of_batch_after_batch_are_each_row_parsed_alone(
-        first: list[dict[str, Any]], second: list[dict[str, Any]], keep: list[bool]) -> None:
+        first: list[dict[str, Any]], second: list[dict[str, Any]], keep: list[bool],
+        forget: list[bool]) -> None:
     """The sink's parser takes again what the last batch parsed: the same states as
     parsing every row on its own, whatever repeats within and across the batches, and
     whichever rows change, in place (a poll lists the partitions in the same order) or
-    elsewhere."""
+    elsewhere, and whichever rows it is told to forget (kept by the idle store)."""
     parse = Observations()
     in_place = [a if k or i >= len(second) else second[i]
                 for i, (a, k) in enumerate(zip(first, keep, strict=False))]
@@ -437,3 +440,19 @@ def test_observations_of_batch_after_batch_are_each_row_parsed_alone(
                  first[1:]):
         table = pa.Table.from_pylist(rows, schema=_CURSOR_SCHEMA)
         assert _seen(parse(table)) == _reference(table)
+        parse.forget(np.flatnonzero(forget[:len(rows)]))
+
+
+def test_rows_the_parser_forgets_are_parsed_anew() -> None:
+    rows = [{"cluster": "A", "topic": "persistent://t/n/x", "partition": p, "subscription": "s",
+             "mark_delete": "5:3", "individually_deleted": "[(5:4..5:6]]",
+             "ledgers": [{"ledger_id": 5, "entries": 9}], "observed_at": datetime(2026, 1, 1),
+             "messages_consumed_counter": 9, "checked_at": datetime(2026, 1, 1)}
+            for p in range(4)]
+    table = pa.Table.from_pylist(rows, schema=_CURSOR_SCHEMA)
+    parse = Observations()
+    parse(table)
+    parse.forget(np.array([0, 2]))
+    assert _seen(parse(table)) == _reference(table) and parse.taken_again == 2
+    parse.forget(np.arange(4))
+    assert _seen(parse(table)) == _reference(table) and parse.taken_again == 0

@@ -303,7 +303,7 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
                     obs = parse(split.rest)
                     idle.restore(split, obs, step)
                     step.run(obs, mappings)
-                    idle.keep(step, split.rest, obs)
+                    parse.forget(idle.keep(step, split.rest, obs))
                 del rows, now, split, obs, mappings
                 targets.clear()
                 gc.collect()

@@ -22,6 +22,7 @@ import numpy as np
 
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
+from cursorsync.core.ranges import spans
 from cursorsync.core.records import PartitionKey
 
 #: Versions are unique in the process, whichever holder hands them out, so a version read
@@ -237,7 +238,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         spill = self._spill
         self._keys = spill.array(keys[rows])
         self._versions = spill.array(versions[rows])
-        self._data = spill.array(data[_spans(starts, lengths)])
+        self._data = spill.array(data[spans(starts, lengths)])
         self._offsets = spill.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
         self._fresh = {}
         self._new = 0
@@ -320,13 +321,6 @@ def _find(values: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> np.ndarra
     return out
 
 
-def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices of each span ``[start, start + length)``, one after another."""
-    total = int(lengths.sum())
-    if not total:
-        return np.empty(0, np.int64)
-    begin = np.cumsum(lengths) - lengths
-    return np.repeat(starts - begin, lengths) + np.arange(total)
 
 
 class HeldMappings:

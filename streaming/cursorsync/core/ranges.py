@@ -60,6 +60,13 @@ _NO_KEYS.setflags(write=False)
 Based = tuple[I64, I64, int]
 
 
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of each span ``[start, start + length)``, one after another (an
+    array's rows gathered by where each begins and how long it is)."""
+    begin = np.cumsum(lengths) - lengths
+    return np.repeat(starts - begin, lengths) + np.arange(int(lengths.sum()))
+
+
 def _extremes(ledgers: I64, entries: I64) -> tuple[int | None, int, int, int]:
     """(smallest ledger but -1 or None, largest ledger, smallest entry, largest entry)."""
     low, top = int(ledgers.min()), int(ledgers.max())

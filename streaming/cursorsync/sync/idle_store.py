@@ -162,10 +162,11 @@ class IdleStore:
         step.adopt_idle(back)
         self._gone = np.concatenate([split.same, split.changed])
 
-    def keep(self, step: SyncStep, rest: pa.Table, observed: Sequence[ObservedCursor]) -> int:
+    def keep(self, step: SyncStep, rest: pa.Table, observed: Sequence[ObservedCursor],
+             ) -> np.ndarray:
         """Takes the idle cursors the step can give up (its rows from ``rest`` when their
         source is the state parsed from it); the rows handed back by the last split go.
-        Returns how many it took."""
+        Returns the rows of ``rest`` it took."""
         taken = step.release_idle()
         where = {(o.key, o.subscription): i for i, o in enumerate(observed)}
         polled: list[tuple[int, IdleCursor]] = []
@@ -188,7 +189,7 @@ class IdleStore:
         keys = [*((observed[i].key, observed[i].subscription) for i, _ in polled),
                 *((o.key, o.subscription) for o, _ in other)]
         self._append(fresh, cursors, keys)
-        return len(cursors)
+        return np.array([i for i, _ in polled], np.int64)
 
     def _append(self, fresh: pa.Table, cursors: list[IdleCursor], keys: list[Key]) -> None:
         """The rows handed back by the last split go; ``fresh`` rows, for ``cursors``

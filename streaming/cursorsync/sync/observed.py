@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import RangeSet
+from cursorsync.core.ranges import RangeSet, spans
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.tables.rows import cursor_states
 from cursorsync.tables.store import RowFilter, TableStore
@@ -99,6 +99,25 @@ class Observations:
         return out
 
 
+    def forget(self, rows: np.ndarray) -> None:
+        """The last call's ``rows`` are not taken again by the next (their cursors are kept
+        elsewhere, :class:`cursorsync.sync.idle_store.IdleStore`): what the parser keeps
+        then grows with the rows that stay with the step only."""
+        if self._columns is None or not len(rows):
+            return
+        keep = np.ones(len(self._states), bool)
+        keep[rows] = False
+        self._columns = self._columns.take(np.flatnonzero(keep))
+        self._keys = [k for k, kept in zip(self._keys, keep.tolist(), strict=True) if kept]
+        self._states = [s for s, kept in zip(self._states, keep.tolist(), strict=True) if kept]
+        # The caches keep the values a kept state holds.
+        used = {id(v) for s in self._states for v in (s.mark_delete,
+                                                       s.individually_deleted, s.ledgers)}
+        self._positions = {t: v for t, v in self._positions.items() if id(v) in used}
+        self._ranges = {t: v for t, v in self._ranges.items() if id(v) in used}
+        self._ledgers = {t: v for t, v in self._ledgers.items() if id(v) in used}
+
+
 #: ``pulsar-cursors``' ledger list type.
 _LEDGER_LIST = pa.list_(pa.struct([("ledger_id", pa.int64()), ("entries", pa.int64())]))
 _TIME = pa.timestamp("us", tz="UTC")
@@ -174,6 +193,16 @@ class CursorColumns:
                    np.asarray(flat.field("entries").to_numpy(zero_copy_only=False), np.int64),
                    np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
                    lists.is_null().to_numpy(zero_copy_only=False))
+
+    def take(self, rows: np.ndarray) -> CursorColumns:
+        """These rows' columns, in this order."""
+        at = pa.array(rows, pa.int64())
+        lengths = np.diff(self.ends)[rows]
+        flat = spans(self.ends[:-1][rows], lengths)
+        return CursorColumns({n: a.take(at) for n, a in self.scalars.items()},
+                             self.keys.take(at), self.ids[flat], self.counts[flat],
+                             np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+                             self.missing[rows])
 
     def ledger_lists(self) -> tuple[np.ndarray, np.ndarray, list[int], list[bool]]:
         """Every row's ledger ids and entry counts, flat; where each row's begin (with

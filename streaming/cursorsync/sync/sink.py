@@ -171,7 +171,7 @@ class SyncSink:
             self._seeded = True
         self.idle.restore(split, obs, self.step)
         result = self.step.run(obs, mappings)
-        self.idle.keep(self.step, split.rest, obs)
+        self._observations.forget(self.idle.keep(self.step, split.rest, obs))
         t4 = time.perf_counter()
         t["step"] = t4 - t3
         if result.deferred:
