@@ -25,8 +25,8 @@ from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, poll_rows
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, pack_plan, unpack_plan
 from cursorsync.sync.sink import history_due
-from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.tables.spill import Spill
 
 KEYS = [PartitionKey("persistent://t/n/orders", p) for p in range(3)]
 SUBS = ("billing", "audit")

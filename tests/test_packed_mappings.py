@@ -32,8 +32,8 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.translate import translate
-from cursorsync.sync.spill import Spill, SpillError
 from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.tables.spill import Spill, SpillError
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 OTHER = PartitionKey("persistent://t/n/orders", 1)

@@ -50,11 +50,11 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import mapping_rows
+from cursorsync.tables.spill import Spill
 
 PARTITIONS_PER_TOPIC = 100
 ENTRIES = 1_000  # per source ledger; two source ledgers per partition

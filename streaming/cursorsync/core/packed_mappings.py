@@ -99,7 +99,7 @@ class Mappings(Protocol):
 
 class Spill(Protocol):
     """Where a holder keeps its settled arrays: an equal array, in memory or mapped from a
-    file (:class:`cursorsync.sync.spill.Spill`)."""
+    file (:class:`cursorsync.tables.spill.Spill`)."""
 
     def array(self, values: np.ndarray) -> np.ndarray: ...
 

@@ -61,7 +61,7 @@ from cursorsync.core.mapping import (
     ledger_ends,
 )
 from cursorsync.core.mapping_retention import LiveLedgers
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed_mappings import PackedMappings, Spill
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
@@ -151,15 +151,15 @@ class MappingBuilder:
 
     def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
                  hole_check: HoleCheck | None = None,
-                 anchor_read: AnchorRead | None = None) -> None:
+                 anchor_read: AnchorRead | None = None, spill: Spill | None = None) -> None:
         """``anchor_read``: reads the source's markers (needed for ``snapshot``: without it no
-        anchor is ever found, and the snapshot strategy only tells copies from foreign)."""
-        self.config = config
-        self.hole_check = hole_check
-        self.anchor_read = anchor_read
+        anchor is ever found, and the snapshot strategy only tells copies from foreign);
+        ``spill``: where the known mappings settle (None: on the heap)."""
+        self.config, self.hole_check, self.anchor_read = config, hole_check, anchor_read
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
-        self.known = PackedMappings()  # built for the partitions a batch maps
+        self.spill = spill
+        self.known = PackedMappings(spill)  # built for the partitions a batch maps
         self.live: LiveLedgers | None = None  # the sync's: trims known (mapping_retention)
         if state is not None:
             self.load_state(state)
@@ -179,7 +179,7 @@ class MappingBuilder:
 
     def seed_known(self, known: Mapping[PartitionKey, TopicMapping]) -> None:
         """The mapping already in the table (at start-up), to validate new evidence against."""
-        self.known = PackedMappings.of(known)
+        self.known = PackedMappings.of(known, self.spill)
 
     # -- processing
     def process(self, rows: pa.Table) -> BatchOutcome:

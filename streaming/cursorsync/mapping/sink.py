@@ -23,6 +23,7 @@ from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
 from cursorsync.tables.mappings import load_mappings
 from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
+from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import TableStore
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class MappingSink:
             config.source.name, config.target.name, tuple(config.evidence.strategies),
             config.evidence.alignment_window,
             claim_holes=config.evidence.claims_holes), hole_check=hole_check,
-            anchor_read=anchor_read)
+            anchor_read=anchor_read, spill=Spill())
         self._batch: int | None = None
         self.last_batch: int = -1
         #: Skipped target ids the last batch left for later batches to check.
@@ -82,7 +83,7 @@ class MappingSink:
             return
         prev = self._state_file(batch_id - 1)
         builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check,
-                                 anchor_read=self.builder.anchor_read)
+                                 anchor_read=self.builder.anchor_read, spill=self.builder.spill)
         if prev.exists():
             builder.load_state(json.loads(prev.read_text()))
         elif batch_id > 0:

@@ -11,7 +11,7 @@ found nor a halt, is repeated in bulk: counted and timed for the metrics, never 
 planned or recorded one by one. The others (a changed source, a new mapping, a target
 due for a read, rows due to be written again) go back to the step as objects, which
 decides as it always does. An idle cursor then costs a few hundred bytes of columns,
-mapped from a file when a :class:`~cursorsync.sync.spill.Spill` is given, so the driver's
+mapped from a file when a :class:`~cursorsync.tables.spill.Spill` is given, so the driver's
 heap holds none of them.
 """
 
@@ -35,8 +35,8 @@ from cursorsync.sync.plans import (
     spread,
     unpack_plan,
 )
-from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import SyncStep
+from cursorsync.tables.spill import Spill
 
 Key = tuple[PartitionKey, str]
 

@@ -27,10 +27,10 @@ from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import spread
-from cursorsync.sync.spill import Spill
 from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
+from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import TableStore
 
 log = logging.getLogger(__name__)
