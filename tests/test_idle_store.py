@@ -5,10 +5,12 @@ the rows it leaves out are the repeats of idle plans, nothing else."""
 from __future__ import annotations
 
 import copy
+import gc
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,6 +171,27 @@ def test_a_long_idle_run_is_repeated_in_bulk_but_for_target_reads_and_rows_due()
     # its target, and once in ROWS_EVERY for its rows: most batches repeat most in bulk.
     assert 0 < sum(repeated) < len(CURSORS) * (len(repeated) - 1)
     assert p.reads <= len(CURSORS) * 3
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_spilled_store_keeps_its_rows_off_arrows_heap(spilled: bool) -> None:
+    """Mapped from files, the idle rows are none of Arrow's allocations; on the heap,
+    they are."""
+    p = _Pipeline(store=True, spill=Spill() if spilled else None)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for key, sub in CURSORS:
+        p.targets[key.concrete_topic(), sub] = _target(9)
+    for batch_id in range(2):
+        rows = poll_rows([ObservedCursor(k, s, _source(9, False), T0) for k, s in CURSORS])
+        p.run(rows, mappings, batch_id, set())
+    del rows
+    gc.collect()
+    assert p.store is not None and len(p.store) == len(CURSORS) and p.store.nbytes > 0
+    with_store = pa.total_allocated_bytes()
+    p.store = None
+    gc.collect()
+    freed = with_store - pa.total_allocated_bytes()
+    assert (freed == 0) if spilled else (freed > 0)
 
 
 def test_a_packed_idle_plan_reads_back_as_the_lean_plan() -> None:

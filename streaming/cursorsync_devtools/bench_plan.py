@@ -23,8 +23,11 @@ idle one every few batches.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import itertools
+import math
 import resource
 import tempfile
 import time
@@ -153,7 +156,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         rss0 = _rss_mib()
         t0 = time.perf_counter()
-        loaded = MappingStore(store, "a", "b")
+        loaded = MappingStore(store, "a", "b", spill=Spill())  # as the job's sink keeps it
         loaded.refresh()
         load_s = time.perf_counter() - t0
         rss_loaded = _rss_mib()
@@ -232,7 +235,14 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 start_batches += 1  # until the batch that made the last first plans
             else:
                 steady += 1
-        rss1 = _rss_mib()
+        rss1, anon1 = _rss_mib(), _rss_anon_mib()
+        # What the allocators hold free after the batches' peaks, handed back.
+        pa.default_memory_pool().release_unused()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        anon_released = _rss_anon_mib()
+        del sink, step, loaded
+        gc.collect()
     steady_s = _batch_s(batches[-1])
     return {
         "benchmark": "plan",
@@ -253,6 +263,8 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         "microseconds_per_partition": round(steady_s / partitions * 1e6, 1),
         "driver_rss_mib_after": round(rss1),
         "driver_rss_mib_growth": round(rss1 - rss0),
+        "driver_rss_anon_mib_after": round(anon1),
+        "driver_rss_anon_mib_after_free_memory_released": round(anon_released),
         **kept_bytes(min(partitions, KEPT_SAMPLE), holes=holes, seed=seed),
     }
 
@@ -359,3 +371,12 @@ def _key(topic: str) -> PartitionKey:
 def _rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _rss_anon_mib() -> float:
+    """Resident memory that is not a file's pages (the heaps, not the mapped files)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return math.nan

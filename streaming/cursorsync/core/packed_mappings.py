@@ -22,7 +22,6 @@ import numpy as np
 
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
-from cursorsync.core.ranges import spans
 from cursorsync.core.records import PartitionKey
 
 #: Versions are unique in the process, whichever holder hands them out, so a version read
@@ -135,8 +134,6 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         self._data = np.empty(0, np.uint8)
         self._offsets = np.zeros(1, np.int64)
         self._fresh: dict[PartitionKey, bytes] = {}
-        #: Fresh keys that are not settled.
-        self._new = 0
         self._built: dict[PartitionKey, TopicMapping] = {}
         self._read: set[PartitionKey] = set()
 
@@ -152,8 +149,6 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
     def put(self, key: PartitionKey, mapping: TopicMapping) -> None:
         """The partition's mapping is now ``mapping``, with a new version (kept built, as
         if read)."""
-        if key not in self._fresh and self._slot(key) < 0:
-            self._new += 1
         self._fresh[key] = pack_mapping(mapping, next(_VERSIONS))
         self._built[key] = mapping
         self._read.add(key)
@@ -238,10 +233,9 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         spill = self._spill
         self._keys = spill.array(keys[rows])
         self._versions = spill.array(versions[rows])
-        self._data = spill.array(data[spans(starts, lengths)])
+        self._data = spill.array(_gather(data, starts, lengths))
         self._offsets = spill.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
         self._fresh = {}
-        self._new = 0
 
     @property
     def built(self) -> int:
@@ -264,6 +258,8 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
 
     def _slot(self, key: PartitionKey) -> int:
         """Where the partition's settled row is; -1 when it has none."""
+        if not len(self._keys):
+            return -1
         want = key_bytes(key)
         at = int(np.searchsorted(self._keys, want))
         return at if at < len(self._keys) and self._keys[at] == want else -1
@@ -295,7 +291,11 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         yield from self._fresh
 
     def __len__(self) -> int:
-        return len(self._keys) + self._new
+        if not self._fresh:
+            return len(self._keys)
+        fresh = np.array([key_bytes(k) for k in self._fresh])
+        settled = _find(np.ones(len(self._keys), np.int64), self._keys, fresh)
+        return len(self._keys) + int(np.count_nonzero(settled == NO_VERSION))
 
 
 def key_bytes(key: PartitionKey) -> bytes:
@@ -307,6 +307,19 @@ def key_bytes(key: PartitionKey) -> bytes:
 def _partition_key(raw: bytes) -> PartitionKey:
     topic, _, partition = raw.decode().rpartition("\0")
     return PartitionKey(topic, int(partition))
+
+
+def _gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The spans ``[start, start + length)`` of ``data``, one after another, copied a run
+    of adjacent spans at a time (settled rows keep their order, so most are one run)."""
+    if not len(starts):
+        return data[:0]
+    ends = starts + lengths
+    cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    first = np.concatenate(([0], cut))
+    last = np.concatenate((cut - 1, [len(starts) - 1]))
+    return np.concatenate([data[s:e] for s, e in zip(starts[first].tolist(),
+                                                      ends[last].tolist(), strict=True)])
 
 
 def _find(values: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
