@@ -28,7 +28,7 @@ from cursorsync.sync.observed import Observations, poll_rows
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, pack_plan, unpack_plan
 from cursorsync.sync.sink import history_due
 from cursorsync.sync.step import SyncConfig, SyncStep
-from cursorsync.tables.spill import Spill
+from cursorsync.tables.spill import Spill, SpillError
 
 KEYS = [PartitionKey("persistent://t/n/orders", p) for p in range(3)]
 SUBS = ("billing", "audit")
@@ -192,6 +192,34 @@ def test_a_spilled_store_keeps_its_rows_off_arrows_heap(spilled: bool) -> None:
     gc.collect()
     freed = with_store - pa.total_allocated_bytes()
     assert (freed == 0) if spilled else (freed > 0)
+
+
+def test_a_keep_whose_spill_fails_leaves_the_store_as_it_was() -> None:
+    """The rows it would have kept are lost to it (their cursors are planned afresh, as
+    after a start), never half kept."""
+
+    class Failing(Spill):
+        fail = False
+
+        def table(self, table: pa.Table) -> pa.Table:
+            if self.fail:
+                raise SpillError("no room")
+            return super().table(table)
+
+    spill = Failing()
+    p = _Pipeline(store=True, spill=spill)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for key, sub in CURSORS:
+        p.targets[key.concrete_topic(), sub] = _target(9)
+    rows = poll_rows([ObservedCursor(k, s, _source(9, False), T0) for k, s in CURSORS[:3]])
+    p.run(rows, mappings, 0, set())
+    assert p.store is not None and len(p.store) == 3
+    before = p.store.nbytes
+    spill.fail = True
+    rows = poll_rows([ObservedCursor(k, s, _source(9, False), T0) for k, s in CURSORS])
+    with pytest.raises(SpillError):
+        p.run(rows, mappings, 1, set(), bulk=False)
+    assert len(p.store) == 3 and p.store.nbytes == before
 
 
 def test_a_packed_idle_plan_reads_back_as_the_lean_plan() -> None:

@@ -203,3 +203,30 @@ def test_a_spill_directory_that_cannot_be_written_is_named(tmp_path: Path) -> No
     missing = tmp_path / "gone"
     with pytest.raises(SpillError, match=str(missing)):
         Spill(missing).array(np.arange(3))
+
+
+class _FailingSpill(Spill):
+    """Fails its ``n``-th array."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.calls, self.n = 0, n
+
+    def array(self, values: np.ndarray, *, writable: bool = False) -> np.ndarray:
+        self.calls += 1
+        if self.calls == self.n:
+            raise SpillError("no room")
+        return super().array(values, writable=writable)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_a_settle_whose_spill_fails_leaves_the_mappings_as_they_were(n: int) -> None:
+    held = PackedMappings(_FailingSpill(n))
+    held.put(KEY, _mapping(10))
+    v = held.version(KEY)
+    with pytest.raises(SpillError):
+        held.settle(always=True)
+    assert held.fresh == 1 and held.version(KEY) == v and len(held) == 1
+    assert held[KEY].segments == _mapping(10).segments
+    held.settle(always=True)  # the spill works again
+    assert held.fresh == 0 and held.version(KEY) == v and list(held) == [KEY]

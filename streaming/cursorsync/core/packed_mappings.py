@@ -231,10 +231,11 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         rows = order[last]
         starts, lengths = offsets[rows], np.diff(offsets)[rows]
         spill = self._spill
-        self._keys = spill.array(keys[rows])
-        self._versions = spill.array(versions[rows])
-        self._data = spill.array(_gather(data, starts, lengths))
-        self._offsets = spill.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+        # All four first: a spill that fails leaves the holder as it was.
+        settled = (spill.array(keys[rows]), spill.array(versions[rows]),
+                   spill.array(_gather(data, starts, lengths)),
+                   spill.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)))
+        self._keys, self._versions, self._data, self._offsets = settled
         self._fresh = {}
 
     @property

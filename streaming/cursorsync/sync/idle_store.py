@@ -198,7 +198,6 @@ class IdleStore:
             return
         mask = np.ones(len(self), bool)
         mask[self._gone] = False
-        self._gone = np.empty(0, np.int64)
         rows = pa.concat_tables([self._rows.filter(pa.array(mask)), *(
             [fresh] if fresh.num_rows else [])]).combine_chunks()
         version = np.concatenate([self._version[mask], [c.version for c in cursors]])
@@ -206,21 +205,24 @@ class IdleStore:
         observed = np.concatenate([self._observed_us[mask], [
             (c.observed_at - _EPOCH) // _US for c in cursors]])
         spread_ = np.concatenate([self._spread[mask], [spread(k) for k in keys]])
-        # Read-only but for the two a split moves on for the rows it repeats.
-        self._version = self._array(version.astype(np.int64))
-        self._unread = self._array(unread.astype(np.int64), writable=True)
-        self._observed_us = self._array(observed.astype(np.int64), writable=True)
-        self._spread = self._array(spread_.astype(np.int64))
+        # Everything first, read-only but for the two a split moves on for the rows it
+        # repeats: a spill that fails leaves the store as it was.
+        arrays = (self._array(version.astype(np.int64)),
+                  self._array(unread.astype(np.int64), writable=True),
+                  self._array(observed.astype(np.int64), writable=True),
+                  self._array(spread_.astype(np.int64)))
         if self._spill is None:
-            self._rows = rows
-            self._columns = CursorColumns.of(rows)
-            return
-        self._rows = self._spill.table(rows)
-        cols = CursorColumns.of(self._rows)
-        joined = self._spill.table(pa.table({"key": cols.keys})).column(0)
-        self._columns = CursorColumns(
-            cols.scalars, joined.chunk(0) if joined.num_chunks else cols.keys, cols.ids,
-            cols.counts, self._spill.array(cols.ends), self._spill.array(cols.missing))
+            columns = CursorColumns.of(rows)
+        else:
+            rows = self._spill.table(rows)
+            cols = CursorColumns.of(rows)
+            joined = self._spill.table(pa.table({"key": cols.keys})).column(0)
+            columns = CursorColumns(
+                cols.scalars, joined.chunk(0) if joined.num_chunks else cols.keys, cols.ids,
+                cols.counts, self._spill.array(cols.ends), self._spill.array(cols.missing))
+        self._version, self._unread, self._observed_us, self._spread = arrays
+        self._rows, self._columns = rows, columns
+        self._gone = np.empty(0, np.int64)
 
     def _array(self, values: np.ndarray, *, writable: bool = False) -> np.ndarray:
         return values if self._spill is None else self._spill.array(values, writable=writable)
