@@ -407,9 +407,11 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls = fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
                         lambda *a, **k: {"partitions": a[0], "losses": 0})
-    out = invoke("bench", "partitions", "--partitions", "1000", "--seconds", "20", "--json")
+    out = invoke("bench", "partitions", "--partitions", "1000", "--seconds", "20",
+                 "--timeout", "1800", "--json")
     assert out.exit_code == 0 and json.loads(out.stdout) == {"partitions": 1000, "losses": 0}
-    assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0}]
+    assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
+                      "timeout_s": 1800.0}]
     rows = fake_module(monkeypatch, "cursorsync_devtools.bench", "bench_mapping_rows",
                        lambda *a, **k: {"rows_per_entry_after_merge": 2e-05})
     out = invoke("bench", "mapping-rows", "--entries", "5000")

@@ -138,6 +138,9 @@ def bench_partitions(
     entries: Annotated[int, typer.Option("--entries-per-partition", min=1)] = 20,
     seconds: Annotated[float, typer.Option("--seconds", min=1,
                                            help="How long the workload produces.")] = 30.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=1, help="Seconds the sync may take to catch up after the workload "
+        "(the failover check waits for it).")] = 900.0,
     json_output: JsonOption = False,
 ) -> None:
     """One job syncing a topic of many partitions on the local test bed: failover counts,
@@ -145,7 +148,8 @@ def bench_partitions(
     run_bench = load_lazily(f"{DEVTOOLS}.bench_partitions", "bench_partitions",
                             "cursorsync bench partitions")
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
-        result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds)
+        result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
+                           timeout_s=timeout)
     print_figures(result, json_output)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
@@ -175,7 +175,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         (:func:`key_bytes`, a numpy ``S`` array)."""
         out = _find(self._versions, self._keys, keys)
         if self._fresh:
-            fresh = np.array([key_bytes(k) for k in self._fresh])
+            fresh = keys_bytes(self._fresh)
             order = np.argsort(fresh, kind="stable")
             found = _find(np.array([packed_version(d) for d in self._fresh.values()],
                                    np.int64)[order], fresh[order], keys)
@@ -215,7 +215,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         if not self._fresh or (not always and len(self._fresh) < max(
                 SETTLE_MIN, len(self._keys) // SETTLE_SHARE)):
             return
-        fresh = np.array([key_bytes(k) for k in self._fresh])
+        fresh = keys_bytes(self._fresh)
         blobs = list(self._fresh.values())
         keys = np.concatenate([self._keys, fresh])
         versions = np.concatenate([self._versions, np.array(
@@ -294,7 +294,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
     def __len__(self) -> int:
         if not self._fresh:
             return len(self._keys)
-        fresh = np.array([key_bytes(k) for k in self._fresh])
+        fresh = keys_bytes(self._fresh)
         settled = _find(np.ones(len(self._keys), np.int64), self._keys, fresh)
         return len(self._keys) + int(np.count_nonzero(settled == NO_VERSION))
 
@@ -303,6 +303,11 @@ def key_bytes(key: PartitionKey) -> bytes:
     """A partition's key as the settled arrays sort it: topic, NUL, partition (a topic
     name holds no NUL, and the key never ends in one, which numpy would drop)."""
     return f"{key.topic}\0{key.partition}".encode()
+
+
+def keys_bytes(keys: Iterable[PartitionKey]) -> np.ndarray:
+    """Many partitions' :func:`key_bytes`, as the numpy ``S`` array :meth:`versions` takes."""
+    return np.array([key_bytes(k) for k in keys], "S")
 
 
 def _partition_key(raw: bytes) -> PartitionKey:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed_mappings import PackedMappings, keys_bytes
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (
@@ -254,9 +254,8 @@ class IdleStore:
 
 def _versions(rows: pa.Table, mappings: PackedMappings) -> np.ndarray:
     """The mapping version of each row's partition."""
-    keys = pc.binary_join_element_wise(rows.column("topic"), pc.cast(
-        rows.column("partition"), pa.string()), "\0").to_pylist()
-    return mappings.versions(np.array([k.encode() for k in keys] if keys else [], "S"))
+    return mappings.versions(keys_bytes(map(PartitionKey, rows.column("topic").to_pylist(),
+                                            rows.column("partition").to_pylist())))
 
 
 def _micros(column: pa.ChunkedArray, fill: np.ndarray | None = None) -> np.ndarray:

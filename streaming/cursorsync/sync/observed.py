@@ -241,9 +241,8 @@ class CursorColumns:
         if width.sum():
             # Each such row's pairs against its counterpart's, all at once.
             row_of = np.repeat(np.arange(len(kept)), width)
-            offset = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width)
-            here = self.ends[rows[kept]][row_of] + offset
-            back = last.ends[there[kept]][row_of] + offset
+            here = spans(self.ends[rows[kept]], width)
+            back = spans(last.ends[there[kept]], width)
             differs = (self.ids[here] != last.ids[back]) | (self.counts[here] != last.counts[back])
             same[kept[np.unique(row_of[differs])]] = False
         out = np.zeros(n, bool)
