@@ -3,6 +3,7 @@ the mapping sink; and what the job asks of Spark's checkpoints on a restart."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
+from cursorsync.mapping.builder_state import json_parts, read_state, state_parts
+from cursorsync.mapping.sink import STATE_FILES_KEPT
 from cursorsync.sync.observed import Observations, observations
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings import MappingStore
@@ -289,6 +292,39 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     again(batch([7]), 2)
     assert [(r["source_ledger"], r["target_ledger"], r["count"], r["batch_id"])
             for r in store.read("mappings").to_pylist() if r["kind"] == "live"] == [(1, 9, 0, 2)]
+    state = tmp_path / "state"
+    assert sorted(p.name for p in state.iterdir()) == [
+        f"builder-{n}.arrow" for n in range(3)]
+    # A restart after an upgrade finds the state as version 1 wrote it, a JSON document.
+    saved = json_parts(_version_1(read_state(state / "builder-2.arrow")))
+    assert saved == state_parts(read_state(state / "builder-2.arrow"))
+    (state / "builder-2.json").write_text(json.dumps(_version_1(read_state(
+        state / "builder-2.arrow"))))
+    (state / "builder-2.arrow").unlink()
+    upgraded = MappingSink(config, store, state, None, hole_check=check)
+    upgraded._prepare(3)
+    assert upgraded.builder._parts == saved
+    # Old states go, whatever their format, a torn write's leftover included.
+    (state / "builder-0.arrow.part").write_bytes(b"torn")
+    upgraded(batch([8]), 3 + STATE_FILES_KEPT)
+    assert [p.name for p in state.iterdir()] == [f"builder-{3 + STATE_FILES_KEPT}.arrow"]
+
+
+def _version_1(table: pa.Table) -> dict[str, Any]:
+    """The builder state as version 1 wrote it: one JSON document."""
+    out = []
+    for key, ps in state_parts(table).items():
+        out.append({
+            "topic": key.topic, "partition": key.partition,
+            "last_target": None if ps.last_target is None else str(ps.last_target),
+            "last_source": None if ps.last_source is None else str(ps.last_source),
+            "watch_until": ps.watch_until,
+            "target": {"ledger": ps.target.ledger, "entry": ps.target.entry,
+                       "digest": [d.hex() for d in ps.target.digest]},
+            "source": {"ledger": ps.source.ledger, "entry": ps.source.entry,
+                       "digest": [d.hex() for d in ps.source.digest]},
+            "unchecked": ps.unchecked.rows.tolist(), "probes": sorted(map(list, ps.probes))})
+    return {"version": 1, "partitions": out}
 
 
 @pytest.mark.spark

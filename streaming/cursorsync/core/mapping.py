@@ -16,7 +16,7 @@ in :mod:`cursorsync.core.translate`, emission elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
@@ -455,8 +455,8 @@ def ledger_ends(ledgers: I64, entries: I64, *,
 
 
 def align_identities(
-    source_digests: npt.NDArray[np.bytes_] | list[bytes],
-    target_digests: npt.NDArray[np.bytes_] | list[bytes],
+    source_digests: npt.NDArray[np.bytes_] | Sequence[bytes],
+    target_digests: npt.NDArray[np.bytes_] | Sequence[bytes],
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Pair entries of two ordered streams by identity digest; never guess.
 

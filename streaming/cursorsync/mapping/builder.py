@@ -31,9 +31,9 @@ markers; with ``claim_holes`` off (``unacked``) none is. Without a check every
 candidate is claimed: the job never builds that (a chunk claimed so would lose its
 message); the simulator does, where holes are markers by construction.
 
-The builder's state (last position seen, pending identity entries) is a
-plain JSON document saved per Spark batch, so a replayed batch starts from
-exactly the state its first run started from.
+The builder's state (last position seen, pending identity entries) is saved per
+Spark batch (:mod:`cursorsync.mapping.builder_state`), so a replayed batch starts
+from exactly the state its first run started from.
 """
 
 from __future__ import annotations
@@ -66,12 +66,22 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
-from cursorsync.mapping.builder_state import PartitionState
-from cursorsync.mapping.columns import by_position, first_row_per_entry, is_valid, stamp_positions
+from cursorsync.mapping.builder_state import (
+    PartitionState,
+    json_parts,
+    state_parts,
+    state_table,
+)
+from cursorsync.mapping.columns import (
+    by_partition,
+    by_position,
+    first_row_per_entry,
+    is_valid,
+    stamp_positions,
+)
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 #: Skipped target ids checked on the target's admin API per batch, at most (one request
 #: each while they are markers): a burst of markers (replicated subscriptions write a few
 #: per partition and second while it has traffic) then spreads over batches instead of
@@ -165,17 +175,12 @@ class MappingBuilder:
             self.load_state(state)
 
     # -- state
-    def state(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "partitions": [
-            {"topic": k.topic, "partition": k.partition, **s.to_json()}
-            for k, s in sorted(self._parts.items())]}
+    def state(self) -> pa.Table:
+        return state_table(self._parts)
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"builder state version {state.get('version')!r} is not "
-                             f"{STATE_VERSION}; delete the checkpoint's builder-state to rebuild")
-        self._parts = {PartitionKey(p["topic"], p["partition"]): PartitionState.from_json(p)
-                       for p in state["partitions"]}
+    def load_state(self, state: pa.Table | dict[str, Any]) -> None:
+        """A :meth:`state`, or a version 1 JSON document (what a job before it wrote)."""
+        self._parts = state_parts(state) if isinstance(state, pa.Table) else json_parts(state)
 
     def seed_known(self, known: Mapping[PartitionKey, TopicMapping]) -> None:
         """The mapping already in the table (at start-up), to validate new evidence against."""
@@ -194,15 +199,8 @@ class MappingBuilder:
         if rows.num_rows:
             entries = first_row_per_entry(rows)
             entries_in = entries.num_rows
-            keys = entries.select(["topic", "partition"]).group_by(["topic", "partition"]
-                                                                   ).aggregate([])
-            for topic, part in zip(keys.column("topic").to_pylist(),
-                                   keys.column("partition").to_pylist(), strict=True):
-                key = PartitionKey(topic, int(part))
-                mask = pc.and_(pc.equal(entries.column("topic"), topic),
-                               pc.equal(entries.column("partition"), part))
-                delta = self._partition(key, entries.filter(mask), totals, candidates,
-                                        source_holes)
+            for key, part in by_partition(entries):
+                delta = self._partition(key, part, totals, candidates, source_holes)
                 if delta is not None:
                     out[key] = delta
         checked = self._due(candidates)
@@ -213,7 +211,8 @@ class MappingBuilder:
                             sum(r.entry_count() for r in checked.values()) - past_ends,
                             claimed,
                             anchors, totals["unpaired"],
-                            sum(st.unchecked.entry_count() for st in self._parts.values()), live)
+                            sum(st.unchecked.entry_count() for st in self._parts.values()
+                                if len(st.unchecked.rows)), live)
 
     def _due(self, fresh: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         """The skipped ids to check in this batch: those left by earlier batches first, then
@@ -221,8 +220,8 @@ class MappingBuilder:
         rest wait in the partitions' state."""
         if self.hole_check is None:
             return fresh
-        runs = [(key, row) for key, st in sorted(self._parts.items())
-                for row in st.unchecked.rows.tolist()]
+        waiting = sorted((key, st) for key, st in self._parts.items() if len(st.unchecked.rows))
+        runs = [(key, row) for key, st in waiting for row in st.unchecked.rows.tolist()]
         runs += [(key, row) for key, r in sorted(fresh.items()) for row in r.rows.tolist()]
         due: dict[PartitionKey, list[list[int]]] = {}
         wait: dict[PartitionKey, list[list[int]]] = {}
@@ -233,9 +232,10 @@ class MappingBuilder:
                 budget -= row[2]
             else:
                 wait.setdefault(key, []).append(row)
-        for key, st in self._parts.items():
-            rows = wait.get(key)
-            st.unchecked = Runs(np.array(rows, np.int64)) if rows else Runs()
+        for _, st in waiting:
+            st.unchecked = Runs()
+        for key, rows in wait.items():
+            self._parts[key].unchecked = Runs(np.array(rows, np.int64))
         if wait:
             log.info("%d skipped target ids wait for a later batch's check (%d ids are "
                      "checked a batch)", sum(r[2] for rows in wait.values() for r in rows),
@@ -311,13 +311,13 @@ class MappingBuilder:
             for lg, e, n in runs.rows.tolist():
                 if (lg, e) not in st.probes:
                     continue
-                st.probes.discard((lg, e))
+                st.probes = st.probes - {(lg, e)}
                 probed = RangeSet.entries(np.array([lg]), np.array([e]), np.array([n]))
                 found = (markers & probed).count_entries()
                 unclaimed += n - found
                 if found == n:
                     more.append((lg, e + n, n))
-                    st.probes.add((lg, e + n))
+                    st.probes = st.probes | {(lg, e + n)}
             if more:
                 st.unchecked = Runs(np.concatenate([st.unchecked.rows,
                                                     np.array(more, np.int64)]))
@@ -352,7 +352,7 @@ class MappingBuilder:
                 ends = [(p.ledger, p.entry + 1) for p in
                         ledger_ends(tl, te, previous=st.last_target)]
                 if ends:
-                    st.probes.update(ends)
+                    st.probes = st.probes | set(ends)
                     probes = np.array([(lg, e, LEDGER_END_PROBE) for lg, e in ends], np.int64)
                     found = Runs(np.concatenate([found.rows, probes]))
             if len(found):

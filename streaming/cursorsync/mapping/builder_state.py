@@ -1,29 +1,45 @@
 """The mapping builder's state per topic partition, kept with each batch under the
-checkpoint (a replayed batch starts from the state its first run started from)."""
+checkpoint (a replayed batch starts from the state its first run started from).
+
+The state is an Arrow IPC file of one row per partition: a job with many partitions writes
+it every batch, so it is built column by column, and read back the same way.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+
+#: Written in the file's schema metadata; a file of another version is not read.
+STATE_VERSION = 2
+#: No skipped ids waiting: shared by every partition's state, so it must never be written to.
+_NO_RUNS = Runs(np.empty((0, 3), np.int64))
+_NO_RUNS.rows.setflags(write=False)
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class Pending:
-    """Entries waiting for an identity match, oldest first."""
+    """Entries waiting for an identity match, oldest first. Most partitions have none:
+    they share the empty tuples, and nothing changes a list in place."""
 
-    ledger: list[int] = field(default_factory=list)
-    entry: list[int] = field(default_factory=list)
-    digest: list[bytes] = field(default_factory=list)
+    ledger: Sequence[int] = ()
+    entry: Sequence[int] = ()
+    digest: Sequence[bytes] = ()
 
     def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes]) -> None:
-        self.ledger += ledger.tolist()
-        self.entry += entry.tolist()
-        self.digest += digest
+        self.ledger = [*self.ledger, *ledger.tolist()]
+        self.entry = [*self.entry, *entry.tolist()]
+        self.digest = [*self.digest, *digest]
 
     def keep(self, mask: np.ndarray) -> None:
         idx = np.flatnonzero(mask).tolist()
@@ -34,16 +50,18 @@ class Pending:
     def __len__(self) -> int:
         return len(self.ledger)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ledger": self.ledger, "entry": self.entry,
-                "digest": [d.hex() for d in self.digest]}
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pending) and all(
+            list(a) == list(b) for a, b in zip((self.ledger, self.entry, self.digest),
+                                               (other.ledger, other.entry, other.digest),
+                                               strict=True))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Pending:
         return cls(d["ledger"], d["entry"], [bytes.fromhex(x) for x in d["digest"]])
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionState:
     last_target: Position | None = None
     target: Pending = field(default_factory=Pending)
@@ -53,34 +71,101 @@ class PartitionState:
     #: Until when (epoch seconds) the source's tail is looked past for markers.
     watch_until: float = 0.0
     #: Skipped target ids not checked yet (HOLE_CHECKS_PER_BATCH): first in the next batch.
-    unchecked: Runs = field(default_factory=Runs)
+    unchecked: Runs = _NO_RUNS
     #: Starts (ledger, entry) of the candidate runs that probe past a ledger's last returned
     #: entry (:data:`cursorsync.mapping.builder.LEDGER_END_PROBE` ids each): a probe whose
     #: ids are all markers goes on with the next ones.
-    probes: set[tuple[int, int]] = field(default_factory=set)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "last_target": _text(self.last_target), "last_source": _text(self.last_source),
-            "watch_until": self.watch_until,
-            "target": self.target.to_json(), "source": self.source.to_json(),
-            "unchecked": self.unchecked.rows.tolist(),
-            "probes": sorted([lg, e] for lg, e in self.probes),
-        }
+    probes: frozenset[tuple[int, int]] = frozenset()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PartitionState:
+        """A partition's state as version 1 wrote it."""
         rows = d.get("unchecked") or []
         return cls(_position(d.get("last_target")),
                    Pending.from_json(d["target"]), Pending.from_json(d["source"]),
                    _position(d.get("last_source")), float(d.get("watch_until", 0.0)),
                    Runs(np.array(rows, np.int64).reshape(-1, 3)),
-                   {(int(lg), int(e)) for lg, e in d.get("probes") or []})
-
-
-def _text(p: Position | None) -> str | None:
-    return None if p is None else str(p)
+                   frozenset((int(lg), int(e)) for lg, e in d.get("probes") or []))
 
 
 def _position(text: str | None) -> Position | None:
     return None if text is None else Position.parse(text)
+
+
+_POSITION = pa.list_(pa.int64(), 2)
+_IDS = pa.list_(pa.int64())
+STATE_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()),
+    ("last_target", _POSITION), ("last_source", _POSITION), ("watch_until", pa.float64()),
+    ("target_ledger", _IDS), ("target_entry", _IDS), ("target_digest", pa.list_(pa.binary())),
+    ("source_ledger", _IDS), ("source_entry", _IDS), ("source_digest", pa.list_(pa.binary())),
+    ("unchecked", _IDS),  # (ledger, first entry, count) rows, flat
+    ("probes", _IDS),  # (ledger, entry) pairs, flat
+], metadata={"version": str(STATE_VERSION)})
+
+
+def state_table(parts: Mapping[PartitionKey, PartitionState]) -> pa.Table:
+    """Every partition's state, one row each."""
+    keys, states = list(parts), list(parts.values())
+
+    def pos(p: Position | None) -> list[int] | None:
+        return None if p is None else [p.ledger, p.entry]
+
+    return pa.table([
+        [k.topic for k in keys], [k.partition for k in keys],
+        [pos(st.last_target) for st in states], [pos(st.last_source) for st in states],
+        [st.watch_until for st in states],
+        [st.target.ledger for st in states], [st.target.entry for st in states],
+        [st.target.digest for st in states],
+        [st.source.ledger for st in states], [st.source.entry for st in states],
+        [st.source.digest for st in states],
+        [st.unchecked.rows.ravel().tolist() for st in states],
+        [[x for p in sorted(st.probes) for x in p] for st in states],
+    ], schema=STATE_SCHEMA)
+
+
+def state_parts(table: pa.Table) -> dict[PartitionKey, PartitionState]:
+    """The states :func:`state_table` wrote."""
+    version = (table.schema.metadata or {}).get(b"version", b"").decode()
+    if version != str(STATE_VERSION):
+        raise ValueError(f"builder state version {version or None!r} is not "
+                         f"{STATE_VERSION}; delete the checkpoint's builder-state to rebuild")
+    c = {name: table.column(name).to_pylist() for name in table.column_names}
+
+    def pos(pair: list[int] | None) -> Position | None:
+        return None if pair is None else Position(*pair)
+
+    out = {}
+    for i, (topic, partition) in enumerate(zip(c["topic"], c["partition"], strict=True)):
+        unchecked, probes = c["unchecked"][i], c["probes"][i]
+        out[PartitionKey(topic, partition)] = PartitionState(
+            pos(c["last_target"][i]),
+            Pending(c["target_ledger"][i], c["target_entry"][i], c["target_digest"][i]),
+            Pending(c["source_ledger"][i], c["source_entry"][i], c["source_digest"][i]),
+            pos(c["last_source"][i]), c["watch_until"][i],
+            Runs(np.array(unchecked, np.int64).reshape(-1, 3)) if unchecked else _NO_RUNS,
+            frozenset(zip(probes[::2], probes[1::2], strict=True)))
+    return out
+
+
+def json_parts(doc: dict[str, Any]) -> dict[PartitionKey, PartitionState]:
+    """The states in a version 1 document (a JSON document per batch)."""
+    if doc.get("version") != 1:
+        raise ValueError(f"builder state version {doc.get('version')!r} is not 1; "
+                         "delete the checkpoint's builder-state to rebuild")
+    return {PartitionKey(p["topic"], p["partition"]): PartitionState.from_json(p)
+            for p in doc["partitions"]}
+
+
+def write_state(path: Path, state: pa.Table) -> None:
+    """A :func:`state_table` to ``path``, whole or not at all (written beside it, then
+    renamed)."""
+    part = path.with_name(path.name + ".part")
+    with pa.OSFile(str(part), "wb") as sink, pa.ipc.new_file(sink, state.schema) as writer:
+        writer.write_table(state)
+    os.replace(part, path)
+
+
+def read_state(path: Path) -> pa.Table:
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
 
 
 def first_row_per_entry(rows: pa.Table) -> pa.Table:
@@ -23,6 +24,25 @@ def first_row_per_entry(rows: pa.Table) -> pa.Table:
         same &= k[1:] == k[:-1]
     first[1:] = ~same
     return t.filter(pa.array(first))
+
+
+def by_partition(entries: pa.Table) -> list[tuple[PartitionKey, pa.Table]]:
+    """Each topic partition of ``entries`` with its rows, in their order (a stable sort and
+    one slice each, not a filter of the whole table per partition)."""
+    n = entries.num_rows
+    if n == 0:
+        return []
+    entries = entries.sort_by([("topic", "ascending"), ("partition", "ascending")])
+    topic, partition = entries.column("topic"), entries.column("partition")
+    change = pc.or_(pc.not_equal(topic.slice(1), topic.slice(0, n - 1)),
+                    pc.not_equal(partition.slice(1), partition.slice(0, n - 1)))
+    starts = np.concatenate(([0], np.flatnonzero(
+        pc.fill_null(change, True).to_numpy(zero_copy_only=False)) + 1))
+    ends = np.append(starts[1:], n)
+    at = pa.array(starts)
+    return [(PartitionKey(t, int(p)), entries.slice(s, e - s)) for t, p, s, e in zip(
+        topic.take(at).to_pylist(), partition.take(at).to_pylist(), starts.tolist(),
+        ends.tolist(), strict=True)]
 
 
 #: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.

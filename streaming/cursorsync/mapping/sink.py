@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.mapping import wake
 from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
+from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
 from cursorsync.tables.mappings import load_mappings
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 MAPPING_APP = "cursorsync-mapping"
 #: Builder states kept under the checkpoint, one per batch (a replay needs the previous).
 STATE_FILES_KEPT = 5
+_STATE_NAME = re.compile(r"builder-(\d+)\.(?:arrow|json)(?:\.part)?")
 #: The delta of a partition the batch only has a live row for.
 _NOTHING = TopicMapping()
 
@@ -74,8 +77,8 @@ class MappingSink:
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
 
-    def _state_file(self, batch_id: int) -> Path:
-        return self.state_dir / f"builder-{batch_id}.json"
+    def _state_file(self, batch_id: int, suffix: str = ".arrow") -> Path:
+        return self.state_dir / f"builder-{batch_id}{suffix}"
 
     def _prepare(self, batch_id: int) -> None:
         """Start from the state the batch started from the first time (replay-safe)."""
@@ -84,8 +87,11 @@ class MappingSink:
         prev = self._state_file(batch_id - 1)
         builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check,
                                  anchor_read=self.builder.anchor_read, spill=self.builder.spill)
+        before = self._state_file(batch_id - 1, ".json")  # as version 1 wrote it
         if prev.exists():
-            builder.load_state(json.loads(prev.read_text()))
+            builder.load_state(read_state(prev))
+        elif before.exists():
+            builder.load_state(json.loads(before.read_text()))
         elif batch_id > 0:
             log.warning("no builder state for batch %d: identity matching restarts with an "
                         "empty window (safe: only unmatched entries stay unacked)", batch_id - 1)
@@ -122,9 +128,10 @@ class MappingSink:
                 updates, source_cluster=self.config.source.name,
                 target_cluster=self.config.target.name, written_at=now),
                 app_id=MAPPING_APP, batch_id=batch_id)
-        self._state_file(batch_id).write_text(json.dumps(self.builder.state()))
-        for old in self.state_dir.glob("builder-*.json"):
-            if int(old.stem.split("-")[1]) < batch_id - STATE_FILES_KEPT:
+        write_state(self._state_file(batch_id), self.builder.state())
+        for old in self.state_dir.glob("builder-*"):
+            number = _STATE_NAME.fullmatch(old.name)
+            if number and int(number[1]) < batch_id - STATE_FILES_KEPT:
                 old.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id

@@ -1,0 +1,123 @@
+"""The mapping builder's per-partition state as the sink keeps it with each batch: every
+field survives its file, a version 1 document still loads, and a batch's rows are split
+by partition in their order."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cursorsync.core.mapping import Runs
+from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.mapping.builder_state import (
+    PartitionState,
+    Pending,
+    json_parts,
+    read_state,
+    state_parts,
+    state_table,
+    write_state,
+)
+from cursorsync.mapping.columns import by_partition
+
+_ids = st.integers(-1, 2**62)
+_positions = st.one_of(st.none(), st.builds(Position, _ids, _ids))
+
+
+@st.composite
+def _pending(draw: st.DrawFn) -> Pending:
+    n = draw(st.integers(0, 4))
+    return Pending(draw(st.lists(_ids, min_size=n, max_size=n)),
+                   draw(st.lists(_ids, min_size=n, max_size=n)),
+                   draw(st.lists(st.binary(max_size=16), min_size=n, max_size=n)))
+
+
+_states = st.builds(
+    PartitionState, _positions, _pending(), _pending(), _positions,
+    st.floats(0, 2e9, allow_nan=False),
+    st.one_of(st.just(PartitionState().unchecked), st.lists(
+        st.tuples(_ids, _ids, st.integers(1, 64)), min_size=1, max_size=3).map(
+            lambda rows: Runs(np.array(rows, np.int64)))),
+    st.sets(st.tuples(_ids, _ids), max_size=3))
+_keys = st.builds(PartitionKey, st.sampled_from(["persistent://t/n/a", "persistent://t/n/b",
+                                                 "persistent://t/n/ü"]), st.integers(-1, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_keys, _states, max_size=6))
+def test_every_field_survives_the_state_file(parts: dict[PartitionKey, PartitionState],
+                                             ) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "builder-0.arrow"
+        write_state(path, state_table(parts))
+        assert state_parts(read_state(path)) == parts
+        assert [p.name for p in Path(tmp).iterdir()] == ["builder-0.arrow"]
+
+
+def test_a_version_1_document_still_loads() -> None:
+    """What the sink wrote before the state was a file of columns: a restart after an
+    upgrade replays its next batch from it."""
+    doc = {"version": 1, "partitions": [{
+        "topic": "persistent://t/n/a", "partition": 2, "last_target": "9:4",
+        "last_source": None, "watch_until": 12.5,
+        "target": {"ledger": [9], "entry": [3], "digest": ["00ff"]},
+        "source": {"ledger": [], "entry": [], "digest": []},
+        "unchecked": [[9, 5, 2]], "probes": [[9, 7]]}]}
+    assert json_parts(doc) == {PartitionKey("persistent://t/n/a", 2): PartitionState(
+        Position(9, 4), Pending([9], [3], [b"\x00\xff"]), Pending(), None, 12.5,
+        Runs(np.array([[9, 5, 2]], np.int64)), {(9, 7)})}
+    with pytest.raises(ValueError, match="delete the checkpoint's builder-state"):
+        json_parts({"version": 7, "partitions": []})
+
+
+def test_a_state_of_another_version_is_refused() -> None:
+    table = state_table({PartitionKey("t", 0): PartitionState()})
+    with pytest.raises(ValueError, match="version '1' is not 2; delete the checkpoint's"):
+        state_parts(table.replace_schema_metadata({"version": "1"}))
+
+
+def test_the_shared_empty_runs_cannot_be_written_to() -> None:
+    """Every partition without skipped ids waiting shares one empty Runs."""
+    a, b = PartitionState(), PartitionState()
+    assert a.unchecked is b.unchecked
+    with pytest.raises(ValueError):
+        a.unchecked.rows[...] = 1
+
+
+_rows = st.lists(st.tuples(st.sampled_from(["x", "y", "z"]), st.integers(-1, 2),
+                           st.integers(0, 1000)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_rows)
+def test_by_partition_is_a_filter_per_partition(items: list[tuple[str, int, int]]) -> None:
+    table = pa.table({"topic": [t for t, _, _ in items],
+                      "partition": pa.array([p for _, p, _ in items], pa.int32()),
+                      "entry": pa.array([e for _, _, e in items], pa.int64())})
+    got = {key: part.column("entry").to_pylist() for key, part in by_partition(table)}
+    want = {}
+    for topic, partition in {(t, p) for t, p, _ in items}:
+        mask = pc.and_(pc.equal(table.column("topic"), topic),
+                       pc.equal(table.column("partition"), partition))
+        want[PartitionKey(topic, partition)] = table.filter(mask).column("entry").to_pylist()
+    assert got == want
+    assert len(by_partition(table)) == len(want)
+
+
+def test_partitions_share_only_what_cannot_change() -> None:
+    """Idle partitions share their empty pending entries and probes; one partition's
+    entries never reach another's."""
+    a, b = PartitionState(), PartitionState()
+    a.target.extend(np.array([9]), np.array([1]), [b"x"])
+    a.probes = a.probes | {(9, 2)}
+    assert (len(a.target), len(b.target), b.target.ledger, b.probes) == (1, 0, (), frozenset())
+    with pytest.raises(AttributeError):
+        b.probes.add((9, 3))  # type: ignore[attr-defined]
