@@ -412,6 +412,12 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
     assert out.exit_code == 0 and json.loads(out.stdout) == {"partitions": 1000, "losses": 0}
     assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
                       "timeout_s": 1800.0}]
+    batch = fake_module(monkeypatch, "cursorsync_devtools.bench_mapping_batch",
+                        "bench_mapping_batch", lambda *a, **k: {
+                            "partitions": a[0], "batches": [{"state_seconds": 0.1}]})
+    out = invoke("bench", "mapping-batch", "--partitions", "500", "--active", "0.5")
+    assert out.exit_code == 0 and "steady batch: state_seconds" in out.stdout
+    assert batch == [{"args": (500,), "active": 0.5}]
     rows = fake_module(monkeypatch, "cursorsync_devtools.bench", "bench_mapping_rows",
                        lambda *a, **k: {"rows_per_entry_after_merge": 2e-05})
     out = invoke("bench", "mapping-rows", "--entries", "5000")

@@ -112,6 +112,28 @@ def bench_plan(
     print_figures(result, json_output, rows)
 
 
+@bench_app.command("mapping-batch")
+@user_errors
+def bench_mapping_batch(
+    partitions: Annotated[int, typer.Option("--partitions", min=1,
+                                            help="Topic partitions the builder keeps.")
+                          ] = 100_000,
+    active: Annotated[float, typer.Option("--active", min=0, max=1,
+                                          help="Fraction of partitions with new entries.")
+                      ] = 0.05,
+    json_output: JsonOption = False,
+) -> None:
+    """The mapping query's batches for many partitions on the driver, no brokers: the
+    builder's work, the state saved with each batch, the heap kept per partition."""
+    run_bench = load_lazily(f"{DEVTOOLS}.bench_mapping_batch", "bench_mapping_batch",
+                            "cursorsync bench mapping-batch")
+    with progress(f"bench mapping-batch: {partitions} partitions", json_output=json_output):
+        result = run_bench(partitions, active=active)
+    rows = [(k, v) for k, v in result.items() if k != "batches"]
+    rows += [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
+    print_figures(result, json_output, rows)
+
+
 @bench_app.command("mapping-rows")
 @user_errors
 def bench_mapping_rows(
