@@ -71,4 +71,5 @@ def by_position(t: pa.Table) -> pa.Table:
     return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
 
 
-__all__ = ["STAMP_PATTERN", "by_position", "first_row_per_entry", "is_valid", "stamp_positions"]
+__all__ = ["STAMP_PATTERN", "by_partition", "by_position", "first_row_per_entry", "is_valid",
+           "stamp_positions"]
