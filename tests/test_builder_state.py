@@ -121,3 +121,10 @@ def test_partitions_share_only_what_cannot_change() -> None:
     assert (len(a.target), len(b.target), b.target.ledger, b.probes) == (1, 0, (), frozenset())
     with pytest.raises(AttributeError):
         b.probes.add((9, 3))  # type: ignore[attr-defined]
+
+
+def test_a_state_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "builder-7.arrow"
+    path.write_bytes(b"not arrow")
+    with pytest.raises(ValueError, match=f"builder state {path} cannot be read .*delete it"):
+        read_state(path)

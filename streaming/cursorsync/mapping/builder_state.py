@@ -167,5 +167,11 @@ def write_state(path: Path, state: pa.Table) -> None:
 
 
 def read_state(path: Path) -> pa.Table:
-    with pa.OSFile(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+    """What :func:`write_state` wrote; a file it cannot read is an error naming it."""
+    try:
+        with pa.OSFile(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(f"builder state {path} cannot be read ({err}); delete it, and the "
+                         "batch after it starts without a state (identity matching restarts "
+                         "with an empty window)") from err
