@@ -74,6 +74,14 @@ def test_stamps_parse_as_position_parse_does_and_a_malformed_one_stops_the_batch
                 rows([("B", 9, 0, "1:0", None), ("B", 9, 1, bad, None)]))
 
 
+def test_only_the_target_s_stamps_are_read() -> None:
+    """The property maps a target entry to its source id; a source entry carrying one
+    (replicated there from a third cluster) is not read for it, even malformed."""
+    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    out = b.process(rows([("A", 1, 0, "x:y", None), ("B", 9, 0, "1:0", None)]))
+    assert [str(s) for s in out.mappings[KEY].segments] == ["1:0+1->9:0 (position-property)"]
+
+
 def test_identity_evidence_pairs_and_never_guesses() -> None:
     b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
     out = b.process(rows([

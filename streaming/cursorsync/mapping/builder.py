@@ -77,7 +77,6 @@ from cursorsync.mapping.columns import (
     by_position,
     first_row_per_entry,
     is_valid,
-    stamp_positions,
 )
 
 log = logging.getLogger(__name__)
@@ -197,7 +196,8 @@ class MappingBuilder:
         source_holes: dict[PartitionKey, Runs] = {}
         entries_in = 0
         if rows.num_rows:
-            entries = first_row_per_entry(rows)
+            stamped = "position-property" in self.config.strategies
+            entries = first_row_per_entry(rows, self.config.target_cluster if stamped else None)
             entries_in = entries.num_rows
             for key, part in by_partition(entries):
                 delta = self._partition(key, part, totals, candidates, source_holes)
@@ -364,7 +364,7 @@ class MappingBuilder:
         prop = tgt.column("source_position")
         has_prop = is_valid(prop)
         if "position-property" in cfg.strategies and has_prop.any():
-            pl, pe = stamp_positions(prop.drop_null())
+            pl, pe = (tgt.column(c).to_numpy()[has_prop] for c in ("stamp_ledger", "stamp_entry"))
             pairs.append((pl, pe, tl[has_prop], te[has_prop],
                           np.full(int(has_prop.sum()), evidence_code("position-property"),
                                   np.int8)))

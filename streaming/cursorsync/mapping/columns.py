@@ -10,20 +10,31 @@ from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 
 
-def first_row_per_entry(rows: pa.Table) -> pa.Table:
-    """One row per (cluster, topic, partition, ledger, entry): its lowest batch index."""
+def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
+    """One row per (cluster, topic, partition, ledger, entry): its lowest batch index.
+    With ``stamped``, that cluster's rows' source-position stamps are parsed, all in one
+    pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
     cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
             "source_position", "entry_identity"]
     t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
-    if t.num_rows == 0:
+    if t.num_rows:
+        keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
+        first = np.ones(t.num_rows, bool)
+        same = np.ones(t.num_rows - 1, bool)
+        for k in keys:
+            same &= k[1:] == k[:-1]
+        first[1:] = ~same
+        t = t.filter(pa.array(first))
+    if stamped is None:
         return t
-    keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
-    first = np.ones(t.num_rows, bool)
-    same = np.ones(t.num_rows - 1, bool)
-    for k in keys:
-        same &= k[1:] == k[:-1]
-    first[1:] = ~same
-    return t.filter(pa.array(first))
+    stamps = t.column("source_position")
+    mine = is_valid(stamps) & np.asarray(pc.equal(t.column("cluster"), stamped).to_numpy(
+        zero_copy_only=False), bool)
+    ledger, entry = np.zeros(t.num_rows, np.int64), np.zeros(t.num_rows, np.int64)
+    if mine.any():
+        ledger[mine], entry[mine] = stamp_positions(stamps.filter(pa.array(mine)))
+    return t.append_column("stamp_ledger", pa.array(ledger)).append_column(
+        "stamp_entry", pa.array(entry))
 
 
 def by_partition(entries: pa.Table) -> list[tuple[PartitionKey, pa.Table]]:
