@@ -178,6 +178,8 @@ def test_empty_topic_and_missing_idm() -> None:
     (lambda d: d["cursors"]["orders-svc"].update(individuallyDeletedMessages="[(1:2..]"),
      "cursors.orders-svc.individuallyDeletedMessages"),
     (lambda d: d.update(cursors=[]), "cursors"),
+    # A subscription name that would not show on one line is quoted.
+    (lambda d: d["cursors"].update({"a\nb": {}}), "cursors.'a\\nb'.markDeletePosition"),
 ])
 def test_malformed_fields_name_topic_and_field(mutate: Any, field: str) -> None:
     doc = copy.deepcopy(INTERNAL_STATS)

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def show_name(name: str) -> str:
+    """A name read from input as an error message shows it: quoted when it would not show
+    as itself on one line (empty, blank at either end, control characters)."""
+    return name if name and name.isprintable() and name.strip() == name else repr(name)
+
+
 class CursorSyncError(Exception):
     """Base of every error cursorsync raises on purpose."""
 

@@ -25,7 +25,7 @@ from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import INT64_MAX, INT64_MIN, Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.errors import MalformedAdminOutputError, PositionFormatError
+from cursorsync.errors import MalformedAdminOutputError, PositionFormatError, show_name
 from cursorsync.pulsar.topics import TopicName
 
 REPLICATOR_CURSOR_PREFIX = "pulsar.repl."
@@ -168,7 +168,7 @@ def parse_ledgers(topic: str, doc: Mapping[str, Any]) -> tuple[Ledgers, Position
 
 
 def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers) -> CursorStats:
-    where = f"cursors.{name}"
+    where = f"cursors.{show_name(name)}"
     md = _position(topic, _field(topic, doc, "markDeletePosition", str, where),
                    f"{where}.markDeletePosition")
     idm_text = doc.get("individuallyDeletedMessages") if isinstance(doc, Mapping) else None

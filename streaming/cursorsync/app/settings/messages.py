@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
-from cursorsync.errors import ConfigError
+from cursorsync.errors import ConfigError, show_name
 
 #: A key path inside the config: section and field names, list indexes.
 Loc = tuple[str | int, ...]
@@ -36,8 +36,7 @@ def format_loc(loc: Sequence[str | int]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            name = part if part and part.isprintable() and part.strip() == part else repr(part)
-            out += f".{name}" if out else name
+            out += f".{show_name(part)}" if out else show_name(part)
     return out or "(top level)"
 
 
