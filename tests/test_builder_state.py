@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cursorsync.core.alignment import NO_STREAM, NO_TIME, Memory
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
@@ -37,7 +38,17 @@ def _pending(draw: st.DrawFn) -> Pending:
     n = draw(st.integers(0, 4))
     return Pending(draw(st.lists(_ids, min_size=n, max_size=n)),
                    draw(st.lists(_ids, min_size=n, max_size=n)),
-                   draw(st.lists(st.binary(max_size=16), min_size=n, max_size=n)))
+                   draw(st.lists(st.binary(max_size=16), min_size=n, max_size=n)),
+                   draw(st.lists(st.integers(-1, 2**62), min_size=n, max_size=n)),
+                   draw(st.lists(st.integers(-1, 2**50), min_size=n, max_size=n)))
+
+
+_digests = st.binary(min_size=16, max_size=16)
+_memories = st.one_of(st.just(Memory()), st.builds(
+    Memory, st.dictionaries(st.integers(-1, 2**62), st.tuples(
+        st.integers(0, 2**50), st.frozensets(_digests, min_size=1, max_size=3)), max_size=4),
+    st.one_of(st.none(), st.integers(-1, 2**50)), st.frozensets(_digests, max_size=3),
+    st.booleans()))
 
 
 _states = st.builds(
@@ -46,7 +57,7 @@ _states = st.builds(
     st.one_of(st.just(PartitionState().unchecked), st.lists(
         st.tuples(_ids, _ids, st.integers(1, 64)), min_size=1, max_size=3).map(
             lambda rows: Runs(np.array(rows, np.int64)))),
-    st.sets(st.tuples(_ids, _ids), max_size=3))
+    st.sets(st.tuples(_ids, _ids), max_size=3), _memories)
 _keys = st.builds(PartitionKey, st.sampled_from(["persistent://t/n/a", "persistent://t/n/b",
                                                  "persistent://t/n/ü"]), st.integers(-1, 3))
 
@@ -80,8 +91,25 @@ def test_a_version_1_document_still_loads() -> None:
 
 def test_a_state_of_another_version_is_refused() -> None:
     table = state_table({PartitionKey("t", 0): PartitionState()})
-    with pytest.raises(ValueError, match="version '1' is not 2; delete the checkpoint's"):
+    with pytest.raises(ValueError, match="version '1' is not 3; delete the checkpoint's"):
         state_parts(table.replace_schema_metadata({"version": "1"}))
+
+
+def test_a_version_2_state_still_loads_without_streams_or_memory() -> None:
+    """Version 2 kept no producer stream, publish time or given-up digest: its waiting
+    entries load with none known (they order as one stream, and are older than any
+    horizon), and nothing is taken as given up."""
+    key = PartitionKey("persistent://t/n/a", 0)
+    state = PartitionState(Position(9, 4), Pending([9], [3], [b"d" * 16]))
+    v3 = state_table({key: state})
+    v2 = v3.select([n for n in v3.column_names if n not in (
+        "target_stream", "target_publish", "source_stream", "source_publish",
+        "memory_stream", "memory_mark", "memory_digests", "horizon", "untimed", "blind")])
+    loaded = state_parts(v2.replace_schema_metadata({"version": "2"}))[key]
+    assert loaded == state
+    waiting = loaded.target.waiting()
+    assert (waiting.stream.tolist(), waiting.publish.tolist()) == ([NO_STREAM], [NO_TIME])
+    assert loaded.memory == Memory()
 
 
 def test_the_shared_empty_runs_cannot_be_written_to() -> None:

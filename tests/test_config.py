@@ -214,6 +214,10 @@ def test_config_is_immutable() -> None:
          "evidence.identity_fields[0]: 'sequence_id' is not a valid identity field. Valid values "
          "are: producer_name, publish_time, event_time, partition_key, ordering_key, "
          "properties, payload"),
+        ("evidence.identity_fields", ["producer_name", "payload"],
+         "evidence: identity_fields must include publish_time with identity evidence "
+         "(entries with one digest then share a publish time, which keeps what alignment "
+         "remembers of each producer small)"),
         ("evidence.alignment_window", 0,
          "evidence.alignment_window: should be greater than or equal to 1, got 0"),
         ("tables.backend", "parquet",

@@ -906,6 +906,9 @@ def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
     assert [r["source_position"] for r in rows] == [None, "9:1", None, "9:3", None]
     # Stamped entries carry no digest: identity evidence is for the others only.
     assert [r["entry_identity"] is None for r in rows] == [False, True, False, True, False]
+    # Producer and publish time come with the digest (identity alignment orders by them).
+    assert [r["producer_name"] is None for r in rows] == [False, True, False, True, False]
+    assert [r["publish_time"] is None for r in rows] == [False, True, False, True, False]
     ds = PulsarEntriesDataSource({"columns": "evidence"})
     assert ds.schema() == schema_of(EVIDENCE_COLUMNS)
     assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"

@@ -47,6 +47,8 @@ def evidence_batch(partition: int, start: int, count: int) -> pa.RecordBatch:
         pa.array([partition % 4] * count, pa.int32()), pa.array([7] * count, pa.int64()),
         pa.array(entries, pa.int64()), pa.array([-1] * count, pa.int32()),
         pa.array([1] * count, pa.int32()),
+        pa.array([None if e % 5 else "bench-producer" for e in entries], pa.string()),
+        pa.array([None if e % 5 else 1_700_000_000_000 + e for e in entries], pa.int64()),
         pa.array([f"3:{e}" if e % 5 else None for e in entries], pa.string()),
         pa.array([e.to_bytes(16, "big") for e in entries], pa.binary()),
     ], schema=schema)

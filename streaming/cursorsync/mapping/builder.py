@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core.alignment import align
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.mapping import (
     EVIDENCE,
@@ -55,7 +56,6 @@ from cursorsync.core.mapping import (
     Runs,
     SegmentSet,
     TopicMapping,
-    align_identities,
     evidence_code,
     holes,
     ledger_ends,
@@ -77,6 +77,7 @@ from cursorsync.mapping.columns import (
     by_position,
     first_row_per_entry,
     is_valid,
+    streams_and_times,
 )
 
 log = logging.getLogger(__name__)
@@ -377,8 +378,10 @@ class MappingBuilder:
             # with identity_scope batched), so nothing on the source can match it.
             undigested = rest & ~is_valid(tgt.column("entry_identity"))
             rest &= ~undigested
+            t_stream, t_publish = streams_and_times(tgt)
             st.target.extend(tl[rest], te[rest],
-                             [d for d, r in zip(digests, rest, strict=True) if r])
+                             [d for d, r in zip(digests, rest, strict=True) if r],
+                             t_stream[rest], t_publish[rest])
             mapped = known.segments.source_ranges()
             if pairs:
                 batch = SegmentSet.from_pairs(*pairs[0][:4], validate=False)
@@ -386,7 +389,9 @@ class MappingBuilder:
             fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
             sd = src.column("entry_identity").to_pylist()
             fresh &= is_valid(src.column("entry_identity"))
-            st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f])
+            s_stream, s_publish = streams_and_times(src)
+            st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f],
+                             s_stream[fresh], s_publish[fresh])
             pairs_id, unpaired, gt, gs = self._align(st)
             if pairs_id is not None:
                 pairs.append(pairs_id)
@@ -438,30 +443,20 @@ class MappingBuilder:
             st.target.keep(~copy)
             copies, foreign, gone_s = self._window(st)
             return None, unpaired.union(copies), foreign, gone_s
+        if not len(st.source) and not len(st.target):
+            return None, Runs(), Runs(), 0
+        src, tgt = st.source.waiting(), st.target.waiting()
+        done = align(src, tgt, st.memory, window=self.config.alignment_window)
+        st.memory = done.memory
         result = None
-        unpaired = foreign = Runs()
-        given_s = 0
-        if len(st.source) and len(st.target):
-            s_idx, t_idx = align_identities(st.source.digest, st.target.digest)
-            if len(s_idx):
-                result = (np.array(st.source.ledger, np.int64)[s_idx],
-                          np.array(st.source.entry, np.int64)[s_idx],
-                          np.array(st.target.ledger, np.int64)[t_idx],
-                          np.array(st.target.entry, np.int64)[t_idx],
-                          np.full(len(s_idx), evidence_code("identity"), np.int8))
-                # Entries before the last pair on either side can no longer pair (order is kept).
-                s_keep = np.ones(len(st.source), bool)
-                t_keep = np.ones(len(st.target), bool)
-                s_keep[s_idx] = False
-                t_keep[t_idx] = False
-                t_old = np.arange(len(st.target)) < int(t_idx.max())
-                s_old = np.arange(len(st.source)) < int(s_idx.max())
-                unpaired, foreign = self._given_up(st, t_keep & t_old, set(st.source.digest))
-                given_s = int((s_keep & s_old).sum())
-                st.target.keep(t_keep & ~t_old)
-                st.source.keep(s_keep & ~s_old)
-        copies, aged, gone = self._window(st)
-        return result, unpaired.union(copies), foreign.union(aged), given_s + gone
+        if len(done.source):
+            result = (src.ledger[done.source], src.entry[done.source],
+                      tgt.ledger[done.target], tgt.entry[done.target],
+                      np.full(len(done.source), evidence_code("identity"), np.int8))
+        unpaired, foreign = self._given_up(st, done.target_gone, set(st.source.digest))
+        st.target.keep(done.target_kept)
+        st.source.keep(done.source_kept)
+        return result, unpaired, foreign, int(done.source_gone.sum())
 
     def _given_up(self, st: PartitionState, gone: np.ndarray,
                   on_source: set[bytes]) -> tuple[Runs, Runs]:

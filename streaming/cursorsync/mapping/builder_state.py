@@ -16,15 +16,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cursorsync.core.alignment import NO_STREAM, NO_TIME, Memory, Waiting
 from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 
-#: Written in the file's schema metadata; a file of another version is not read.
-STATE_VERSION = 2
+#: Written in the file's schema metadata; version 2 (no streams, publish times or memory of
+#: given-up digests) still loads, any other version is not read.
+STATE_VERSION = 3
 #: No skipped ids waiting: shared by every partition's state, so it must never be written to.
 _NO_RUNS = Runs(np.empty((0, 3), np.int64))
 _NO_RUNS.rows.setflags(write=False)
+#: No digest given up: shared likewise (a Memory is replaced, never changed).
+_NO_MEMORY = Memory()
 
 
 @dataclass(slots=True, eq=False)
@@ -35,26 +39,52 @@ class Pending:
     ledger: Sequence[int] = ()
     entry: Sequence[int] = ()
     digest: Sequence[bytes] = ()
+    #: Each entry's producer stream (:func:`cursorsync.core.alignment.stream_of`) and
+    #: publish time; NO_STREAM and NO_TIME where not known.
+    stream: Sequence[int] = ()
+    publish: Sequence[int] = ()
 
-    def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes]) -> None:
+    def extend(self, ledger: np.ndarray, entry: np.ndarray, digest: list[bytes],
+               stream: np.ndarray | None = None, publish: np.ndarray | None = None) -> None:
+        n = len(ledger)
+        old_stream, old_publish = self._stream(), self._publish()
         self.ledger = [*self.ledger, *ledger.tolist()]
         self.entry = [*self.entry, *entry.tolist()]
         self.digest = [*self.digest, *digest]
+        self.stream = [*old_stream, *(stream.tolist() if stream is not None
+                                      else [NO_STREAM] * n)]
+        self.publish = [*old_publish, *(publish.tolist() if publish is not None
+                                        else [NO_TIME] * n)]
 
     def keep(self, mask: np.ndarray) -> None:
         idx = np.flatnonzero(mask).tolist()
+        stream, publish = self._stream(), self._publish()
         self.ledger = [self.ledger[i] for i in idx]
         self.entry = [self.entry[i] for i in idx]
         self.digest = [self.digest[i] for i in idx]
+        self.stream = [stream[i] for i in idx]
+        self.publish = [publish[i] for i in idx]
+
+    def waiting(self) -> Waiting:
+        return Waiting.of(self.ledger, self.entry, self.digest, self._stream(), self._publish())
+
+    def _stream(self) -> Sequence[int]:
+        """The streams, NO_STREAM for entries a version 2 state kept without one."""
+        return self.stream if len(self.stream) == len(self.ledger) else [NO_STREAM] * len(self)
+
+    def _publish(self) -> Sequence[int]:
+        return (self.publish if len(self.publish) == len(self.ledger)
+                else [NO_TIME] * len(self))
 
     def __len__(self) -> int:
         return len(self.ledger)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Pending) and all(
-            list(a) == list(b) for a, b in zip((self.ledger, self.entry, self.digest),
-                                               (other.ledger, other.entry, other.digest),
-                                               strict=True))
+            list(a) == list(b) for a, b in zip(
+                (self.ledger, self.entry, self.digest, self._stream(), self._publish()),
+                (other.ledger, other.entry, other.digest, other._stream(), other._publish()),
+                strict=True))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Pending:
@@ -76,6 +106,8 @@ class PartitionState:
     #: entry (:data:`cursorsync.mapping.builder.LEDGER_END_PROBE` ids each): a probe whose
     #: ids are all markers goes on with the next ones.
     probes: frozenset[tuple[int, int]] = frozenset()
+    #: Digests given up by identity alignment, and its horizon (:mod:`cursorsync.core.alignment`).
+    memory: Memory = _NO_MEMORY
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PartitionState:
@@ -101,6 +133,12 @@ STATE_SCHEMA = pa.schema([
     ("source_ledger", _IDS), ("source_entry", _IDS), ("source_digest", pa.list_(pa.binary())),
     ("unchecked", _IDS),  # (ledger, first entry, count) rows, flat
     ("probes", _IDS),  # (ledger, entry) pairs, flat
+    ("target_stream", _IDS), ("target_publish", _IDS),
+    ("source_stream", _IDS), ("source_publish", _IDS),
+    # The alignment memory: per stream its watermark and the digests that left at it.
+    ("memory_stream", _IDS), ("memory_mark", _IDS),
+    ("memory_digests", pa.list_(pa.list_(pa.binary()))),
+    ("horizon", pa.int64()), ("untimed", pa.list_(pa.binary())), ("blind", pa.bool_()),
 ], metadata={"version": str(STATE_VERSION)})
 
 
@@ -121,16 +159,25 @@ def state_table(parts: Mapping[PartitionKey, PartitionState]) -> pa.Table:
         [st.source.digest for st in states],
         [st.unchecked.rows.ravel().tolist() for st in states],
         [[x for p in sorted(st.probes) for x in p] for st in states],
+        [st.target._stream() for st in states], [st.target._publish() for st in states],
+        [st.source._stream() for st in states], [st.source._publish() for st in states],
+        [list(st.memory.streams) for st in states],
+        [[m[0] for m in st.memory.streams.values()] for st in states],
+        [[sorted(m[1]) for m in st.memory.streams.values()] for st in states],
+        [st.memory.horizon for st in states],
+        [sorted(st.memory.untimed) for st in states], [st.memory.blind for st in states],
     ], schema=STATE_SCHEMA)
 
 
 def state_parts(table: pa.Table) -> dict[PartitionKey, PartitionState]:
     """The states :func:`state_table` wrote."""
     version = (table.schema.metadata or {}).get(b"version", b"").decode()
-    if version != str(STATE_VERSION):
+    if version not in ("2", str(STATE_VERSION)):
         raise ValueError(f"builder state version {version or None!r} is not "
                          f"{STATE_VERSION}; delete the checkpoint's builder-state to rebuild")
     c = {name: table.column(name).to_pylist() for name in table.column_names}
+    n = table.num_rows
+    none: list[Any] = [None] * n
 
     def pos(pair: list[int] | None) -> Position | None:
         return None if pair is None else Position(*pair)
@@ -138,14 +185,26 @@ def state_parts(table: pa.Table) -> dict[PartitionKey, PartitionState]:
     out = {}
     for i, (topic, partition) in enumerate(zip(c["topic"], c["partition"], strict=True)):
         unchecked, probes = c["unchecked"][i], c["probes"][i]
+        memory = _memory(c, i) if version == str(STATE_VERSION) else _NO_MEMORY
         out[PartitionKey(topic, partition)] = PartitionState(
             pos(c["last_target"][i]),
-            Pending(c["target_ledger"][i], c["target_entry"][i], c["target_digest"][i]),
-            Pending(c["source_ledger"][i], c["source_entry"][i], c["source_digest"][i]),
+            Pending(c["target_ledger"][i], c["target_entry"][i], c["target_digest"][i],
+                    c.get("target_stream", none)[i] or (), c.get("target_publish", none)[i] or ()),
+            Pending(c["source_ledger"][i], c["source_entry"][i], c["source_digest"][i],
+                    c.get("source_stream", none)[i] or (), c.get("source_publish", none)[i] or ()),
             pos(c["last_source"][i]), c["watch_until"][i],
             Runs(np.array(unchecked, np.int64).reshape(-1, 3)) if unchecked else _NO_RUNS,
-            frozenset(zip(probes[::2], probes[1::2], strict=True)))
+            frozenset(zip(probes[::2], probes[1::2], strict=True)), memory)
     return out
+
+
+def _memory(c: dict[str, list[Any]], i: int) -> Memory:
+    streams, untimed = c["memory_stream"][i], c["untimed"][i]
+    if not streams and not untimed and c["horizon"][i] is None and not c["blind"][i]:
+        return _NO_MEMORY
+    marks = zip(c["memory_mark"][i], c["memory_digests"][i], strict=True)
+    return Memory({k: (p, frozenset(ds)) for k, (p, ds) in zip(streams, marks, strict=True)},
+                  c["horizon"][i], frozenset(untimed), bool(c["blind"][i]))
 
 
 def json_parts(doc: dict[str, Any]) -> dict[PartitionKey, PartitionState]:

@@ -6,8 +6,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core.alignment import NO_STREAM, NO_TIME, stream_of
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+
+#: Columns identity alignment orders by where rows have them: each entry's producer (its
+#: stream) and publish time (what its memory's horizon compares).
+ORDER_COLUMNS = ("producer_name", "publish_time")
 
 
 def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
@@ -16,6 +21,7 @@ def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
     pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
     cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
             "source_position", "entry_identity"]
+    cols += [c for c in ORDER_COLUMNS if c in rows.column_names]
     t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
     if t.num_rows:
         keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]
@@ -73,6 +79,24 @@ def stamp_positions(stamps: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+def streams_and_times(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's producer stream and publish time; NO_STREAM and NO_TIME where the rows
+    do not say (no such column, or null)."""
+    n = t.num_rows
+    stream = np.full(n, NO_STREAM, np.int64)
+    publish = np.full(n, NO_TIME, np.int64)
+    if n and "producer_name" in t.column_names:
+        names = t.column("producer_name").combine_chunks().dictionary_encode()
+        keys = np.array([stream_of(v) for v in names.dictionary.to_pylist()] + [NO_STREAM],
+                        np.int64)
+        idx = pc.fill_null(names.indices, len(names.dictionary)).to_numpy(zero_copy_only=False)
+        stream = keys[idx]
+    if n and "publish_time" in t.column_names:
+        publish = np.asarray(pc.fill_null(t.column("publish_time"), NO_TIME).to_numpy(
+            zero_copy_only=False), np.int64)
+    return stream, publish
+
+
 def is_valid(column: pa.ChunkedArray) -> np.ndarray:
     """Which values are not null, as a numpy mask."""
     return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
@@ -82,5 +106,5 @@ def by_position(t: pa.Table) -> pa.Table:
     return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
 
 
-__all__ = ["STAMP_PATTERN", "by_partition", "by_position", "first_row_per_entry", "is_valid",
-           "stamp_positions"]
+__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "by_partition", "by_position", "first_row_per_entry",
+           "is_valid", "stamp_positions", "streams_and_times"]

@@ -57,8 +57,12 @@ COLUMNS: tuple[str, ...] = tuple(SCHEMA.fieldNames())
 #: What the mapping builder reads (option ``columns=evidence``).
 EVIDENCE_COLUMNS: tuple[str, ...] = (
     "cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
-    "source_position", "entry_identity",
+    "producer_name", "publish_time", "source_position", "entry_identity",
 )
+#: Evidence columns filled only in rows whose entry is digested (identity alignment
+#: orders those by producer and publish time): the digest reads these fields anyway, and
+#: no other row pays for them.
+DIGESTED_ONLY_COLUMNS = frozenset({"producer_name", "publish_time"})
 #: Rows per Arrow record batch handed to Spark.
 ARROW_BATCH_ROWS = 4096
 #: ``layout=arrow``: each Spark row carries an Arrow IPC stream of the selected columns

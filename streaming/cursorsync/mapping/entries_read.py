@@ -16,7 +16,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from cursorsync.core.identity import Digester
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.mapping.entries_options import READ_POLL_MS, SCHEMA, EntriesReadError, Row
+from cursorsync.mapping.entries_options import (
+    DIGESTED_ONLY_COLUMNS,
+    EVIDENCE_COLUMNS,
+    READ_POLL_MS,
+    SCHEMA,
+    EntriesReadError,
+    Row,
+)
 from cursorsync.mapping.entries_rows import MESSAGE_FIELD_COLUMNS, Entry, row_values
 from cursorsync.mapping.entries_tasks import EntriesPartition
 from cursorsync.pulsar.admin import AdminClient
@@ -72,7 +79,9 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
 
     topic = TopicName.parse(part.topic)
     where = (str(topic.base), topic.partition)
-    wide = not MESSAGE_FIELD_COLUMNS.isdisjoint(part.columns)
+    fields = MESSAGE_FIELD_COLUMNS - (DIGESTED_ONLY_COLUMNS if part.columns == EVIDENCE_COLUMNS
+                                      else frozenset())
+    wide = not fields.isdisjoint(part.columns)
     digest = Digester(part.identity_fields, (part.source_position_property,))
     start = Position.parse(part.start)
     end = Position.parse(part.end)

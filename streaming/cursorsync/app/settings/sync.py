@@ -162,6 +162,14 @@ class EvidenceConfig(_Section):
                            "in strategies (the property maps the unbatched entries)")
         return self
 
+    @model_validator(mode="after")
+    def _identity_needs_publish_time(self) -> Self:
+        if "identity" in self.strategies and "publish_time" not in self.identity_fields:
+            raise _invalid("identity_fields must include publish_time with identity evidence "
+                           "(entries with one digest then share a publish time, which keeps "
+                           "what alignment remembers of each producer small)")
+        return self
+
     @field_validator("strategies", "identity_fields")
     @classmethod
     def _no_duplicates(cls, value: list[str]) -> list[str]:
