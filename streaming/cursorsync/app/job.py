@@ -42,6 +42,7 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream
+from cursorsync.app.topology import check_topologies
 from cursorsync.core.mapping_retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
@@ -185,13 +186,16 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
         emitter = target_emitter(config)
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
+    # Evidence that does not hold on a topic's replication clusters stops the start here.
+    watch, _ = check_topologies(config, source_admin, admin)
     targets = AdminTargets(admin)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     emitter,
                     targets, source_marker_lookup(source_admin, config),
-                    source_admin.created_at, read_targets=targets.many)
+                    source_admin.created_at, read_targets=targets.many,
+                    topology=watch.current)
     hole_check = None
     if config.evidence.holes == "verified":
         from cursorsync.mapping.hole_check import AdminHoleCheck
@@ -207,7 +211,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     wake_file = str(ckpt / "mapping-wake")
     mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check,
                                anchor_read, None if hole_check is None
-                               else hole_check.drain_updates, wake_file=wake_file)
+                               else hole_check.drain_updates, wake_file=wake_file,
+                               topology=watch)
     mapping_sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"),
                                                 config.tables,
                                                 metrics).run_if_due
@@ -251,7 +256,7 @@ class QueryFailedError(CursorSyncError):
 
 #: Failures an operator must fix first: restarting would fail the same way.
 FATAL_KINDS = frozenset({"ConfigError", "ConfigValidationError", "TableSchemaError",
-                         "AdminAuthError", "DeltaSparkUnavailableError"})
+                         "AdminAuthError", "DeltaSparkUnavailableError", "TopologyError"})
 #: A cluster that gives no answer (down, restarting, unreachable): waited out for as long
 #: as it takes, since it comes back by itself; each restart is logged and counted.
 UNAVAILABLE_KINDS = frozenset({"AdminUnavailableError"})

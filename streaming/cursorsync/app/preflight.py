@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 from cursorsync.app.clusters import admin_config, client_settings
 from cursorsync.app.settings import ClusterConfig, Config
+from cursorsync.app.topology import topics_in_play, topology_watch
+from cursorsync.core.topology import refusals
 from cursorsync.errors import CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminAuthError, AdminClient
 from cursorsync.pulsar.topics import TopicName
@@ -40,10 +42,35 @@ class Finding:
 
 
 def check(config: Config) -> list[Finding]:
-    """Every check, the two clusters' in parallel; the tables path last."""
+    """Every check, the two clusters' in parallel; then the topics' replication against
+    the evidence, when both admin APIs answered; the tables path last."""
     with ThreadPoolExecutor(2) as pool:
         per_cluster = list(pool.map(lambda role: _cluster(config, role), ("source", "target")))
-    return [f for found in per_cluster for f in found] + [_tables(config)]
+    found = [f for found in per_cluster for f in found]
+    if all(f.status != "problem" for f in found if "admin API" in f.what):
+        found += _topology(config)
+    return [*found, _tables(config)]
+
+
+def _topology(config: Config) -> list[Finding]:
+    """Each topic in play's replication clusters against the configured evidence."""
+    what = f"evidence {', '.join(config.evidence.strategies)}"
+    try:
+        with _quick(config.source) as source, _quick(config.target) as target:
+            found = topology_watch(config, source, target)
+            topologies = [found.topology(t) for t in topics_in_play(config, source)]
+    except CursorSyncError as err:
+        return [Finding("problem", f"{what} against the topics' replication", str(err))]
+    lines = refusals(topologies, config.evidence.strategies)
+    if lines:
+        return [Finding("problem", what, line) for line in lines]
+    beyond = sum(not t.two_clusters for t in topologies)
+    detail = (f"{len(topologies)} topics" + (f", {beyond} replicated beyond "
+                                               f"{config.source.name} and {config.target.name}"
+                                               if beyond else
+                                               f", each replicated between "
+                                               f"{config.source.name} and {config.target.name}"))
+    return [Finding("ok", f"{what} holds on the topics' replication", detail)]
 
 
 def problems(findings: list[Finding]) -> list[Finding]:

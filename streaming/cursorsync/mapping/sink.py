@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
@@ -23,6 +24,7 @@ from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, Map
 from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
+from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings import load_mappings
 from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
 from cursorsync.tables.spill import Spill
@@ -52,12 +54,15 @@ class MappingSink:
                  metrics: Metrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
-                 wake_file: str | None = None) -> None:
+                 wake_file: str | None = None, topology: TopologyWatch | None = None) -> None:
         """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
         ``builtin_updates``: the UPDATE markers the hole check read in the batch, written to
         ``builtin_updates``; ``wake_file``: where to ask the target's entries source for
-        another batch while skipped ids wait for their check."""
+        another batch while skipped ids wait for their check; ``topology``: refuses a batch
+        with entries of a topic whose replication the configured evidence does not hold on
+        (TopologyError), before anything of it is mapped."""
+        self.topology = topology
         self.builtin_updates = builtin_updates
         self.wake_file = wake_file
         self.config = config
@@ -110,6 +115,8 @@ class MappingSink:
         t0 = time.perf_counter()
         self._prepare(batch_id)
         table = unpack(df.toArrow(), EVIDENCE_COLUMNS)
+        if self.topology is not None and table.num_rows:
+            self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)
         now = datetime.now(UTC)
         written = (outcome.mappings if self.tamper is None

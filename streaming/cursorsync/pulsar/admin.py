@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from tenacity import (
@@ -31,6 +32,7 @@ from cursorsync.errors import (
     AdminError,
     AdminUnavailableError,
     ConfigError,
+    MalformedAdminOutputError,
     TopicNotFoundError,
 )
 from cursorsync.pulsar.markers import (
@@ -57,6 +59,15 @@ T = TypeVar("T")
 #: Topic stats without what the broker must count entry by entry or read from storage.
 _CHEAP_STATS = ("?getPreciseBacklog=false&subscriptionBacklogSize=false"
                 "&getEarliestTimeInBacklog=false")
+
+
+def parse_cluster_list(what: str, doc: Any) -> frozenset[str]:
+    """A replication policy's cluster names; MalformedAdminOutputError naming ``what``
+    for anything else."""
+    if not isinstance(doc, list) or not all(isinstance(c, str) and c for c in doc):
+        raise MalformedAdminOutputError(f"{what}: expected a list of cluster names, got "
+                                        f"{str(doc)[:200]}")
+    return frozenset(doc)
 
 
 class AdminAuthError(AdminError):
@@ -254,6 +265,21 @@ class AdminClient:
         t = _topic(topic)
         doc = self.get_json(t.admin_path("internal-info"), f"internal-info of {t}", str(t))
         return parse_creation_date(t, doc)
+
+    def replication_clusters(self, topic: str | TopicName) -> frozenset[str]:
+        """The clusters a topic is replicated among as this cluster applies its policies:
+        the topic's own replication policy (of its partitioned parent), else its
+        namespace's. Topic policies switched off on the broker (405) or a topic it does not
+        know read the namespace's."""
+        t = _topic(topic).base
+        what = f"replication clusters of {t}"
+        doc = self.get_json(t.admin_path("replication") + "?applied=true", what,
+                            missing_ok=True, none_if=lambda r: r.status_code in (405, 412))
+        if doc is None:
+            what = f"replication clusters of namespace {t.tenant}/{t.namespace}"
+            doc = self.get_json("/admin/v2/namespaces/" + "/".join(
+                quote(p, safe="") for p in (t.tenant, t.namespace)) + "/replication", what)
+        return parse_cluster_list(what, doc)
 
     def partitions(self, topic: str | TopicName) -> int:
         """Partition count from the partitioned-topic metadata (0: not partitioned)."""

@@ -13,7 +13,7 @@ yet; acks are idempotent on the broker.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ from cursorsync.app.clusters import admin_client, source_marker_lookup, target_e
 from cursorsync.app.settings import Config
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.topology import Topology
 from cursorsync.sync.halts import halted
 from cursorsync.sync.marker_lookups import MarkerCache
 from cursorsync.sync.observed import observations, previous_states
@@ -43,8 +44,11 @@ def _mappings(store: TableStore, keys: set[PartitionKey],
 _MARKERS: dict[str, MarkerCache] = {}
 
 
-def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool) -> Any:
-    """The function each task runs over its share of the batch (for ``mapInArrow``)."""
+def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool,
+                    topologies: Mapping[str, Topology | None] | None = None) -> Any:
+    """The function each task runs over its share of the batch (for ``mapInArrow``);
+    ``topologies``: the batch's topics' replication topologies, as the driver read them
+    (see :class:`cursorsync.sync.step.SyncStep`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
@@ -66,7 +70,8 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy,
                                        vouch="snapshot" in config.evidence.strategies),
                             emitter, targets, source_marker_lookup(source_admin, config),
-                            source_admin.created_at, read_targets=targets.many)
+                            source_admin.created_at, read_targets=targets.many,
+                            topology=None if topologies is None else topologies.get)
             step.halted = halted(store, source_cluster=config.source.name,
                                  target_cluster=config.target.name)
             step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,
@@ -88,13 +93,15 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
 
 
 def sync_on_executors(df: Any, config: Config, batch_id: int, *, dry_run: bool,
-                      cumulative: bool) -> pa.Table:
+                      cumulative: bool,
+                      topologies: Mapping[str, Topology | None] | None = None) -> pa.Table:
     """Run the sync step in Spark tasks, one group of topic partitions per task."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = row_schema("sync_progress")
     n = max(1, int(df.sparkSession.sparkContext.defaultParallelism))
-    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative)
+    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative,
+                         topologies=topologies)
     out = df.repartition(n, "topic", "partition").mapInArrow(fn, from_arrow_schema(schema))
     table = out.toArrow()
     return table.cast(schema) if table.num_rows else schema.empty_table()

@@ -209,8 +209,12 @@ class SyncSink:
         try:
             obs = observations(df.toArrow())
             self.cursors = len(obs)
+            topologies = None
+            if self.step.topology is not None:
+                topologies = {t: self.step.topology(t) for t in {o.key.topic for o in obs}}
             rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
-                                     cumulative=self.step.config.cumulative)
+                                     cumulative=self.step.config.cumulative,
+                                     topologies=topologies)
         finally:
             df.unpersist()
         return _Synced(obs, rows, None)

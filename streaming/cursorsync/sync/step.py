@@ -50,6 +50,7 @@ from cursorsync.core.packed_mappings import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
+from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.sync.first_plans import FirstPlans
@@ -111,8 +112,13 @@ class SyncStep:
     def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
                  read_target: TargetReader, lookup_markers: MarkerLookup | None = None,
                  source_created_at: SourceCreatedAt | None = None, *,
-                 read_targets: TargetsReader | None = None) -> None:
+                 read_targets: TargetsReader | None = None,
+                 topology: Callable[[str], Topology | None] | None = None) -> None:
+        """``topology``: a topic's replication topology (None: not known); a topic not
+        known to have two clusters is planned with the evidence that holds on any
+        (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used."""
         self.config = config
+        self.topology = topology
         self.emitter = emitter
         #: How a batch reads its target cursors: together when the reader can (its
         #: requests go out concurrently), else ``read_target`` for each in turn.
@@ -228,8 +234,9 @@ class SyncStep:
             previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
             known = self._plans.get(k)
-            if known is not None and known.reusable(obs.state, version, target, previous_source,
-                                                    self.lookups.markers(obs.key)):
+            whole = self._whole_mapping(obs.key.topic)
+            if whole and known is not None and known.reusable(
+                    obs.state, version, target, previous_source, self.lookups.markers(obs.key)):
                 plan, mapping = known.plan, known.used
                 known.source = obs.state  # the same values: kept as the idle path finds it
             else:
@@ -247,6 +254,8 @@ class SyncStep:
                         self.live_ledgers.saw(obs.key, *firsts)
                 if self.config.vouch:
                     mapping = mapping.vouched()
+                if not whole:
+                    mapping = holding(mapping)
                 mapping = self.lookups.with_markers(obs.key, mapping)
                 plan = translate(obs.state, mapping, target, previous_source=previous_source)
                 if plan.unmapped_acked_entries and self.lookups.look_up(obs, topic, mapping,
@@ -297,6 +306,13 @@ class SyncStep:
         if out:
             self._idle = {k: c for k, c in self._idle.items() if k not in out}
         return out
+
+    def _whole_mapping(self, topic: str) -> bool:
+        """Whether all of a topic's mapping holds: no topology given, or two clusters."""
+        if self.topology is None:
+            return True
+        found = self.topology(topic)
+        return found is not None and found.two_clusters
 
     def adopt_idle(self, cursors: Mapping[tuple[PartitionKey, str], IdleCursor]) -> None:
         """Idle cursors handed back: :meth:`run` decides for them as for its own."""

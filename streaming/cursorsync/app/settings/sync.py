@@ -133,6 +133,10 @@ class EvidenceConfig(_Section):
         default_factory=lambda: list(_ALL_IDENTITY_FIELDS), min_length=1
     )
     alignment_window: int = Field(default=10_000, ge=1)
+    #: How often each topic's replication clusters are read again (both clusters' admin
+    #: APIs): evidence that does not hold on a topic's clusters stops the job within this
+    #: long of its replication changing.
+    topology_check_interval_s: float = Field(default=60.0, gt=0)
     #: Which entries identity evidence digests and matches. ``batched``: the source
     #: brokers stamp the position property (>= 3.0.11 / 3.3.6 / 4.0.4), which consumers
     #: see on every unbatched replica, so only batched entries need identity; the source
