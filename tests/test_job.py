@@ -267,6 +267,8 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
             "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
             "batch_index": pa.array([-1] * n, pa.int32()),
             "batch_size": pa.array([1] * n, pa.int32()),
+            "producer_name": pa.array([None] * n, pa.string()),
+            "publish_time": pa.array([None] * n, pa.int64()),
             "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
             "entry_identity": pa.array([None] * n, pa.binary())})
         return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "B"))))
