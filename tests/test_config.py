@@ -330,7 +330,7 @@ def test_bad_namespace_regex() -> None:
         ("namespaces.0.colour", "namespace, regex, subscriptions"),
         ("evidence.colour",
          "alignment_window, holes, identity_fields, identity_scope, source_position_property, "
-         "strategies"),
+         "strategies, topology_check_interval_s"),
         ("emission.colour", "ack_batch_size, dry_run, first_plans_per_batch, mode, "
                             "rewind_policy, spread_across_executors, subscription_type"),
         ("tables.colour", "backend, compact_every_batches, cursor_states_retention_s, "
