@@ -8,8 +8,10 @@ snapshot anchors are refused by name, and whatever they mapped is left out of ev
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from admin_stub import Reply, StubAdmin
@@ -60,30 +62,54 @@ def test_holding_keeps_only_identity_segments_markers_and_foreign() -> None:
     assert holding(identity_only) is identity_only
 
 
+def _target() -> CursorState:
+    return CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 10)]))
+
+
 def _step(topology: Topology | None) -> SyncStep:
-    target = CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 10)]))
-    return SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target,
+    return SyncStep(SyncConfig(dry_run=True), None, lambda t, s: _target(),
                     topology=None if topology is None else (lambda t: topology))
 
 
-def test_a_plan_beyond_two_clusters_acks_only_what_identity_mapped() -> None:
-    """The stamp of c's message 40:7 names a position on a: with three clusters what it
-    mapped is not acknowledged, though a acked 1:1; identity's pair is."""
+def test_a_third_cluster_s_stamp_is_not_acked_beyond_two_clusters() -> None:
+    """The review's case: c's message reached b as 9:1 with c's own position 40:7 as its
+    stamp. Read as a position on a it lies before a's markDeletePosition 100:1, so with
+    the stamps trusted 9:1 is acked though a's copy of that message (100:5) is not. With
+    the topic known to have three clusters (or not known) nothing the stamps mapped is
+    acked; identity's pair is."""
     key = PartitionKey(TOPIC, 0)
-    rows = np.array([[1, 0, 9, 0, 1], [1, 1, 9, 1, 1]], np.int64)
-    ev = np.array([evidence_mask("identity"), evidence_mask("position-property")], np.int8)
-    mapping = {key: TopicMapping(SegmentSet(rows, ev))}
-    source = CursorState(Position(1, 1), RangeSet(), Ledgers.of([(1, 5)]))
+    rows = np.array([[100, 0, 9, 0, 1], [40, 7, 9, 1, 1], [100, 1, 9, 2, 1]], np.int64)
+    stamps = evidence_mask("position-property")
+    mapping = {key: TopicMapping(SegmentSet(rows, np.array([stamps] * 3, np.int8)))}
+    paired = {key: TopicMapping(SegmentSet(rows[[0, 2]], np.array(
+        [evidence_mask("identity")] * 2, np.int8)))}
+    source = CursorState(Position(100, 1), RangeSet(), Ledgers.of([(100, 10)]))
     obs = ObservedCursor(key, "sub", source, datetime.now(UTC))
-    for topology, acked in ((TWO, 2), (THREE, 1), (None, 1)):
-        step = _step(topology) if topology is not None else SyncStep(
-            SyncConfig(dry_run=True), None,
-            lambda t, s: CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 10)])),
-            topology=lambda t: None)  # not known: as beyond two clusters
-        plan = step.run([obs], mapping).records[0].plan
-        assert plan.to_ack.count_entries() == acked, topology
+    trusted = _step(TWO).run([obs], mapping).records[0].plan
+    assert trusted.to_ack.count_entries() == 3  # what two clusters would allow
+    for topology in (THREE, None):
+        step = _step(THREE) if topology is THREE else SyncStep(
+            SyncConfig(dry_run=True), None, lambda t, s: _target(), topology=lambda t: None)
+        assert step.run([obs], mapping).records[0].plan.to_ack.count_entries() == 0
+        plan = (_step(THREE) if topology is THREE else step).run([obs], paired).records[0].plan
+        assert plan.to_ack == RangeSet.entries(np.array([9, 9]), np.array([0, 2]),
+                                               np.array([1, 1]))
     # No topology at all (a step of its own, a benchmark): every mapping counts.
-    assert _step(None).run([obs], mapping).records[0].plan.to_ack.count_entries() == 2
+    assert _step(None).run([obs], mapping).records[0].plan.to_ack.count_entries() == 3
+
+
+def test_a_third_cluster_s_copy_is_not_acked_by_an_anchor() -> None:
+    """The review's third case: b's entry 9:1 came from c, and a's copy of it shows the
+    same digest, so it is an unpaired copy; an anchor (S 100:3 on a, T 9:2 on b) acks
+    every copy up to 9:2 once a's markDeletePosition passes S. For c's message that does
+    not follow: with three clusters the anchor acks nothing."""
+    key = PartitionKey(TOPIC, 0)
+    mapping = {key: TopicMapping(unpaired=Runs.of((9, 0, 3)),
+                                 anchors=Anchors(np.array([[100, 3, 9, 2]], np.int64)))}
+    source = CursorState(Position(100, 3), RangeSet(), Ledgers.of([(100, 10)]))
+    obs = ObservedCursor(key, "sub", source, datetime.now(UTC))
+    assert _step(TWO).run([obs], mapping).records[0].plan.to_ack.count_entries() == 3
+    assert _step(THREE).run([obs], mapping).records[0].plan.to_ack.count_entries() == 0
 
 
 @pytest.fixture
@@ -153,3 +179,66 @@ def test_a_failed_read_keeps_what_was_known_and_unknown_is_not_two_clusters(
     assert fresh.current(TOPIC) is None
     with pytest.raises(AdminUnavailableError):
         fresh.topology(TOPIC)
+
+
+class _Rows:
+    """What foreachBatch hands the sink: a DataFrame, here only its Arrow table."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:  # pyspark's name
+        return self.table
+
+
+def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
+        stubs: tuple[StubAdmin, StubAdmin], tmp_path: Path) -> None:
+    """A topic whose replication grew a third cluster under the running job: the mapping
+    query's next batch maps nothing of it (the job stops with the refusal)."""
+    from cursorsync.app.settings import parse_config
+    from cursorsync.mapping.entries_rows import packed_batches
+    from cursorsync.mapping.sink import MappingSink
+    from cursorsync.tables import open_store
+
+    a, b = stubs
+    a.routes[APPLIED] = [Reply(body=["a", "b"])]
+    b.routes[APPLIED] = [Reply(body=["a", "b"])]
+    now = [0.0]
+    watch = TopologyWatch(_admin(a, "a"), _admin(b, "b"), "a", "b", ["position-property"],
+                          interval_s=60, clock=lambda: now[0])
+    config = parse_config({
+        "clusters": {"source": {"name": "a", "service_url": "pulsar://h:6650",
+                                "admin_url": a.url},
+                     "target": {"name": "b", "service_url": "pulsar://h:6651",
+                                "admin_url": b.url}},
+        "topics": [{"topic": TOPIC, "subscriptions": ["billing"]}],
+        "evidence": {"strategies": ["position-property"], "holes": "unacked"},
+        "tables": {"path": str(tmp_path / "tables")},
+        "spark": {"checkpoint_dir": str(tmp_path / "ckpt")}})
+    store = open_store("delta-rs", str(tmp_path / "tables"))
+    store.ensure_all()
+
+    def batch(first: int) -> _Rows:
+        n = 2
+        entries = [first, first + 1]
+        rows = pa.RecordBatch.from_pydict({
+            "cluster": ["b"] * n, "topic": [TOPIC] * n,
+            "partition": pa.array([0] * n, pa.int32()),
+            "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
+            "batch_index": pa.array([-1] * n, pa.int32()),
+            "batch_size": pa.array([1] * n, pa.int32()),
+            "producer_name": pa.array([None] * n, pa.string()),
+            "publish_time": pa.array([None] * n, pa.int64()),
+            "source_position": pa.array([f"40:{e}" for e in entries], pa.string()),
+            "entry_identity": pa.array([None] * n, pa.binary())})
+        return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "b"))))
+
+    sink = MappingSink(config, store, tmp_path / "state", None, topology=watch)
+    sink(batch(0), 0)
+    written = store.read("mappings").num_rows
+    assert written > 0
+    b.routes[APPLIED] = [Reply(body=["a", "b", "c"])]
+    now[0] = 61
+    with pytest.raises(TopologyError, match=f"topic {TOPIC} is replicated among a, b, c"):
+        sink(batch(2), 1)
+    assert store.read("mappings").num_rows == written
