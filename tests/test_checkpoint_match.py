@@ -1,0 +1,350 @@
+"""A checkpoint lost, replaced or restored older while the tables are kept: the start
+binds a new checkpoint to the tables, or refuses one that does not go with them, and a
+recorded halt holds either way. Run with the real sync sink on Delta tables, a query
+checkpoint laid out as Spark lays it out (offsets logged before a batch, committed after),
+and the job's own start for a refusal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cursorsync.app.checkpoint_match import (
+    BINDING_FILE,
+    QUERIES,
+    CheckpointMismatchError,
+    Rebased,
+    bind,
+    bind_checkpoints,
+)
+from cursorsync.app.settings import Config
+from cursorsync.app.spark_checkpoint import read_checkpoint
+from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
+from cursorsync.core.positions import Position
+from cursorsync.mapping.sink import MAPPING_APP
+from cursorsync.sync.halts import halted, resume
+from cursorsync.sync.sink import SYNC_APP
+from cursorsync.tables import TableStore, open_store
+from cursorsync.tables.rows import mapping_rows, row_schema
+from sink_world import KEY, T0, RecordingEmitter, new_sink, polled, sink_config
+from test_tables import delta_spark_session  # noqa: F401  (a fixture)
+
+CLUSTERS: dict[str, Any] = {"source_cluster": "A", "target_cluster": "B"}
+HALTED = {(KEY, "billing")}
+
+
+class SparkQuery:
+    """A query's checkpoint kept as Spark keeps it: ``metadata`` when the query starts,
+    ``offsets/N`` before batch N runs, ``commits/N`` after its sink returned; a batch
+    logged and not committed runs again with its id."""
+
+    def __init__(self, location: Path) -> None:
+        self.location = location
+
+    def start(self, query_id: str | None = None) -> None:
+        self.location.mkdir(parents=True, exist_ok=True)
+        meta = self.location / "metadata"
+        if query_id is not None or not meta.exists():
+            meta.write_text(json.dumps({"id": query_id or str(uuid.uuid4())}) + "\n")
+
+    def next_batch(self) -> int:
+        ck = read_checkpoint(str(self.location))
+        if ck.last_offset is not None and ck.last_offset != ck.last_commit:
+            return ck.last_offset
+        return 0 if ck.last_commit is None else ck.last_commit + 1
+
+    def run(self, sink: Any, frame: Any, *, commit: bool = True) -> int:
+        n = self.next_batch()
+        _spark_file(self.location / "offsets", n,
+                    f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0}}\n{{"seq":{n + 1}}}')
+        sink(frame, n)
+        if commit:
+            _spark_file(self.location / "commits", n, 'v1\n{"nextBatchWatermarkMs":0}')
+        return n
+
+
+def _spark_file(directory: Path, n: int, text: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / str(n)).write_text(text + "\n")
+    (directory / f".{n}.crc").write_bytes(b"crc")  # Hadoop's checksum beside it: no batch
+
+
+class World:
+    """One job's config, tables, target cursor and emitter; :meth:`start` is a job start."""
+
+    def __init__(self, tmp_path: Path, store: TableStore | None = None) -> None:
+        self.config: Config = sink_config(tmp_path)
+        self.store = store or open_store("delta-rs", self.config.tables.path)
+        self.store.ensure_all()
+        self.store.append("mappings", mapping_rows(KEY, TopicMapping(SegmentSet.of(
+            [Segment(5, 0, 7, 0, 20)])), written_at=T0, **CLUSTERS), app_id="m", batch_id=0)
+        self.ckpt = Path(self.config.spark.checkpoint_dir)
+        self.sync = SparkQuery(self.ckpt / "sync")
+        self.target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+        self.emitter = RecordingEmitter()
+        self.t = 0
+
+    def start(self) -> Rebased:
+        """What start_job does with the sync query: bind, then Spark starts the query."""
+        bases = bind_checkpoints(self.store, {"mapping": str(self.ckpt / "mapping"),
+                                              "sync": str(self.ckpt / "sync")},
+                                 builder_state=str(self.ckpt / "builder-state"))
+        self.sync.start()
+        return Rebased(new_sink(self.config, self.store, self.emitter, self.target),
+                       bases["sync"])
+
+    def poll(self, sink: Rebased, mark_delete: str, *, commit: bool = True) -> int:
+        """One sync batch polling the source at ``mark_delete``; the batch id in the tables."""
+        self.t += 1
+        return self.sync.run(sink, polled(mark_delete, T0 + timedelta(seconds=self.t)),
+                             commit=commit) + sink.base
+
+    def target_at(self, entry: int) -> None:
+        self.target[0] = CursorState(Position(7, entry), ledgers=Ledgers.of([(7, 20)]))
+
+    def outcomes(self) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for r in self.store.read("sync_progress").to_pylist():
+            out.setdefault(r["batch_id"], []).append(r["outcome"])
+        return out
+
+    def first_life(self) -> None:
+        """Batches 0-2: synced to 7:9, then a rewind on the source halts the sync."""
+        sink = self.start()
+        assert self.poll(sink, "5:9") == 0
+        self.target_at(9)
+        assert self.poll(sink, "5:4") == 1
+        assert self.poll(sink, "5:12") == 2
+        assert self.outcomes() == {0: ["exact"], 1: ["halted"], 2: ["halted"]}
+        assert halted(self.store, **CLUSTERS) == HALTED and len(self.emitter.sent) == 1
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+@pytest.fixture(params=["delta-rs", pytest.param("delta-spark", marks=pytest.mark.spark)])
+def any_world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
+    """A world on each backend (delta-spark in a local session with the Delta jars)."""
+    if request.param == "delta-spark":
+        spark = request.getfixturevalue("delta_spark_session")
+        return World(tmp_path, open_store("delta-spark", str(tmp_path / "tables"), spark=spark))
+    return World(tmp_path)
+
+
+# ------------------------------------------------------------------ carry on
+
+
+def test_a_new_job_binds_at_batch_zero_as_before(world: World) -> None:
+    sink = world.start()
+    assert sink.base == 0
+    assert world.poll(sink, "5:3") == 0 and world.outcomes() == {0: ["exact"]}
+    binding = json.loads((world.ckpt / "sync" / BINDING_FILE).read_text())
+    assert binding["base"] == 0 and binding["tables"] == world.store.root
+
+
+def test_a_restart_on_the_same_checkpoint_goes_on_and_the_halt_holds(world: World) -> None:
+    world.first_life()
+    sink = world.start()
+    assert sink.base == 0
+    assert world.poll(sink, "5:13") == 3
+    assert world.outcomes()[3] == ["halted"] and len(world.emitter.sent) == 1
+    assert halted(world.store, **CLUSTERS) == HALTED
+
+
+def test_a_new_checkpoint_on_kept_tables_numbers_on_and_halts_hold(any_world: World) -> None:
+    _new_checkpoint_on_kept_tables(any_world, "deleted")
+
+
+@pytest.mark.parametrize("lost", ["emptied", "started-only"])
+def test_an_empty_checkpoint_is_a_new_one(world: World, lost: str) -> None:
+    _new_checkpoint_on_kept_tables(world, lost)
+
+
+def _new_checkpoint_on_kept_tables(world: World, lost: str) -> None:
+    world.first_life()
+    shutil.rmtree(world.ckpt)
+    if lost == "emptied":  # directories and nothing in them
+        for d in ("offsets", "commits"):
+            (world.ckpt / "sync" / d).mkdir(parents=True)
+    elif lost == "started-only":  # a query started and stopped before its first batch
+        SparkQuery(world.ckpt / "sync").start()
+    sink = world.start()
+    assert sink.base == 3
+    # Spark's batch 0 is the tables' batch 3: its rows land, the recorded halt holds.
+    assert world.poll(sink, "5:13") == 3
+    assert world.outcomes()[3] == ["halted"] and len(world.emitter.sent) == 1
+    assert halted(world.store, **CLUSTERS) == HALTED
+    # Resumed, it syncs; a rewind under the new checkpoint halts again, and it lasts.
+    resume(world.store, topic=KEY.topic, subscription="billing", **CLUSTERS)
+    assert world.poll(sink, "5:14") == 4 and world.outcomes()[4] == ["exact"]
+    world.target_at(14)
+    assert world.poll(sink, "5:6") == 5 and world.outcomes()[5] == ["halted"]
+    assert halted(world.store, **CLUSTERS) == HALTED
+    assert world.poll(sink, "5:16") == 6 and world.outcomes()[6] == ["halted"]
+    assert len(world.emitter.sent) == 2
+
+
+def test_a_rewind_while_the_checkpoint_was_lost_is_seen(world: World) -> None:
+    """The previous source state comes from the tables' older batches."""
+    sink = world.start()
+    world.poll(sink, "5:9")
+    world.target_at(9)
+    world.poll(sink, "5:10")
+    shutil.rmtree(world.ckpt)
+    sink = world.start()
+    assert world.poll(sink, "5:2") == 2
+    assert world.outcomes()[2] == ["halted"]
+    assert halted(world.store, **CLUSTERS) == HALTED
+
+
+def test_a_batch_replayed_under_a_new_checkpoint_writes_once(world: World) -> None:
+    world.first_life()
+    shutil.rmtree(world.ckpt)
+    sink = world.start()
+    assert world.poll(sink, "5:13", commit=False) == 3  # its sink wrote, Spark did not commit
+    sink = world.start()
+    assert world.poll(sink, "5:13") == 3  # Spark runs batch 0 again: the tables' batch 3
+    assert world.outcomes()[3] == ["halted"]  # once
+    assert world.poll(sink, "5:14") == 4
+
+
+def test_a_checkpoint_from_before_bindings_is_bound_when_it_agrees(world: World) -> None:
+    world.first_life()
+    (world.ckpt / "sync" / BINDING_FILE).unlink()
+    sink = world.start()
+    assert sink.base == 0 and (world.ckpt / "sync" / BINDING_FILE).exists()
+    assert world.poll(sink, "5:13") == 3 and world.outcomes()[3] == ["halted"]
+
+
+def test_a_new_mapping_checkpoint_numbers_on_and_drops_a_gone_checkpoints_states(
+        world: World) -> None:
+    empty = row_schema("mappings").empty_table()
+    for batch in range(5):
+        world.store.append("mappings", empty, app_id=MAPPING_APP, batch_id=batch)
+    states = world.ckpt / "builder-state"
+    states.mkdir(parents=True)
+    for batch in (3, 4):
+        (states / f"builder-{batch}.arrow").write_bytes(b"of the gone checkpoint")
+    bases = bind_checkpoints(world.store, {"mapping": str(world.ckpt / "mapping")},
+                             builder_state=str(states))
+    assert bases == {"mapping": 5} and list(states.iterdir()) == []
+    # Bound now: the next start keeps the base.
+    assert bind(world.store, QUERIES["mapping"], str(world.ckpt / "mapping")) == 5
+
+
+# ------------------------------------------------------------------ refuse
+
+
+def _refused(world: World, match: str) -> str:
+    with pytest.raises(CheckpointMismatchError, match=match) as err:
+        world.start()
+    message = str(err.value)
+    assert "\n" not in message
+    # Refused before anything was written: the halt holds.
+    assert halted(world.store, **CLUSTERS) == HALTED
+    return message
+
+
+def test_a_checkpoint_of_other_tables_is_refused(world: World, tmp_path: Path) -> None:
+    world.first_life()
+    other = World(tmp_path / "other")
+    other_sink = other.start()
+    for mark in ("5:1", "5:2", "5:3", "5:4", "5:5"):
+        other.poll(other_sink, mark)
+    shutil.rmtree(world.ckpt / "sync")
+    shutil.copytree(other.ckpt / "sync", world.ckpt / "sync")
+    message = _refused(world, "was not made with these tables")
+    assert str(world.ckpt / "sync") in message and world.store.uri("sync_progress") in message
+    assert "batch 0" in message and "last batch of cursorsync-sync: 2" in message
+    # Moved aside, as the line says: a new checkpoint binds and the halt holds.
+    world.ckpt.rename(tmp_path / "ckpt-aside")
+    sink = world.start()
+    assert world.poll(sink, "5:13") == 3 and world.outcomes()[3] == ["halted"]
+
+
+def test_a_checkpoint_without_binding_whose_batches_disagree_is_refused(world: World) -> None:
+    world.first_life()
+    shutil.rmtree(world.ckpt)
+    query = SparkQuery(world.ckpt / "sync")  # someone else's, of one batch
+    query.start()
+    query.run(lambda df, n: None, None)
+    _refused(world, r"is older than the tables: its last batch is 0 \(batch 0 in the "
+                    r"tables\), but table sync_progress at .* holds batch 2 of cursorsync-sync")
+
+
+def test_a_checkpoint_with_another_spark_query_is_refused(world: World) -> None:
+    world.first_life()
+    world.start()  # the second start records the query id Spark gave the checkpoint
+    assert json.loads((world.ckpt / "sync" / BINDING_FILE).read_text())["spark_query_id"]
+    world.sync.start(query_id=str(uuid.uuid4()))
+    _refused(world, "was replaced: it holds Spark query")
+
+
+def test_an_older_checkpoint_is_refused(any_world: World, tmp_path: Path) -> None:
+    world = any_world
+    world.first_life()
+    backup = tmp_path / "ckpt-backup"
+    shutil.copytree(world.ckpt, backup)
+    sink = world.start()
+    world.poll(sink, "5:13")
+    world.poll(sink, "5:14")
+    shutil.rmtree(world.ckpt)
+    shutil.copytree(backup, world.ckpt)
+    message = _refused(world, r"is older than the tables: its last batch is 2 \(batch 2 in the "
+                              r"tables\), but table sync_progress at .* holds batch 4")
+    assert str(world.ckpt / "sync") in message and "move" in message
+
+
+def test_tables_older_than_the_checkpoint_are_refused(world: World, tmp_path: Path) -> None:
+    world.first_life()
+    backup = tmp_path / "tables-backup"
+    shutil.copytree(world.config.tables.path, backup)
+    sink = world.start()
+    world.poll(sink, "5:13")
+    shutil.rmtree(world.config.tables.path)
+    shutil.copytree(backup, world.config.tables.path)
+    _refused(world, r"table sync_progress at .* is older than checkpoint .*: the checkpoint "
+                    r"completed batch 3 \(batch 3 in the tables\), and the table's last batch "
+                    r"of cursorsync-sync is 2")
+
+
+class _Session:
+    """What start_job asks of a SparkSession before its queries (delta-rs tables)."""
+
+    class _Conf:
+        def set(self, key: str, value: str) -> None:
+            pass
+
+    class _Sources:
+        def register(self, source: type) -> None:
+            pass
+
+    conf = _Conf()
+    dataSource = _Sources()
+
+
+def test_the_job_start_refuses_an_older_checkpoint_before_its_queries(
+        world: World, tmp_path: Path) -> None:
+    from cursorsync.app.job import start_job
+
+    world.first_life()
+    backup = tmp_path / "ckpt-backup"
+    shutil.copytree(world.ckpt, backup)
+    sink = world.start()
+    world.poll(sink, "5:13")
+    shutil.rmtree(world.ckpt)
+    shutil.copytree(backup, world.ckpt)
+    with pytest.raises(CheckpointMismatchError, match=str(world.ckpt / "sync")):
+        start_job(world.config, spark=_Session(), serve_metrics=False)
+    assert halted(world.store, **CLUSTERS) == HALTED
+    assert world.store.last_batch(SYNC_APP) == 3  # nothing written by the refused start
