@@ -116,15 +116,23 @@ class World:
             out.setdefault(r["batch_id"], []).append(r["outcome"])
         return out
 
+    def newest(self) -> tuple[int, str]:
+        """The batch id and outcome of the newest status row."""
+        r = max(self.store.read("sync_progress").to_pylist(), key=lambda r: r["emitted_at"])
+        return r["batch_id"], r["outcome"]
+
     def first_life(self) -> None:
-        """Batches 0-2: synced to 7:9, then a rewind on the source halts the sync."""
+        """Batches 0-3 sync to 7:9; in batch 4 a rewind on the source halts the sync, and
+        batch 5 stays halted."""
         sink = self.start()
-        assert self.poll(sink, "5:9") == 0
-        self.target_at(9)
-        assert self.poll(sink, "5:4") == 1
-        assert self.poll(sink, "5:12") == 2
-        assert self.outcomes() == {0: ["exact"], 1: ["halted"], 2: ["halted"]}
-        assert halted(self.store, **CLUSTERS) == HALTED and len(self.emitter.sent) == 1
+        for batch, entry in enumerate((3, 5, 7, 9)):
+            assert self.poll(sink, f"5:{entry}") == batch
+            self.target_at(entry)
+        assert self.poll(sink, "5:4") == 4
+        assert self.poll(sink, "5:12") == 5
+        assert self.outcomes() == {**{b: ["exact"] for b in range(4)},
+                                   4: ["halted"], 5: ["halted"]}
+        assert halted(self.store, **CLUSTERS) == HALTED and len(self.emitter.sent) == 4
 
 
 @pytest.fixture
@@ -156,8 +164,8 @@ def test_a_restart_on_the_same_checkpoint_goes_on_and_the_halt_holds(world: Worl
     world.first_life()
     sink = world.start()
     assert sink.base == 0
-    assert world.poll(sink, "5:13") == 3
-    assert world.outcomes()[3] == ["halted"] and len(world.emitter.sent) == 1
+    assert world.poll(sink, "5:13") == 6
+    assert world.outcomes()[6] == ["halted"] and len(world.emitter.sent) == 4
     assert halted(world.store, **CLUSTERS) == HALTED
 
 
@@ -179,19 +187,21 @@ def _new_checkpoint_on_kept_tables(world: World, lost: str) -> None:
     elif lost == "started-only":  # a query started and stopped before its first batch
         SparkQuery(world.ckpt / "sync").start()
     sink = world.start()
-    assert sink.base == 3
-    # Spark's batch 0 is the tables' batch 3: its rows land, the recorded halt holds.
-    assert world.poll(sink, "5:13") == 3
-    assert world.outcomes()[3] == ["halted"] and len(world.emitter.sent) == 1
+    # Spark's batch 0: its status row lands (as the tables' batch 6), the recorded halt holds.
+    world.poll(sink, "5:13")
+    assert world.newest() == (6, "halted") and len(world.emitter.sent) == 4
     assert halted(world.store, **CLUSTERS) == HALTED
-    # Resumed, it syncs; a rewind under the new checkpoint halts again, and it lasts.
+    # Resumed, it syncs; a rewind under the new checkpoint halts again, and the halt lasts.
     resume(world.store, topic=KEY.topic, subscription="billing", **CLUSTERS)
-    assert world.poll(sink, "5:14") == 4 and world.outcomes()[4] == ["exact"]
+    world.poll(sink, "5:14")
+    assert world.newest() == (7, "exact") and len(world.emitter.sent) == 5
     world.target_at(14)
-    assert world.poll(sink, "5:6") == 5 and world.outcomes()[5] == ["halted"]
+    world.poll(sink, "5:6")
+    assert world.newest() == (8, "halted")
     assert halted(world.store, **CLUSTERS) == HALTED
-    assert world.poll(sink, "5:16") == 6 and world.outcomes()[6] == ["halted"]
-    assert len(world.emitter.sent) == 2
+    world.poll(sink, "5:16")
+    assert world.newest() == (9, "halted") and len(world.emitter.sent) == 5
+    assert sink.base == 6 and sorted(world.outcomes()) == list(range(10))
 
 
 def test_a_rewind_while_the_checkpoint_was_lost_is_seen(world: World) -> None:
@@ -202,8 +212,8 @@ def test_a_rewind_while_the_checkpoint_was_lost_is_seen(world: World) -> None:
     world.poll(sink, "5:10")
     shutil.rmtree(world.ckpt)
     sink = world.start()
-    assert world.poll(sink, "5:2") == 2
-    assert world.outcomes()[2] == ["halted"]
+    world.poll(sink, "5:2")
+    assert world.newest() == (2, "halted")
     assert halted(world.store, **CLUSTERS) == HALTED
 
 
@@ -211,11 +221,11 @@ def test_a_batch_replayed_under_a_new_checkpoint_writes_once(world: World) -> No
     world.first_life()
     shutil.rmtree(world.ckpt)
     sink = world.start()
-    assert world.poll(sink, "5:13", commit=False) == 3  # its sink wrote, Spark did not commit
+    assert world.poll(sink, "5:13", commit=False) == 6  # its sink wrote, Spark did not commit
     sink = world.start()
-    assert world.poll(sink, "5:13") == 3  # Spark runs batch 0 again: the tables' batch 3
-    assert world.outcomes()[3] == ["halted"]  # once
-    assert world.poll(sink, "5:14") == 4
+    assert world.poll(sink, "5:13") == 6  # Spark runs batch 0 again: the tables' batch 6
+    assert world.outcomes()[6] == ["halted"]  # once
+    assert world.poll(sink, "5:14") == 7
 
 
 def test_a_checkpoint_from_before_bindings_is_bound_when_it_agrees(world: World) -> None:
@@ -223,7 +233,7 @@ def test_a_checkpoint_from_before_bindings_is_bound_when_it_agrees(world: World)
     (world.ckpt / "sync" / BINDING_FILE).unlink()
     sink = world.start()
     assert sink.base == 0 and (world.ckpt / "sync" / BINDING_FILE).exists()
-    assert world.poll(sink, "5:13") == 3 and world.outcomes()[3] == ["halted"]
+    assert world.poll(sink, "5:13") == 6 and world.outcomes()[6] == ["halted"]
 
 
 def test_a_new_mapping_checkpoint_numbers_on_and_drops_a_gone_checkpoints_states(
@@ -265,11 +275,11 @@ def test_a_checkpoint_of_other_tables_is_refused(world: World, tmp_path: Path) -
     shutil.copytree(other.ckpt / "sync", world.ckpt / "sync")
     message = _refused(world, "was not made with these tables")
     assert str(world.ckpt / "sync") in message and world.store.uri("sync_progress") in message
-    assert "batch 0" in message and "last batch of cursorsync-sync: 2" in message
+    assert "batch 0" in message and "last batch of cursorsync-sync: 5" in message
     # Moved aside, as the line says: a new checkpoint binds and the halt holds.
     world.ckpt.rename(tmp_path / "ckpt-aside")
     sink = world.start()
-    assert world.poll(sink, "5:13") == 3 and world.outcomes()[3] == ["halted"]
+    assert world.poll(sink, "5:13") == 6 and world.outcomes()[6] == ["halted"]
 
 
 def test_a_checkpoint_without_binding_whose_batches_disagree_is_refused(world: World) -> None:
@@ -279,7 +289,7 @@ def test_a_checkpoint_without_binding_whose_batches_disagree_is_refused(world: W
     query.start()
     query.run(lambda df, n: None, None)
     _refused(world, r"is older than the tables: its last batch is 0 \(batch 0 in the "
-                    r"tables\), but table sync_progress at .* holds batch 2 of cursorsync-sync")
+                    r"tables\), but table sync_progress at .* holds batch 5 of cursorsync-sync")
 
 
 def test_a_checkpoint_with_another_spark_query_is_refused(world: World) -> None:
@@ -300,8 +310,8 @@ def test_an_older_checkpoint_is_refused(any_world: World, tmp_path: Path) -> Non
     world.poll(sink, "5:14")
     shutil.rmtree(world.ckpt)
     shutil.copytree(backup, world.ckpt)
-    message = _refused(world, r"is older than the tables: its last batch is 2 \(batch 2 in the "
-                              r"tables\), but table sync_progress at .* holds batch 4")
+    message = _refused(world, r"is older than the tables: its last batch is 5 \(batch 5 in the "
+                              r"tables\), but table sync_progress at .* holds batch 7")
     assert str(world.ckpt / "sync") in message and "move" in message
 
 
@@ -314,8 +324,8 @@ def test_tables_older_than_the_checkpoint_are_refused(world: World, tmp_path: Pa
     shutil.rmtree(world.config.tables.path)
     shutil.copytree(backup, world.config.tables.path)
     _refused(world, r"table sync_progress at .* is older than checkpoint .*: the checkpoint "
-                    r"completed batch 3 \(batch 3 in the tables\), and the table's last batch "
-                    r"of cursorsync-sync is 2")
+                    r"completed batch 6 \(batch 6 in the tables\), and the table's last batch "
+                    r"of cursorsync-sync is 5")
 
 
 class _Session:
@@ -347,4 +357,4 @@ def test_the_job_start_refuses_an_older_checkpoint_before_its_queries(
     with pytest.raises(CheckpointMismatchError, match=str(world.ckpt / "sync")):
         start_job(world.config, spark=_Session(), serve_metrics=False)
     assert halted(world.store, **CLUSTERS) == HALTED
-    assert world.store.last_batch(SYNC_APP) == 3  # nothing written by the refused start
+    assert world.store.last_batch(SYNC_APP) == 6  # nothing written by the refused start
