@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -354,7 +356,95 @@ def test_the_job_start_refuses_an_older_checkpoint_before_its_queries(
     world.poll(sink, "5:13")
     shutil.rmtree(world.ckpt)
     shutil.copytree(backup, world.ckpt)
+    shutil.rmtree(world.ckpt / "mapping")  # new: it would be bound, were the sync's not refused
     with pytest.raises(CheckpointMismatchError, match=str(world.ckpt / "sync")):
         start_job(world.config, spark=_Session(), serve_metrics=False)
     assert halted(world.store, **CLUSTERS) == HALTED
-    assert world.store.last_batch(SYNC_APP) == 6  # nothing written by the refused start
+    # Nothing written by the refused start.
+    assert world.store.last_batch(SYNC_APP) == 6
+    assert not (world.ckpt / "mapping").exists()
+
+
+# ------------------------------------------------------------------ the job on the test bed
+
+
+def _until(what: str, check: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_back(
+        testbed: Any, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A halted job stopped, its checkpoint lost: the job starts on a new one, its status
+    rows go on past the tables' batch ids and the halt holds; the lost checkpoint put back
+    is older than the tables and the start refuses it."""
+    from cursorsync.app.job import start_job
+    from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
+    from cursorsync.pulsar.topics import TopicName
+    from cursorsync_devtools.demo import demo_config
+    from job_on_bed import (
+        SUB,
+        consumer_on_a,
+        last_data_entry,
+        mark_delete,
+        send_and_ack,
+        shared_topic,
+    )
+
+    topic = shared_topic(testbed, topic_name("ckpt"))
+    consumer = consumer_on_a(testbed, topic)
+    send_and_ack(testbed, topic, consumer, 20)
+    testbed.wait_replicated([topic])
+    data = load_config(EMBEDDED_CONFIG_PATH).model_dump(mode="json", by_alias=True)
+    data["emission"]["rewind_policy"] = "halt"
+    config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB],
+                         base=parse_config(data))
+    store = open_store("delta-rs", config.tables.path)
+    clusters = {"source_cluster": "a", "target_cluster": "b"}
+
+    def newest() -> tuple[int, str] | None:
+        rows = [r for r in store.read("sync_progress").to_pylist() if r["topic"] == topic]
+        r = max(rows, key=lambda r: r["emitted_at"]) if rows else None
+        return None if r is None else (r["batch_id"], r["outcome"])
+
+    job = start_job(config)
+    spark = job.spark
+    try:
+        last = last_data_entry(testbed, topic)
+        _until("b's cursor follows a's", lambda: mark_delete(testbed, "b", topic, SUB) >= last)
+        acked = mark_delete(testbed, "a", topic, SUB)
+        testbed.admin_call("a", "POST", TopicName.parse(topic).admin_path(
+            f"subscription/{SUB}/resetcursor"),
+            json={"ledgerId": acked.ledger, "entryId": acked.entry - 15, "partitionIndex": -1})
+        _until("the sync halts", lambda: (newest() or (0, ""))[1] == "halted")
+    finally:
+        job.stop()
+    synced = mark_delete(testbed, "b", topic, SUB)
+    before = store.last_batch(SYNC_APP)
+    assert before is not None and len(halted(store, **clusters)) == 1
+    ckpt = Path(config.spark.checkpoint_dir)
+    lost = tmp_path / "checkpoint-lost"
+    ckpt.rename(lost)
+
+    job = start_job(config, spark=spark)
+    try:
+        send_and_ack(testbed, topic, consumer, 5)
+        testbed.wait_replicated([topic])
+        _until("status rows past the tables' last batch",
+               lambda: (newest() or (0, ""))[0] > before + 2)
+        assert newest()[1] == "halted"  # type: ignore[index]
+        assert len(halted(store, **clusters)) == 1
+        assert mark_delete(testbed, "b", topic, SUB) == synced
+    finally:
+        job.stop()
+
+    shutil.rmtree(ckpt)
+    lost.rename(ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"is older than the tables"):
+        start_job(config, spark=spark)
+    assert len(halted(store, **clusters)) == 1

@@ -122,22 +122,59 @@ def identity_app(app_id: str, generation: str) -> str:
 def bind_checkpoints(store: TableStore, locations: Mapping[str, str], *,
                      builder_state: str | None = None) -> dict[str, int]:
     """Match each query's checkpoint (``locations``: query name -> directory) with the
-    tables, binding what is not bound yet; returns each query's base.
+    tables, then bind what is not bound yet; returns each query's base.
 
     ``builder_state``: the mapping builder's state directory, emptied when the mapping
     query's checkpoint is new (its states belong to a checkpoint that is gone).
-    Raises :class:`CheckpointMismatchError` when a checkpoint does not go with the tables.
+    Raises :class:`CheckpointMismatchError` when a checkpoint does not go with the tables,
+    before anything is written.
     """
-    bases = {}
-    for name, location in locations.items():
-        bases[name] = bind(store, QUERIES[name], location,
-                           stale_states=builder_state if name == "mapping" else None)
-    return bases
+    found = [match(store, QUERIES[name], location) for name, location in locations.items()]
+    return {m.query.name: m.apply(store, stale_states=builder_state
+                                  if m.query.name == "mapping" else None) for m in found}
 
 
 def bind(store: TableStore, query: Query, location: str, *,
          stale_states: str | None = None) -> int:
-    """Match one query's checkpoint with the tables (see the module docstring); its base."""
+    """Match one query's checkpoint with the tables and bind it; its base."""
+    return match(store, query, location).apply(store, stale_states=stale_states)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A checkpoint that goes with the tables, and what binding it still needs."""
+
+    query: Query
+    location: str
+    checkpoint: QueryCheckpoint
+    binding: Binding
+    #: Not bound yet: the tables' record and the file are written.
+    new: bool
+
+    def apply(self, store: TableStore, *, stale_states: str | None = None) -> int:
+        """Write what the binding needs; the base."""
+        fs, root = filesystem(self.location)
+        path = f"{root}/{BINDING_FILE}"
+        base = self.binding.base
+        if self.new:
+            if self.checkpoint.fresh and stale_states is not None:
+                _clear_states(stale_states)
+            # The tables first: a binding file the tables do not know is a refusal.
+            table = self.query.table
+            store.append(table, row_schema(table).empty_table(),
+                         app_id=identity_app(self.query.app_id, self.binding.generation),
+                         batch_id=base)
+            _write(fs, path, self.binding)
+            log.info("checkpoint %s bound to the tables at %s: a batch's id there is Spark's "
+                     "plus %d", self.location, store.root, base)
+        elif self.checkpoint.query_id is not None and self.binding.spark_query_id is None:
+            _write(fs, path, replace(self.binding, spark_query_id=self.checkpoint.query_id))
+        return base
+
+
+def match(store: TableStore, query: Query, location: str) -> Match:
+    """Check one query's checkpoint against the tables (see the module docstring), writing
+    nothing; raises :class:`CheckpointMismatchError` when it does not go with them."""
     ckpt = read_checkpoint(location)
     fs, root = filesystem(location)
     path = f"{root}/{BINDING_FILE}"
@@ -146,33 +183,23 @@ def bind(store: TableStore, query: Query, location: str, *,
     except OSError as err:
         raise CheckpointReadError(f"cannot read checkpoint binding {path}: {err}") from err
     recorded = store.last_batch(query.app_id)
-    if text is None:
-        if ckpt.fresh:
-            base = 0 if recorded is None else recorded + 1
-            if recorded is not None:
-                log.warning("checkpoint %s is new and the tables hold batches up to %d of "
-                            "%s: its batches are numbered from %d on in the tables",
-                            location, recorded, query.app_id, base)
-            if stale_states is not None:
-                _clear_states(stale_states)
-        else:
-            base = 0  # written before bindings existed: Spark's batch ids are the tables'
-            _check_batches(store, query, ckpt, base, recorded)
-        binding = Binding(query.name, uuid.uuid4().hex, base, store.root, ckpt.query_id,
-                          datetime.now(UTC).isoformat())
-        # The tables first: a binding file the tables do not know is a refusal.
-        store.append(query.table, row_schema(query.table).empty_table(),
-                     app_id=identity_app(query.app_id, binding.generation), batch_id=base)
-        _write(fs, path, binding)
-        log.info("checkpoint %s bound to the tables at %s: a batch's id there is Spark's "
-                 "plus %d", location, store.root, base)
-        return base
-    binding = Binding.parse(text, path)
-    _check_identity(store, query, ckpt, binding, recorded)
-    _check_batches(store, query, ckpt, binding.base, recorded)
-    if ckpt.query_id is not None and binding.spark_query_id is None:
-        _write(fs, path, replace(binding, spark_query_id=ckpt.query_id))
-    return binding.base
+    if text is not None:
+        binding = Binding.parse(text, path)
+        _check_identity(store, query, ckpt, binding, recorded)
+        _check_batches(store, query, ckpt, binding.base, recorded)
+        return Match(query, location, ckpt, binding, new=False)
+    if ckpt.fresh:
+        base = 0 if recorded is None else recorded + 1
+        if recorded is not None:
+            log.warning("checkpoint %s is new and the tables hold batches up to %d of %s: "
+                        "its batches are numbered from %d on in the tables",
+                        location, recorded, query.app_id, base)
+    else:
+        base = 0  # written before bindings existed: Spark's batch ids are the tables'
+        _check_batches(store, query, ckpt, base, recorded)
+    binding = Binding(query.name, uuid.uuid4().hex, base, store.root, ckpt.query_id,
+                      datetime.now(UTC).isoformat())
+    return Match(query, location, ckpt, binding, new=True)
 
 
 def _check_identity(store: TableStore, query: Query, ckpt: QueryCheckpoint, binding: Binding,
