@@ -27,8 +27,8 @@ id once there is one), and in the query's every-batch table an empty commit of w
 Batch ids agree when, with base B, the checkpoint's last offsets N and last commit C:
 no table holds a batch of the writer above B+N (a batch writes only after Spark logged
 its offsets; above it, the checkpoint is older than the tables: a restored backup), and
-the every-batch table holds B+C (Spark commits a batch after its writes; below it, the
-tables are older than the checkpoint). A refusal is one line naming the checkpoint, the
+the every-batch table holds B+C or later (Spark commits a batch after its writes; short
+of it, the tables are older than the checkpoint). A refusal is one line naming the checkpoint, the
 table and both batch ids; moving the checkpoint aside makes the next start bind a new one.
 """
 
