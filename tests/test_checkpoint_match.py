@@ -422,6 +422,7 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
             f"subscription/{SUB}/resetcursor"),
             json={"ledgerId": acked.ledger, "entryId": acked.entry - 15, "partitionIndex": -1})
         _until("the sync halts", lambda: (newest() or (0, ""))[1] == "halted")
+        job.wait_batches(5, timeout_s=60)  # the tables' batch ids run well ahead of 0
     finally:
         job.stop()
     synced = mark_delete(testbed, "b", topic, SUB)
@@ -433,10 +434,15 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
 
     job = start_job(config, spark=spark)
     try:
+        sync_query = job.queries[1]
+        _until("the new checkpoint's first sync batch",
+               lambda: sync_query.lastProgress is not None)
+        # Its status row landed, past the tables' last batch, and says the halt holds.
+        assert newest()[0] > before  # type: ignore[index]
+        assert newest()[1] == "halted"  # type: ignore[index]
         send_and_ack(testbed, topic, consumer, 5)
         testbed.wait_replicated([topic])
-        _until("status rows past the tables' last batch",
-               lambda: (newest() or (0, ""))[0] > before + 2)
+        job.wait_batches(3, timeout_s=60)
         assert newest()[1] == "halted"  # type: ignore[index]
         assert len(halted(store, **clusters)) == 1
         assert mark_delete(testbed, "b", topic, SUB) == synced
