@@ -11,7 +11,9 @@
 Both sinks are ``foreachBatch`` functions on the driver; every table write is
 idempotent per (query, batch id), and the builder's state is saved per batch
 id under the checkpoint, so a batch Spark re-runs after a crash produces the
-same rows and re-sends only acks (idempotent on the broker).
+same rows and re-sends only acks (idempotent on the broker). Before the queries
+start, each checkpoint is matched with the tables and its batch ids are bound to
+theirs (:mod:`cursorsync.app.checkpoint_match`).
 
 Emission runs on the driver by default. With
 ``emission.spread_across_executors`` the sync batch is repartitioned by topic
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cursorsync.app.checkpoint_match import Rebased, bind_checkpoints
 from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
 from cursorsync.app.maintenance import TableMaintenance
 from cursorsync.app.metrics import Metrics
@@ -177,9 +180,12 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     store.ensure_all()
     log.info("Spark session and tables (%s) ready in %.1f s", config.tables.backend,
              time.perf_counter() - t0)
+    ckpt = Path(config.spark.checkpoint_dir)
+    # Each query's checkpoint against what the tables recorded, before anything starts.
+    locations = {"mapping": str(ckpt / "mapping"), "sync": str(ckpt / "sync")}
+    bases = bind_checkpoints(store, locations, builder_state=str(ckpt / "builder-state"))
     metrics = metrics or Metrics()
     server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
-    ckpt = Path(config.spark.checkpoint_dir)
     admin = admin_client(config.target)
     dry = config.emission.dry_run if dry_run is None else dry_run
     if emitter is None and not dry and not config.emission.spread_across_executors:
@@ -230,13 +236,14 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     entries = entries_stream(spark, config, "target", wake_file=wake_file)
     if {"identity", "snapshot"} & set(config.evidence.strategies):
         entries = entries.unionByName(entries_stream(spark, config, "source"))
-    mq = (entries.writeStream.queryName("cursorsync-mapping").foreachBatch(mapping_sink)
-          .option("checkpointLocation", str(ckpt / "mapping"))
+    mq = (entries.writeStream.queryName("cursorsync-mapping")
+          .foreachBatch(Rebased(mapping_sink, bases["mapping"]))
+          .option("checkpointLocation", locations["mapping"])
           .trigger(processingTime=mapping_trigger)
           .start())
     cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
-          .queryName("cursorsync-sync").foreachBatch(sync_sink)
-          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=trigger)
+          .queryName("cursorsync-sync").foreachBatch(Rebased(sync_sink, bases["sync"]))
+          .option("checkpointLocation", locations["sync"]).trigger(processingTime=trigger)
           .start())
     poller = _ProgressPoller([mq, cq], metrics, config.spark.trigger_interval_s)
     poller.start()
