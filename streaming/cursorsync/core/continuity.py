@@ -4,10 +4,18 @@ A markDeletePosition covers every position before it, including ledgers the topi
 has. Normally a ledger goes only once every cursor has passed it (trimming), so what it held
 was acked. But a topic deleted and created again starts on new ledgers, with ids above every
 old one: its new cursor's markDeletePosition then "covers" the old topic's entries, acked or
-not, and the target still holds copies of them. Comparing two observations of one cursor
-finds the entries at stake: those the earlier one showed unacked, in ledgers the later one
-no longer lists. Whether they went by trimming (acked) or with the topic (not acked) is a
-question for the broker (:mod:`cursorsync.sync.step` asks it).
+not, and the target still holds copies of them.
+
+Two cases ask which it was. A cursor observed before: the entries the earlier observation
+showed unacked, in ledgers the later one no longer lists (:func:`vanished_unacked`). A cursor
+observed for the first time: the mapped entries its markDeletePosition covers in ledgers
+before the first one the source lists (:func:`unlisted_copies`). Ledger ids answer without a
+clock: a cluster draws every ledger id from one increasing sequence, and a topic's managed
+ledger exists before it creates any ledger. So once the source names the lowest ledger id its
+topic has now (data or cursor ledger; :mod:`cursorsync.sync.step` asks it), any ledger of the
+topic at or above it is the same topic's (trimmed, so acked), and a ledger below it is
+unknown: an older topic's, or trimmed before every ledger the topic has now. Unknown is not
+acked.
 """
 
 from __future__ import annotations
@@ -15,7 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from cursorsync.core.cursor import CursorState
+from cursorsync.core.guard import safe_target_acks
 from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import SegmentSet
+from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 
 
@@ -56,3 +67,26 @@ def count_vanished(previous: CursorState, vanished: RangeSet) -> int:
     # A ledger after the last makes the last one closed at its snapshot count.
     closed = Ledgers(np.append(ids, ids[-1] + 1), np.append(counts, 0))
     return vanished.count_entries(closed)
+
+
+def same_topic(previous: Ledgers | None, first_ledger: int | None) -> bool:
+    """Whether a cursor observed with the ledger list ``previous`` was observed on the topic
+    whose lowest own ledger id is ``first_ledger`` now (see the module doc): some ledger it
+    listed is at or above it. False when either is unknown."""
+    if previous is None or not len(previous.ids) or first_ledger is None:
+        return False
+    return int(previous.ids.max()) >= first_ledger
+
+
+def unlisted_copies(source: CursorState, segments: SegmentSet, target: CursorState,
+                    before: int) -> RangeSet:
+    """Target copies, not acked on the target, of source entries that ``source`` covers in
+    ledgers before ``before``: what a plan from this cursor acks on the strength of ledgers
+    the source may no longer list. Segments only: the evidence that names source entries."""
+    rows = segments.rows
+    if not len(rows) or int(rows[0, 0]) >= before:
+        return RangeSet()  # the usual case: nothing mapped that early (rows sorted by source)
+    covered = source.acked() & RangeSet.up_to(Position(before, -1))
+    if not covered:
+        return RangeSet()
+    return safe_target_acks(covered, segments) - target.acked()
