@@ -49,7 +49,13 @@ from cursorsync.core.continuity import (
     vanished_unacked,
 )
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
+from cursorsync.core.guard import (
+    AnchorConflictError,
+    SafePlan,
+    UnsafePlanError,
+    check_safe,
+    guard,
+)
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
@@ -69,7 +75,7 @@ log = logging.getLogger(__name__)
 
 class EmitterLike(Protocol):
     def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
-              ledgers: Ledgers | None = None) -> object: ...
+              ledgers: Ledgers | None = None, unproven: RangeSet | None = None) -> object: ...
 
 
 #: Reads the target's cursor for (concrete topic, subscription): None when unknown.
@@ -405,8 +411,16 @@ class SyncStep:
         if not plan.to_ack or self.config.dry_run or self.emitter is None:
             return "emitted", 0
         try:
-            sent = self.emitter.apply(topic, obs.subscription, safe,
-                                      cumulative=self.config.cumulative, ledgers=target.ledgers)
+            if self.config.cumulative:
+                # What a cumulative ack would cover on the strength of the target's read alone
+                # (the guard against a fresh target refuses just that): a subscription reset,
+                # or deleted and created again, since the read does not hold it.
+                unproven = check_safe(plan, obs.state, mapping, fresh_target(target.ledgers))
+                sent = self.emitter.apply(topic, obs.subscription, safe, cumulative=True,
+                                          ledgers=target.ledgers, unproven=unproven)
+            else:
+                sent = self.emitter.apply(topic, obs.subscription, safe, cumulative=False,
+                                          ledgers=target.ledgers)
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
             return "failed", 0
