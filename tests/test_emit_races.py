@@ -7,26 +7,87 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pulsar
 import pytest
 
 from cursorsync.core.cursor import CursorState
-from cursorsync.core.mapping import SegmentSet, TopicMapping
+from cursorsync.core.guard import check_safe, guard
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.translate import translate
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.emitter import PulsarEmitter
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.sync.step import SyncConfig, SyncStep, Target
+from cursorsync.sync.step import SyncConfig, SyncStep, Target, fresh_target
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
 
-pytestmark = pytest.mark.integration
-
 SUB = "sync-failover"
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.acks: list[tuple[str, int, int]] = []
+
+    def acknowledge(self, mid: Any) -> None:
+        self.acks.append(("id", mid.ledger_id(), mid.entry_id()))
+
+    def acknowledge_cumulative(self, mid: Any) -> None:
+        self.acks.append(("cumulative", mid.ledger_id(), mid.entry_id()))
+
+    def is_connected(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.consumer = _Consumer()
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return [topic]
+
+    def subscribe(self, *args: Any, **kwargs: Any) -> _Consumer:
+        return self.consumer
+
+
+def _emitted(source_acked: RangeSet, target_md: Position) -> list[tuple[str, int, int]]:
+    """Source 5:0..5:19 -> target 7:0..7:19; the target read shows up to ``target_md``
+    acked; what the emitter sends, cumulative, with what the read alone vouches for as
+    the step names it."""
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 20)]))
+    source = CursorState(Position(5, -1), source_acked, Ledgers.of([(5, 20)]))
+    target = CursorState(target_md, RangeSet(), Ledgers.of([(7, 20)]))
+    plan = translate(source, mapping, target)
+    client = _Client()
+    emitter = PulsarEmitter("pulsar://unused:6650", subscription_type="Failover",
+                            client=client)  # type: ignore[arg-type]
+    unproven = check_safe(plan, source, mapping, fresh_target(target.ledgers))
+    emitter.apply("persistent://t/n/x", SUB, guard(plan, source, mapping, target),
+                  cumulative=True, ledgers=target.ledgers, unproven=unproven)
+    return client.consumer.acks
+
+
+def test_the_cumulative_ack_stops_where_only_the_targets_read_vouches() -> None:
+    # a acked 5:10..5:19, b's read shows 7:0..7:9 acked: nothing cumulative, ten by id.
+    sent = _emitted(RangeSet.of(("5:9", "5:19")), Position(7, 9))
+    assert sent == [("id", 7, e) for e in range(10, 20)]
+    # a acked 5:0..5:4 and 5:10..5:19, b's read shows 7:0..7:9: cumulative to 7:4 only.
+    sent = _emitted(RangeSet.of(("5:-1", "5:4"), ("5:9", "5:19")), Position(7, 9))
+    assert sent == [("id", 7, e) for e in range(10, 20)]
+    sent = _emitted(RangeSet.of(("5:-1", "5:4"), ("5:9", "5:19")), Position(7, 2))
+    assert sent == [*[("id", 7, e) for e in range(10, 20)], ("cumulative", 7, 4)]
+    # a vouches for everything: one cumulative ack.
+    assert _emitted(RangeSet.of(("5:-1", "5:19")), Position(7, 9)) == [("cumulative", 7, 19)]
 
 
 def _topic_acked_in_halves(bed: TestBed, name: str, *, a_acks_all: bool = False) -> str:
@@ -132,6 +193,7 @@ def _delete(bed: TestBed, topic: str) -> Callable[[], None]:
     return delete
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("race", ["deleted", "reset"])
 def test_a_target_subscription_changed_after_the_read_gets_no_ack_a_does_not_vouch_for(
         testbed: TestBed, topic_name: Callable[[str], str], race: str) -> None:
@@ -147,6 +209,7 @@ def test_a_target_subscription_changed_after_the_read_gets_no_ack_a_does_not_vou
     assert sent == 10  # no cumulative ack: ten by id
 
 
+@pytest.mark.integration
 def test_what_a_vouches_for_is_still_acked_cumulatively(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """a acks m0..m19: nothing in the cumulative span rests on b's read, so one cumulative
