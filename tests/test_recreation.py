@@ -21,7 +21,7 @@ import pulsar
 import pytest
 
 from cursorsync.app.job import start_job
-from cursorsync.core.continuity import same_topic, unlisted_copies
+from cursorsync.core.continuity import Uncovered, same_topic, uncovered, unlisted_copies
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
@@ -92,6 +92,25 @@ def test_unlisted_copies_are_the_unacked_copies_of_covered_entries_before_a_ledg
     holes = CursorState(Position(5, 1), RangeSet.of(("9:-1", "9:4")), Ledgers.of([(9, 5)]))
     assert unlisted_copies(holes, MAPPING.segments, FRESH_TARGET, 9) == RangeSet.of(
         ("7:-1", "7:1"))
+
+
+def test_what_is_uncovered_is_judged_on_the_observations_then_on_the_source() -> None:
+    """Ledger 5 listed before and ledger 9 now, nothing in common: 5:5..5:9 vanished unacked
+    and their copies are before any listed ledger. A source owning a ledger at or below 5
+    clears both; listed together with 9 before, ledger 5 is the same topic's without
+    asking."""
+    segments = MAPPING.segments
+    before = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
+    now = CursorState(Position(9, 4), RangeSet(), Ledgers.of([(9, 5)]))
+    found = uncovered(before, now, segments, FRESH_TARGET)
+    assert found.vanished == 5 and found.copies == RangeSet.of(("7:-1", "7:9"))
+    assert not uncovered(before, now, segments, FRESH_TARGET, first_owned=5)
+    assert uncovered(before, now, segments, FRESH_TARGET, first_owned=6) == found
+    both = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10), (9, 0)]))
+    assert not uncovered(both, now, segments, FRESH_TARGET)
+    # Observed for the first time: only the copies speak.
+    assert uncovered(None, now, segments, FRESH_TARGET) == Uncovered(0, found.copies)
+    assert not uncovered(None, now, segments, FRESH_TARGET, first_owned=3)
 
 
 def test_internal_info_gives_the_creation_and_every_ledger_the_topic_owns() -> None:

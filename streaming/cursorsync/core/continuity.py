@@ -20,6 +20,8 @@ acked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from cursorsync.core.cursor import CursorState
@@ -90,3 +92,55 @@ def unlisted_copies(source: CursorState, segments: SegmentSet, target: CursorSta
     if not covered:
         return RangeSet()
     return safe_target_acks(covered, segments) - target.acked()
+
+
+#: A ledger id above any: every ledger is before it.
+_ANY_LEDGER = 2**62
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    """What a cursor covers only because ledgers are gone, and no ledger id shows those
+    ledgers to be its topic's: unknown, so not acked."""
+
+    #: Entries the previous observation showed unacked, in ledgers now gone.
+    vanished: int = 0
+    #: Target copies, not acked there, of entries the cursor covers in ledgers before any
+    #: that an observation of its topic listed.
+    copies: RangeSet = field(default_factory=RangeSet)
+
+    def __bool__(self) -> bool:
+        return bool(self.vanished or self.copies)
+
+
+def uncovered(previous: CursorState | None, current: CursorState, segments: SegmentSet,
+              target: CursorState, first_owned: int | None = None) -> Uncovered:
+    """What ``current`` covers only because ledgers are gone (see the module doc), judged
+    on the two observations, and on ``first_owned`` when the source was asked: the lowest
+    ledger id its topic owns now.
+
+    Without ``first_owned`` the observations alone speak: when ``previous`` listed a
+    ledger at or above the first one ``current`` lists, both saw one topic, and what went
+    between them went by trimming; ledgers before the first either lists are unknown.
+    Nothing is found in the usual case, so the source is asked only when something is.
+    """
+    listed = _first(current.ledgers)
+    before = None if previous is None else _first(previous.ledgers)
+    continued = previous is not None and same_topic(previous.ledgers, listed)
+    vanished = 0
+    if previous is not None and not continued and not same_topic(previous.ledgers,
+                                                                 first_owned):
+        gone = vanished_unacked(previous, current)
+        vanished = max(count_vanished(previous, gone), 1) if gone else 0
+    bound = listed
+    if continued and listed is not None and before is not None:
+        bound = min(listed, before)
+    if first_owned is not None and (listed is None or same_topic(current.ledgers,
+                                                                 first_owned)):
+        bound = first_owned if bound is None else min(bound, first_owned)
+    copies = unlisted_copies(current, segments, target, _ANY_LEDGER if bound is None else bound)
+    return Uncovered(vanished, copies)
+
+
+def _first(ledgers: Ledgers | None) -> int | None:
+    return None if ledgers is None or not len(ledgers.ids) else int(ledgers.ids[0])

@@ -42,12 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from cursorsync.core.continuity import (
-    count_vanished,
-    same_topic,
-    unlisted_copies,
-    vanished_unacked,
-)
+from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import (
     AnchorConflictError,
@@ -323,45 +318,29 @@ class SyncStep:
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str,
               mapping: TopicMapping, target: CursorState) -> _Lost | None:
-        """What the cursor covers only because ledgers are gone, unless ledger ids show those
-        ledgers to be its topic's (trimmed, so acked; :mod:`cursorsync.core.continuity`):
-        entries the previous observation showed unacked, and the copies a plan would ack
-        of entries in ledgers no observation of the topic lists (a cursor observed for the
-        first time, or the mapping of older ledgers arriving later). None when the source
-        cannot say now."""
-        listed = first_ledger(obs.state.ledgers)
-        # The previous observation listed a ledger at or above the first one listed now:
-        # the same topic, so whatever went between them went by trimming.
-        continued = prev is not None and same_topic(prev.state.ledgers, listed)
-        vanished = 0
-        if prev is not None and not continued:
-            gone = vanished_unacked(prev.state, obs.state)
-            vanished = max(count_vanished(prev.state, gone), 1) if gone else 0
-        bound = listed
-        before = None if prev is None else first_ledger(prev.state.ledgers)
-        if continued and listed is not None and before is not None:
-            bound = min(listed, before)
-        held = unlisted_copies(obs.state, mapping.segments, target,
-                               _ANY_LEDGER if bound is None else bound)
-        if not vanished and not held:
+        """What the cursor covers only because ledgers are gone, unless ledger ids show them
+        to be its topic's (:func:`cursorsync.core.continuity.uncovered`): entries the
+        previous observation showed unacked, and target copies of entries in ledgers no
+        observation listed (a cursor observed for the first time, or the mapping of older
+        ledgers arriving later). None when the source cannot say now."""
+        previous = None if prev is None else prev.state
+        found = uncovered(previous, obs.state, mapping.segments, target)
+        if not found:
             return _NOTHING_LOST
         creation = self._creation(obs, topic, "it covers entries in ledgers the source no "
                                   "longer lists")
         if isinstance(creation, _Unreadable):
             return None
-        own = None if creation is None else creation.first_ledger
-        if vanished and prev is not None and same_topic(prev.state.ledgers, own):
-            vanished = 0
-        if held and own is not None and (listed is None or same_topic(obs.state.ledgers, own)):
-            held = unlisted_copies(obs.state, mapping.segments, target,
-                                   own if bound is None else min(bound, own))
-        if vanished:
-            return _Lost(vanished, (
-                f"{vanished} entries its cursor showed unacked are in ledgers the source no "
-                "longer lists, and the source topic owns no ledger as old as those it was "
-                "observed with (deleted and created again, or unknown)"))
-        if held:
-            count = max(held.count_entries(target.ledgers), 1)
+        if creation is not None:
+            found = uncovered(previous, obs.state, mapping.segments, target,
+                              creation.first_ledger)
+        if found.vanished:
+            return _Lost(found.vanished, (
+                f"{found.vanished} entries its cursor showed unacked are in ledgers the "
+                "source no longer lists, and the source topic owns no ledger as old as "
+                "those it was observed with (deleted and created again, or unknown)"))
+        if found.copies:
+            count = max(found.copies.count_entries(target.ledgers), 1)
             return _Lost(count, (
                 f"its markDeletePosition covers {count} target copies of source entries in "
                 "ledgers older than any the source topic owns now and than any observation "
@@ -449,8 +428,6 @@ class _Unreadable:
 
 
 _UNREADABLE = _Unreadable()
-#: A ledger id above any: every ledger is before it.
-_ANY_LEDGER = 2**62
 
 
 @dataclass(frozen=True, slots=True)
