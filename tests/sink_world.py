@@ -15,6 +15,7 @@ from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.records import PartitionKey, RewindPolicy
+from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.sink import SyncSink
 from cursorsync.sync.step import SyncConfig, SyncStep
@@ -68,7 +69,8 @@ def sink_config(tmp_path: Path, **tables: object) -> Config:
 
 
 def new_sink(config: Config, store: TableStore, emitter: RecordingEmitter,
-             target: list[CursorState], created_at: Callable[[str], datetime] | None = None,
+             target: list[CursorState],
+             created_at: Callable[[str], TopicCreation] | None = None,
              rewind_policy: RewindPolicy = "halt") -> SyncSink:
     """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
     step = SyncStep(SyncConfig(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],

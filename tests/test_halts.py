@@ -3,7 +3,7 @@ until `cursorsync resume` clears it. Run with the real sync sink and a Delta tab
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.records import RewindPolicy
 from cursorsync.errors import AdminUnavailableError
+from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.halts import NothingHaltedError, halted, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows
@@ -88,19 +89,20 @@ def test_a_rewind_during_a_restart_is_still_seen(tmp_path: Path) -> None:
 def test_a_source_topic_created_again_halts_whatever_the_policy(
         tmp_path: Path, policy: RewindPolicy) -> None:
     """Deleted and created again, the source topic is on a new ledger and its cursor's
-    markDeletePosition covers the old ledger, where 5:5..5:19 were never acked: their copies
-    on the target stay unacked, and the halt lasts across a restart."""
+    markDeletePosition covers the old ledger, where 5:5..5:19 were never acked: the topic
+    owns no ledger as old as 5 now, so their copies on the target stay unacked, and the halt
+    lasts across a restart."""
     config = sink_config(tmp_path)
     store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
     emitter = RecordingEmitter()
-    created = [T0 - timedelta(days=30)]
+    created = [TopicCreation("2026-10-25T00:00:00Z", (4, 5))]
     sink = new_sink(config, store, emitter, target, lambda t: created[0], policy)
     sink(polled("5:4", T0), 0)
     assert _outcome(store, 0) == "exact" and len(emitter.sent) == 1
     target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
 
-    created[0] = T0 + timedelta(seconds=2)
+    created[0] = TopicCreation("2026-11-24T00:00:02Z", (9,))
     sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
     assert halted(store, source_cluster="A", target_cluster="B") == {(KEY, "billing")}
@@ -112,13 +114,15 @@ def test_a_source_topic_created_again_halts_whatever_the_policy(
 
 
 def test_ledgers_trimmed_after_their_entries_were_acked_go_on(tmp_path: Path) -> None:
-    """The same observations, but the source topic is older than the last one: the ledger
-    went by trimming, once its entries were acked, so the sync follows."""
+    """The same observations, but the source topic owns a ledger older than ledger 5 (a
+    cursor's, 3): ledger 5 was its own and went by trimming, once its entries were acked,
+    so the sync follows. No clock is asked."""
     config = sink_config(tmp_path)
     store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
     emitter = RecordingEmitter()
-    sink = new_sink(config, store, emitter, target, lambda t: T0 - timedelta(minutes=5))
+    sink = new_sink(config, store, emitter, target,
+                    lambda t: TopicCreation("2026-11-23T00:00:00Z", (3, 9)))
     sink(polled("5:4", T0), 0)
     target[0] = CursorState(Position(7, 4), ledgers=Ledgers.of([(7, 20)]))
     sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
@@ -132,9 +136,9 @@ def test_when_the_source_cannot_say_nothing_is_sent_and_the_evidence_stays(
     store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
     emitter = RecordingEmitter()
-    answer: list[datetime | Exception] = [T0 - timedelta(days=1)]
+    answer: list[TopicCreation | Exception] = [TopicCreation("2026-11-23T00:00:00Z", (4, 5))]
 
-    def created_at(topic: str) -> datetime:
+    def created_at(topic: str) -> TopicCreation:
         if isinstance(answer[0], Exception):
             raise answer[0]
         return answer[0]
@@ -147,7 +151,7 @@ def test_when_the_source_cannot_say_nothing_is_sent_and_the_evidence_stays(
     assert len(emitter.sent) == 1
     assert not [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
     # The next answer still compares with the observation before the topic went.
-    answer[0] = T0 + timedelta(seconds=2)
+    answer[0] = TopicCreation("2026-11-24T00:00:02Z", (9,))
     sink(polled("9:2", T0 + timedelta(seconds=4), ledgers=((9, 5),)), 2)
     assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
 

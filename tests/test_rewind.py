@@ -13,18 +13,20 @@ import pytest
 from cursorsync.app.job import start_job
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
 from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.halts import halted, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.failover import drain
 from job_on_bed import (
     SUB,
     ack_all,
     consumer_on_a,
     last_data_entry,
     mark_delete,
-    nothing_redelivered_on_b,
     running,
     send_and_ack,
     shared_topic,
@@ -98,31 +100,89 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
         job.stop()
 
 
+def _send_and_ack_every_other(bed: TestBed, topic: str, consumer: pulsar.Consumer,
+                              prefix: str, n: int) -> set[str]:
+    """``prefix-0`` .. ``prefix-<n-1>`` sent on a; ``consumer`` acks the even ones and keeps
+    the odd ones unacked. Returns the unacked ones."""
+    producer = bed.client("a").create_producer(topic, batching_enabled=False)
+    for i in range(n):
+        producer.send(f"{prefix}-{i}".encode())
+    producer.close()
+    unacked = set()
+    for _ in range(n):
+        msg = consumer.receive(timeout_millis=10_000)
+        text = msg.data().decode()
+        if int(text.rsplit("-", 1)[1]) % 2 == 0:
+            consumer.acknowledge(msg)
+        else:
+            unacked.add(text)
+    return unacked
+
+
+def _unacked_on_b(bed: TestBed, topic: str) -> int | None:
+    """Entries b's SUB has not acked (None: no such subscription)."""
+    with AdminClient(AdminConfig.from_urls(bed.admin_url("b"))) as admin:
+        stats = admin.internal_stats(topic)
+    cursor = stats.subscriptions.get(SUB)
+    if cursor is None:
+        return None
+    everything = RangeSet.up_to(stats.last_confirmed_entry)
+    return (everything - cursor.state.acked()).count_entries(stats.ledgers)
+
+
+def _caught_up(bed: TestBed, topic: str, unacked: Callable[[], int]) -> Callable[[], bool]:
+    """b's SUB exists and has acked at least what a acked (no more than ``unacked()``
+    entries left): then what it has left is checked message by message."""
+    def check() -> bool:
+        left = _unacked_on_b(bed, topic)
+        return left is not None and left <= unacked()
+
+    return check
+
+
+def _left_on_b(bed: TestBed, topic: str) -> set[str]:
+    """What a fresh consumer of b's SUB receives: every message b's SUB has not acked."""
+    return {m.data().decode() for m in drain(bed, topic, SUB, "Shared")}
+
+
+def _on_b(bed: TestBed, topic: str) -> set[str]:
+    """Every message b's topic holds."""
+    reader = bed.client("b").create_reader(topic, pulsar.MessageId.earliest)
+    got = set()
+    try:
+        while reader.has_message_available():
+            got.add(reader.read_next(10_000).data().decode())
+    finally:
+        reader.close()
+    return got
+
+
 def test_a_target_subscription_deleted_under_the_job_comes_back(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """The target subscription is deleted (forced, with the emitter attached) while the job
-    runs: the sync starts it again from a fresh target cursor, at Earliest, and b's
-    cursor follows a's again; nothing acked on b that a has not acked."""
+    runs: the sync starts it again from a fresh target cursor, at Earliest, and b's cursor
+    follows a's again. a acks every other message, before and after: b ends with exactly
+    the ones a did not ack left to deliver."""
     topic = shared_topic(testbed, topic_name("dropped"))
     consumer = consumer_on_a(testbed, topic)
-    send_and_ack(testbed, topic, consumer, 10)
+    unacked = _send_and_ack_every_other(testbed, topic, consumer, "old", 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
     job = start_job(config)
     try:
-        last = last_data_entry(testbed, topic)
-        _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
+        _until("b acks what a acked", _caught_up(testbed, topic, lambda: len(unacked)))
         testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path(
             f"subscription/{SUB}?force=true"))
-        send_and_ack(testbed, topic, consumer, 10)
+        unacked |= _send_and_ack_every_other(testbed, topic, consumer, "new", 10)
         testbed.wait_replicated([topic])
-        last = last_data_entry(testbed, topic)
-        _until("the subscription is back and follows a's",
-               lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
-               and _md(testbed, "b", topic) >= last)
+        _until("the subscription is back and acks what a acked",
+               _caught_up(testbed, topic, lambda: len(unacked)))
+        job.wait_batches(2, timeout_s=60)
     finally:
         job.stop()
-    nothing_redelivered_on_b(testbed, topic)  # a has acked everything
+        consumer.close()
+    assert len(unacked) == 10
+    assert _left_on_b(testbed, topic) == unacked
 
 
 def test_a_target_topic_deleted_under_the_job_comes_back(
@@ -130,26 +190,31 @@ def test_a_target_topic_deleted_under_the_job_comes_back(
     """The target topic is deleted (forced) while the job runs: Pulsar creates it again at
     once (the replicator from a, the job's reader), empty, on new ledgers. The sync starts
     the subscription again on it and b's cursor follows a's over what is replicated from
-    then on; nothing acked on b that a has not acked."""
+    then on. a acks every other message: of what b holds, exactly the ones a did not ack
+    are left to deliver."""
     topic = shared_topic(testbed, topic_name("deleted-on-b"))
     consumer = consumer_on_a(testbed, topic)
-    send_and_ack(testbed, topic, consumer, 10)
+    unacked = _send_and_ack_every_other(testbed, topic, consumer, "old", 10)
     testbed.wait_replicated([topic])
     config = demo_config(testbed, tmp_path, topics=[topic], subscriptions=[SUB])
-    with running(config):
-        last = last_data_entry(testbed, topic)
-        _until("b's cursor follows a's", lambda: _md(testbed, "b", topic) >= last)
-        before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
-        testbed.admin_call("b", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
-        send_and_ack(testbed, topic, consumer, 10)
-        testbed.wait_replicated([topic])
-        after = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
-        assert min(after) > max(before), (before, after)
-        last = last_data_entry(testbed, topic)
-        _until("the subscription is back on the new topic and follows a's",
-               lambda: SUB in testbed.internal_stats("b", topic)["cursors"]
-               and _md(testbed, "b", topic) >= last)
-    nothing_redelivered_on_b(testbed, topic)
+    try:
+        with running(config):
+            _until("b acks what a acked", _caught_up(testbed, topic, lambda: len(unacked)))
+            before = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
+            testbed.admin_call("b", "DELETE",
+                               TopicName.parse(topic).admin_path() + "?force=true")
+            unacked |= _send_and_ack_every_other(testbed, topic, consumer, "new", 10)
+            testbed.wait_replicated([topic])
+            after = [lg["ledgerId"] for lg in testbed.internal_stats("b", topic)["ledgers"]]
+            assert min(after) > max(before), (before, after)
+            _until("the subscription is back on the new topic and acks what a acked",
+                   _caught_up(testbed, topic, lambda: len(unacked & _on_b(testbed, topic))))
+    finally:
+        consumer.close()
+    held = _on_b(testbed, topic)
+    assert {f"new-{i}" for i in range(10)} <= held
+    assert len(unacked & held) == 5
+    assert _left_on_b(testbed, topic) == unacked & held
 
 
 def test_more_partitions_under_the_job_are_synced(

@@ -18,6 +18,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.errors import AdminError, AdminUnavailableError
+from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitError, EmitResult
 from cursorsync.sync.marker_lookups import (
     MARKER_LOOKUP_SETTLE_S,
@@ -501,7 +502,7 @@ def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> No
     source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
     at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
     step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
-                    source_created_at=lambda topic: NOW)
+                    source_created_at=lambda topic: TopicCreation("2026-11-23T00:00:00Z", (9,)))
     for _ in range(3):
         (record,) = step.run([ObservedCursor(KEY, "sub", source, NOW)], mappings).records
         assert record.result == "emitted" and not record.plan.to_ack
@@ -512,13 +513,13 @@ def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> No
 
 def test_a_checked_time_counts_for_the_lag_never_as_evidence_of_the_state() -> None:
     """A cursor the source's stats confirm unchanged after its read carries its read time
-    and the time of the check: the records' lag counts from the check, but a source topic
-    created again between the read and the check is judged against the read (its entries
-    shown unacked then were never acked)."""
+    and the time of the check: the records' lag counts from the check; a source topic
+    created again between the read and the check is judged on the ledgers the read saw
+    (its entries shown unacked then were never acked)."""
     _, mappings, target = _world(0)
     source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
     at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
-    created = NOW + timedelta(minutes=5)
+    created = TopicCreation("2026-11-23T00:05:00Z", (9,))
     step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
                     source_created_at=lambda topic: created)
     for minutes in (0, 4, 10):

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -259,12 +258,14 @@ class AdminClient:
                             + "&perPartition=true", f"partitioned-stats of {t}", str(t))
         return partition_docs(str(t), doc)
 
-    def created_at(self, topic: str | TopicName) -> datetime:
-        """When the topic partition's managed ledger was created (``creationDate`` of its
-        internal-info): a topic deleted and created again has a later one."""
+    def created_at(self, topic: str | TopicName) -> TopicCreation:
+        """The topic partition's managed ledger as its internal-info tells it: its
+        ``creationDate`` as written, and the ledgers created for it since (data and cursor
+        ledgers), which tell the topic observed before from one deleted and created again
+        without comparing clocks (:class:`TopicCreation`)."""
         t = _topic(topic)
         doc = self.get_json(t.admin_path("internal-info"), f"internal-info of {t}", str(t))
-        return parse_creation_date(t, doc)
+        return parse_topic_creation(t, doc)
 
     def replication_clusters(self, topic: str | TopicName) -> frozenset[str]:
         """The clusters a topic is replicated among as this cluster applies its policies:
@@ -365,6 +366,59 @@ class AdminClient:
                 out.update([t.with_partition(i) for i in range(n)] if n > 0 else [t])
             out.update(t for t in listed if rx is None or rx.fullmatch(t.base.local))
         return sorted(out)
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    """A topic partition's managed ledger, from ``GET .../internal-info``.
+
+    ``created`` is its ``creationDate`` exactly as the broker wrote it: a topic deleted and
+    created again has another one, an unload or a broker restart keeps it. ``ledgers`` are
+    the ids of its data ledgers and of its cursors' ledgers. A cluster draws every ledger
+    id, of any topic, from one increasing sequence, and a managed ledger exists before it
+    creates any ledger; so a ledger of this topic with an id at or above
+    :attr:`first_ledger` was created while this managed ledger existed, and is its own,
+    whether it is still listed or was trimmed since.
+    """
+
+    created: str
+    ledgers: tuple[int, ...]
+
+    @property
+    def first_ledger(self) -> int | None:
+        """The lowest ledger id known to be this managed ledger's (None: none created yet)."""
+        return min(self.ledgers) if self.ledgers else None
+
+
+def parse_topic_creation(topic: str | TopicName, doc: Any) -> TopicCreation:
+    """``GET .../internal-info`` -> :class:`TopicCreation`; MalformedAdminOutputError naming
+    the field when the answer is not internal-info's."""
+    name = str(topic)
+    parse_creation_date(name, doc)  # checks the field and its form
+    created = doc["creationDate"]
+    ids = [_ledger_id(name, f"ledgers[{i}].ledgerId", lg.get("ledgerId") if isinstance(
+        lg, dict) else None) for i, lg in enumerate(_items(name, doc, "ledgers", list))]
+    for cursor, info in _items(name, doc, "cursors", dict).items():
+        # A cursor without a ledger yet (after a load, until it next persists) shows -1.
+        ids.append(_ledger_id(name, f"cursors.{cursor}.cursorsLedgerId",
+                              info.get("cursorsLedgerId", -1) if isinstance(info, dict)
+                              else None))
+    return TopicCreation(created, tuple(sorted({i for i in ids if i >= 0})))
+
+
+def _items(name: str, doc: dict[str, Any], field: str, kind: type) -> Any:
+    value = doc.get(field, kind())
+    if not isinstance(value, kind):
+        raise MalformedAdminOutputError(
+            f"{name}: internal-info field {field} is not a JSON {kind.__name__}")
+    return value
+
+
+def _ledger_id(name: str, field: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MalformedAdminOutputError(
+            f"{name}: internal-info field {field} is not an integer ({value!r})")
+    return value
 
 
 @dataclass(frozen=True)

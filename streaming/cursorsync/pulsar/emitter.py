@@ -22,6 +22,15 @@ grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
 Acks are fire-and-forget in Pulsar (no receipts): they leave within the ack
 grouping window, ``close()`` flushes them, and an ack lost on the way is
 planned again at the next sync because the target cursor will not show it.
+
+A cumulative ack covers everything up to its position, including entries the plan
+counts as acked only because the target's cursor showed them acked when it was read.
+Between that read and the ack the subscription may be reset, or deleted and created
+again (by the consumer's own reconnection, at ``Earliest``): the new one holds none of
+them, and the broker applies the ack to it all the same (pinned in
+``tests/test_emit_races.py``). So a cumulative ack stops before the first position
+only the read vouches for (``unproven``), and the plan's acks after it go one by one:
+individual acks name only entries whose source is acked, whatever the subscription.
 """
 
 from __future__ import annotations
@@ -99,6 +108,7 @@ class Emitter(Protocol):
         *,
         cumulative: bool,
         ledgers: Ledgers | None = None,
+        unproven: RangeSet | None = None,
     ) -> EmitResult: ...
 
     def close(self) -> None: ...
@@ -228,12 +238,16 @@ class PulsarEmitter:
         *,
         cumulative: bool,
         ledgers: Ledgers | None = None,
+        unproven: RangeSet | None = None,
     ) -> EmitResult:
         """Send the acks of ``safe`` to ``subscription`` on the topic partition ``topic``.
 
         ``cumulative`` asks for one cumulative ack up to the plan's
         markDeletePosition (Exclusive/Failover only). ``ledgers`` is the target
         topic's ledger list: needed when a planned range spans ledgers.
+        ``unproven``: target positions the plan counts as acked only because the
+        target's read showed them acked; the cumulative ack stops before the first
+        of them (see the module doc).
         """
         if not isinstance(safe, SafePlan):
             kind = "a bare AckPlan" if isinstance(safe, AckPlan) else type(safe).__name__
@@ -249,6 +263,14 @@ class PulsarEmitter:
             )
         plan = safe.plan
         cum, individual = plan.split(cumulative=cumulative)
+        if cum is not None and unproven:
+            # Up to the last position before the first one only the read vouches for.
+            lo = unproven.bounds[0]
+            cum = min(cum, Position(int(lo[0]), int(lo[1])))
+            if cum <= plan.previous_mark_delete:
+                cum, individual = None, plan.to_ack
+            else:
+                individual = plan.to_ack.after(cum)
         cum_entry = None if cum is None else _last_entry(cum, ledgers)
         if cum is not None and cum_entry is None:
             # markDelete L:-1 with no known entry before it: ack everything individually.

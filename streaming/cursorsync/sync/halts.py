@@ -45,7 +45,8 @@ def new_halts(progress: pa.Table, known: Halted) -> list[HaltRecord]:
             out.append(HaltRecord(
                 key[0], key[1], True,
                 f"the source cursor moved back over or lost {r['rewound_entries']} entries "
-                "(a rewind, or its topic deleted and created again)",
+                "(a rewind, or ledgers gone that the source topic cannot show were its own: "
+                "deleted and created again?)",
                 r["rewound_entries"], r["emitted_at"]))
     return out
 

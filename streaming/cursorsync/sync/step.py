@@ -10,10 +10,12 @@ logged with its reason and the others going on:
 2. a source that moved backwards: ``halt`` emits nothing for it from then on, until an
    operator resumes it (:mod:`cursorsync.sync.halts`); ``report`` goes on (acks
    already sent cannot be taken back either way). A source cursor that covers entries
-   it showed unacked only because their ledgers are gone is asked about: if the
-   source topic was created after the last observation (deleted and created again),
-   those entries were never acked, and the subscription halts whatever the policy;
-   if the source cannot say, nothing is sent this batch;
+   only because their ledgers are gone is asked about (:mod:`cursorsync.core.continuity`):
+   entries it showed unacked before, or, observed for the first time, mapped entries in
+   ledgers before the first one the source lists. Unless the source's ledger ids show
+   them to be the same topic's (trimmed, so acked), they may be of a topic deleted and
+   created again, never acked, and the subscription halts whatever the policy; if the
+   source cannot say, nothing is sent this batch;
 3. :func:`cursorsync.core.guard.guard`: the safety rule, or nothing is sent;
 4. emit (unless dry-run);
 5. record every outcome: emitted, halted, refused or failed (:class:`SyncRecord`), so the
@@ -37,12 +39,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
-from cursorsync.core.continuity import count_vanished, vanished_unacked
+from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.guard import AnchorConflictError, SafePlan, UnsafePlanError, guard
+from cursorsync.core.guard import (
+    AnchorConflictError,
+    SafePlan,
+    UnsafePlanError,
+    check_safe,
+    guard,
+)
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
@@ -53,6 +61,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey, Result, Rewind
 from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
+from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.first_plans import FirstPlans
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack, read_offset
@@ -62,7 +71,7 @@ log = logging.getLogger(__name__)
 
 class EmitterLike(Protocol):
     def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
-              ledgers: Ledgers | None = None) -> object: ...
+              ledgers: Ledgers | None = None, unproven: RangeSet | None = None) -> object: ...
 
 
 #: Reads the target's cursor for (concrete topic, subscription): None when unknown.
@@ -71,11 +80,9 @@ TargetReader = Callable[[str, str], CursorState | None]
 Target = CursorState | None | AdminUnavailableError
 #: Reads the target cursors of a batch's (concrete topic, subscription) pairs together.
 TargetsReader = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], Target]]
-#: When the source's managed ledger was created, for a concrete topic (asked of the source).
-SourceCreatedAt = Callable[[str], datetime]
-#: A source topic created later than this before the last observation of its cursor is
-#: taken as created after it: the broker's and this host's clocks may differ by as much.
-CLOCK_SKEW = timedelta(seconds=60)
+#: The source's managed ledger of a concrete topic, with the ledger ids it owns (asked of
+#: the source: :meth:`cursorsync.pulsar.admin.AdminClient.created_at`).
+SourceCreatedAt = Callable[[str], TopicCreation]
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,8 @@ class SyncStep:
         #: How a batch reads its target cursors: together when the reader can (its
         #: requests go out concurrently), else ``read_target`` for each in turn.
         self.read_targets = read_targets or one_by_one(read_target)
-        #: Without it, entries that vanished unacked are never taken as acked.
+        #: Without it, entries a cursor covers only because their ledgers are gone are never
+        #: taken as acked.
         self.source_created_at = source_created_at
         self.previous: dict[tuple[PartitionKey, str], ObservedCursor] = {}
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
@@ -227,10 +235,6 @@ class SyncStep:
                          topic, obs.subscription)
                 continue
             prev = self.previous.get(k)
-            lost = self._lost(obs, prev, topic)
-            if lost is None:
-                unavailable += 1
-                continue  # the previous observation stays, as the evidence
             previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
             known = self._plans.get(k)
@@ -265,13 +269,17 @@ class SyncStep:
                 self._plans[k] = Planned(obs.state, version, target,
                                           self.lookups.markers(obs.key), mapping, plan)
             t_translate += time.perf_counter() - t0
+            lost = self._lost(obs, prev, topic, mapping, target)
+            if lost is None:
+                unavailable += 1
+                continue  # the previous observation (or none) stays, as the evidence
             self.previous[k] = obs
-            if lost:
-                plan = replace(plan, rewound_entries=plan.rewound_entries + lost)
+            if lost.entries:
+                plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
             result, acks = self._emit(obs, topic, plan, mapping, target, lost=lost)
             planned = self._plans.get(k)
             if planned is not None:
-                planned.quiet = result == "emitted" and not plan.to_ack and not lost
+                planned.quiet = result == "emitted" and not plan.to_ack and not lost.entries
                 if planned.quiet and planned.final and k not in self.halted:
                     # Idle: while the plan's inputs stay what they are, the plan and the
                     # guard's answer stay the same. It is kept packed until one changes.
@@ -324,40 +332,62 @@ class SyncStep:
         return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
                           obs.confirmed_at, datetime.now(UTC), repeated=True)
 
-    def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str) -> int | None:
-        """How many entries the previous observation showed unacked went with a source topic
-        deleted and created since (0: none, or they went by trimming); None when the source
-        cannot say now."""
-        if prev is None:
-            return 0
-        gone = vanished_unacked(prev.state, obs.state)
-        if not gone:
-            return 0
-        count = max(count_vanished(prev.state, gone), 1)
-        if self.source_created_at is None:
-            return count
-        try:
-            created = self.source_created_at(topic)
-        except CursorSyncError as err:
-            log.warning("skip %s/%s this batch: %d entries it showed unacked are in ledgers "
-                        "now gone, and when the source topic was created cannot be read: %s",
-                        topic, obs.subscription, count, err)
+    def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str,
+              mapping: TopicMapping, target: CursorState) -> _Lost | None:
+        """What the cursor covers only because ledgers are gone, unless ledger ids show them
+        to be its topic's (:func:`cursorsync.core.continuity.uncovered`): entries the
+        previous observation showed unacked, and target copies of entries in ledgers no
+        observation listed (a cursor observed for the first time, or the mapping of older
+        ledgers arriving later). None when the source cannot say now."""
+        previous = None if prev is None else prev.state
+        found = uncovered(previous, obs.state, mapping.segments, target)
+        if not found:
+            return _NOTHING_LOST
+        creation = self._creation(obs, topic, "it covers entries in ledgers the source no "
+                                  "longer lists")
+        if isinstance(creation, _Unreadable):
             return None
-        return count if created > prev.observed_at - CLOCK_SKEW else 0
+        if creation is not None:
+            found = uncovered(previous, obs.state, mapping.segments, target,
+                              creation.first_ledger)
+        if found.vanished:
+            return _Lost(found.vanished, (
+                f"{found.vanished} entries its cursor showed unacked are in ledgers the "
+                "source no longer lists, and the source topic owns no ledger as old as "
+                "those it was observed with (deleted and created again, or unknown)"))
+        if found.copies:
+            count = max(found.copies.count_entries(target.ledgers), 1)
+            return _Lost(count, (
+                f"its markDeletePosition covers {count} target copies of source entries in "
+                "ledgers older than any the source topic owns now and than any observation "
+                "of it listed (of a topic deleted and created again, or trimmed before: "
+                "unknown)"))
+        return _NOTHING_LOST
+
+    def _creation(self, obs: ObservedCursor, topic: str, what: str
+                  ) -> TopicCreation | _Unreadable | None:
+        """The source topic's creation (None: no way to ask), or _UNREADABLE after logging
+        why this cursor waits."""
+        if self.source_created_at is None:
+            return None
+        try:
+            return self.source_created_at(topic)
+        except CursorSyncError as err:
+            log.warning("skip %s/%s this batch: %s, and the source topic's internal-info "
+                        "cannot be read: %s", topic, obs.subscription, what, err)
+            return _UNREADABLE
 
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
-              target: CursorState, *, lost: int = 0) -> tuple[Result, int]:
+              target: CursorState, *, lost: _Lost | None = None) -> tuple[Result, int]:
         """Halt, guard, send: what became of the plan, and the acks sent."""
         if (obs.key, obs.subscription) in self.halted:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
             return "halted", 0
-        if lost:
-            log.error("skip %s/%s: the source topic was deleted and created again since the "
-                      "last sync; %d entries its cursor showed unacked went with it, and their "
-                      "copies on the target must stay unacked. Halted until an operator "
-                      "resumes it (resuming lets the new cursor's markDeletePosition cover "
-                      "those copies)", topic, obs.subscription, lost)
+        if lost is not None and lost.entries:
+            log.error("skip %s/%s: %s; their copies on the target stay unacked. Halted until "
+                      "an operator resumes it (resuming lets the markDeletePosition cover "
+                      "those copies)", topic, obs.subscription, lost.why)
             return "halted", 0
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
@@ -376,8 +406,16 @@ class SyncStep:
         if not plan.to_ack or self.config.dry_run or self.emitter is None:
             return "emitted", 0
         try:
-            sent = self.emitter.apply(topic, obs.subscription, safe,
-                                      cumulative=self.config.cumulative, ledgers=target.ledgers)
+            if self.config.cumulative:
+                # What a cumulative ack would cover on the strength of the target's read alone
+                # (the guard against a fresh target refuses just that): a subscription reset,
+                # or deleted and created again, since the read does not hold it.
+                unproven = check_safe(plan, obs.state, mapping, fresh_target(target.ledgers))
+                sent = self.emitter.apply(topic, obs.subscription, safe, cumulative=True,
+                                          ledgers=target.ledgers, unproven=unproven)
+            else:
+                sent = self.emitter.apply(topic, obs.subscription, safe, cumulative=False,
+                                          ledgers=target.ledgers)
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
             return "failed", 0
@@ -387,6 +425,25 @@ class SyncStep:
 
 #: The mapping of a partition with no rows yet.
 _NO_MAPPING = TopicMapping()
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    """Entries a cursor covers that may never have been acked (see :meth:`SyncStep._lost`),
+    and why, for the log."""
+
+    entries: int
+    why: str = ""
+
+
+_NOTHING_LOST = _Lost(0)
+
+
+class _Unreadable:
+    """The source topic's internal-info could not be read."""
+
+
+_UNREADABLE = _Unreadable()
 
 
 @dataclass(frozen=True, slots=True)
