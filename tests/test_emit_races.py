@@ -155,7 +155,7 @@ def _sync_once(bed: TestBed, topic: str, between: Callable[[], None]) -> int:
 
     emitter = PulsarEmitter(bed.service_url("b"), subscription_type="Failover")
     try:
-        step = SyncStep(SyncConfig(cumulative=True), emitter, targets, None, source.created_at,
+        step = SyncStep(SyncConfig(cumulative=True), emitter, targets, None, source.creation,
                         read_targets=read_then_race)
         result = step.run([_source(source, topic)], {PartitionKey(topic): _mapping(bed, topic)})
         (record,) = result.records

@@ -259,7 +259,7 @@ def test_the_brokers_keep_a_topics_creation_across_an_unload_and_draw_ids_upward
         testbed.admin_call("a", "DELETE", TopicName.parse(topic).admin_path() + "?force=true")
         testbed.client("a").subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
                                       initial_position=pulsar.InitialPosition.Earliest).close()
-        again = admin.created_at(topic)
+        again = admin.creation(topic)
         assert again.created != first.created
         assert again.first_ledger is not None and again.first_ledger > max(reloaded.ledgers)
         stats = testbed.internal_stats("a", topic)
@@ -280,7 +280,7 @@ def _until_cursor_ledger(admin: AdminClient, topic: str) -> TopicCreation:
     acks; a cursor creates its ledger when it first persists)."""
     deadline = time.monotonic() + 30
     while True:
-        found = admin.created_at(topic)
+        found = admin.creation(topic)
         info = admin.get_json(TopicName.parse(topic).admin_path("internal-info"), "info")
         if any(c["cursorsLedgerId"] >= 0 for n, c in info["cursors"].items() if n == "s"):
             return found

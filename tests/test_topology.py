@@ -83,7 +83,8 @@ def test_a_third_cluster_s_stamp_is_not_acked_beyond_two_clusters() -> None:
     mapping = {key: TopicMapping(SegmentSet(rows, np.array([stamps] * 3, np.int8)))}
     paired = {key: TopicMapping(SegmentSet(rows[[0, 2]], np.array(
         [evidence_mask("identity")] * 2, np.int8)))}
-    source = CursorState(Position(100, 1), RangeSet(), Ledgers.of([(100, 10)]))
+    # a's ledger 40 holds entries too: the stamp names a real position there.
+    source = CursorState(Position(100, 1), RangeSet(), Ledgers.of([(40, 10), (100, 10)]))
     obs = ObservedCursor(key, "sub", source, datetime.now(UTC))
     trusted = _step(TWO).run([obs], mapping).records[0].plan
     assert trusted.to_ack.count_entries() == 3  # what two clusters would allow

@@ -200,7 +200,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     emitter,
                     targets, source_marker_lookup(source_admin, config),
-                    source_admin.created_at, read_targets=targets.many,
+                    source_admin.creation, read_targets=targets.many,
                     topology=watch.current)
     hole_check = None
     if config.evidence.holes == "verified":

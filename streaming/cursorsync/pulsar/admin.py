@@ -258,7 +258,7 @@ class AdminClient:
                             + "&perPartition=true", f"partitioned-stats of {t}", str(t))
         return partition_docs(str(t), doc)
 
-    def created_at(self, topic: str | TopicName) -> TopicCreation:
+    def creation(self, topic: str | TopicName) -> TopicCreation:
         """The topic partition's managed ledger as its internal-info tells it: its
         ``creationDate`` as written, and the ledgers created for it since (data and cursor
         ledgers), which tell the topic observed before from one deleted and created again

@@ -70,7 +70,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
             step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy,
                                        vouch="snapshot" in config.evidence.strategies),
                             emitter, targets, source_marker_lookup(source_admin, config),
-                            source_admin.created_at, read_targets=targets.many,
+                            source_admin.creation, read_targets=targets.many,
                             topology=None if topologies is None else topologies.get)
             step.halted = halted(store, source_cluster=config.source.name,
                                  target_cluster=config.target.name)

@@ -81,7 +81,7 @@ Target = CursorState | None | AdminUnavailableError
 #: Reads the target cursors of a batch's (concrete topic, subscription) pairs together.
 TargetsReader = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], Target]]
 #: The source's managed ledger of a concrete topic, with the ledger ids it owns (asked of
-#: the source: :meth:`cursorsync.pulsar.admin.AdminClient.created_at`).
+#: the source: :meth:`cursorsync.pulsar.admin.AdminClient.creation`).
 SourceCreatedAt = Callable[[str], TopicCreation]
 
 
