@@ -24,8 +24,10 @@ ledgers at its own entry count and starts with ledgers of its own made first
 (:data:`THIRD_LEDGER_OFFSET`), fewer than ``b``'s: its ledger ids run just ahead of
 ``a``'s and behind ``b``'s, so the ledger ids of ``c``'s topics fall among ``a``'s. A
 stamp ``c`` writes on its copies (``c``'s own ``ledger:entry``) then reads as a
-position inside ``a``'s topic, often a real one: what a synchronizer that takes every
-stamp for a position on ``a`` gets wrong.
+position inside ``a``'s topic, now and then a real one: what a synchronizer that takes
+every stamp for a position on ``a`` gets wrong. A workload that wants it for sure gives
+ledgers the same id on ``a`` and ``c`` with :meth:`TestBed.align_ledger_ids` (the
+three-cluster workload does, for each topic partition's first ledger).
 """
 
 from __future__ import annotations
@@ -237,16 +239,34 @@ class TestBed:
             self.admin_call(here, "POST", f"/admin/v2/namespaces/{ns}/replication",
                             json=list(self.clusters))
 
-    def _offset_ledgers(self, cluster: str, count: int) -> None:
+    def _offset_ledgers(self, cluster: str, count: int, name: str = "offset") -> None:
         """``count`` ledgers made on ``cluster`` outside the namespace: its ledger ids start
         that much later."""
         if not count:
             return
         client = self.client(cluster)
         for i in range(count):
-            p = client.create_producer(f"persistent://public/default/testbed-ledger-offset-{i}")
+            p = client.create_producer(f"persistent://public/default/testbed-ledger-{name}-{i}")
             p.send(b"offset")
             p.close()
+
+    def next_ledger_id(self, cluster: str) -> int:
+        """About the id ``cluster``'s next ledger gets: one more than a probe ledger made
+        now (outside the namespace)."""
+        probe = f"persistent://public/default/testbed-ledger-probe-{time.time_ns()}"
+        producer = self.client(cluster).create_producer(probe)
+        producer.send(b"probe")
+        producer.close()
+        return int(self.internal_stats(cluster, probe)["ledgers"][-1]["ledgerId"]) + 1
+
+    def align_ledger_ids(self, cluster: str, like: str) -> int:
+        """Ledgers made on whichever of ``cluster`` and ``like`` is behind until their next
+        ledger ids meet (give or take the ledgers others make meanwhile): from here on,
+        the two clusters' new ledgers get about the same ids. How many were made."""
+        behind = self.next_ledger_id(like) - self.next_ledger_id(cluster)
+        lagging = cluster if behind > 0 else like
+        self._offset_ledgers(lagging, abs(behind), f"align-{time.time_ns()}")
+        return behind
 
     # -- addresses, clients, admin
     @property
