@@ -119,12 +119,12 @@ def test_c_s_ledger_ids_fall_among_a_s_so_c_s_stamps_name_positions_inside_a_s_t
     name = topic_name("mesh")
     parts = bed.create_topic(name, partitions=2)
     producers = [(bed.client(cl).create_producer(p, batching_enabled=False,
-                                                 block_if_queue_full=True), p, cl)
+                                                 block_if_queue_full=True), cl)
                  for cl in CLUSTERS for p in parts]
     for i in range(150):
-        for producer, p, cl in producers:
+        for producer, cl in producers:
             producer.send_async(f"{cl}-{i}".encode(), None, properties={"key": f"{cl}-{i}"})
-    for producer, _, _ in producers:
+    for producer, _ in producers:
         producer.flush()
     bed.wait_replicated([name], origin=None)
     named_on_a = []
