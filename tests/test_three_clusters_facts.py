@@ -4,7 +4,8 @@ The facts behind issue 34 (messages of a third cluster lost after a failover): a
 copy of c's message carries c's own position as its stamp on every other cluster,
 names c as where it was replicated from, and is not replicated on by whoever
 received it; and c's ledger ids fall among a's, so the stamp, read as a position
-on a, lands inside a's topic, on a real entry of a's now and then.
+on a, lands inside a's topic, and on a real entry of a's where a ledger has the same id
+on both (the three-cluster workload makes sure some do).
 """
 
 from __future__ import annotations
@@ -107,42 +108,63 @@ def test_a_message_produced_on_c_reaches_a_and_b_once_stamped_with_c_s_own_posit
     assert STAMP not in json.loads(r.headers.get("X-Pulsar-PROPERTY", "{}"))
 
 
-def test_c_s_ledger_ids_fall_among_a_s_so_c_s_stamps_name_positions_inside_a_s_topic(
-        three_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """What the bed sets up on purpose (testbed.py: c's ledgers start 3 ids later than a's
-    and roll every 50 entries, a's every 60, b's start 12 later): each cluster has ledger
-    ids of its own, c's start after a's and stay among them for a while, so a stamp c
-    wrote, read as a position on a, lies between a's first and last entry, and some name
-    an entry a really holds in the same partition (which ones depends on when each
-    cluster's ledgers rolled)."""
-    bed = three_testbed
-    name = topic_name("mesh")
-    parts = bed.create_topic(name, partitions=2)
+def produce_everywhere(bed: TestBed, parts: list[str], per_cluster: int) -> None:
+    """``per_cluster`` unbatched messages (keys ``<cluster>-<i>``) per topic partition on
+    each cluster, interleaved, then every cluster's replication caught up."""
     producers = [(bed.client(cl).create_producer(p, batching_enabled=False,
                                                  block_if_queue_full=True), cl)
                  for cl in CLUSTERS for p in parts]
-    for i in range(150):
+    for i in range(per_cluster):
         for producer, cl in producers:
             producer.send_async(f"{cl}-{i}".encode(), None, properties={"key": f"{cl}-{i}"})
     for producer, _ in producers:
         producer.flush()
-    bed.wait_replicated([name], origin=None)
-    named_on_a = []
+        producer.close()
+    bed.wait_replicated(parts, origin=None)
+
+
+def c_stamps_on_b(bed: TestBed, topic: str) -> dict[Position, str]:
+    """The stamp of each copy on b of a message c produced -> the message's key."""
+    return {Position.parse(m.properties()[STAMP]): m.properties()["key"]
+            for m in read_all(bed, "b", topic) if m.properties()["key"].startswith("c-")}
+
+
+def test_c_s_ledger_ids_fall_among_a_s_so_c_s_stamps_name_positions_inside_a_s_topic(
+        three_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """What the bed sets up (testbed.py: c's ledgers start 3 ids later than a's and roll
+    every 50 entries, a's every 60; b's start 12 later): each cluster has ledger ids of
+    its own, c's start after a's and stay among them for a while, so stamps c wrote,
+    read as positions on a, lie between a's first and last entry of the partition."""
+    bed = three_testbed
+    parts = bed.create_topic(topic_name("mesh"), partitions=2)
+    produce_everywhere(bed, parts, 150)
     for p in parts:
         ledgers = {cl: [lg["ledgerId"] for lg in bed.internal_stats(cl, p)["ledgers"]]
                    for cl in CLUSTERS}
         assert len({ledgers[cl][0] for cl in CLUSTERS}) == 3, ledgers
         assert ledgers["a"][0] < ledgers["c"][0] < ledgers["a"][-1] < ledgers["b"][-1], ledgers
-        first_on_a = Position(ledgers["a"][0], 0)
-        last_on_a = bed.last_entry("a", p)
-        c_stamps = {Position.parse(m.properties()[STAMP]): m.properties()["key"]
-                    for m in read_all(bed, "b", p) if m.properties()["key"].startswith("c-")}
-        inside = [s for s in c_stamps if first_on_a <= s <= last_on_a]
-        assert inside, (p, ledgers, sorted(c_stamps)[:3], sorted(c_stamps)[-3:])
-        named_on_a += [(p, s, c_stamps[s]) for s in inside if s.ledger in ledgers["a"]]
-    assert named_on_a, "no stamp of c names a ledger of a's partition"
-    for p, stamp, key in named_on_a[:10]:
-        r = raw_entry(bed, "a", p, stamp)
-        assert r.status_code == 200, (p, stamp, r.text)
-        # Another message: a's copy of c's is elsewhere in a's topic.
-        assert json.loads(r.headers["X-Pulsar-PROPERTY"])["key"] != key, (p, stamp, key)
+        first_on_a, last_on_a = Position(ledgers["a"][0], 0), bed.last_entry("a", p)
+        stamps = sorted(c_stamps_on_b(bed, p))
+        assert any(first_on_a <= s <= last_on_a for s in stamps), (p, ledgers, stamps[:3])
+
+
+def test_a_ledger_made_with_the_same_id_on_a_and_c_makes_c_s_stamps_name_a_s_entries(
+        three_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """The three-cluster workload's set-up (``TestBed.align_ledger_ids``, then each topic
+    partition loaded on a and on c in turn): the partitions' first ledgers have the same
+    id on a and c, so each stamp c writes on its first 50 entries names an entry a holds
+    in the same partition, another message than the stamped one."""
+    bed = three_testbed
+    bed.align_ledger_ids("c", "a")
+    parts = bed.create_topic(topic_name("aligned"), partitions=2)
+    first = {p: {cl: bed.internal_stats(cl, p)["ledgers"][0]["ledgerId"] for cl in CLUSTERS}
+             for p in parts}
+    assert all(f["a"] == f["c"] != f["b"] for f in first.values()), first
+    produce_everywhere(bed, parts, 15)  # 45 entries a partition: one ledger on every cluster
+    for p in parts:
+        stamps = {s: k for s, k in c_stamps_on_b(bed, p).items() if s.ledger == first[p]["a"]}
+        assert len(stamps) == 15, (p, first[p], sorted(stamps))
+        for stamp, key in stamps.items():
+            r = raw_entry(bed, "a", p, stamp)
+            assert r.status_code == 200, (p, stamp, r.text)
+            assert json.loads(r.headers["X-Pulsar-PROPERTY"])["key"] != key, (p, stamp, key)
