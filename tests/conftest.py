@@ -40,6 +40,16 @@ def own_testbed(tmp_path: Path) -> Iterator[TestBed]:
         yield bed
 
 
+@pytest.fixture(scope="module")
+def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
+    """Clusters a, b and c, geo-replicated in full mesh, for one test module (three JVMs
+    are stopped as soon as the module is done with them); each test uses topics of its
+    own."""
+    work = tmp_path_factory.mktemp("testbed3")
+    with TestBed(TestBedConfig(work_dir=work, clusters=("a", "b", "c"))) as bed:
+        yield bed
+
+
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
     """Fresh topic names for this test: ``topic_name("orders")`` -> ``<test>-orders-<n>``."""

@@ -136,6 +136,25 @@ def failover(bed: TestBed, result: WorkloadResult, subscription: str, kind: str,
     return total
 
 
+def failover_by_origin(bed: TestBed, result: WorkloadResult, subscription: str, kind: str, *,
+                       synced_at: float | None = None) -> dict[str, FailoverCounts]:
+    """:func:`failover`, counted apart per cluster the messages were produced on
+    (``Produced.origin``). b's foreign messages count under b."""
+    names = list(result.spec.topics())
+    with ThreadPoolExecutor(len(names)) as pool:
+        drained = list(pool.map(lambda n: drain(bed, n, subscription, kind), names))
+    origins = sorted({m.origin for m in result.messages} | ({"b"} if result.foreign else set()))
+    out = {o: FailoverCounts() for o in origins}
+    for name, delivered in zip(names, drained, strict=True):
+        mine = _only(result, bed.topic(name))
+        for o in origins:
+            part = WorkloadResult(mine.spec, [m for m in mine.messages if m.origin == o],
+                                  mine.foreign if o == "b" else [], mine.acked,
+                                  mine.started_at, mine.last_ack_at, mine.finished_at)
+            out[o] = out[o].add(count(part, subscription, delivered, synced_at=synced_at))
+    return out
+
+
 def _only(result: WorkloadResult, topic: str) -> WorkloadResult:
     """The ground truth restricted to one topic (its partitions)."""
     def mine(t: str) -> bool:

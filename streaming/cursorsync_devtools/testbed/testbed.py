@@ -1,4 +1,4 @@
-"""Two real Pulsar clusters, ``a`` and ``b``, geo-replicated both ways.
+"""Two real Pulsar clusters, ``a`` and ``b``, geo-replicated both ways (or three, with ``c``).
 
 Usage::
 
@@ -16,6 +16,18 @@ Pulsar's replicated subscriptions work (they need both directions). Ledgers roll
 at a different entry count on each side, and ``b`` starts with a few ledgers
 made on purpose, so a source position and its target position rarely have the
 same ids: mixing the two up shows.
+
+A third cluster ``c`` is opt-in (``TestBedConfig(clusters=("a", "b", "c"))``): the
+three form a full mesh, each registering the other two, the tenant allowed on all
+three and the namespace replicated to all three on every cluster. ``c`` rolls its
+ledgers at its own entry count and starts with ledgers of its own made first
+(:data:`THIRD_LEDGER_OFFSET`), fewer than ``b``'s: its ledger ids run just ahead of
+``a``'s and behind ``b``'s, so the ledger ids of ``c``'s topics fall among ``a``'s. A
+stamp ``c`` writes on its copies (``c``'s own ``ledger:entry``) then reads as a
+position inside ``a``'s topic, now and then a real one: what a synchronizer that takes
+every stamp for a position on ``a`` gets wrong. A workload that wants it for sure gives
+ledgers the same id on ``a`` and ``c`` with :meth:`TestBed.align_ledger_ids` (the
+three-cluster workload does, for each topic partition's first ledger).
 """
 
 from __future__ import annotations
@@ -40,6 +52,11 @@ from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed.standalone import Standalone, StandaloneSpec
 
 SOURCE, TARGET = "a", "b"
+#: The opt-in third cluster, and what it gets when the config's tuples name only a and b.
+THIRD = "c"
+THIRD_ENTRIES_PER_LEDGER = 50
+THIRD_MAX_MESSAGE_SIZE = 512 * 1024
+THIRD_LEDGER_OFFSET = 3
 
 
 class TestBedError(CursorSyncError):
@@ -55,27 +72,50 @@ class TestBedConfig:
     __test__ = False
 
     work_dir: Path | None = None
+    #: The clusters, a (source) and b (target) first; ("a", "b", "c") adds the third.
+    clusters: tuple[str, ...] = (SOURCE, TARGET)
     tenant: str = "cursorsync"
     namespace: str = "geo"
-    #: managedLedgerMaxEntriesPerLedger on a and on b: different, so ledgers roll at
-    #: different places on each side.
-    entries_per_ledger: tuple[int, int] = (60, 45)
+    #: managedLedgerMaxEntriesPerLedger on a and on b (and c, if given; else
+    #: THIRD_ENTRIES_PER_LEDGER): different, so ledgers roll at different places on each side.
+    entries_per_ledger: tuple[int, ...] = (60, 45)
     #: Broker maxMessageSize on a and on b. a's is small, so a test's chunked messages
     #: need well under 1 MB. b's is larger: a chunk as large as a's limit, plus the source
     #: position the replicator adds to it, does not fit the same limit on b, and Pulsar
     #: 4.0.8's replicator then drops the chunk without a word (pinned in
     #: tests/test_pulsar_facts.py: with equal limits only each message's last, smaller
-    #: chunk reaches b, which can then never deliver it).
-    max_message_size: tuple[int, int] = (256 * 1024, 512 * 1024)
+    #: chunk reaches b, which can then never deliver it). c's (THIRD_MAX_MESSAGE_SIZE
+    #: unless given) is b's, for the same reason.
+    max_message_size: tuple[int, ...] = (256 * 1024, 512 * 1024)
     #: Ledgers made on b before anything else, so b's ledger ids run ahead of a's.
     target_ledger_offset: int = 12
+    #: Ledgers made on c before anything else (see the module doc).
+    third_ledger_offset: int = THIRD_LEDGER_OFFSET
     #: More standalone.conf settings per cluster name.
     settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     ready_timeout_s: float = 180.0
 
+    def __post_init__(self) -> None:
+        names = self.clusters
+        if names[:2] != (SOURCE, TARGET) or len(set(names)) != len(names) or not (
+                2 <= len(names) <= 3):
+            raise TestBedError(f"clusters {names!r}: the test bed runs ({SOURCE!r}, "
+                               f"{TARGET!r}) or ({SOURCE!r}, {TARGET!r}, {THIRD!r})")
+        if len(names) == 3 and names[2] != THIRD:
+            raise TestBedError(f"clusters {names!r}: the third cluster is {THIRD!r}")
+
+    def shape(self, cluster: str) -> tuple[int, int, int]:
+        """(entries per ledger, max message size, ledgers made first) of one cluster."""
+        i = self.clusters.index(cluster)
+        entries = (*self.entries_per_ledger, THIRD_ENTRIES_PER_LEDGER)[i]
+        size = (*self.max_message_size, THIRD_MAX_MESSAGE_SIZE)[i]
+        offset = (0, self.target_ledger_offset, self.third_ledger_offset)[i]
+        return entries, size, offset
+
 
 class TestBed:
-    """Clusters a (source) and b (target), geo-replicated; a context manager."""
+    """Clusters a (source) and b (target), and c if configured, geo-replicated in full
+    mesh; a context manager."""
 
     __test__ = False
 
@@ -89,8 +129,8 @@ class TestBed:
             self.work_dir = Path(self.config.work_dir)
         self.source, self.target = SOURCE, TARGET
         self.clusters: dict[str, Standalone] = {}
-        for name, entries, size in zip((SOURCE, TARGET), self.config.entries_per_ledger,
-                                       self.config.max_message_size, strict=True):
+        for name in self.config.clusters:
+            entries, size, _ = self.config.shape(name)
             settings = {"managedLedgerMaxEntriesPerLedger": str(entries),
                         "maxMessageSize": str(size),
                         **self.config.settings.get(name, {})}
@@ -112,7 +152,8 @@ class TestBed:
             self._http = {name: httpx.Client(base_url=c.admin_url, timeout=30.0)
                           for name, c in self.clusters.items()}
             self._replicate()
-            self._offset_target_ledgers()
+            for name in self.clusters:
+                self._offset_ledgers(name, self.config.shape(name)[2])
         except BaseException:
             self.stop()
             raise
@@ -159,7 +200,7 @@ class TestBed:
                 client.close()
 
     def stop(self) -> None:
-        """Close clients, stop both clusters (in parallel), remove a temporary work dir."""
+        """Close clients, stop the clusters (in parallel), remove a temporary work dir."""
         for client in list(self._clients):
             with contextlib.suppress(Exception):  # the broker may be gone already
                 client.close()
@@ -198,12 +239,34 @@ class TestBed:
             self.admin_call(here, "POST", f"/admin/v2/namespaces/{ns}/replication",
                             json=list(self.clusters))
 
-    def _offset_target_ledgers(self) -> None:
-        client = self.client(self.target)
-        for i in range(self.config.target_ledger_offset):
-            p = client.create_producer(f"persistent://public/default/testbed-ledger-offset-{i}")
+    def _offset_ledgers(self, cluster: str, count: int, name: str = "offset") -> None:
+        """``count`` ledgers made on ``cluster`` outside the namespace: its ledger ids start
+        that much later."""
+        if not count:
+            return
+        client = self.client(cluster)
+        for i in range(count):
+            p = client.create_producer(f"persistent://public/default/testbed-ledger-{name}-{i}")
             p.send(b"offset")
             p.close()
+
+    def next_ledger_id(self, cluster: str) -> int:
+        """About the id ``cluster``'s next ledger gets: one more than a probe ledger made
+        now (outside the namespace)."""
+        probe = f"persistent://public/default/testbed-ledger-probe-{time.time_ns()}"
+        producer = self.client(cluster).create_producer(probe)
+        producer.send(b"probe")
+        producer.close()
+        return int(self.internal_stats(cluster, probe)["ledgers"][-1]["ledgerId"]) + 1
+
+    def align_ledger_ids(self, cluster: str, like: str) -> int:
+        """Ledgers made on whichever of ``cluster`` and ``like`` is behind until their next
+        ledger ids meet (give or take the ledgers others make meanwhile): from here on,
+        the two clusters' new ledgers get about the same ids. How many were made."""
+        behind = self.next_ledger_id(like) - self.next_ledger_id(cluster)
+        lagging = cluster if behind > 0 else like
+        self._offset_ledgers(lagging, abs(behind), f"align-{time.time_ns()}")
+        return behind
 
     # -- addresses, clients, admin
     @property
@@ -259,7 +322,7 @@ class TestBed:
         return [str(t.with_partition(i)) for i in range(n)] if n else [str(t)]
 
     def create_topic(self, name: str, partitions: int = 0) -> list[str]:
-        """Create the topic on both clusters; its partitions (or itself)."""
+        """Create the topic on every cluster; its partitions (or itself)."""
         t = TopicName.parse(self.topic(name))
         for cluster in self.clusters:
             if partitions:
@@ -284,29 +347,38 @@ class TestBed:
                     raise
                 time.sleep(0.5)
 
-    def wait_replicated(self, topics: Iterable[str], *, origin: str = SOURCE,
+    def wait_replicated(self, topics: Iterable[str], *, origin: str | None = SOURCE,
                         timeout_s: float = 120.0) -> float:
         """Wait until every entry the topics' partitions hold now on ``origin`` has been
-        sent to the other cluster (its replicator cursor has passed it); seconds waited."""
-        other = TARGET if origin == SOURCE else SOURCE
-        cursor = f"pulsar.repl.{other}"
+        sent to every other cluster (each replicator cursor has passed it); seconds waited.
+        ``origin`` None: from every cluster to every other."""
+        origins = list(self.clusters) if origin is None else [self._cluster(origin).cluster]
         parts = [p for t in topics for p in self.partitions(t)]
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        goal = {p: Position.parse(self._stats_until(origin, p, deadline)["lastConfirmedEntry"])
-                for p in parts}
+        goal = {(o, p): Position.parse(
+                    self._stats_until(o, p, deadline)["lastConfirmedEntry"])
+                for o in origins for p in parts}
         while True:
             behind = []
-            for p in parts:
-                cursors = self._stats_until(origin, p, deadline).get("cursors", {})
-                md = cursors.get(cursor, {}).get("markDeletePosition")
-                if goal[p].entry < 0 and md is None:
-                    continue  # nothing to send yet
-                if md is None or Position.parse(md) < goal[p]:
-                    behind.append(f"{p} ({cursor} at {md}, goal {goal[p]})")
+            for o in origins:
+                for p in parts:
+                    cursors = self._stats_until(o, p, deadline).get("cursors", {})
+                    for other in self.clusters:
+                        if other == o:
+                            continue
+                        cursor = f"pulsar.repl.{other}"
+                        md = cursors.get(cursor, {}).get("markDeletePosition")
+                        if goal[o, p].entry < 0 and md is None:
+                            continue  # nothing to send yet
+                        if md is None or Position.parse(md) < goal[o, p]:
+                            behind.append((o, other, f"{p} ({cursor} at {md}, "
+                                                     f"goal {goal[o, p]})"))
             if not behind:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout_s:
-                raise TestBedError(f"replication {origin} -> {other} did not catch up within "
-                                   f"{timeout_s:.0f} s: {'; '.join(behind[:5])}")
+                o, other, _ = behind[0]
+                raise TestBedError(f"replication {o} -> {other} did not catch up within "
+                                   f"{timeout_s:.0f} s: "
+                                   f"{'; '.join(b[2] for b in behind[:5])}")
             time.sleep(0.2)

@@ -102,14 +102,17 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class Produced:
-    """One message as published on a."""
+    """One message as published on a (or, on the three-cluster bed, on b or c)."""
 
     topic: str  # the topic partition
     key: str
-    position: Position  # its entry on a
+    position: Position  # its entry on a (for a message produced elsewhere: its copy's)
     batch_index: int  # -1: not batched
     batch_size: int  # 0: not batched
     chunked: bool = False
+    #: The cluster it was produced on, and its entry there when that is not a.
+    origin: str = "a"
+    origin_position: Position | None = None
 
 
 @dataclass
@@ -181,30 +184,36 @@ def _plan(rng: random.Random, spec: WorkloadSpec) -> list[int]:
             for _ in range(spec.entries_per_partition)]
 
 
-def _message_fields(topic: str, n: int) -> tuple[str, bytes, dict[str, str], str]:
+def _message_fields(topic: str, n: int, origin: str = "a"
+                    ) -> tuple[str, bytes, dict[str, str], str]:
     local = TopicName.parse(topic).local
-    key = f"{local}:{n}"
+    key = f"{local}:{n}" if origin == "a" else f"{local}:{origin}-{n}"
     payload = json.dumps({"key": key, "n": n}).encode()
     return key, payload, {"key": key, "n": str(n)}, f"pk-{n % 5}"
 
 
 class _Publisher:
-    """The producers of one topic partition on a, and what they published.
+    """The producers of one topic partition on a (or on ``cluster``), and what they
+    published.
 
     Each message's ack decision is recorded before it is sent, so a consumer that
-    receives it finds it."""
+    receives it finds it. Another cluster's keys, producer names and ack choices are
+    its own, so its messages never look like a's."""
 
     def __init__(self, bed: TestBed, topic: str, spec: WorkloadSpec,
-                 decisions: Decisions) -> None:
+                 decisions: Decisions, *, cluster: str = "a") -> None:
         self.topic = topic
         self.spec = spec
         self.decisions = decisions
-        self.client = bed.client("a")
+        self.cluster = cluster
+        self.client = bed.client(cluster)
         local = TopicName.parse(topic).local
-        self.singles = [self.client.create_producer(topic, producer_name=f"{local}-single-{i}",
+        prefix = local if cluster == "a" else f"{local}-{cluster}"
+        self._plan_name = topic if cluster == "a" else f"{topic}@{cluster}"
+        self.singles = [self.client.create_producer(topic, producer_name=f"{prefix}-single-{i}",
                                                     batching_enabled=False) for i in range(2)]
         self.batching = self.client.create_producer(
-            topic, producer_name=f"{local}-batch", batching_enabled=True,
+            topic, producer_name=f"{prefix}-batch", batching_enabled=True,
             batching_max_messages=10_000, batching_max_publish_delay_ms=3_600_000,
             batching_max_allowed_size_in_bytes=1 << 30)
         self.out: list[Produced] = []
@@ -212,11 +221,19 @@ class _Publisher:
         self.n = 0
 
     def _next(self, size: int, index: int) -> tuple[str, bytes, dict[str, str], str]:
-        fields = _message_fields(self.topic, self.n)
-        self.decisions[fields[0]] = (ack_choice(self.spec, self.topic, self.entries, size),
+        fields = _message_fields(self.topic, self.n, self.cluster)
+        self.decisions[fields[0]] = (ack_choice(self.spec, self._plan_name, self.entries, size),
                                      index)
         self.n += 1
         return fields
+
+    def _produced(self, key: str, mid: Any, batch_index: int, batch_size: int) -> Produced:
+        pos = Position(mid.ledger_id(), mid.entry_id())
+        if self.cluster == "a":
+            return Produced(self.topic, key, pos, batch_index, batch_size)
+        # Its position on a is known once a holds the copy (the three-cluster workload).
+        return Produced(self.topic, key, pos, batch_index, batch_size, origin=self.cluster,
+                        origin_position=pos)
 
     def entry(self, size: int, rng: random.Random) -> None:
         if size == 0:
@@ -225,8 +242,7 @@ class _Publisher:
             mid = self.singles[self.n % 2].send(
                 payload, properties=props, partition_key=pk, event_timestamp=10**12 + self.n,
                 deliver_after=timedelta(seconds=self.spec.delay_seconds) if delayed else None)
-            self.out.append(Produced(self.topic, key, Position(mid.ledger_id(), mid.entry_id()),
-                                     -1, 0))
+            self.out.append(self._produced(key, mid, -1, 0))
             self.entries += 1
             return
         ids: list[Any] = [None] * size
@@ -245,13 +261,13 @@ class _Publisher:
         self.batching.flush()
         for _ in range(size):
             if not done.acquire(timeout=30):
-                raise TestBedError(f"a batch sent to {self.topic} was not confirmed in 30 s")
+                raise TestBedError(f"a batch sent to {self.topic} on {self.cluster} was "
+                                   "not confirmed in 30 s")
         entries = {(m.ledger_id(), m.entry_id()) for m in ids}
         if len(entries) != 1:
             raise TestBedError(f"{self.topic}: a batch of {size} landed in {len(entries)} entries")
         for key, mid in zip(keys, ids, strict=True):
-            self.out.append(Produced(self.topic, key, Position(mid.ledger_id(), mid.entry_id()),
-                                     mid.batch_index(), size))
+            self.out.append(self._produced(key, mid, mid.batch_index(), size))
         self.entries += 1
 
     def chunked(self, service_url: str, count: int) -> None:
