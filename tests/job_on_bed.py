@@ -173,15 +173,12 @@ def three_cluster_config(bed: TestBed, topics: Sequence[str], strategies: Sequen
 
 
 def refusal(config: Config) -> CursorSyncError | None:
-    """What ``cursorsync check`` says when it refuses the config outright (a
-    :class:`ConfigError`), else None."""
-    from cursorsync.app.preflight import check
+    """What ``cursorsync check`` says when it refuses the configured evidence for the
+    topics' replication (its problem finding, as an error), else None."""
+    from cursorsync.app.preflight import check, problems
 
-    try:
-        check(config)
-    except ConfigError as err:
-        return err
-    return None
+    found = [f for f in problems(check(config)) if f.what.startswith("evidence ")]
+    return ConfigError(found[0].detail) if found else None
 
 
 def refused_start(config: Config) -> None:

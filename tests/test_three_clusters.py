@@ -127,3 +127,7 @@ def test_failover_to_b_loses_no_message_of_any_origin(
     assert run.total().foreign_acked == 0, table
     assert run.total().foreign > 0 and all(
         c.messages and c.acked_on_source for c in run.by_origin.values()), table
+    if strategies == ("identity",):
+        # Three regions in full mesh are an ordinary deployment: this list works there,
+        # its duplicates only those no broker statistic or mapping can avoid.
+        assert run.total().unexplained == 0, table
