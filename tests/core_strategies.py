@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import strategies as st
 
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.cursor import CursorState, fold
+from cursorsync.core.cursor import AckPlan, CursorState, fold
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import translate
 
 
 @dataclass
@@ -149,3 +151,125 @@ def worlds(draw: st.DrawFn, *, max_entries: int = 60) -> World:
     target = acked_state(Position(tgt_ids[0], -1), tgt_acked, target_ledgers)
     return World(source_ledgers, target_ledgers, origin, skippable, foreign, unreplicated,
                  mapping, source, target)
+
+
+# ---------------------------------------------------------------- guard cases
+
+
+@dataclass
+class GuardCase:
+    """A plan for the guard over a world's mapping and cursors, drawn apart from translate."""
+
+    world: World
+    source: CursorState
+    mapping: TopicMapping
+    #: The target cursor as the guard sees it: its ledger list may be a stale snapshot.
+    target: CursorState
+    #: Every target entry that exists (the stale list's open ledger may hold more).
+    universe: Ledgers
+    plan: AckPlan
+    kind: str
+
+
+def _entry_ranges(entries: list[Position]) -> RangeSet:
+    rows = [(p.ledger, p.entry - 1, p.ledger, p.entry) for p in entries]
+    return RangeSet(np.array(rows, dtype=np.int64).reshape(-1, 4))
+
+
+@st.composite
+def guard_cases(draw: st.DrawFn, *, max_entries: int = 40) -> GuardCase:
+    """A world, then a plan: random to_ack sets and markDeletePositions (many of them
+    wrong), translate's plan, or translate's plan perturbed by an entry or a position.
+    Half the time the target's ledger list shows fewer entries of its open ledger than
+    exist; some cases relabel the ledger ids too far apart for based keys."""
+    w = draw(worlds(max_entries=max_entries))
+    full = w.target_ledgers
+    seen = full
+    if full.entries[-1] > 0 and draw(st.booleans()):
+        counts = full.entries.copy()
+        counts[-1] -= draw(st.integers(1, int(counts[-1])))
+        seen = Ledgers(full.ids.copy(), counts)
+    target = CursorState(w.target.mark_delete, w.target.individually_deleted, seen)
+    universe = [Position(int(lg), e) for lg, n in zip(full.ids.tolist(), full.entries.tolist(),
+                                                      strict=True) for e in range(n)]
+    rnd = draw(st.randoms(use_true_random=False))
+    starts = [Position(int(lg), -1) for lg in full.ids.tolist()]
+
+    def some_position() -> Position:
+        return rnd.choice([target.mark_delete, *starts, *universe])
+
+    kind = draw(st.sampled_from(["random", "random", "translated", "perturbed", "perturbed"]))
+    honest = translate(w.source, w.mapping, target)
+    if kind == "random":
+        share = rnd.choice([0.05, 0.3, 0.8])
+        to_ack = _entry_ranges([p for p in universe if rnd.random() < share])
+        md = some_position() if rnd.random() < 0.7 else target.mark_delete
+        plan = replace(honest, mark_delete=md, to_ack=to_ack)
+    elif kind == "translated":
+        plan = honest
+    else:
+        how = rnd.choice(["entry", "md", "next", "window"])
+        plan = honest
+        if how == "entry" and universe:
+            plan = replace(plan, to_ack=plan.to_ack | _entry_ranges([rnd.choice(universe)]))
+        elif how == "md":
+            plan = replace(plan, mark_delete=some_position())
+        elif how == "next":
+            later = [p for p in universe if p > plan.mark_delete]
+            if later:
+                plan = replace(plan, mark_delete=later[0])
+        elif universe:
+            i = rnd.randrange(len(universe))
+            plan = replace(plan, to_ack=plan.to_ack | _entry_ranges(universe[i:i + 4]))
+    case = GuardCase(w, w.source, w.mapping, target, full, plan, kind)
+    return relabelled(case) if draw(st.integers(0, 4)) == 4 else case
+
+
+def relabelled(case: GuardCase) -> GuardCase:
+    """The same case with ledger ids spread too far apart for based keys, order kept."""
+    s_low = int(case.world.source_ledgers.ids[0])
+    t_low = int(case.universe.ids[0])
+
+    def fs(ids: np.ndarray) -> np.ndarray:
+        return np.where(ids == -1, -1, (ids - s_low) * 2**31 + 7)
+
+    def ft(ids: np.ndarray) -> np.ndarray:
+        return np.where(ids == -1, -1, (ids - t_low) * 2**31 + 7)
+
+    def pos(p: Position, f: Callable[[np.ndarray], np.ndarray]) -> Position:
+        return Position(int(f(np.array([p.ledger]))[0]), p.entry)
+
+    def ranges(rs: RangeSet, f: Callable[[np.ndarray], np.ndarray]) -> RangeSet:
+        b = rs.bounds.copy()
+        b[:, 0], b[:, 2] = f(b[:, 0]), f(b[:, 2])
+        return RangeSet(b)
+
+    def ledgers(lg: Ledgers | None, f: Callable[[np.ndarray], np.ndarray]) -> Ledgers | None:
+        return None if lg is None else Ledgers(f(lg.ids), lg.entries.copy())
+
+    def cursor(c: CursorState, f: Callable[[np.ndarray], np.ndarray]) -> CursorState:
+        return CursorState(pos(c.mark_delete, f), ranges(c.individually_deleted, f),
+                           ledgers(c.ledgers, f))
+
+    def runs(r: Runs, f: Callable[[np.ndarray], np.ndarray]) -> Runs:
+        rows = r.rows.copy()
+        rows[:, 0] = f(rows[:, 0])
+        return Runs(rows)
+
+    m = case.mapping
+    seg = m.segments.rows.copy()
+    seg[:, 0], seg[:, 2] = fs(seg[:, 0]), ft(seg[:, 2])
+    anchors = m.anchors.rows.copy()
+    anchors[:, 0], anchors[:, 2] = fs(anchors[:, 0]), ft(anchors[:, 2])
+    mapping = TopicMapping(SegmentSet(seg, m.segments.evidence_codes), runs(m.skippable, ft),
+                           runs(m.foreign, ft), runs(m.unreplicated, fs),
+                           unpaired=runs(m.unpaired, ft), anchors=Anchors(anchors))
+    p = case.plan
+    plan = replace(p, mark_delete=pos(p.mark_delete, ft),
+                   individually_deleted=ranges(p.individually_deleted, ft),
+                   to_ack=ranges(p.to_ack, ft),
+                   previous_mark_delete=pos(p.previous_mark_delete, ft))
+    universe = ledgers(case.universe, ft)
+    assert universe is not None
+    return GuardCase(case.world, cursor(case.source, fs), mapping, cursor(case.target, ft),
+                     universe, plan, case.kind + ", relabelled")

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
-from cursorsync.core.guard import check_safe, safe_target_acks
+from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.translate import is_monotone, translate, unmapped_source
+from cursorsync.core.translate import is_monotone, safe_target_acks, translate, unmapped_source
 from cursorsync_devtools.oracle import oracle_translate
 
 P = Position.parse

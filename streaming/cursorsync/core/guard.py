@@ -1,135 +1,36 @@
 """The safety rule and the guard: nothing reaches the target that breaks the rule.
 
-**The rule.** :func:`safe_target_acks` and :func:`anchored_target_acks` are the
-only functions that turn source acks into target acks: a target entry consumers
-can receive is in their result only if a segment maps it from a source entry
-that the source cursor has acked, or it is a known copy of a source entry and a
-snapshot anchor shows every source entry it can have come from acked. Unknown
-mapping means not acked.
+**The rule.** A target entry consumers can receive is acknowledged only if a segment
+maps it from a source entry that the source cursor has acked, or it is a known copy of
+a source entry (an ``unpaired`` run) at or before the target position that a snapshot
+anchor at or before the source's markDeletePosition names. Skippable entries are always
+safe to ack, and what the target has acked already stays acked. Unknown mapping means
+not acked.
 
-**The guard.** :func:`guard` is the emit gate every emit path calls; it
-re-checks a plan against the rule (:func:`check_safe`) and is the only maker
-of the :class:`SafePlan` emitters accept.
+**The guard.** :func:`guard` is the emit gate every emit path calls, and the only maker
+of the :class:`SafePlan` emitters accept. Its check (:func:`check_safe`) stands apart
+from the planner: the planner (:mod:`cursorsync.core.translate`) maps the source's acks
+forward onto the target, the guard walks from each target position the plan would ack
+back to its source. They share the range algebra and nothing else, so a mistake in one
+is caught by the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import fields
+from typing import Any, NoReturn, final
 
 import numpy as np
+import numpy.typing as npt
 
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.keys import (
-    I64,
-    base_for,
-    clip_runs,
-    fits,
-    keyspace,
-    ledger_of,
-    merge,
-    pack,
-    rebase,
-    to_keys,
-)
+from cursorsync.core.keys import I64, Keys, fits, keyspace, pack, to_keys
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import SegmentSet, TopicMapping
+from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import CursorSyncError
-
-
-def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
-    """THE safety rule: target entries whose source counterpart is acked on the source.
-
-    Invariant: the result contains a target entry only if some segment maps it
-    from a source entry inside ``source_acked``. Nothing is extrapolated
-    beyond a segment; unmapped source acks produce nothing.
-    """
-    global _last_rule
-    last = _last_rule
-    if last[0] is source_acked and last[1] is segments:
-        return last[2]  # the same values (both immutable): the plan's answer, for its guard
-    result = _safe_target_acks(source_acked, segments)
-    _last_rule = (source_acked, segments, result)
-    return result
-
-
-#: The last inputs of :func:`safe_target_acks` and its answer: a sync translates a cursor,
-#: then guards the plan against the rule for the same source and mapping.
-_last_rule: tuple[object, object, RangeSet] = (None, None, RangeSet())
-
-
-def _safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
-    rows = segments.rows
-    if len(rows) == 0 or not source_acked:
-        return RangeSet()
-    keyed = _keyed_target_acks(source_acked, rows)
-    if keyed is not None:
-        return keyed
-    # Positions based keys cannot hold: exact keys over the ledgers in play.
-    s = source_acked.bounds
-    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
-    seg_bounds = np.stack([sl, se - 1, sl, se + cnt - 1], axis=1)
-    ks = keyspace(s, seg_bounds)
-    s_lo, s_hi = to_keys(ks, s)
-    g_lo, g_hi = to_keys(ks, seg_bounds)
-    # Acked ranges overlapping segment j: those with hi > seg lo and lo < seg hi.
-    first = np.searchsorted(s_hi, g_lo, side="right")
-    last = np.searchsorted(s_lo, g_hi, side="left")
-    n = np.maximum(last - first, 0)
-    total = int(n.sum())
-    if total == 0:
-        return RangeSet()
-    seg = np.repeat(np.arange(len(rows)), n)
-    offs = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-    k = first[seg] + offs
-    lo = np.maximum(s_lo[k], g_lo[seg])
-    hi = np.minimum(s_hi[k], g_hi[seg])
-    _, lo_e = ks.unpack(lo)
-    _, hi_e = ks.unpack(hi)
-    shift = (te - se)[seg]
-    tls = tl[seg]
-    return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
-
-
-def anchored_target_acks(source: CursorState, mapping: TopicMapping) -> RangeSet:
-    """The rule for snapshot anchors: target entries known to be copies of source entries
-    (``unpaired`` runs) at or before the furthest target position that an anchor at or
-    before the source's markDeletePosition names (:mod:`cursorsync.core.anchors`): every
-    source entry they can have come from is acked."""
-    return mapping.anchors.acks(source.mark_delete, mapping.unpaired.ranges())
-
-
-def _keyed_target_acks(source_acked: RangeSet, rows: I64) -> RangeSet | None:
-    """:func:`safe_target_acks` on based keys, or None when they cannot hold the positions.
-
-    Each segment takes the acked ranges that meet its source run, clipped to the run; a
-    segment stays within one ledger on each side, so a key moves to the target by adding
-    the difference of the segment's first keys.
-    """
-    keyed = source_acked._keys()
-    if keyed is None:
-        return None
-    s_lo, s_hi, s_base = keyed
-    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
-    low = int(sl.min())
-    base = min(s_base, base_for(low))
-    top = ledger_of(int(s_hi[-1]), s_base)
-    if not fits(base, low, max(int(sl.max()), top), int(se.min()) - 1,
-                int((se + cnt).max()) - 1):
-        return None
-    t_low = int(tl.min())
-    t_base = base_for(t_low)
-    if not fits(t_base, t_low, int(tl.max()), int(te.min()) - 1, int((te + cnt).max()) - 1):
-        return None
-    s_lo, s_hi = rebase(s_lo, s_base, base), rebase(s_hi, s_base, base)
-    g_lo = pack(sl, se - 1, base, minus_one=False)
-    g_hi = pack(sl, se + cnt - 1, base, minus_one=False)
-    lo, hi, counts = clip_runs(g_lo, g_hi, s_lo, s_hi)
-    shift = np.repeat(pack(tl, te, t_base, minus_one=False) - (g_lo + 1), counts)
-    lo += shift
-    hi += shift
-    return RangeSet._from_keys(*merge(lo, hi), t_base)
 
 
 def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
@@ -138,20 +39,153 @@ def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
 
     Two ways to ack: ``to_ack`` entry by entry, and a cumulative ack up to the
     plan's markDeletePosition. Every target entry either covers must be the
-    counterpart of a source entry acked on the source, a skippable entry, or
-    already acked on the target. ``to_ack`` is checked in position space. The
-    cumulative span is checked on the positions that may hold an entry
+    counterpart of a source entry acked on the source, a skippable entry, a known copy
+    an anchor licenses, or already acked on the target. ``to_ack`` is checked in position
+    space. The cumulative span is checked on the positions that may hold an entry
     (:func:`may_hold_entries`), independently of how the plan was folded.
     """
     if not plan.to_ack and plan.mark_delete <= target.mark_delete:
         # Nothing to send, and up to the markDeletePosition is acked on the target already.
         return RangeSet()
-    allowed = (safe_target_acks(source.acked(), mapping.segments)
-               | anchored_target_acks(source, mapping)
-               | mapping.skippable.ranges() | target.acked())
-    bad = plan.to_ack - allowed
-    cumulative = may_hold_entries(RangeSet.up_to(plan.mark_delete) - allowed, target.ledgers)
-    return bad | cumulative
+    acked = target.acked()
+    rest = ((plan.to_ack - acked)
+            | may_hold_entries(RangeSet.up_to(plan.mark_delete) - acked, target.ledgers))
+    if not rest:
+        return rest
+    licensed = _licensed_copies(source.mark_delete, mapping)
+    source_acked = source.acked()
+    if _all_backed(rest, source_acked, mapping, licensed):
+        return RangeSet()
+    rest = rest - mapping.skippable.ranges() - licensed
+    return _unbacked(rest, source_acked, mapping.segments.rows) if rest else rest
+
+
+def _licensed_copies(source_mark_delete: Position, mapping: TopicMapping) -> RangeSet:
+    """Known copies (``unpaired`` runs) at or before the furthest target position named by
+    an anchor whose source position is at or before ``source_mark_delete``: the anchor
+    says each came from a source entry before its source position, all of them acked."""
+    a = mapping.anchors.rows
+    if not len(a) or not len(mapping.unpaired):
+        return RangeSet()
+    md_l, md_e = source_mark_delete.ledger, source_mark_delete.entry
+    reached = a[(a[:, 0] < md_l) | ((a[:, 0] == md_l) & (a[:, 1] <= md_e))]
+    if not len(reached):
+        return RangeSet()
+    top = reached[np.lexsort((reached[:, 3], reached[:, 2]))[-1]]
+    return mapping.unpaired.ranges() & RangeSet.up_to(Position(int(top[2]), int(top[3])))
+
+
+def _all_backed(rest: RangeSet, source_acked: RangeSet, mapping: TopicMapping,
+                licensed: RangeSet) -> bool:
+    """Is every position of ``rest`` (target positions) a copy of an acked source entry, a
+    skippable entry or a licensed copy? The answer for the plans that pass, on based keys.
+
+    Each range of ``rest`` must be covered whole by the target runs it meets (segments,
+    skippable runs, licensed copies), and each segment's piece of it, moved to the source
+    at the segment's entry offset, must lie inside one acked range. False also where based
+    keys cannot hold the positions or runs overlap: :func:`_unbacked` decides then.
+    """
+    t_keys, s_keys = rest._keys(), source_acked._keys()
+    if t_keys is None or s_keys is None:
+        return False
+    r_lo, r_hi, t_base = t_keys
+    a_lo, a_hi, s_base = s_keys
+    r = rest.bounds
+    g = mapping.segments.rows
+    g = g[_near(r, g[:, 2], g[:, 3], g[:, 4])]
+    k = mapping.skippable.rows
+    k = k[_near(r, k[:, 0], k[:, 1], k[:, 2])]
+    c = licensed.bounds
+    ledger = np.concatenate((g[:, 2], k[:, 0], c[:, 0]))
+    first = np.concatenate((g[:, 3], k[:, 1], c[:, 1] + 1))
+    count = np.concatenate((g[:, 4], k[:, 2], c[:, 3] - c[:, 1]))
+    sl, se, n = g[:, 0], g[:, 1], g[:, 4]
+    if not len(ledger) or (c[:, 0] != c[:, 2]).any() or not fits(
+            t_base, int(ledger.min()), int(ledger.max()), int(first.min()) - 1,
+            int((first + count).max()) - 1):
+        return False
+    if len(g) and not fits(s_base, int(sl.min()), int(sl.max()), int(se.min()) - 1,
+                           int((se + n).max()) - 1):
+        return False
+    lo = pack(ledger, first - 1, t_base, minus_one=False)
+    # Source key minus target key, per segment run; the other runs need no source.
+    shift = np.concatenate((pack(sl, se - 1, s_base, minus_one=False) - lo[:len(g)],
+                            np.zeros(len(k) + len(c), np.int64)))
+    mapped = np.arange(len(lo)) < len(g)
+    order = np.argsort(lo)
+    lo, shift, mapped = lo[order], shift[order], mapped[order]
+    hi = lo + count[order]
+    if not (hi[:-1] <= lo[1:]).all():
+        return False
+    i, j, p_lo, p_hi = _meets(r_lo, r_hi, lo, hi)
+    # Covered whole: the pieces of each range add up to it (they neither overlap nor
+    # leave it); a range spanning ledgers never is (a ledger's -1 is no entry).
+    got = np.bincount(i, minlength=len(r_lo))
+    if not got.all() or not np.array_equal(
+            np.add.reduceat(p_hi - p_lo, np.cumsum(got) - got), r_hi - r_lo):
+        return False
+    # Each segment's piece inside one acked range: the first acked range ending at or
+    # after the piece ends.
+    on = mapped[j]
+    s_lo, s_hi = p_lo[on] + shift[j[on]], p_hi[on] + shift[j[on]]
+    at = np.searchsorted(a_hi, s_hi, side="left")
+    return bool((at < len(a_hi)).all() and (a_lo[np.minimum(at, len(a_hi) - 1)] <= s_lo).all())
+
+
+def _unbacked(rest: RangeSet, source_acked: RangeSet, rows: I64) -> RangeSet:
+    """The part of ``rest`` (target positions) that is not a copy of an acked source entry,
+    exactly, on exact keys.
+
+    From the target side: each segment takes the ranges of ``rest`` that meet its target
+    run, clipped to the run. A segment stays within one ledger on each side, so a clipped
+    range is a source range at the segment's entry offset; what of it the source has not
+    acked goes back to the target as the segment's share of the answer. What of ``rest``
+    no segment covers is unmapped, and in the answer whole.
+    """
+    r = rest.bounds
+    g = rows[_near(r, rows[:, 2], rows[:, 3], rows[:, 4])]
+    if not len(g):
+        return rest
+    runs = np.stack([g[:, 2], g[:, 3] - 1, g[:, 2], g[:, 3] + g[:, 4] - 1], axis=1)
+    ks = keyspace(r, runs)
+    seg, _, lo, hi = _meets(*to_keys(ks, runs), *to_keys(ks, r))
+    t_l, lo_e = ks.unpack(lo)
+    _, hi_e = ks.unpack(hi)
+    offset = (g[:, 1] - g[:, 3])[seg]  # source entry - target entry, per piece
+    s_l = g[seg, 0]
+    pieces = np.stack([s_l, lo_e + offset, s_l, hi_e + offset], axis=1)
+    unmapped = rest - RangeSet(np.stack([t_l, lo_e, t_l, hi_e], axis=1))
+    unacked = RangeSet(pieces) - source_acked
+    if not unacked:
+        return unmapped
+    u = unacked.bounds
+    ks = keyspace(pieces, u)
+    piece, _, lo, hi = _meets(*to_keys(ks, pieces), *to_keys(ks, u))
+    _, lo_e = ks.unpack(lo)
+    _, hi_e = ks.unpack(hi)
+    back_l, back = t_l[piece], offset[piece]
+    return unmapped | RangeSet(np.stack([back_l, lo_e - back, back_l, hi_e - back], axis=1))
+
+
+def _near(r: I64, ledger: I64, first: I64, count: I64) -> npt.NDArray[np.bool_]:
+    """Which runs (``count`` entries from ``ledger:first``) meet the hull of the bounds
+    ``r``: they end after its first range starts and start before its last range ends."""
+    near: npt.NDArray[np.bool_] = (
+        ((ledger > r[0, 0]) | ((ledger == r[0, 0]) & (first + count - 1 > r[0, 1])))
+        & ((ledger < r[-1, 2]) | ((ledger == r[-1, 2]) & (first <= r[-1, 3]))))
+    return near
+
+
+def _meets(alo: Keys, ahi: Keys, blo: Keys, bhi: Keys) -> tuple[I64, I64, Keys, Keys]:
+    """For each interval of A (any order), the intervals of B (sorted, none overlapping)
+    that meet it, clipped to it: (index into A, index into B, lo, hi) of each such piece,
+    grouped by A."""
+    first = np.searchsorted(bhi, alo, side="right")  # first of B ending after A starts
+    stop = np.searchsorted(blo, ahi, side="left")    # first of B starting at or after A ends
+    n = np.maximum(stop - first, 0)
+    a = np.repeat(np.arange(len(alo)), n)
+    b = first[a] + (np.arange(len(a)) - np.repeat(np.cumsum(n) - n, n))
+    return a, b, np.maximum(blo[b], alo[a]), np.minimum(bhi[b], ahi[a])
 
 
 def may_hold_entries(ranges: RangeSet, ledgers: Ledgers | None) -> RangeSet:
@@ -185,23 +219,57 @@ class AnchorConflictError(UnsafePlanError):
     """The mapping and the source's snapshot anchors disagree: one is wrong. Never sent."""
 
 
-#: Only :func:`guard` holds it, so only the guard can make a SafePlan.
-_GUARD_KEY = object()
+#: The plans :func:`guard` passed, by the SafePlan it made for each, with the plan's field
+#: values as it saw them. A SafePlan holds nothing itself: this is where its plan is.
+_GUARDED: weakref.WeakKeyDictionary[SafePlan, tuple[AckPlan, tuple[object, ...]]] = (
+    weakref.WeakKeyDictionary())
+_PLAN_FIELDS = tuple(f.name for f in fields(AckPlan))
 
 
-@dataclass(frozen=True)
+@final
 class SafePlan:
     """An AckPlan that passed :func:`guard`; emitters accept nothing else.
 
-    Made by :func:`guard` alone: building one anywhere else raises TypeError.
+    Only :func:`guard` makes one, and only for the plan it checked: the object holds no
+    plan, :attr:`plan` looks it up by the object's identity among those the guard passed.
+    So no constructor, ``dataclasses.replace``, subclass or attribute assignment yields one
+    for another plan, a copy is the same object, and pickling refuses (another process
+    guards its own plans). A plan whose fields were swapped after the guard saw it is
+    refused too.
     """
 
-    plan: AckPlan
-    _key: object = field(default=None, repr=False, compare=False)
+    __slots__ = ("__weakref__",)
 
-    def __post_init__(self) -> None:
-        if self._key is not _GUARD_KEY:
-            raise TypeError("a SafePlan comes only from cursorsync.core.guard.guard()")
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a SafePlan comes only from cursorsync.core.guard.guard()")
+
+    def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
+        raise TypeError("SafePlan has no subclasses: a SafePlan comes only from guard()")
+
+    @property
+    def plan(self) -> AckPlan:
+        """The plan the guard passed; TypeError for a SafePlan the guard did not make."""
+        seen = _GUARDED.get(self)
+        if seen is None:
+            raise TypeError("this SafePlan was not made by cursorsync.core.guard.guard()")
+        plan, values = seen
+        for name, value in zip(_PLAN_FIELDS, values, strict=True):
+            if getattr(plan, name) is not value:
+                raise TypeError(f"the plan's {name} changed after the guard passed it")
+        return plan
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        raise TypeError("a SafePlan is not pickled: guard the plan in the process that emits it")
+
+    def __copy__(self) -> SafePlan:
+        return self
+
+    def __deepcopy__(self, memo: object) -> SafePlan:
+        return self
+
+    def __repr__(self) -> str:
+        seen = _GUARDED.get(self)
+        return f"SafePlan({seen[0] if seen is not None else 'not from the guard'})"
 
 
 def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
@@ -221,6 +289,16 @@ def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     if bad:
         raise UnsafePlanError(f"refusing to emit: target positions {bad} are not acked on the "
                               f"source (source {source}); nothing was sent")
-    return SafePlan(plan, _GUARD_KEY)
+    safe: SafePlan = object.__new__(SafePlan)
+    _GUARDED[safe] = (plan, tuple(getattr(plan, name) for name in _PLAN_FIELDS))
+    return safe
 
 
+def __getattr__(name: str) -> Any:
+    """The planner's rule answers to its name here as well, where the package imports it
+    from; it lives with the planner (:mod:`cursorsync.core.translate`)."""
+    if name == "safe_target_acks":
+        from cursorsync.core.translate import safe_target_acks
+
+        return safe_target_acks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

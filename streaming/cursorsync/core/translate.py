@@ -2,9 +2,10 @@
 
 The plan keeps the invariants of DESIGN.md:
 
-* **Safety (no loss).** Target acks come only from
-  :func:`cursorsync.core.guard.safe_target_acks` (the rule), and the guard
-  checks the plan again before anything is sent.
+* **Safety (no loss).** Target acks come only from :func:`safe_target_acks` and
+  :func:`anchored_target_acks`, which map the source's acks forward onto the
+  target; the guard (:mod:`cursorsync.core.guard`) checks the plan again, on its
+  own, from the target back, before anything is sent.
 * **Progress.** Every mapped target entry whose source is acked is in the
   plan, and skippable entries (markers) whose predecessor is acked join it, so
   the target markDeletePosition advances as far as the source's allows.
@@ -21,10 +22,20 @@ from __future__ import annotations
 import numpy as np
 
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome, fold
-from cursorsync.core.guard import anchored_target_acks, safe_target_acks
-from cursorsync.core.keys import keyspace, to_keys
+from cursorsync.core.keys import (
+    I64,
+    base_for,
+    clip_runs,
+    fits,
+    keyspace,
+    ledger_of,
+    merge,
+    pack,
+    rebase,
+    to_keys,
+)
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import TopicMapping
+from cursorsync.core.mapping import SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 
@@ -83,6 +94,86 @@ def _exists(ledgers: Ledgers, ledger: np.ndarray, entry: np.ndarray) -> np.ndarr
     inside = ledgers.entries_up_to(ledger, entry) - ledgers.entries_up_to(ledger, entry - 1)
     found: np.ndarray = inside == 1
     return found
+
+
+def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
+    """The planner's side of the safety rule: target entries whose source counterpart is
+    acked on the source, mapped forward segment by segment.
+
+    Invariant: the result contains a target entry only if some segment maps it
+    from a source entry inside ``source_acked``. Nothing is extrapolated
+    beyond a segment; unmapped source acks produce nothing.
+    """
+    rows = segments.rows
+    if len(rows) == 0 or not source_acked:
+        return RangeSet()
+    keyed = _keyed_target_acks(source_acked, rows)
+    if keyed is not None:
+        return keyed
+    # Positions based keys cannot hold: exact keys over the ledgers in play.
+    s = source_acked.bounds
+    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
+    seg_bounds = np.stack([sl, se - 1, sl, se + cnt - 1], axis=1)
+    ks = keyspace(s, seg_bounds)
+    s_lo, s_hi = to_keys(ks, s)
+    g_lo, g_hi = to_keys(ks, seg_bounds)
+    # Acked ranges overlapping segment j: those with hi > seg lo and lo < seg hi.
+    first = np.searchsorted(s_hi, g_lo, side="right")
+    last = np.searchsorted(s_lo, g_hi, side="left")
+    n = np.maximum(last - first, 0)
+    total = int(n.sum())
+    if total == 0:
+        return RangeSet()
+    seg = np.repeat(np.arange(len(rows)), n)
+    offs = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    k = first[seg] + offs
+    lo = np.maximum(s_lo[k], g_lo[seg])
+    hi = np.minimum(s_hi[k], g_hi[seg])
+    _, lo_e = ks.unpack(lo)
+    _, hi_e = ks.unpack(hi)
+    shift = (te - se)[seg]
+    tls = tl[seg]
+    return RangeSet(np.stack([tls, lo_e + shift, tls, hi_e + shift], axis=1))
+
+
+def anchored_target_acks(source: CursorState, mapping: TopicMapping) -> RangeSet:
+    """The rule for snapshot anchors: target entries known to be copies of source entries
+    (``unpaired`` runs) at or before the furthest target position that an anchor at or
+    before the source's markDeletePosition names (:mod:`cursorsync.core.anchors`): every
+    source entry they can have come from is acked."""
+    return mapping.anchors.acks(source.mark_delete, mapping.unpaired.ranges())
+
+
+def _keyed_target_acks(source_acked: RangeSet, rows: I64) -> RangeSet | None:
+    """:func:`safe_target_acks` on based keys, or None when they cannot hold the positions.
+
+    Each segment takes the acked ranges that meet its source run, clipped to the run; a
+    segment stays within one ledger on each side, so a key moves to the target by adding
+    the difference of the segment's first keys.
+    """
+    keyed = source_acked._keys()
+    if keyed is None:
+        return None
+    s_lo, s_hi, s_base = keyed
+    sl, se, tl, te, cnt = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
+    low = int(sl.min())
+    base = min(s_base, base_for(low))
+    top = ledger_of(int(s_hi[-1]), s_base)
+    if not fits(base, low, max(int(sl.max()), top), int(se.min()) - 1,
+                int((se + cnt).max()) - 1):
+        return None
+    t_low = int(tl.min())
+    t_base = base_for(t_low)
+    if not fits(t_base, t_low, int(tl.max()), int(te.min()) - 1, int((te + cnt).max()) - 1):
+        return None
+    s_lo, s_hi = rebase(s_lo, s_base, base), rebase(s_hi, s_base, base)
+    g_lo = pack(sl, se - 1, base, minus_one=False)
+    g_hi = pack(sl, se + cnt - 1, base, minus_one=False)
+    lo, hi, counts = clip_runs(g_lo, g_hi, s_lo, s_hi)
+    shift = np.repeat(pack(tl, te, t_base, minus_one=False) - (g_lo + 1), counts)
+    lo += shift
+    hi += shift
+    return RangeSet._from_keys(*merge(lo, hi), t_base)
 
 
 def _ack_skippable(acked: RangeSet, mapping: TopicMapping,
