@@ -5,12 +5,12 @@ their own modules and are imported where used (they pull in heavy deps).
 """
 
 from cursorsync.core.cursor import AckPlan, CursorState, fold
-from cursorsync.core.guard import check_safe, safe_target_acks
+from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping, align_identities, holes
 from cursorsync.core.positions import MIN_POSITION, MessageId, Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.core.translate import translate
+from cursorsync.core.translate import safe_target_acks, translate
 from cursorsync.errors import (
     AdminError,
     ConfigError,

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cursorsync.core.cursor import CursorState
-from cursorsync.core.guard import safe_target_acks
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.mapping import SegmentSet
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.translate import safe_target_acks
 
 
 def vanished_unacked(previous: CursorState, current: CursorState) -> RangeSet:
