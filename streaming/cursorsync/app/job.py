@@ -45,7 +45,7 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream
-from cursorsync.app.topology import check_topologies
+from cursorsync.app.topology import start_topologies
 from cursorsync.core.mapping_retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
@@ -193,7 +193,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     cumulative = config.emission.cumulative
     source_admin = admin_client(config.source)
     # Evidence that does not hold on a topic's replication clusters stops the start here.
-    watch, _ = check_topologies(config, source_admin, admin)
+    watch = start_topologies(config, source_admin, admin)
     targets = AdminTargets(admin)
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,

@@ -3,11 +3,16 @@ start of ``run``, and (through the watch the job hands its queries) while it run
 
 from __future__ import annotations
 
+import logging
+
 from cursorsync.app.settings import Config
 from cursorsync.core.topology import Topology
+from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.pulsar.topics import TopicName
+
+log = logging.getLogger(__name__)
 
 
 def topics_in_play(config: Config, source_admin: AdminClient) -> list[str]:
@@ -36,4 +41,18 @@ def check_topologies(config: Config, source_admin: AdminClient,
     return watch, watch.check(topics_in_play(config, source_admin))
 
 
-__all__ = ["check_topologies", "topics_in_play", "topology_watch"]
+def start_topologies(config: Config, source_admin: AdminClient,
+                     target_admin: AdminClient) -> TopologyWatch:
+    """:func:`check_topologies` at a job's start. A cluster that does not answer (a job
+    restarted while it is down) does not stop the start: the mapping query reads each
+    topic's replication before it maps a batch of it, and waits for the cluster as it
+    waits for any admin request; until then the sync plans with identity's segments."""
+    try:
+        return check_topologies(config, source_admin, target_admin)[0]
+    except AdminUnavailableError as err:
+        log.warning("the topics' replication clusters cannot be read now (%s); they are "
+                    "read again before the mapping maps a batch", err)
+        return topology_watch(config, source_admin, target_admin)
+
+
+__all__ = ["check_topologies", "start_topologies", "topics_in_play", "topology_watch"]
