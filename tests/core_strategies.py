@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import AckPlan, CursorState, fold
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 
 

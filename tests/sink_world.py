@@ -13,8 +13,8 @@ from cursorsync.app.settings import Config, parse_config
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.records import PartitionKey, RewindPolicy
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.sink import SyncSink

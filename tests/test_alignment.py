@@ -258,3 +258,13 @@ def test_pairs_of_two_producers_with_one_digest_are_refused() -> None:
     done = align(Waiting.of([1], [0], [d], [stream_of("p")], [1]),
                  Waiting.of([9], [0], [d], [stream_of("q")], [1]), Memory(), window=10)
     assert len(done.source) == 0
+
+
+def test_one_stream_pairs_only_unique_digests_that_do_not_cross() -> None:
+    src = [b"a", b"b", b"c", b"d", b"d", b"e", b"f", b"g"]
+    tgt = [b"x", b"a", b"b", b"d", b"c", b"e", b"g", b"f", b"y"]
+    done = align(Waiting.of([1] * 8, range(8), src), Waiting.of([9] * 9, range(9), tgt),
+                 Memory(), window=100)
+    pairs = [(src[i], tgt[j]) for i, j in zip(done.source, done.target, strict=True)]
+    # d is ambiguous on the source (so c no longer crosses anything); f and g cross: dropped.
+    assert pairs == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c"), (b"e", b"e")]

@@ -14,9 +14,9 @@ from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import AnchorConflictError, guard
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 
 P = Position.parse

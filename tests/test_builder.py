@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder import AnchorFindings, BuilderConfig, MappingBuilder
 from cursorsync.mapping.builder_state import read_state, write_state
 

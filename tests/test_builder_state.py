@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cursorsync.core.alignment import NO_STREAM, NO_TIME, Memory
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder_state import (
     PartitionState,
     Pending,

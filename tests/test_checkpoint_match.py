@@ -29,8 +29,8 @@ from cursorsync.app.settings import Config
 from cursorsync.app.spark_checkpoint import read_checkpoint
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.sink import MAPPING_APP
 from cursorsync.sync.halts import halted, resume
 from cursorsync.sync.sink import SYNC_APP

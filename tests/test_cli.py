@@ -28,10 +28,10 @@ from cursorsync.app.logs import (
 from cursorsync.app.progress import Progress, progress
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import TopicNotFoundError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows

@@ -15,10 +15,10 @@ import pytest
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import check_safe, guard
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.emitter import PulsarEmitter

@@ -17,9 +17,9 @@ import pytest
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import SafePlan, guard
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.errors import ConfigError, TopicNotFoundError
 from cursorsync.pulsar.client import ClientSettings

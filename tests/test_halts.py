@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from cursorsync.app.cli import app
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.records import RewindPolicy
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.halts import NothingHaltedError, halted, resume

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import cursorsync.mapping.builder as builder_module
 from admin_stub import Reply, StubAdmin
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed import PackedMappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, poll_rows

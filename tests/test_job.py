@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.builder_state import json_parts, read_state, state_parts
 from cursorsync.mapping.sink import STATE_FILES_KEPT
 from cursorsync.sync.observed import Observations, observations
 from cursorsync.tables import open_store
-from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import mapping_rows, row_schema
 
 KEY = PartitionKey("persistent://public/default/orders", 2)
@@ -236,7 +236,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     partition the sync found rows about deleted ledgers for gets a live row."""
     from cursorsync.app.metrics import Metrics
     from cursorsync.app.settings import parse_config
-    from cursorsync.core.mapping_retention import LiveLedgers
+    from cursorsync.core.retention import LiveLedgers
     from cursorsync.mapping.entries_rows import packed_batches
     from cursorsync.mapping.sink import MappingSink
 

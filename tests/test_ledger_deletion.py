@@ -15,7 +15,7 @@ import pytest
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import open_store
-from cursorsync.tables.mappings import load_mappings, merge_rows
+from cursorsync.tables.mappings_table import load_mappings, merge_rows
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
 from job_on_bed import (

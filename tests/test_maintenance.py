@@ -131,10 +131,10 @@ def test_merging_mappings_rows_keeps_every_reader_s_union_in_fewer_rows(tmp_path
     for a full load and for an incremental reader that had read part of it; rows written
     after the cut and other cluster pairs' rows stay apart."""
     from cursorsync.core.anchors import Anchors
-    from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
     from cursorsync.core.positions import Position
     from cursorsync.core.records import PartitionKey
-    from cursorsync.tables.mappings import MappingStore, load_mappings, merge_rows
+    from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
+    from cursorsync.tables.mappings_table import MappingStore, load_mappings, merge_rows
     from cursorsync.tables.rows import mapping_rows
 
     store = open_store("delta-rs", str(tmp_path / "t"))
@@ -184,10 +184,10 @@ def test_live_rows_drop_rows_about_deleted_ledgers_for_readers_and_the_merge(
     only what names them, and the merge keeps only those rows, with one live row holding
     the highest first ledger of each side (a later row that knows less changes nothing)."""
     from cursorsync.core.anchors import Anchors
-    from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
     from cursorsync.core.positions import Position
     from cursorsync.core.records import PartitionKey
-    from cursorsync.tables.mappings import load_mappings, merge_rows
+    from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
+    from cursorsync.tables.mappings_table import load_mappings, merge_rows
     from cursorsync.tables.rows import mapping_rows
 
     store = open_store("delta-rs", str(tmp_path / "t"))

@@ -226,7 +226,7 @@ def test_ledgers_roll_at_different_sizes_on_each_cluster(
 
 def test_a_ledger_is_deleted_only_once_every_cursor_is_past_it(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """Mapping retention (``core/mapping_retention.py``): the sync forgets what names only
+    """Mapping retention (``core/retention.py``): the sync forgets what names only
     ledgers a topic's internalStats no longer lists. A broker deletes a ledger only once
     every cursor of the topic (subscriptions and the replicator's) is past it, as
     persisted (an unload persists them; a trim then deletes at once): until then it stays

@@ -25,10 +25,10 @@ from cursorsync.core.continuity import Uncovered, same_topic, uncovered, unliste
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, TopicCreation, parse_topic_creation
 from cursorsync.pulsar.emitter import EmitResult

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import holes
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import holes
 from cursorsync_devtools.sim import (
     KIND_DATA,
     KIND_FOREIGN,

@@ -21,14 +21,14 @@ import pytest
 from cursorsync.app.job import start_job
 from cursorsync.app.settings import Config
 from cursorsync.app.settings.sync import MAPPING_SUBSCRIPTION_PREFIX
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import open_store
-from cursorsync.tables.mappings import load_mappings
+from cursorsync.tables.mappings_table import load_mappings
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
 from replicated import source_positions_on_b

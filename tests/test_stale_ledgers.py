@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from cursorsync.core.cursor import AckPlan, CursorState, fold
 from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import TopicMapping
 
 
 def test_fold_does_not_clamp_inside_the_open_ledger() -> None:

@@ -23,10 +23,10 @@ from cursorsync.app.status import (
     subscription_summaries,
 )
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import BuiltinUpdate, ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.errors import ConfigError
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import (

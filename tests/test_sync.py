@@ -13,10 +13,10 @@ import cursorsync.sync.step as step_module
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminError, AdminUnavailableError
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitError, EmitResult

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.errors import ConfigError, MappingConflictError
 from cursorsync.tables import (
     BACKENDS,

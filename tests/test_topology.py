@@ -18,10 +18,10 @@ from admin_stub import Reply, StubAdmin
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping, evidence_mask
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping, evidence_mask
 from cursorsync.core.topology import Topology, holding, refusals
 from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig

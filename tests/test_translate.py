@@ -15,9 +15,9 @@ from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import is_monotone, safe_target_acks, translate, unmapped_source
 from cursorsync_devtools.oracle import oracle_translate
 

@@ -7,9 +7,9 @@ their own modules and are imported where used (they pull in heavy deps).
 from cursorsync.core.cursor import AckPlan, CursorState, fold
 from cursorsync.core.guard import check_safe
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping, align_identities, holes
 from cursorsync.core.positions import MIN_POSITION, MessageId, Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping, holes
 from cursorsync.core.translate import safe_target_acks, translate
 from cursorsync.errors import (
     AdminError,
@@ -40,7 +40,6 @@ __all__ = [
     "SegmentSet",
     "TopicMapping",
     "TopicNotFoundError",
-    "align_identities",
     "check_safe",
     "fold",
     "holes",

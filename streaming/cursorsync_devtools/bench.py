@@ -26,9 +26,9 @@ import numpy as np
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync_devtools.oracle import oracle_translate
@@ -200,7 +200,7 @@ def bench_mapping_rows(entries: int = 50_000, *, batched_share: float = 0.2,
     from datetime import UTC, datetime
 
     from cursorsync.tables import open_store
-    from cursorsync.tables.mappings import merge_rows
+    from cursorsync.tables.mappings_table import merge_rows
     from cursorsync.tables.rows import mapping_rows
 
     rng = np.random.default_rng(seed)

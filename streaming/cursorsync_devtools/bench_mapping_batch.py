@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
 from cursorsync.mapping.builder_state import PartitionState, read_state, write_state
 from cursorsync.tables.spill import Spill

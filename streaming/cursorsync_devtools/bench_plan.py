@@ -46,16 +46,16 @@ from cursorsync.app.settings import Config, TablesConfig, parse_config
 from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Segment, SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
 from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
 from cursorsync.tables import open_store
-from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import mapping_rows
 from cursorsync.tables.spill import Spill
 

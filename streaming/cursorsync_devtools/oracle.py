@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import TopicMapping
 
 
 @dataclass(frozen=True)

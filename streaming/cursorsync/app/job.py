@@ -46,7 +46,7 @@ from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream
 from cursorsync.app.topology import start_topologies
-from cursorsync.core.mapping_retention import LiveLedgers
+from cursorsync.core.retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.sync.sink import SyncSink

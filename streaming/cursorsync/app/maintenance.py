@@ -3,7 +3,7 @@
 Each sink maintains the tables it writes, between its own batches, so a
 maintenance commit never races the writer of the same table: the mapping
 sink merges the ``mappings`` rows into their union, without what the ``live``
-rows say names deleted ledgers only (:func:`cursorsync.tables.mappings.merge_rows`),
+rows say names deleted ledgers only (:func:`cursorsync.tables.mappings_table.merge_rows`),
 compacts and vacuums it, the sync sink also expires old ``cursor_states`` and
 ``sync_progress`` rows. Expiry keeps each (clusters, topic partition,
 subscription)'s newest row however old it is (:meth:`TableStore.expire`):
@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import TablesConfig
-from cursorsync.tables.mappings import merge_rows
+from cursorsync.tables.mappings_table import merge_rows
 from cursorsync.tables.schema import TableName
 from cursorsync.tables.store import TableStore
 

@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.mapping import Segment, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Segment, TopicMapping
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import TABLES, RowFilter, TableStore
-from cursorsync.tables.mappings import load_mappings
+from cursorsync.tables.mappings_table import load_mappings
 
 LookupOutcome = Literal["exact", "unmapped", "unknown-topic"]
 LOOKUP_OUTCOMES: tuple[LookupOutcome, ...] = get_args(LookupOutcome)

@@ -17,7 +17,7 @@ before ``S`` (their copies may land after ``T``).
   at or before ``T`` contradicts the anchor: one of the two is wrong, and the topic's plan
   is refused rather than guessed. A check is only as good as the anchors already read, so
   with snapshot evidence on, a segment is trusted only up to the newest anchor's ``T``
-  (:meth:`cursorsync.core.mapping.TopicMapping.vouched`): nothing is acked that no anchor
+  (:meth:`cursorsync.core.segments.TopicMapping.vouched`): nothing is acked that no anchor
   has checked yet.
 """
 

@@ -26,9 +26,9 @@ import numpy as np
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import SegmentSet
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import SegmentSet
 from cursorsync.core.translate import safe_target_acks
 
 

@@ -27,9 +27,9 @@ import numpy.typing as npt
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.keys import I64, Keys, fits, keyspace, pack, to_keys
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import TopicMapping
 from cursorsync.errors import CursorSyncError
 
 

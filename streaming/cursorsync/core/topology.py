@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.mapping import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
+from cursorsync.core.segments import EVIDENCE, Runs, SegmentSet, TopicMapping, evidence_code
 
 #: Evidence that holds whatever clusters a topic is replicated among.
 ANY_TOPOLOGY: tuple[str, ...] = ("identity",)

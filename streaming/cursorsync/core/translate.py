@@ -35,9 +35,9 @@ from cursorsync.core.keys import (
     to_keys,
 )
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import SegmentSet, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import SegmentSet, TopicMapping
 
 
 def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) -> RangeSet:

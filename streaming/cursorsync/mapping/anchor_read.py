@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.builder import AnchorFindings
 from cursorsync.pulsar.admin import AdminClient

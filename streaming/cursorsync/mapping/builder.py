@@ -8,7 +8,7 @@ the configured order:
   maps to that source entry, exactly.
 * ``identity``: target entries without the property, and source entries not
   mapped yet, wait in a bounded window per side; they are paired by entry
-  identity digest with :func:`cursorsync.core.mapping.align_identities` (ambiguous
+  identity digest with :func:`cursorsync.core.alignment.align` (ambiguous
   = unpaired). Entries that fall out of the window unpaired are given up on:
   target ones become ``foreign`` (never acked), source ones stay unmapped.
 
@@ -50,7 +50,12 @@ import pyarrow.compute as pc
 
 from cursorsync.core.alignment import align
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.mapping import (
+from cursorsync.core.packed import ArrayKeeper, PackedMappings
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import PartitionKey
+from cursorsync.core.retention import LiveLedgers
+from cursorsync.core.segments import (
     EVIDENCE,
     Evidence,
     Runs,
@@ -60,11 +65,6 @@ from cursorsync.core.mapping import (
     holes,
     ledger_ends,
 )
-from cursorsync.core.mapping_retention import LiveLedgers
-from cursorsync.core.packed_mappings import PackedMappings, Spill
-from cursorsync.core.positions import Position
-from cursorsync.core.ranges import RangeSet
-from cursorsync.core.records import PartitionKey
 from cursorsync.errors import MappingConflictError
 from cursorsync.mapping.builder_state import (
     PartitionState,
@@ -152,7 +152,7 @@ class BatchOutcome:
     unpaired: int = 0
     #: Skipped target ids left for later batches' checks (HOLE_CHECKS_PER_BATCH), in all.
     skipped_waiting: int = 0
-    #: First live (source, target) ledgers the sync found rows before (mapping_retention).
+    #: First live (source, target) ledgers the sync found rows before (cursorsync.core.retention).
     live: dict[PartitionKey, tuple[int | None, int | None]] = field(default_factory=dict)
 
 
@@ -161,7 +161,7 @@ class MappingBuilder:
 
     def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
                  hole_check: HoleCheck | None = None,
-                 anchor_read: AnchorRead | None = None, spill: Spill | None = None) -> None:
+                 anchor_read: AnchorRead | None = None, spill: ArrayKeeper | None = None) -> None:
         """``anchor_read``: reads the source's markers (needed for ``snapshot``: without it no
         anchor is ever found, and the snapshot strategy only tells copies from foreign);
         ``spill``: where the known mappings settle (None: on the heap)."""
@@ -170,7 +170,7 @@ class MappingBuilder:
         self._parts: dict[PartitionKey, PartitionState] = {}
         self.spill = spill
         self.known = PackedMappings(spill)  # built for the partitions a batch maps
-        self.live: LiveLedgers | None = None  # the sync's: trims known (mapping_retention)
+        self.live: LiveLedgers | None = None  # the sync's: trims known (cursorsync.core.retention)
         if state is not None:
             self.load_state(state)
 

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from cursorsync.core.alignment import NO_STREAM, NO_TIME, Memory, Waiting
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 
 #: Written in the file's schema metadata; version 2 (no streams, publish times or memory of
 #: given-up digests) still loads, any other version is not read.

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cursorsync.core.mapping import Runs
 from cursorsync.core.positions import Position
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
+from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder import HoleCheck
 from cursorsync.pulsar.admin import AdminClient, RawEntry
 from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker

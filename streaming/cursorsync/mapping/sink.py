@@ -17,15 +17,15 @@ import pyarrow.compute as pc
 from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
+from cursorsync.core.segments import TopicMapping
 from cursorsync.mapping import wake
 from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
 from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
 from cursorsync.pulsar.replication import TopologyWatch
-from cursorsync.tables.mappings import load_mappings
+from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
 from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import TableStore

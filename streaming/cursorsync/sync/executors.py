@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
 from cursorsync.app.settings import Config
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology
 from cursorsync.sync.halts import halted
 from cursorsync.sync.marker_lookups import MarkerCache
@@ -29,7 +29,7 @@ from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables import TableStore, open_reader
-from cursorsync.tables.mappings import load_mappings
+from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import row_schema, sync_progress_rows
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.packed_mappings import PackedMappings, keys_bytes
+from cursorsync.core.packed import PackedMappings, keys_bytes
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (

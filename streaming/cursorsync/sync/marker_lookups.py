@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cursorsync.core.cursor import CursorState
-from cursorsync.core.mapping import Runs, TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Runs, TopicMapping
 from cursorsync.core.translate import unmapped_source
 from cursorsync.errors import CursorSyncError
 

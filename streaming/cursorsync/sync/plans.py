@@ -20,10 +20,10 @@ from datetime import datetime
 import numpy as np
 
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome
-from cursorsync.core.mapping import TopicMapping
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import TopicMapping
 
 #: An idle cursor whose last plan sent nothing has its target read every this many batches:
 #: nothing is sent for it in between, so a stale target costs no ack, only a late one if
@@ -48,7 +48,7 @@ class Planned:
     rewind (a source that did not move since its previous observation has none)."""
 
     source: CursorState
-    #: The version of the partition's mapping (:mod:`cursorsync.core.packed_mappings`).
+    #: The version of the partition's mapping (:mod:`cursorsync.core.packed`).
     version: int
     target: CursorState
     markers: RangeSet | None

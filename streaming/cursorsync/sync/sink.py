@@ -28,7 +28,7 @@ from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import spread
 from cursorsync.sync.step import StepResult, SyncStep
-from cursorsync.tables.mappings import MappingStore
+from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
 from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import TableStore

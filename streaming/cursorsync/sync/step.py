@@ -52,12 +52,12 @@ from cursorsync.core.guard import (
     guard,
 )
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
-from cursorsync.core.packed_mappings import HeldMappings, Mappings
+from cursorsync.core.packed import HeldMappings, Mappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
+from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
+from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
@@ -91,7 +91,7 @@ class SyncConfig:
     dry_run: bool = False
     rewind_policy: RewindPolicy = "halt"
     #: Snapshot evidence on: segments are trusted only as far as an anchor has checked them
-    #: (:meth:`cursorsync.core.mapping.TopicMapping.vouched`).
+    #: (:meth:`cursorsync.core.segments.TopicMapping.vouched`).
     vouch: bool = False
     #: Cursors planned for the first time per batch, at most (None: all); the others wait
     #: for the next batches, taken in turn. For a step that lives across batches.
@@ -156,7 +156,7 @@ class SyncStep:
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: Mappings | Mapping[PartitionKey, TopicMapping]) -> StepResult:
-        """One batch: ``mappings`` as :class:`~cursorsync.core.packed_mappings.Mappings`
+        """One batch: ``mappings`` as :class:`~cursorsync.core.packed.Mappings`
         (a version per partition, the mapping built on demand), or a dict of them."""
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
         records: list[SyncRecord] = []

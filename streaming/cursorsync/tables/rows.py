@@ -19,15 +19,7 @@ import pyarrow.compute as pc
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import (
-    Runs,
-    SegmentSet,
-    TopicMapping,
-    evidence_mask,
-    evidence_names,
-)
-from cursorsync.core.mapping_retention import live_part
-from cursorsync.core.packed_mappings import NO_ANCHORS, NO_RUNS
+from cursorsync.core.packed import NO_ANCHORS, NO_RUNS
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import (
@@ -36,6 +28,14 @@ from cursorsync.core.records import (
     ObservedCursor,
     PartitionKey,
     SyncRecord,
+)
+from cursorsync.core.retention import live_part
+from cursorsync.core.segments import (
+    Runs,
+    SegmentSet,
+    TopicMapping,
+    evidence_mask,
+    evidence_names,
 )
 from cursorsync.tables.schema import TableName, load_schema
 
@@ -74,7 +74,7 @@ def mapping_rows(
 ) -> pa.Table:
     """Rows for one topic partition's mapping: segments, then each kind of run; and with
     ``live`` (the first live source and target ledgers), a ``live`` row, after which readers
-    drop what names only ledgers before them (:mod:`cursorsync.core.mapping_retention`)."""
+    drop what names only ledgers before them (:mod:`cursorsync.core.retention`)."""
     schema = _arrow_schema("mappings")
     seg = mapping.segments.rows
     parts: list[dict[str, Any]] = [{

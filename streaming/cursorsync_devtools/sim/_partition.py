@@ -43,9 +43,9 @@ import numpy.typing as npt
 
 from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.keys import I64
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping, holes
 from cursorsync.core.positions import MessageId, Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping, holes
 from cursorsync_devtools.sim._production import Production, SourceMessages, consume
 from cursorsync_devtools.sim._topics import (
     KIND_DATA,

@@ -123,7 +123,7 @@ def check_mapping(config: Any, produced: Sequence[Produced],
     from cursorsync.core.records import PartitionKey
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.tables import open_store
-    from cursorsync.tables.mappings import MappingStore
+    from cursorsync.tables.mappings_table import MappingStore
     from cursorsync_devtools.testbed.produce import entries_of
 
     store = open_store(config.tables.backend, config.tables.path)

@@ -18,8 +18,7 @@ from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.core.packed_mappings import (
+from cursorsync.core.packed import (
     NO_VERSION,
     HeldMappings,
     PackedMappings,
@@ -31,6 +30,7 @@ from cursorsync.core.packed_mappings import (
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables.spill import Spill, SpillError

@@ -7,15 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cursorsync.core.mapping import (
+from cursorsync.core.positions import Position
+from cursorsync.core.segments import (
     Runs,
     Segment,
     SegmentSet,
-    align_identities,
     evidence_code,
     holes,
 )
-from cursorsync.core.positions import Position
 from cursorsync.errors import MappingConflictError
 
 P = Position.parse
@@ -107,26 +106,6 @@ def test_runs_and_holes() -> None:
     # Continuing a stream: the previous batch ended at 5:2.
     assert holes(A([5]), A([6]), previous=P("5:2")).rows.tolist() == [[5, 3, 3]]
     assert len(holes(A([5]), A([0]))) == 0
-
-
-def test_identity_alignment_never_guesses() -> None:
-    src = [b"a", b"b", b"c", b"d", b"d", b"e", b"f", b"g"]
-    tgt = [b"x", b"a", b"b", b"d", b"c", b"e", b"g", b"f", b"y"]
-    s, t = align_identities(src, tgt)
-    pairs = [(src[i], tgt[j]) for i, j in zip(s, t, strict=True)]
-    # d is ambiguous on the source (so c no longer crosses anything); f and g cross: dropped.
-    assert pairs == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c"), (b"e", b"e")]
-    assert all(src[i] == tgt[j] for i, j in zip(s, t, strict=True))
-
-
-@given(st.lists(st.integers(0, 30), max_size=60), st.lists(st.integers(0, 30), max_size=60))
-def test_identity_alignment_is_order_preserving_and_unique(a: list[int], b: list[int]) -> None:
-    src = [bytes([x]) for x in a]
-    tgt = [bytes([x]) for x in b]
-    s, t = align_identities(src, tgt)
-    assert list(s) == sorted(s) and list(t) == sorted(t)
-    for i, j in zip(s, t, strict=True):
-        assert src[i] == tgt[j] and src.count(src[i]) == 1 and tgt.count(tgt[j]) == 1
 
 
 def test_adjacent_runs_join_whatever_evidence_and_keep_every_kind() -> None:

@@ -16,12 +16,12 @@ from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.guard import UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, Segment, SegmentSet, TopicMapping
-from cursorsync.core.mapping_retention import LiveLedgers, first_ledger, live_part
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed import PackedMappings
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
+from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.sync.step import SyncConfig, SyncStep
 

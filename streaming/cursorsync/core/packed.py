@@ -6,7 +6,7 @@ An idle cursor only needs to know that its partition's mapping has not changed s
 plan, which the version says; the mapping's objects (arrays of a few hundred bytes each)
 are built for the partitions whose cursors are planned, and dropped again when a batch
 goes by without a plan needing them. An idle one keeps its packed bytes, in arrays sorted
-by key that can live in a memory-mapped file (:class:`Spill`): then the heap grows with
+by key that can live in a memory-mapped file (:class:`ArrayKeeper`): then the heap grows with
 the moving partitions only.
 """
 
@@ -21,8 +21,8 @@ from typing import Protocol, overload, runtime_checkable
 import numpy as np
 
 from cursorsync.core.anchors import Anchors
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 
 #: Versions are unique in the process, whichever holder hands them out, so a version read
 #: from one holder never equals one from another.
@@ -92,11 +92,11 @@ class Mappings(Protocol):
 
     def trim(self, key: PartitionKey, live: TopicMapping) -> None:
         """The partition's mapping is now ``live``, its part the sync still needs
-        (:mod:`cursorsync.core.mapping_retention`), with a new version."""
+        (:mod:`cursorsync.core.retention`), with a new version."""
         ...
 
 
-class Spill(Protocol):
+class ArrayKeeper(Protocol):
     """Where a holder keeps its settled arrays: an equal array, in memory or mapped from a
     file (:class:`cursorsync.tables.spill.Spill`)."""
 
@@ -127,7 +127,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
     in a dict, until :meth:`settle` finds them many.
     """
 
-    def __init__(self, spill: Spill | None = None) -> None:
+    def __init__(self, spill: ArrayKeeper | None = None) -> None:
         self._spill = spill or InMemory()
         self._keys = np.empty(0, "S1")
         self._versions = np.empty(0, np.int64)
@@ -139,7 +139,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
 
     @classmethod
     def of(cls, mappings: Mapping[PartitionKey, TopicMapping],
-           spill: Spill | None = None) -> PackedMappings:
+           spill: ArrayKeeper | None = None) -> PackedMappings:
         held = cls(spill)
         for key, mapping in mappings.items():
             held.put(key, mapping)

@@ -16,7 +16,7 @@ in :mod:`cursorsync.core.translate`, emission elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
@@ -452,45 +452,3 @@ def ledger_ends(ledgers: I64, entries: I64, *,
     left = np.flatnonzero(ledgers[1:] > ledgers[:-1])
     return [Position(int(lg), int(e)) for lg, e in
             zip(ledgers[left].tolist(), entries[left].tolist(), strict=True)]
-
-
-def align_identities(
-    source_digests: npt.NDArray[np.bytes_] | Sequence[bytes],
-    target_digests: npt.NDArray[np.bytes_] | Sequence[bytes],
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Pair entries of two ordered streams by identity digest; never guess.
-
-    Returns index arrays (into source, into target) of the pairs. Only digests
-    that occur exactly once on each side of the window (the inputs) are
-    paired; pairs that would cross another pair (order not preserved) are all
-    dropped, since replication preserves order and a crossing means at least
-    one of them is wrong.
-    """
-    src = np.asarray(source_digests, dtype=object)
-    tgt = np.asarray(target_digests, dtype=object)
-    if len(src) == 0 or len(tgt) == 0:
-        return np.empty(0, np.intp), np.empty(0, np.intp)
-    _, s_inv, s_cnt = np.unique(src, return_inverse=True, return_counts=True)
-    _, t_inv, t_cnt = np.unique(tgt, return_inverse=True, return_counts=True)
-    s_once = s_cnt[s_inv] == 1
-    t_once = t_cnt[t_inv] == 1
-    s_idx = np.flatnonzero(s_once)
-    t_idx = np.flatnonzero(t_once)
-    # Match unique digests: sort both sides by digest and intersect.
-    s_keys = src[s_idx]
-    t_keys = tgt[t_idx]
-    common, si, ti = np.intersect1d(s_keys, t_keys, assume_unique=True, return_indices=True)
-    del common
-    ps = s_idx[si]
-    pt = t_idx[ti]
-    order = np.argsort(ps, kind="stable")
-    ps, pt = ps[order], pt[order]
-    if len(ps) == 0:
-        return ps, pt
-    # Drop every pair involved in a crossing: earlier max above me, or later min below me.
-    run_max = np.maximum.accumulate(pt)
-    run_min_rev = np.minimum.accumulate(pt[::-1])[::-1]
-    before_ok = np.concatenate(([True], run_max[:-1] < pt[1:]))
-    after_ok = np.concatenate((run_min_rev[1:] > pt[:-1], [True]))
-    ok = before_ok & after_ok
-    return ps[ok], pt[ok]

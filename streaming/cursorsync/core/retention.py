@@ -11,7 +11,7 @@ ledgers are deleted: while its target ledger lives its copies may need their ack
 while its source ledger lives it says the source's acks there wait for nothing.
 
 A plan for any cursor of the partition acks the same with or without the dead part
-(tests/test_mapping_retention.py checks it against the whole mapping). The count of source
+(tests/test_retention.py checks it against the whole mapping). The count of source
 acks that wait for evidence can only fall: one whose copy can only have been in a deleted
 target ledger waits for nothing.
 """
@@ -23,9 +23,9 @@ from dataclasses import replace
 
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.ledgers import Ledgers
-from cursorsync.core.mapping import Runs, SegmentSet, TopicMapping
-from cursorsync.core.packed_mappings import PackedMappings
+from cursorsync.core.packed import PackedMappings
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 
 
 def live_part(mapping: TopicMapping, source_first: int | None,

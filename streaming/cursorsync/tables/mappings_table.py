@@ -24,9 +24,9 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.mapping import TopicMapping
-from cursorsync.core.packed_mappings import PackedMappings, Spill
+from cursorsync.core.packed import ArrayKeeper, PackedMappings
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import TopicMapping
 from cursorsync.errors import MappingConflictError
 from cursorsync.tables.rows import mapping_rows, topic_mappings
 from cursorsync.tables.schema import load_schema
@@ -124,7 +124,7 @@ class MappingStore:
     target_cluster: str
     loaded_upto: int = -1
     #: Where the settled mappings are kept (None: on the heap).
-    spill: Spill | None = None
+    spill: ArrayKeeper | None = None
     mappings: PackedMappings = field(init=False)
 
     def __post_init__(self) -> None:
