@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from cursorsync.app.queries import sync_sink_settings
 from cursorsync.app.settings import Config, parse_config
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import SafePlan
@@ -75,7 +76,7 @@ def new_sink(config: Config, store: TableStore, emitter: RecordingEmitter,
     """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
     step = SyncStep(SyncConfig(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],
                     source_created_at=created_at)
-    return SyncSink(config, store, step, None)
+    return SyncSink(sync_sink_settings(config), store, step, None)
 
 
 

@@ -235,6 +235,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     the batch and again when the sink restarts from the checkpoint's builder state. A
     partition the sync found rows about deleted ledgers for gets a live row."""
     from cursorsync.app.metrics import Metrics
+    from cursorsync.app.queries import builder_config
     from cursorsync.app.settings import parse_config
     from cursorsync.core.retention import LiveLedgers
     from cursorsync.mapping.entries_rows import packed_batches
@@ -274,7 +275,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
         return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "B"))))
 
     metrics = Metrics()
-    sink = MappingSink(config, store, tmp_path / "state", metrics, hole_check=check)
+    sink = MappingSink(builder_config(config), store, tmp_path / "state", metrics, hole_check=check)
     sink(batch([0, 3]), 0)
     assert asked == [[[9, 1, 2]]]
     rows = store.read("mappings")
@@ -285,7 +286,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "claimed"}) == 1
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "unclaimed"}) == 1
     # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
-    again = MappingSink(config, store, tmp_path / "state", None, hole_check=check)
+    again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check)
     again(batch([4, 6]), 1)
     assert asked[-1] == [[9, 5, 1]]
     # The sync found rows about ledgers before 1 and 9: the next batch writes a live row.
@@ -303,7 +304,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     (state / "builder-2.json").write_text(json.dumps(_version_1(read_state(
         state / "builder-2.arrow"))))
     (state / "builder-2.arrow").unlink()
-    upgraded = MappingSink(config, store, state, None, hole_check=check)
+    upgraded = MappingSink(builder_config(config), store, state, None, hole_check=check)
     upgraded._prepare(3)
     assert upgraded.builder._parts == saved
     # Old states go, whatever their format, a torn write's leftover included.

@@ -80,6 +80,42 @@ def test_the_product_never_imports_the_development_tools() -> None:
     assert not bad, f"{PRODUCT} must run without {DEVTOOLS}: {bad}"
 
 
+#: The product's layers, lowest first: a module imports only its own layer's modules and
+#: lower layers'. The two in a layer are independent of each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core", "errors", "gc_pause", "_proto"),
+    ("pulsar", "tables"),
+    ("mapping", "sync"),
+    ("app",),
+)
+
+
+def _layer(module: str) -> tuple[int, str]:
+    """A product module's layer and the part of the package it belongs to."""
+    part = module.split(".")[1] if "." in module else ""
+    for rank, parts in enumerate(LAYERS):
+        if part in parts:
+            return rank, part
+    return -1, part  # the package's own __init__ and __main__: above everything
+
+
+def test_the_layers_point_one_way() -> None:
+    """core < pulsar, tables < mapping, sync < app: what the queries need of the settings
+    and the metrics is handed to them, and pulsar and tables, mapping and sync never
+    import each other."""
+    bad = []
+    for name, deps in _graph(PRODUCT).items():
+        rank, part = _layer(name)
+        if rank < 0:
+            continue
+        for dep in deps - {PRODUCT}:  # ``from cursorsync import gc_pause`` names the module
+            dep_rank, dep_part = _layer(dep)
+            if dep_rank < 0 or dep_rank > rank or (dep_rank == rank and dep_part != part
+                                                   and rank > 0):
+                bad.append(f"{name} -> {dep}")
+    assert not bad, "imports against the layers: " + "; ".join(sorted(bad))
+
+
 @pytest.mark.parametrize("package", [PRODUCT, DEVTOOLS])
 def test_no_import_cycles(package: str) -> None:
     graph = _graph(package)

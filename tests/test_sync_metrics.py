@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cursorsync.app.metrics import Metrics
+from cursorsync.app.queries import sync_sink_settings
 from cursorsync.core.cursor import AckPlan
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -33,7 +34,7 @@ def _record(key: PartitionKey, sub: str, *, result: str = "emitted", acks: int =
 def test_a_batch_is_recorded_per_subscription_as_its_rows_add_up(tmp_path: Path) -> None:
     config = sink_config(tmp_path)
     metrics = Metrics()
-    sink = SyncSink(config, open_store("delta-rs", config.tables.path),
+    sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
                     SyncStep(SyncConfig(), None, lambda t, s: None), metrics)
     topic = "persistent://t/n/orders"
     first = [

@@ -196,6 +196,7 @@ def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
         stubs: tuple[StubAdmin, StubAdmin], tmp_path: Path) -> None:
     """A topic whose replication grew a third cluster under the running job: the mapping
     query's next batch maps nothing of it (the job stops with the refusal)."""
+    from cursorsync.app.queries import builder_config
     from cursorsync.app.settings import parse_config
     from cursorsync.mapping.entries_rows import packed_batches
     from cursorsync.mapping.sink import MappingSink
@@ -234,7 +235,7 @@ def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
             "entry_identity": pa.array([None] * n, pa.binary())})
         return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "b"))))
 
-    sink = MappingSink(config, store, tmp_path / "state", None, topology=watch)
+    sink = MappingSink(builder_config(config), store, tmp_path / "state", None, topology=watch)
     sink(batch(0), 0)
     written = store.read("mappings").num_rows
     assert written > 0

@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cursorsync.app import collector
+from cursorsync import gc_pause
 from cursorsync.app.metrics import Metrics
+from cursorsync.app.queries import sync_sink_settings
 from cursorsync.app.settings import Config, TablesConfig, parse_config
 from cursorsync.app.settings.sync import EmissionConfig
 from cursorsync.core.cursor import CursorState
@@ -178,7 +179,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             layout, active=active, holes=holes, seed=seed, moved=-5)[0]}
         # The job's sink, with its metrics: it parses the rows, runs the step, builds and
         # writes the tables' rows and records the metrics, each phase timed.
-        sink = SyncSink(_config(root), store, step, Metrics())
+        sink = SyncSink(sync_sink_settings(_config(root)), store, step, Metrics())
         sink.mappings = loaded
         figures: dict[str, Any] = {}
 
@@ -214,7 +215,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
             fresh_s = None
             if not (batch_id == 0 or batches[-1]["cursors_waiting"]):
                 # The baseline: the same rows parsed with nothing taken from the last batch.
-                with collector.paused():
+                with gc_pause.paused():
                     t0 = time.perf_counter()
                     observations(polled)
                     fresh_s = round(time.perf_counter() - t0, 3)

@@ -38,21 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cursorsync.app.checkpoint_match import Rebased, bind_checkpoints
-from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
-from cursorsync.app.maintenance import TableMaintenance
+from cursorsync.app.checkpoint_match import bind_checkpoints
 from cursorsync.app.metrics import Metrics
+from cursorsync.app.queries import Clients, mapping_sink, start_queries, sync_sink
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
-from cursorsync.app.streams import cursors_stream, entries_stream
 from cursorsync.app.topology import start_topologies
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.step import SyncConfig, SyncStep
-from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables import open_store
+from cursorsync.tables.store import TableStore
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +164,38 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
 
     ``serve_metrics``: start the metrics endpoint too (a caller that restarts the job
     serves its own ``metrics`` once instead)."""
-    from cursorsync.app import sources
-
     config.require_resolved()
     t0 = time.perf_counter()
+    spark, store = _session_and_tables(config, spark)
+    log.info("Spark session and tables (%s) ready in %.1f s", config.tables.backend,
+             time.perf_counter() - t0)
+    # Each query's checkpoint against what the tables recorded, before anything starts.
+    ckpt = Path(config.spark.checkpoint_dir)
+    bases = bind_checkpoints(store, {"mapping": str(ckpt / "mapping"),
+                                     "sync": str(ckpt / "sync")},
+                             builder_state=str(ckpt / "builder-state"))
+    metrics = metrics or Metrics()
+    server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
+    dry = config.emission.dry_run if dry_run is None else dry_run
+    clients = Clients.open(config, dry_run=dry, emitter=emitter)
+    # Evidence that does not hold on a topic's replication clusters stops the start here.
+    watch = start_topologies(config, clients.source_admin, clients.target_admin)
+    live = LiveLedgers()
+    mapping = mapping_sink(config, store, metrics, clients, watch, live)
+    sync = sync_sink(config, store, metrics, clients, watch, live, dry_run=dry)
+    queries = start_queries(spark, config, mapping, sync, bases)
+    poller = _ProgressPoller(queries, metrics, config.spark.trigger_interval_s)
+    poller.start()
+    log.info("mapping and sync queries started %.1f s after the job", time.perf_counter() - t0)
+    return RunningJob(spark, queries, mapping, sync, clients.emitter, clients.target_admin,
+                      server, poller, source_admin=clients.source_admin)
+
+
+def _session_and_tables(config: Config, spark: Any) -> tuple[Any, TableStore]:
+    """The Spark session (``spark``, or one built from the configuration) with the job's
+    data sources, and the tables, created where missing."""
+    from cursorsync.app import sources
+
     spark = spark or build_session(config)
     for k, v in RESTARTABLE_CONF.items():
         spark.conf.set(k, v)
@@ -178,78 +203,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     store = open_store(config.tables.backend, config.tables.path, spark=spark,
                        storage_options=config.tables.storage_options or None)
     store.ensure_all()
-    log.info("Spark session and tables (%s) ready in %.1f s", config.tables.backend,
-             time.perf_counter() - t0)
-    ckpt = Path(config.spark.checkpoint_dir)
-    # Each query's checkpoint against what the tables recorded, before anything starts.
-    locations = {"mapping": str(ckpt / "mapping"), "sync": str(ckpt / "sync")}
-    bases = bind_checkpoints(store, locations, builder_state=str(ckpt / "builder-state"))
-    metrics = metrics or Metrics()
-    server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
-    admin = admin_client(config.target)
-    dry = config.emission.dry_run if dry_run is None else dry_run
-    if emitter is None and not dry and not config.emission.spread_across_executors:
-        emitter = target_emitter(config)
-    cumulative = config.emission.cumulative
-    source_admin = admin_client(config.source)
-    # Evidence that does not hold on a topic's replication clusters stops the start here.
-    watch = start_topologies(config, source_admin, admin)
-    targets = AdminTargets(admin)
-    step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
-                               vouch="snapshot" in config.evidence.strategies,
-                               first_plans_per_batch=config.emission.first_plans_per_batch),
-                    emitter,
-                    targets, source_marker_lookup(source_admin, config),
-                    source_admin.creation, read_targets=targets.many,
-                    topology=watch.current)
-    hole_check = None
-    if config.evidence.holes == "verified":
-        from cursorsync.mapping.hole_check import AdminHoleCheck
-
-        hole_check = AdminHoleCheck(admin, max_workers=config.target.max_concurrency,
-                                    target_cluster=config.target.name)
-    anchor_read = None
-    if "snapshot" in config.evidence.strategies:
-        from cursorsync.mapping.anchor_read import AdminAnchorRead
-
-        anchor_read = AdminAnchorRead(source_admin, config.target.name,
-                                      max_workers=config.source.max_concurrency)
-    wake_file = str(ckpt / "mapping-wake")
-    mapping_sink = MappingSink(config, store, ckpt / "builder-state", metrics, hole_check,
-                               anchor_read, None if hole_check is None
-                               else hole_check.drain_updates, wake_file=wake_file,
-                               topology=watch)
-    mapping_sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"),
-                                                config.tables,
-                                                metrics).run_if_due
-    # The sync's step reads each moving partition's ledger lists: the builder trims its
-    # known mappings with them too (with emission on executors this step plans nothing,
-    # and the builder keeps them whole).
-    step.live_ledgers = mapping_sink.builder.live = LiveLedgers()
-    sync_sink = SyncSink(config, store, step, metrics)
-    sync_sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
-                                             config.tables, metrics).run_if_due
-    trigger = f"{config.spark.trigger_interval_s} seconds"
-    mapping_trigger = (f"{config.spark.mapping_trigger_interval_s} seconds"
-                       if config.spark.mapping_trigger_interval_s else trigger)
-
-    entries = entries_stream(spark, config, "target", wake_file=wake_file)
-    if {"identity", "snapshot"} & set(config.evidence.strategies):
-        entries = entries.unionByName(entries_stream(spark, config, "source"))
-    mq = (entries.writeStream.queryName("cursorsync-mapping")
-          .foreachBatch(Rebased(mapping_sink, bases["mapping"]))
-          .option("checkpointLocation", locations["mapping"])
-          .trigger(processingTime=mapping_trigger)
-          .start())
-    cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
-          .queryName("cursorsync-sync").foreachBatch(Rebased(sync_sink, bases["sync"]))
-          .option("checkpointLocation", locations["sync"]).trigger(processingTime=trigger)
-          .start())
-    poller = _ProgressPoller([mq, cq], metrics, config.spark.trigger_interval_s)
-    poller.start()
-    log.info("mapping and sync queries started %.1f s after the job", time.perf_counter() - t0)
-    return RunningJob(spark, [mq, cq], mapping_sink, sync_sink, emitter, admin, server, poller,
-                      source_admin=source_admin)
+    return spark, store
 
 
 class QueryFailedError(CursorSyncError):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from cursorsync.app.clusters import admin_config, client_settings
+from cursorsync.app.connect import admin_config, client_settings
 from cursorsync.app.settings import ClusterConfig, Config
 from cursorsync.app.topology import topics_in_play, topology_watch
 from cursorsync.core.topology import refusals

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from cursorsync.app.clusters import source_options
+from cursorsync.app.connect import connections
 from cursorsync.app.settings import MAPPING_SUBSCRIPTION_PREFIX, Config
 from cursorsync.pulsar.selection import NamespaceRule, Selection, TopicRule
 
@@ -22,7 +22,7 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
     """The ``pulsar-entries`` stream of one side, with the options the builder needs;
     ``wake_file``: where the mapping sink asks for batches (:mod:`cursorsync.mapping.wake`)."""
     cluster = config.source if side == "source" else config.target
-    opts = {**source_options(cluster), "selection": selection(config).to_option(),
+    opts = {**connections(cluster).source_options(), "selection": selection(config).to_option(),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
             "entriesPerTask": str(config.spark.entries_per_task),
             "rangesPerTask": str(config.spark.ranges_per_task),
@@ -54,7 +54,8 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
 
 def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
     """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled."""
-    opts = {**source_options(config.source), "selection": selection(config).to_option(),
+    opts = {**connections(config.source).source_options(),
+            "selection": selection(config).to_option(),
             "stateDir": state_dir, "internalStatsMaxAgeMs":
             str(round(config.spark.cursor_stats_max_age_s * 1000))}
     return spark.readStream.format("pulsar-cursors").options(**opts).load()

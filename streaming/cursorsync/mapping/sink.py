@@ -9,18 +9,22 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.app import collector
-from cursorsync.app.metrics import Metrics
-from cursorsync.app.settings import Config
+from cursorsync import gc_pause
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.core.segments import TopicMapping
 from cursorsync.mapping import wake
-from cursorsync.mapping.builder import AnchorRead, BuilderConfig, HoleCheck, MappingBuilder
+from cursorsync.mapping.builder import (
+    AnchorRead,
+    BatchOutcome,
+    BuilderConfig,
+    HoleCheck,
+    MappingBuilder,
+)
 from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack
@@ -41,6 +45,16 @@ _STATE_NAME = re.compile(r"builder-(\d+)\.(?:arrow|json)(?:\.part)?")
 _NOTHING = TopicMapping()
 
 
+class MappingMetrics(Protocol):
+    """What the mapping sink records (:class:`cursorsync.app.metrics.Metrics` does)."""
+
+    def record_entries_ingested(self, cluster: str, count: int) -> None: ...
+    def record_segments_written(self, count: int) -> None: ...
+    def record_skipped_ids(self, claimed: int, unclaimed: int) -> None: ...
+    def set_skipped_waiting(self, count: int) -> None: ...
+    def observe_batch(self, query: str, seconds: float) -> None: ...
+
+
 class MappingSink:
     """foreachBatch of the mapping query: builder + idempotent append + per-batch state."""
 
@@ -50,12 +64,13 @@ class MappingSink:
     tamper: Callable[[int, dict[PartitionKey, TopicMapping]],
                      dict[PartitionKey, TopicMapping]] | None = None
 
-    def __init__(self, config: Config, store: TableStore, state_dir: Path,
-                 metrics: Metrics | None, hole_check: HoleCheck | None = None,
+    def __init__(self, builder: BuilderConfig, store: TableStore, state_dir: Path,
+                 metrics: MappingMetrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
                  wake_file: str | None = None, topology: TopologyWatch | None = None) -> None:
-        """``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
+        """``builder``: what the builder is made with (the clusters, the evidence);
+        ``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
         ``builtin_updates``: the UPDATE markers the hole check read in the batch, written to
         ``builtin_updates``; ``wake_file``: where to ask the target's entries source for
@@ -65,16 +80,14 @@ class MappingSink:
         self.topology = topology
         self.builtin_updates = builtin_updates
         self.wake_file = wake_file
-        self.config = config
+        self.clusters = {"source_cluster": builder.source_cluster,
+                         "target_cluster": builder.target_cluster}
         self.store = store
         self.state_dir = state_dir
         self.metrics = metrics
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.builder = MappingBuilder(BuilderConfig(
-            config.source.name, config.target.name, tuple(config.evidence.strategies),
-            config.evidence.alignment_window,
-            claim_holes=config.evidence.claims_holes), hole_check=hole_check,
-            anchor_read=anchor_read, spill=Spill())
+        self.builder = MappingBuilder(builder, hole_check=hole_check, anchor_read=anchor_read,
+                                      spill=Spill())
         self._batch: int | None = None
         self.last_batch: int = -1
         #: Skipped target ids the last batch left for later batches to check.
@@ -100,15 +113,15 @@ class MappingSink:
         elif batch_id > 0:
             log.warning("no builder state for batch %d: identity matching restarts with an "
                         "empty window (safe: only unmatched entries stay unacked)", batch_id - 1)
-        known, _ = load_mappings(self.store, source_cluster=self.config.source.name,
-                                 target_cluster=self.config.target.name,
+        known, _ = load_mappings(self.store, source_cluster=self.clusters["source_cluster"],
+                                 target_cluster=self.clusters["target_cluster"],
                                  max_batch_id=batch_id - 1)
         builder.seed_known(known)
         builder.live = self.builder.live
         self.builder = builder
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        with collector.paused():  # the batch's garbage is freed after it
+        with gc_pause.paused():  # the batch's garbage is freed after it
             self._run(df, batch_id)
 
     def _run(self, df: Any, batch_id: int) -> None:
@@ -118,12 +131,30 @@ class MappingSink:
         if self.topology is not None and table.num_rows:
             self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)
+        self._write(outcome, batch_id)
+        self._keep_state(batch_id)
+        self.skipped_waiting = outcome.skipped_waiting
+        if outcome.skipped_waiting and self.wake_file is not None:
+            # Checked next batch, even with no new entries.
+            wake.request(self.wake_file, batch_id + 1)
+        if self.after_batch is not None:
+            self.after_batch()
+        if self.metrics:
+            self._record(table, outcome, time.perf_counter() - t0)
+        log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
+                 "%d of %d skipped target ids claimed as markers (%d wait), %d snapshot "
+                 "anchors, %d unpaired copies",
+                 batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
+                 outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
+                 outcome.skipped_waiting, outcome.anchors, outcome.unpaired)
+
+    def _write(self, outcome: BatchOutcome, batch_id: int) -> None:
+        """The batch's mapping rows (a live row for each partition the sync found rows
+        about deleted ledgers for) and the built-in's updates, once per batch id."""
         now = datetime.now(UTC)
         written = (outcome.mappings if self.tamper is None
                    else self.tamper(batch_id, dict(outcome.mappings)))
-        # With the partitions the sync found rows about deleted ledgers for: a live row each.
-        parts = [mapping_rows(k, written.get(k, _NOTHING), source_cluster=self.config.source.name,
-                              target_cluster=self.config.target.name, written_at=now,
+        parts = [mapping_rows(k, written.get(k, _NOTHING), **self.clusters, written_at=now,
                               live=outcome.live.get(k))
                  for k in sorted(written.keys() | outcome.live.keys())]
         # No rows still records the batch id as written.
@@ -132,9 +163,11 @@ class MappingSink:
         updates = self.builtin_updates() if self.builtin_updates is not None else []
         if updates:
             self.store.append("builtin_updates", builtin_update_rows(
-                updates, source_cluster=self.config.source.name,
-                target_cluster=self.config.target.name, written_at=now),
-                app_id=MAPPING_APP, batch_id=batch_id)
+                updates, **self.clusters, written_at=now), app_id=MAPPING_APP,
+                batch_id=batch_id)
+
+    def _keep_state(self, batch_id: int) -> None:
+        """The builder's state after the batch; only the last few batches' are kept."""
         write_state(self._state_file(batch_id), self.builder.state())
         for old in self.state_dir.glob("builder-*"):
             number = _STATE_NAME.fullmatch(old.name)
@@ -142,26 +175,16 @@ class MappingSink:
                 old.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id
-        self.skipped_waiting = outcome.skipped_waiting
-        if outcome.skipped_waiting and self.wake_file is not None:
-            # Checked next batch, even with no new entries.
-            wake.request(self.wake_file, batch_id + 1)
-        if self.after_batch is not None:
-            self.after_batch()
-        if self.metrics:
-            for cluster in (self.config.source.name, self.config.target.name):
-                n = int(table.filter(pa.compute.equal(table.column("cluster"), cluster)).num_rows
-                        ) if table.num_rows else 0
-                self.metrics.record_entries_ingested(cluster, n)
-            segs = sum(len(m.segments) for m in outcome.mappings.values())
-            self.metrics.record_segments_written(segs)
-            self.metrics.record_skipped_ids(outcome.skipped_claimed,
-                                            outcome.skipped_ids - outcome.skipped_claimed)
-            self.metrics.set_skipped_waiting(outcome.skipped_waiting)
-            self.metrics.observe_batch("mapping", time.perf_counter() - t0)
-        log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
-                 "%d of %d skipped target ids claimed as markers (%d wait), %d snapshot "
-                 "anchors, %d unpaired copies",
-                 batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
-                 outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
-                 outcome.skipped_waiting, outcome.anchors, outcome.unpaired)
+
+    def _record(self, table: pa.Table, outcome: BatchOutcome, seconds: float) -> None:
+        m = self.metrics
+        assert m is not None
+        for cluster in self.clusters.values():
+            n = int(table.filter(pc.equal(table.column("cluster"), cluster)).num_rows
+                    ) if table.num_rows else 0
+            m.record_entries_ingested(cluster, n)
+        m.record_segments_written(sum(len(x.segments) for x in outcome.mappings.values()))
+        m.record_skipped_ids(outcome.skipped_claimed,
+                             outcome.skipped_ids - outcome.skipped_claimed)
+        m.set_skipped_waiting(outcome.skipped_waiting)
+        m.observe_batch("mapping", seconds)

@@ -14,15 +14,16 @@ yet; acks are idempotent on the broker.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from cursorsync.app.clusters import admin_client, source_marker_lookup, target_emitter
-from cursorsync.app.settings import Config
-from cursorsync.core.records import PartitionKey
+from cursorsync.core.records import PartitionKey, RewindPolicy
 from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology
+from cursorsync.pulsar.connections import Connections
+from cursorsync.pulsar.subscriptions import SubscriptionType
 from cursorsync.sync.halts import halted
 from cursorsync.sync.marker_lookups import MarkerCache
 from cursorsync.sync.observed import observations, previous_states
@@ -33,10 +34,30 @@ from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import row_schema, sync_progress_rows
 
 
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """What a Spark task needs to sync its partitions: plain values, so that they pickle
+    into the task, which opens its own clients and tables from them."""
+
+    source: Connections
+    target: Connections
+    tables_path: str
+    storage_options: Mapping[str, str] | None
+    rewind_policy: RewindPolicy
+    #: Snapshot evidence on (:attr:`cursorsync.sync.step.SyncConfig.vouch`).
+    vouch: bool
+    subscription_type: SubscriptionType
+    ack_batch_size: int
+
+    @property
+    def clusters(self) -> dict[str, str]:
+        return {"source_cluster": self.source.name, "target_cluster": self.target.name}
+
+
 def _mappings(store: TableStore, keys: set[PartitionKey],
-              config: Config) -> dict[PartitionKey, TopicMapping]:
-    found, _ = load_mappings(store, source_cluster=config.source.name,
-                             target_cluster=config.target.name, topics={k.topic for k in keys})
+              settings: ExecutorSettings) -> dict[PartitionKey, TopicMapping]:
+    found, _ = load_mappings(store, source_cluster=settings.source.name,
+                             target_cluster=settings.target.name, topics={k.topic for k in keys})
     return {k: m for k, m in found.items() if k in keys}
 
 
@@ -44,44 +65,42 @@ def _mappings(store: TableStore, keys: set[PartitionKey],
 _MARKERS: dict[str, MarkerCache] = {}
 
 
-def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative: bool,
+def sync_partitions(settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
+                    cumulative: bool,
                     topologies: Mapping[str, Topology | None] | None = None) -> Any:
     """The function each task runs over its share of the batch (for ``mapInArrow``);
     ``topologies``: the batch's topics' replication topologies, as the driver read them
     (see :class:`cursorsync.sync.step.SyncStep`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-
         parts = [pa.Table.from_batches([b]) for b in batches]
-        if not parts:
-            return
-        obs = observations(pa.concat_tables(parts))
+        obs = observations(pa.concat_tables(parts)) if parts else []
         if not obs:
             return
         # Tasks only read the tables (the driver writes them), with delta-rs whichever
         # backend writes: an executor has no SparkSession for delta-spark.
-        store = open_reader(config.tables.path,
-                            storage_options=config.tables.storage_options or None)
-        admin = admin_client(config.target)
-        source_admin = admin_client(config.source)
-        emitter = None if dry_run else target_emitter(config)
+        store = open_reader(settings.tables_path,
+                            storage_options=dict(settings.storage_options or {}) or None)
+        admin = settings.target.admin_client()
+        source_admin = settings.source.admin_client()
+        emitter = None if dry_run else settings.target.emitter(
+            subscription_type=settings.subscription_type,
+            ack_batch_size=settings.ack_batch_size)
         targets = AdminTargets(admin)
         try:
-            step = SyncStep(SyncConfig(cumulative, dry_run, config.emission.rewind_policy,
-                                       vouch="snapshot" in config.evidence.strategies),
-                            emitter, targets, source_marker_lookup(source_admin, config),
+            step = SyncStep(SyncConfig(cumulative, dry_run, settings.rewind_policy,
+                                       vouch=settings.vouch),
+                            emitter, targets, settings.source.marker_lookup(source_admin),
                             source_admin.creation, read_targets=targets.many,
                             topology=None if topologies is None else topologies.get)
-            step.halted = halted(store, source_cluster=config.source.name,
-                                 target_cluster=config.target.name)
-            step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,
-                                            target_cluster=config.target.name)
+            step.halted = halted(store, **settings.clusters)
+            step.previous = previous_states(store, obs, batch_id, **settings.clusters)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.
-            step.lookups.cache = _MARKERS.setdefault(config.source.admin_url, MarkerCache())
-            result = step.run(obs, _mappings(store, {o.key for o in obs}, config))
-            rows = sync_progress_rows(result.records, source_cluster=config.source.name,
-                                      target_cluster=config.target.name)
+            step.lookups.cache = _MARKERS.setdefault(settings.source.admin.urls[0],
+                                                     MarkerCache())
+            result = step.run(obs, _mappings(store, {o.key for o in obs}, settings))
+            rows = sync_progress_rows(result.records, **settings.clusters)
         finally:
             if emitter is not None:
                 emitter.close()
@@ -92,7 +111,7 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
     return run
 
 
-def sync_on_executors(df: Any, config: Config, batch_id: int, *, dry_run: bool,
+def sync_on_executors(df: Any, settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
                       cumulative: bool,
                       topologies: Mapping[str, Topology | None] | None = None) -> pa.Table:
     """Run the sync step in Spark tasks, one group of topic partitions per task."""
@@ -100,7 +119,7 @@ def sync_on_executors(df: Any, config: Config, batch_id: int, *, dry_run: bool,
 
     schema = row_schema("sync_progress")
     n = max(1, int(df.sparkSession.sparkContext.defaultParallelism))
-    fn = sync_partitions(config, batch_id, dry_run=dry_run, cumulative=cumulative,
+    fn = sync_partitions(settings, batch_id, dry_run=dry_run, cumulative=cumulative,
                          topologies=topologies)
     out = df.repartition(n, "topic", "partition").mapInArrow(fn, from_arrow_schema(schema))
     table = out.toArrow()

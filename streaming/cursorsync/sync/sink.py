@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.app import collector
-from cursorsync.app.metrics import Metrics
-from cursorsync.app.settings import Config
+from cursorsync import gc_pause
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
@@ -58,18 +57,50 @@ class _Synced(NamedTuple):
         return int(pc.sum(pc.equal(self.rows.column("outcome"), outcome)).as_py() or 0)
 
 
+@dataclass(frozen=True)
+class SyncSinkSettings:
+    """What the sync sink is made with, besides its step."""
+
+    source_cluster: str
+    target_cluster: str
+    #: An idle cursor's rows are written once every this many batches.
+    unchanged_rows_every_batches: int = 20
+    #: Emission on executors: how the tasks reach the clusters and the tables (None: the
+    #: driver emits).
+    executors: ExecutorSettings | None = None
+
+
+class SyncMetrics(Protocol):
+    """What the sync sink records (:class:`cursorsync.app.metrics.Metrics` does)."""
+
+    def set_first_plans_waiting(self, count: int) -> None: ...
+    def set_idle_cursors(self, count: int) -> None: ...
+    def observe_translation(self, seconds: float) -> None: ...
+    def record_outcome(self, subscription: str, result: str, count: int = 1) -> None: ...
+    def record_acks(self, subscription: str, kind: Literal["cumulative", "individual"],
+                    count: int = 1) -> None: ...
+    def set_unmapped_acked_many(self, subscription: str, entries: Mapping[str, int]) -> None: ...
+    def record_rewound(self, subscription: str, entries: int) -> None: ...
+    def record_error(self, stage: str, count: int = 1) -> None: ...
+    def observe_sync_lags(self, subscription: str, seconds: Iterable[float]) -> None: ...
+    def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
+    def observe_batch(self, query: str, seconds: float) -> None: ...
+
+
 class SyncSink:
     """foreachBatch of the sync query."""
 
-    def __init__(self, config: Config, store: TableStore, step: SyncStep,
-                 metrics: Metrics | None) -> None:
-        self.config = config
+    def __init__(self, settings: SyncSinkSettings, store: TableStore, step: SyncStep,
+                 metrics: SyncMetrics | None) -> None:
+        self.settings = settings
+        self.clusters = {"source_cluster": settings.source_cluster,
+                         "target_cluster": settings.target_cluster}
         self.store = store
         self.step = step
         self.metrics = metrics
         #: Keeps the per-partition rows kept between batches off the heap.
         self.spill = Spill()
-        self.mappings = MappingStore(store, config.source.name, config.target.name,
+        self.mappings = MappingStore(store, settings.source_cluster, settings.target_cluster,
                                      spill=self.spill)
         self.last_batch = -1
         self._seeded = False
@@ -95,7 +126,7 @@ class SyncSink:
         self.on_result: Callable[[StepResult], None] | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        with collector.paused():  # the batch's garbage is freed after it
+        with gc_pause.paused():  # the batch's garbage is freed after it
             self._run(df, batch_id)
             t0 = time.perf_counter()
         self.timings["collector"] = time.perf_counter() - t0
@@ -103,11 +134,11 @@ class SyncSink:
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         self.timings = {}
-        src, tgt = self.config.source.name, self.config.target.name
+        src, tgt = self.settings.source_cluster, self.settings.target_cluster
         known = halted(self.store, source_cluster=src, target_cluster=tgt)
         self.timings["halts"] = time.perf_counter() - t0
-        done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
-                else self._on_driver(df, batch_id, known))
+        done = (self._on_executors(df, batch_id, self.settings.executors)
+                if self.settings.executors is not None else self._on_driver(df, batch_id, known))
         obs, rows = done.observed, done.rows
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
@@ -156,7 +187,7 @@ class SyncSink:
         # previous run was the previous batch, and that batch's rows were written.
         follows = self._ran == batch_id - 1 == self.last_batch
         self._ran = batch_id
-        every = self.config.tables.unchanged_rows_every_batches
+        every = self.settings.unchanged_rows_every_batches
         split = self.idle.split(table, mappings, self.step, bulk=follows, batch_id=batch_id,
                                 rows_every=every)
         obs = self._observations(split.rest)
@@ -165,9 +196,8 @@ class SyncSink:
         t["parse"] = t3 - t2
         if not self._seeded:
             # After a start, a rewind is measured against the last state the tables hold.
-            self.step.previous = {**previous_states(
-                self.store, obs, batch_id, source_cluster=self.config.source.name,
-                target_cluster=self.config.target.name), **self.step.previous}
+            self.step.previous = {**previous_states(self.store, obs, batch_id, **self.clusters),
+                                  **self.step.previous}
             self._seeded = True
         self.idle.restore(split, obs, self.step)
         result = self.step.run(obs, mappings)
@@ -192,8 +222,7 @@ class SyncSink:
             else:
                 unchanged.add((r.key, r.subscription))
                 lags.setdefault(r.subscription, []).append(r.lag_ms / 1000)
-        rows = sync_progress_rows(written, source_cluster=self.config.source.name,
-                                  target_cluster=self.config.target.name)
+        rows = sync_progress_rows(written, **self.clusters)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
                        result.anchor_conflicts, frozenset(unchanged), lags)
         t["rows"] = time.perf_counter() - t4
@@ -201,7 +230,7 @@ class SyncSink:
             self.on_result(result)
         return done
 
-    def _on_executors(self, df: Any, batch_id: int) -> _Synced:
+    def _on_executors(self, df: Any, batch_id: int, settings: ExecutorSettings) -> _Synced:
         """Translate, guard and emit in Spark tasks; the driver only writes the tables."""
         from cursorsync.sync.executors import sync_on_executors
 
@@ -212,7 +241,7 @@ class SyncSink:
             topologies = None
             if self.step.topology is not None:
                 topologies = {t: self.step.topology(t) for t in {o.key.topic for o in obs}}
-            rows = sync_on_executors(df, self.config, batch_id, dry_run=self.step.config.dry_run,
+            rows = sync_on_executors(df, settings, batch_id, dry_run=self.step.config.dry_run,
                                      cumulative=self.step.config.cumulative,
                                      topologies=topologies)
         finally:

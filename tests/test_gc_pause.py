@@ -7,7 +7,7 @@ import gc
 import threading
 import weakref
 
-from cursorsync.app import collector
+from cursorsync import gc_pause
 
 
 class _Node:
@@ -20,12 +20,12 @@ def test_paused_while_any_batch_runs_and_the_cycles_collected_after() -> None:
     inside, leave = threading.Event(), threading.Event()
 
     def other_batch() -> None:
-        with collector.paused():
+        with gc_pause.paused():
             inside.set()
             leave.wait(10)
 
     other = threading.Thread(target=other_batch)
-    with collector.paused():
+    with gc_pause.paused():
         assert not gc.isenabled()
         other.start()
         assert inside.wait(10)
@@ -43,7 +43,7 @@ def test_paused_while_any_batch_runs_and_the_cycles_collected_after() -> None:
 def test_a_disabled_collector_stays_disabled() -> None:
     gc.disable()
     try:
-        with collector.paused():
+        with gc_pause.paused():
             pass
         assert not gc.isenabled()
     finally:
@@ -52,7 +52,7 @@ def test_a_disabled_collector_stays_disabled() -> None:
 
 def test_an_error_in_a_batch_resumes_the_collector() -> None:
     try:
-        with collector.paused():
+        with gc_pause.paused():
             raise RuntimeError("batch failed")
     except RuntimeError:
         pass

@@ -1,0 +1,144 @@
+"""The job's two queries, built from the configuration: each sink gets the narrow settings
+and clients it needs, never the whole configuration, and they share the one piece of
+state they share (:class:`~cursorsync.core.retention.LiveLedgers`) as an argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cursorsync.app.checkpoint_match import Rebased
+from cursorsync.app.connect import connections
+from cursorsync.app.maintenance import TableMaintenance
+from cursorsync.app.metrics import Metrics
+from cursorsync.app.settings import Config
+from cursorsync.app.streams import cursors_stream, entries_stream
+from cursorsync.core.retention import LiveLedgers
+from cursorsync.mapping.builder import BuilderConfig
+from cursorsync.mapping.sink import MappingSink
+from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.connections import Connections
+from cursorsync.pulsar.replication import TopologyWatch
+from cursorsync.sync.executors import ExecutorSettings
+from cursorsync.sync.sink import SyncSink, SyncSinkSettings
+from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.target_reads import AdminTargets
+from cursorsync.tables.store import TableStore
+
+
+@dataclass
+class Clients:
+    """The driver's connections to both clusters, opened once per start."""
+
+    source: Connections
+    target: Connections
+    source_admin: AdminClient
+    target_admin: AdminClient
+    #: The target's ack emitter on the driver (None: a dry run, or emission on executors).
+    emitter: Any
+
+    @classmethod
+    def open(cls, config: Config, *, dry_run: bool, emitter: Any = None) -> Clients:
+        source, target = connections(config.source), connections(config.target)
+        if emitter is None and not dry_run and not config.emission.spread_across_executors:
+            emitter = target.emitter(subscription_type=config.emission.subscription_type,
+                                     ack_batch_size=config.emission.ack_batch_size)
+        return cls(source, target, source.admin_client(), target.admin_client(), emitter)
+
+
+def builder_config(config: Config) -> BuilderConfig:
+    """What the mapping builder is made with."""
+    return BuilderConfig(config.source.name, config.target.name,
+                         tuple(config.evidence.strategies), config.evidence.alignment_window,
+                         claim_holes=config.evidence.claims_holes)
+
+
+def executor_settings(config: Config) -> ExecutorSettings:
+    """What emission on executors takes into its Spark tasks."""
+    return ExecutorSettings(
+        connections(config.source), connections(config.target), config.tables.path,
+        config.tables.storage_options or None, config.emission.rewind_policy,
+        vouch="snapshot" in config.evidence.strategies,
+        subscription_type=config.emission.subscription_type,
+        ack_batch_size=config.emission.ack_batch_size)
+
+
+def sync_sink_settings(config: Config) -> SyncSinkSettings:
+    return SyncSinkSettings(
+        config.source.name, config.target.name, config.tables.unchanged_rows_every_batches,
+        executor_settings(config) if config.emission.spread_across_executors else None)
+
+
+def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clients,
+                 topology: TopologyWatch, live: LiveLedgers) -> MappingSink:
+    """The mapping query's sink, with the checks its evidence needs."""
+    hole_check = None
+    if config.evidence.holes == "verified":
+        from cursorsync.mapping.hole_check import AdminHoleCheck
+
+        hole_check = AdminHoleCheck(clients.target_admin,
+                                    max_workers=config.target.max_concurrency,
+                                    target_cluster=config.target.name)
+    anchor_read = None
+    if "snapshot" in config.evidence.strategies:
+        from cursorsync.mapping.anchor_read import AdminAnchorRead
+
+        anchor_read = AdminAnchorRead(clients.source_admin, config.target.name,
+                                      max_workers=config.source.max_concurrency)
+    ckpt = Path(config.spark.checkpoint_dir)
+    sink = MappingSink(builder_config(config), store, ckpt / "builder-state", metrics,
+                       hole_check, anchor_read,
+                       None if hole_check is None else hole_check.drain_updates,
+                       wake_file=str(ckpt / "mapping-wake"), topology=topology)
+    sink.builder.live = live
+    sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"), config.tables,
+                                        metrics).run_if_due
+    return sink
+
+
+def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clients,
+              topology: TopologyWatch, live: LiveLedgers, *, dry_run: bool) -> SyncSink:
+    """The sync query's sink and its step. The step reads each moving partition's ledger
+    lists: the builder trims its known mappings with them too (``live``; with emission on
+    executors this step plans nothing, and the builder keeps them whole)."""
+    targets = AdminTargets(clients.target_admin)
+    step = SyncStep(SyncConfig(config.emission.cumulative, dry_run,
+                               config.emission.rewind_policy,
+                               vouch="snapshot" in config.evidence.strategies,
+                               first_plans_per_batch=config.emission.first_plans_per_batch),
+                    clients.emitter, targets, clients.source.marker_lookup(clients.source_admin),
+                    clients.source_admin.creation, read_targets=targets.many,
+                    topology=topology.current)
+    step.live_ledgers = live
+    sink = SyncSink(sync_sink_settings(config), store, step, metrics)
+    sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
+                                        config.tables, metrics).run_if_due
+    return sink
+
+
+def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSink,
+                  bases: dict[str, int]) -> list[Any]:
+    """Start the mapping and the sync queries on their checkpoints (batch ids bound to the
+    tables' by ``bases``); returns them in that order."""
+    ckpt = Path(config.spark.checkpoint_dir)
+    trigger = f"{config.spark.trigger_interval_s} seconds"
+    mapping_trigger = (f"{config.spark.mapping_trigger_interval_s} seconds"
+                       if config.spark.mapping_trigger_interval_s else trigger)
+    entries = entries_stream(spark, config, "target", wake_file=mapping.wake_file)
+    if {"identity", "snapshot"} & set(config.evidence.strategies):
+        entries = entries.unionByName(entries_stream(spark, config, "source"))
+    mq = (entries.writeStream.queryName("cursorsync-mapping")
+          .foreachBatch(Rebased(mapping, bases["mapping"]))
+          .option("checkpointLocation", str(ckpt / "mapping"))
+          .trigger(processingTime=mapping_trigger)
+          .start())
+    cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
+          .queryName("cursorsync-sync").foreachBatch(Rebased(sync, bases["sync"]))
+          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=trigger)
+          .start())
+    return [mq, cq]
+
+
+__all__ = ["Clients", "builder_config", "executor_settings", "mapping_sink", "start_queries",
+           "sync_sink", "sync_sink_settings"]

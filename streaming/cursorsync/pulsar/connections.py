@@ -1,0 +1,53 @@
+"""How to reach one cluster, as one picklable value: its name, its admin API and its
+brokers. The job builds one per cluster from its configuration; emission on executors
+takes them into Spark tasks, which open their own clients from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.client import ClientSettings
+from cursorsync.pulsar.options import admin_options, client_options
+
+if TYPE_CHECKING:
+    from cursorsync.pulsar.emitter import PulsarEmitter
+    from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
+    from cursorsync.pulsar.subscriptions import SubscriptionType
+
+
+@dataclass(frozen=True)
+class Connections:
+    """One cluster's connection settings; every client the job opens comes from one."""
+
+    name: str
+    admin: AdminConfig
+    client: ClientSettings
+
+    def admin_client(self) -> AdminClient:
+        """A new admin client (the caller closes it)."""
+        return AdminClient(self.admin)
+
+    def emitter(self, *, subscription_type: SubscriptionType,
+                ack_batch_size: int) -> PulsarEmitter:
+        """The ack emitter for this cluster's subscriptions (the caller closes it)."""
+        from cursorsync.pulsar.emitter import PulsarEmitter
+
+        return PulsarEmitter(self.client, subscription_type=subscription_type,
+                             ack_batch_size=ack_batch_size)
+
+    def marker_lookup(self, admin: AdminClient) -> AdminMarkerLookup:
+        """Which entries are markers, asked of ``admin`` on up to the configured number of
+        threads."""
+        from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
+
+        return AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
+
+    def source_options(self) -> dict[str, str]:
+        """The ``pulsar-entries`` / ``pulsar-cursors`` options that say how to reach it."""
+        return {"cluster": self.name, **client_options(self.client),
+                **admin_options(self.admin)}
+
+
+__all__ = ["Connections"]
