@@ -180,6 +180,18 @@ def subscription_status(
             f"{', '.join(TABLES)}); check tables.path, or let `cursorsync run` write a batch first"
         )
     flt = _filter(topic, subscription, source_cluster, target_cluster)
+    progress, cursors = _latest_rows(store, flt)
+    keys = sorted(set(progress) | set(cursors))
+    builtin = _builtin_positions(store, flt)
+    mapping_filter = _filter(topic, None, source_cluster, target_cluster)
+    coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
+    return [_status_row(k, progress.get(k), cursors.get(k), builtin.get(k),
+                        coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))) for k in keys]
+
+
+def _latest_rows(store: TableStore, flt: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """Each (topic, partition, subscription)'s newest ``sync_progress`` and
+    ``cursor_states`` rows."""
     progress = _latest(store.read("sync_progress", flt, columns=[
         *_KEY, "source_cluster", "target_cluster", "target_mark_delete_ledger",
         "target_mark_delete_entry", "outcome", "unmapped_acked_entries", "rewound_entries",
@@ -190,37 +202,34 @@ def subscription_status(
     cursors_t = cursors_t.append_column(
         "ranges", pc.list_value_length(cursors_t.column("individually_deleted_ranges"))
     ).drop_columns(["individually_deleted_ranges"])
-    cursors = _latest(cursors_t, "observed_at")
+    return progress, _latest(cursors_t, "observed_at")
 
-    keys = sorted(set(progress) | set(cursors))
-    builtin = _builtin_positions(store, flt)
-    mapping_filter = _filter(topic, None, source_cluster, target_cluster)
-    coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
-    out = []
-    for k in keys:
-        p, c = progress.get(k), cursors.get(k)
-        clusters = p if p is not None else c
-        assert clusters is not None
-        segs, mapped, last = coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))
-        out.append(StatusRow(
-            topic=k[0], partition=k[1], subscription=k[2],
-            source_cluster=clusters["source_cluster"], target_cluster=clusters["target_cluster"],
-            source_mark_delete=None if c is None else Position(
-                c["mark_delete_ledger"], c["mark_delete_entry"]),
-            source_ranges=None if c is None else c["ranges"],
-            observed_at=None if c is None else c["observed_at"],
-            target_mark_delete=None if p is None else Position(
-                p["target_mark_delete_ledger"], p["target_mark_delete_entry"]),
-            outcome=None if p is None else p["outcome"],
-            unmapped_acked_entries=None if p is None else p["unmapped_acked_entries"],
-            rewound_entries=None if p is None else p["rewound_entries"],
-            lag_ms=None if p is None else p["lag_ms"],
-            emitted_at=None if p is None else p["emitted_at"],
-            dry_run=None if p is None else p["dry_run"],
-            builtin_mark_delete=builtin.get(k),
-            segments=segs, mapped_entries=mapped, last_mapped_source=last,
-        ))
-    return out
+
+def _status_row(k: tuple[str, int, str], p: dict[str, Any] | None, c: dict[str, Any] | None,
+                builtin: Position | None,
+                coverage: tuple[int, int, Position | None]) -> StatusRow:
+    """One key's row from its newest progress and cursor rows (either may be missing)."""
+    clusters = p if p is not None else c
+    assert clusters is not None
+    segs, mapped, last = coverage
+    return StatusRow(
+        topic=k[0], partition=k[1], subscription=k[2],
+        source_cluster=clusters["source_cluster"], target_cluster=clusters["target_cluster"],
+        source_mark_delete=None if c is None else Position(
+            c["mark_delete_ledger"], c["mark_delete_entry"]),
+        source_ranges=None if c is None else c["ranges"],
+        observed_at=None if c is None else c["observed_at"],
+        target_mark_delete=None if p is None else Position(
+            p["target_mark_delete_ledger"], p["target_mark_delete_entry"]),
+        outcome=None if p is None else p["outcome"],
+        unmapped_acked_entries=None if p is None else p["unmapped_acked_entries"],
+        rewound_entries=None if p is None else p["rewound_entries"],
+        lag_ms=None if p is None else p["lag_ms"],
+        emitted_at=None if p is None else p["emitted_at"],
+        dry_run=None if p is None else p["dry_run"],
+        builtin_mark_delete=builtin,
+        segments=segs, mapped_entries=mapped, last_mapped_source=last,
+    )
 
 
 def _builtin_positions(store: TableStore, flt: RowFilter) -> dict[tuple[str, int, str], Position]:

@@ -88,30 +88,41 @@ def merge_rows(store: TableStore, *, before: datetime) -> int:
         ["source_cluster", "target_cluster"]).aggregate([]).to_pylist()
     merged: list[pa.Table] = []
     for pair in pairs:
-        part = old.filter(pc.and_(pc.equal(old.column("source_cluster"), pair["source_cluster"]),
-                                  pc.equal(old.column("target_cluster"), pair["target_cluster"])))
-        try:
-            union = topic_mappings(part)
-        except MappingConflictError as err:
-            log.error("mappings of %s -> %s are not merged: %s", pair["source_cluster"],
-                      pair["target_cluster"], err)
+        part = _merged_pair(old, pair["source_cluster"], pair["target_cluster"], latest, live)
+        if part is None:
             return 0
-        last = {(r["topic"], r["partition"]): r for r in latest.to_pylist()
-                if r["source_cluster"] == pair["source_cluster"]
-                and r["target_cluster"] == pair["target_cluster"]}
-        for key, mapping in union.items():
-            r = last[(key.topic, key.partition)]
-            merged.append(prepare_rows(schema, mapping_rows(
-                key, mapping, source_cluster=pair["source_cluster"],
-                target_cluster=pair["target_cluster"], written_at=r["written_at_max"],
-                live=live.get((pair["source_cluster"], pair["target_cluster"], key.topic,
-                               key.partition))),
-                int(r["batch_id_max"])))
+        merged.extend(part)
     out = pa.concat_tables(merged) if merged else schema.arrow().empty_table()
     if out.num_rows >= old.num_rows:
         return 0
     store.replace_before("mappings", "written_at", before, out)
     return int(old.num_rows - out.num_rows)
+
+
+def _merged_pair(old: pa.Table, source: str, target: str, latest: pa.Table,
+                 live: dict[tuple[str, str, str, int], tuple[int | None, int | None]],
+                 ) -> list[pa.Table] | None:
+    """The union of one cluster pair's rows, per topic partition; None when they conflict
+    (logged: nothing is merged then)."""
+    part = old.filter(pc.and_(pc.equal(old.column("source_cluster"), source),
+                              pc.equal(old.column("target_cluster"), target)))
+    try:
+        union = topic_mappings(part)
+    except MappingConflictError as err:
+        log.error("mappings of %s -> %s are not merged: %s", source, target, err)
+        return None
+    last = {(r["topic"], r["partition"]): r for r in latest.to_pylist()
+            if r["source_cluster"] == source and r["target_cluster"] == target}
+    schema = load_schema("mappings")
+    out = []
+    for key, mapping in union.items():
+        r = last[(key.topic, key.partition)]
+        out.append(prepare_rows(schema, mapping_rows(
+            key, mapping, source_cluster=source, target_cluster=target,
+            written_at=r["written_at_max"],
+            live=live.get((source, target, key.topic, key.partition))),
+            int(r["batch_id_max"])))
+    return out
 
 
 @dataclass

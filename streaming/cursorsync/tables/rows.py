@@ -76,6 +76,27 @@ def mapping_rows(
     ``live`` (the first live source and target ledgers), a ``live`` row, after which readers
     drop what names only ledgers before them (:mod:`cursorsync.core.retention`)."""
     schema = _arrow_schema("mappings")
+    parts = _mapping_parts(mapping, live)
+    n = sum(len(p["kind"]) for p in parts)
+    columns: dict[str, pa.Array] = {
+        "topic": _constant(key.topic, n, pa.string()),
+        "partition": _constant(key.partition, n, pa.int32()),
+        "source_cluster": _constant(source_cluster, n, pa.string()),
+        "target_cluster": _constant(target_cluster, n, pa.string()),
+        "written_at": _constant(written_at, n, schema.field("written_at").type),
+    }
+    for name in ("kind", "source_ledger", "source_entry", "target_ledger", "target_entry",
+                 "count", "evidence"):
+        values: list[Any] = (
+            np.concatenate([np.asarray(p[name], object) for p in parts]).tolist() if n else []
+        )
+        columns[name] = pa.array(values, schema.field(name).type)
+    return pa.table([columns[f.name] for f in schema], schema=schema)
+
+def _mapping_parts(mapping: TopicMapping, live: tuple[int | None, int | None] | None
+                   ) -> list[dict[str, Any]]:
+    """The columns of a mapping's rows, one part per kind: segments, anchors, each kind
+    of run, and the ``live`` row."""
     seg = mapping.segments.rows
     parts: list[dict[str, Any]] = [{
         "kind": np.full(len(seg), "segment", object),
@@ -109,21 +130,7 @@ def mapping_rows(
         parts.append({"kind": ["live"], "source_ledger": [live[0]], "source_entry": [None],
                       "target_ledger": [live[1]], "target_entry": [None], "count": [0],
                       "evidence": [None]})
-    n = sum(len(p["kind"]) for p in parts)
-    columns: dict[str, pa.Array] = {
-        "topic": _constant(key.topic, n, pa.string()),
-        "partition": _constant(key.partition, n, pa.int32()),
-        "source_cluster": _constant(source_cluster, n, pa.string()),
-        "target_cluster": _constant(target_cluster, n, pa.string()),
-        "written_at": _constant(written_at, n, schema.field("written_at").type),
-    }
-    for name in ("kind", "source_ledger", "source_entry", "target_ledger", "target_entry",
-                 "count", "evidence"):
-        values: list[Any] = (
-            np.concatenate([np.asarray(p[name], object) for p in parts]).tolist() if n else []
-        )
-        columns[name] = pa.array(values, schema.field(name).type)
-    return pa.table([columns[f.name] for f in schema], schema=schema)
+    return parts
 
 
 def topic_mappings(rows: pa.Table) -> dict[PartitionKey, TopicMapping]:

@@ -203,36 +203,38 @@ def prepare_rows(schema: TableSchema, rows: pa.Table | pa.RecordBatch, batch_id:
                 f"table {schema.name}: column {name} must be {_describe(name, schema, batch_id)}"
             )
         given.setdefault(name, value)
-    columns = []
-    for f in expected:
-        if f.name not in given:
-            if not f.nullable:
-                raise TableSchemaError(f"table {schema.name}: column {f.name} is required")
-            columns.append(pa.nulls(n, f.type))
-            continue
-        col = given[f.name]
-        try:
-            col = col.cast(f.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise TableSchemaError(
-                f"table {schema.name}: column {f.name} of type {col.type} "
-                f"does not convert to {f.type}: {e}"
-            ) from None
-        if not f.nullable and col.null_count:
-            raise TableSchemaError(
-                f"table {schema.name}: column {f.name} is not nullable "
-                f"but {col.null_count} rows are null"
-            )
-        if allowed := schema.field(f.name).values:
-            bad = pc.filter(col, pc.invert(pc.is_in(col, pa.array(allowed, f.type))))
-            bad = pc.drop_null(bad)
-            if len(bad):
-                raise TableSchemaError(
-                    f"table {schema.name}: {bad[0].as_py()!r} is not a valid {f.name}. "
-                    f"Valid values are: {', '.join(allowed)}"
-                )
-        columns.append(col)
+    columns = [_column(schema, f, given, n) for f in expected]
     return pa.Table.from_arrays(columns, schema=expected)
+
+
+def _column(schema: TableSchema, f: pa.Field, given: dict[str, Any], n: int) -> Any:
+    """Column ``f`` of ``n`` rows from what was given: cast to its type, nulls where it is
+    absent and nullable, its values checked; TableSchemaError naming it otherwise."""
+    if f.name not in given:
+        if not f.nullable:
+            raise TableSchemaError(f"table {schema.name}: column {f.name} is required")
+        return pa.nulls(n, f.type)
+    col = given[f.name]
+    try:
+        col = col.cast(f.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise TableSchemaError(
+            f"table {schema.name}: column {f.name} of type {col.type} "
+            f"does not convert to {f.type}: {e}"
+        ) from None
+    if not f.nullable and col.null_count:
+        raise TableSchemaError(
+            f"table {schema.name}: column {f.name} is not nullable "
+            f"but {col.null_count} rows are null"
+        )
+    if allowed := schema.field(f.name).values:
+        bad = pc.drop_null(pc.filter(col, pc.invert(pc.is_in(col, pa.array(allowed, f.type)))))
+        if len(bad):
+            raise TableSchemaError(
+                f"table {schema.name}: {bad[0].as_py()!r} is not a valid {f.name}. "
+                f"Valid values are: {', '.join(allowed)}"
+            )
+    return col
 
 
 def _describe(name: str, schema: TableSchema, batch_id: int) -> str:
