@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
+import shutil
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cursorsync.app.logs import NOISY_LOGGERS
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
 
 _names = itertools.count()
@@ -70,22 +75,75 @@ def run_outside(args: list[str], cwd: Path, timeout: float = 120
 
 
 @pytest.fixture(scope="session")
-def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A virtualenv with the cursorsync wheel installed; its bin directory.
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The wheels built from the checkout: ``cursorsync`` (the product) and
+    ``cursorsync-devtools`` (streaming/devtools).
+
+    Built from a copy without the checkout's build output: setuptools ships whatever an
+    earlier build left in build/lib, modules since moved or deleted included."""
+    dist = tmp_path_factory.mktemp("wheels")
+    source = dist / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis",
+        "spark-warehouse", "work"))
+    built = {}
+    for name, tree, pattern in (("cursorsync", source, "cursorsync-*.whl"),
+                                ("cursorsync-devtools", source / "streaming" / "devtools",
+                                 "cursorsync_devtools-*.whl")):
+        out = dist / name
+        r = run_outside([sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "-q",
+                         "-w", str(out)], cwd=dist, timeout=300)
+        assert r.returncode == 0, r.stderr
+        (built[name],) = out.glob(pattern)
+    return built
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]
+               ) -> Iterator[Path]:
+    """A virtualenv with the cursorsync wheel and the development tools' installed; its bin
+    directory.
 
     It sees this interpreter's site-packages for the dependencies (installing pyspark and
-    the rest again would take minutes and prove nothing about cursorsync); cursorsync
-    itself comes from the wheel."""
+    the rest again would take minutes and prove nothing about cursorsync); cursorsync and
+    its development tools themselves come from the wheels."""
     tmp = tmp_path_factory.mktemp("wheel")
-    built = run_outside([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
-                         "-w", str(tmp / "dist")], cwd=tmp, timeout=300)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp / "dist").glob("cursorsync-*.whl")
     made = run_outside([sys.executable, "-m", "venv", "--system-site-packages",
                         str(tmp / "venv")], cwd=tmp)
     assert made.returncode == 0, made.stderr
     bin_dir = tmp / "venv" / "bin"
     installed = run_outside([str(bin_dir / "python"), "-m", "pip", "install", "-q",
-                             "--no-deps", "--no-index", str(wheel)], cwd=tmp, timeout=300)
+                             "--no-deps", "--no-index", *map(str, wheels.values())],
+                            cwd=tmp, timeout=300)
     assert installed.returncode == 0, installed.stderr
     yield bin_dir
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging (each command line's global options) changes process-wide state;
+    put it back after the test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    noisy = {n: logging.getLogger(n).level for n in NOISY_LOGGERS}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lvl in noisy.items():
+        logging.getLogger(name).setLevel(lvl)
+    logging.captureWarnings(False)
+
+
+def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, attr: str,
+                fn: Any) -> list[dict[str, Any]]:
+    """Install ``name`` in sys.modules with ``attr`` recording its calls; returns the calls."""
+    calls: list[dict[str, Any]] = []
+
+    def record(*args: Any, **kwargs: Any) -> Any:
+        calls.append({"args": args, **kwargs})
+        return fn(*args, **kwargs)
+
+    module = types.ModuleType(name)
+    setattr(module, attr, record)
+    monkeypatch.setitem(sys.modules, name, module)
+    return calls

@@ -1,4 +1,5 @@
-"""``cursorsync bench layout``, tiny: both layouts hand the driver the same rows, figures out."""
+"""``cursorsync-dev bench layout``, tiny: both layouts hand the driver the same rows, figures
+out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cursorsync bench mapping-batch``, small: every active partition's entries are mapped
+"""``cursorsync-dev bench mapping-batch``, small: every active partition's entries are mapped
 in every batch (the benchmark checks it), the state it saves holds every partition, and
 the figures are out."""
 

@@ -1,4 +1,4 @@
-"""``cursorsync bench plan``, small: the synthetic batch is what it says (idle partitions
+"""``cursorsync-dev bench plan``, small: the synthetic batch is what it says (idle partitions
 exact with nothing to send, active ones acked up to their holes), figures out."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_a_start_plans_the_cursors_over_batches_of_first_plans() -> None:
 def test_bench_plan_from_the_command_line() -> None:
     from typer.testing import CliRunner
 
-    from cursorsync.app.cli import app
+    from cursorsync_devtools.cli import app
 
     result = CliRunner().invoke(app, ["bench", "plan", "--partitions", "50", "--json"])
     assert result.exit_code == 0, result.output

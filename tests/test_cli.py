@@ -7,19 +7,18 @@ import json
 import logging
 import sys
 import time
-import types
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner, Result
 
 import cursorsync.app.cli as cli
+from conftest import fake_module
 from cursorsync.app.logs import (
-    NOISY_LOGGERS,
     JsonFormatter,
     KeyValueFormatter,
     configure_logging,
@@ -35,44 +34,17 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import TopicNotFoundError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
-from cursorsync_devtools.sim import Workload, run_failover
 
 CONFIG = str(EMBEDDED_CONFIG_PATH)
 ORDERS = "persistent://public/default/orders"
 NOW = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
 
 
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
+
 def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli.app, list(args))
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Any:
-    """configure_logging changes process-wide state; put it back after each test."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    noisy = {n: logging.getLogger(n).level for n in NOISY_LOGGERS}
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, lvl in noisy.items():
-        logging.getLogger(name).setLevel(lvl)
-    logging.captureWarnings(False)
-
-
-def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, attr: str,
-                fn: Any) -> list[dict[str, Any]]:
-    """Install ``name`` in sys.modules with ``attr`` recording its calls; returns the calls."""
-    calls: list[dict[str, Any]] = []
-
-    def record(*args: Any, **kwargs: Any) -> Any:
-        calls.append({"args": args, **kwargs})
-        return fn(*args, **kwargs)
-
-    module = types.ModuleType(name)
-    setattr(module, attr, record)
-    monkeypatch.setitem(sys.modules, name, module)
-    return calls
 
 
 def write_config(tmp_path: Path, change: Any) -> Path:
@@ -89,23 +61,20 @@ def write_config(tmp_path: Path, change: Any) -> Path:
 def test_help_lists_every_command() -> None:
     out = invoke("--help")
     assert out.exit_code == 0
-    for word in ("run", "demo", "status", "lookup", "bench", "--log-level", "--log-json"):
+    for word in ("run", "check", "status", "lookup", "resume", "--log-level", "--log-json"):
         assert word in out.stdout
-    bench = invoke("bench", "--help")
-    assert bench.exit_code == 0
-    for word in ("translate", "failover", "e2e"):
-        assert word in bench.stdout
+    # The demo and the benchmarks are the development tools' (cursorsync-dev), not the product's.
+    assert set(typer.main.get_group(cli.app).commands) == {
+        "run", "check", "status", "lookup", "resume"}
+    for gone in ("demo", "bench"):
+        out = invoke(gone)
+        assert out.exit_code == 2 and "No such command" in out.stderr, out.output
 
 
 @pytest.mark.parametrize(("command", "words"), [
     (["run"], ["--config", "--dry-run", "--once", "CURSORSYNC_CONFIG"]),
-    (["demo"], ["--json", "--seconds", "--work-dir", "--keep"]),
     (["status"], ["--config", "--topic", "--subscription", "--json"]),
     (["lookup"], ["TOPIC", "LEDGER:ENTRY", "--partition", "Exit status"]),
-    (["bench", "translate"], ["--ranges", "--oracle-entries", "--json"]),
-    (["bench", "failover"], ["--seed", "--partitions", "--messages", "--json"]),
-    (["bench", "e2e"], ["--seconds", "--json"]),
-    (["bench", "layout"], ["--rows", "--repeat", "--json"]),
 ])
 def test_command_help(command: list[str], words: list[str]) -> None:
     out = invoke(*command, "--help")
@@ -152,7 +121,7 @@ def test_config_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert out.exit_code == 2 and "from-env.yaml" in out.stderr
 
 
-# ------------------------------------------------------------------ run, demo, e2e
+# ------------------------------------------------------------------ run
 
 
 def test_run_dispatches_to_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,90 +169,6 @@ def test_missing_job_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     out = invoke("run", "-c", CONFIG)
     assert out.exit_code == 2
     assert "`cursorsync run` is not available" in out.stderr and "cursorsync.app.job" in out.stderr
-
-
-def test_demo_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    calls = fake_module(monkeypatch, "cursorsync_devtools.demo", "run_demo",
-                        lambda **k: "DEMO TABLE")
-    out = invoke("demo", "--seconds", "5", "--work-dir", str(tmp_path), "--keep", "--json",
-                 "--evidence", "identity")
-    assert out.exit_code == 0 and out.stdout == "DEMO TABLE\n"
-    first = calls[0]
-    assert first["spec"].produce_seconds == 5.0 and first["strategies"] == ["identity"]
-    assert {k: first[k] for k in ("json_output", "work_dir", "keep")} == {
-        "json_output": True, "work_dir": str(tmp_path), "keep": True}
-    assert invoke("demo").exit_code == 0
-    assert calls[1]["strategies"] == ["position-property", "identity"]
-    assert calls[1]["work_dir"] is None and calls[1]["keep"] is False
-    bad = invoke("demo", "--evidence", "telepathy")
-    assert bad.exit_code == 2 and "telepathy" in bad.stderr
-
-
-def test_bench_e2e_dispatches_and_prints(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = fake_module(monkeypatch, "cursorsync_devtools.bench_e2e", "run_e2e",
-                        lambda **k: json.dumps({"losses": 0}))
-    out = invoke("bench", "e2e", "--json", "--seconds", "7")
-    assert out.exit_code == 0 and json.loads(out.stdout) == {"losses": 0}
-    assert calls == [{"args": (), "seconds": 7.0, "json_output": True, "backlog": 200_000,
-                      "strategies": ("position-property", "identity"), "identity_scope": "all"}]
-    out = invoke("bench", "e2e", "--backlog", "5000", "--evidence", "position-property")
-    assert out.exit_code == 0
-    assert calls[1]["backlog"] == 5000 and calls[1]["strategies"] == ("position-property",)
-    out = invoke("bench", "e2e", "--evidence", "snapshot")
-    assert out.exit_code == 0 and calls[2]["strategies"] == ("snapshot",)
-    out = invoke("bench", "e2e", "--evidence", "snapshots")
-    assert out.exit_code != 0 and "snapshots" in out.output
-
-
-# ------------------------------------------------------------------ bench
-
-
-def test_bench_translate_json() -> None:
-    out = invoke("bench", "translate", "--ranges", "20000", "--json")
-    assert out.exit_code == 0, out.output
-    data = json.loads(out.stdout)
-    assert {"ranges", "entries", "segments", "seconds", "peak_memory_mb", "oracle_seconds",
-            "speedup_on_subset", "oracle_agrees_on_subset"} <= set(data)
-    assert data["ranges"] == 20000 and data["oracle_agrees_on_subset"] is True
-
-
-def test_bench_translate_table() -> None:
-    out = invoke("bench", "translate", "--ranges", "500", "--oracle-entries", "1000")
-    assert out.exit_code == 0
-    rows = dict(line.split(None, 1) for line in out.stdout.splitlines()[1:])
-    assert rows["ranges"].strip() == "500" and rows["oracle_agrees_on_subset"].strip() == "yes"
-
-
-def test_bench_failover_json_shows_no_losses() -> None:
-    out = invoke("bench", "failover", "--json", "--messages", "3000", "--seed", "3")
-    assert out.exit_code == 0, out.output
-    data = json.loads(out.stdout)
-    assert data["cursorsync"]["losses"] == 0
-    assert data["cursorsync"]["duplicates"] < data["builtin"]["duplicates"]
-    assert data["workload"]["seed"] == 3 and data["workload"]["messages"] == 3000
-
-
-def test_bench_failover_table() -> None:
-    out = invoke("bench", "failover", "--messages", "2000", "--partitions", "2")
-    assert out.exit_code == 0
-    lines = out.stdout.splitlines()
-    assert "CURSORSYNC" in lines[2] and "BUILT-IN" in lines[2]
-    losses = next(line for line in lines if line.startswith("losses"))
-    assert losses.split()[1] == "0"
-    assert any(line.startswith("duplicates") for line in lines)
-
-
-def test_bench_failover_exits_1_on_losses(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = run_failover(Workload(messages=500))
-    lossy = replace(real, cursorsync=replace(real.cursorsync, losses=3))
-    monkeypatch.setattr("cursorsync_devtools.sim.run_failover", lambda w: lossy)
-    out = invoke("bench", "failover", "--messages", "500")
-    assert out.exit_code == 1 and "cursorsync lost 3 messages" in out.stderr
-
-
-def test_bench_failover_bad_workload_is_a_user_error() -> None:
-    out = invoke("bench", "failover", "--partitions", "4", "--messages", "2")
-    assert out.exit_code == 2 and out.stderr.startswith("error: invalid Workload: messages=2")
 
 
 # ------------------------------------------------------------------ status, lookup
@@ -401,25 +286,3 @@ def test_progress_line_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
     assert text.endswith("\r") and "\n" not in text
     assert not progress("x", json_output=True)._enabled
     assert not progress("x", json_output=False)._enabled  # StringIO is not a TTY
-
-
-def test_bench_partitions_and_mapping_rows_dispatch_and_print(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
-                        lambda *a, **k: {"partitions": a[0], "losses": 0})
-    out = invoke("bench", "partitions", "--partitions", "1000", "--seconds", "20",
-                 "--timeout", "1800", "--json")
-    assert out.exit_code == 0 and json.loads(out.stdout) == {"partitions": 1000, "losses": 0}
-    assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
-                      "timeout_s": 1800.0}]
-    batch = fake_module(monkeypatch, "cursorsync_devtools.bench_mapping_batch",
-                        "bench_mapping_batch", lambda *a, **k: {
-                            "partitions": a[0], "batches": [{"state_seconds": 0.1}]})
-    out = invoke("bench", "mapping-batch", "--partitions", "500", "--active", "0.5")
-    assert out.exit_code == 0 and "steady batch: state_seconds" in out.stdout
-    assert batch == [{"args": (500,), "active": 0.5}]
-    rows = fake_module(monkeypatch, "cursorsync_devtools.bench", "bench_mapping_rows",
-                       lambda *a, **k: {"rows_per_entry_after_merge": 2e-05})
-    out = invoke("bench", "mapping-rows", "--entries", "5000")
-    assert out.exit_code == 0 and "rows_per_entry_after_merge" in out.stdout
-    assert rows == [{"args": (5000,), "batch_entries": 500}]

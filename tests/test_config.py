@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,17 @@ def test_master_is_spark_submits_unless_configured(monkeypatch: pytest.MonkeyPat
     assert master_of(parse_config(MINIMAL)) is None
     configured = parse_config(with_change("spark.master", "spark://10.0.0.1:7077"))
     assert master_of(configured) == "spark://10.0.0.1:7077"
+
+
+def test_a_local_masters_workers_run_the_drivers_interpreter() -> None:
+    from cursorsync.app.session import local_worker_python
+
+    assert local_worker_python("local[2]", {}) == sys.executable
+    assert local_worker_python("local", {"PYSPARK_PYTHON": ""}) == sys.executable
+    # Chosen already, or workers on other machines (where this path means nothing).
+    assert local_worker_python("local[2]", {"PYSPARK_PYTHON": "/opt/py/bin/python"}) is None
+    assert local_worker_python("spark://10.0.0.1:7077", {}) is None
+    assert local_worker_python(None, {}) is None
 
 
 def test_cumulative_only_where_the_broker_allows_it() -> None:

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from setuptools import find_namespace_packages
 
-SRC = Path(__file__).resolve().parents[1] / "streaming"
+ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = "cursorsync"
 DEVTOOLS = "cursorsync_devtools"
+#: Each distribution's source root: the product's, and the development tools' of their own.
+SRC = {PRODUCT: ROOT / "streaming", DEVTOOLS: ROOT / "streaming" / "devtools"}
 #: What the pure core may import besides itself and the standard library.
 CORE_ALLOWED = {"numpy"}
 #: Generated protobuf modules are not written by hand: their size says nothing.
@@ -22,10 +26,14 @@ MAX_LINES = 500
 
 
 def _modules(package: str) -> Iterator[tuple[str, Path]]:
-    for path in sorted((SRC / package).rglob("*.py")):
+    """``package``'s modules (``cursorsync/core`` for a subpackage), by name."""
+    src = SRC[package.split("/")[0]]
+    paths = sorted((src / package).rglob("*.py"))
+    assert paths, f"no modules under {src / package}"
+    for path in paths:
         if GENERATED in path.parts:
             continue
-        parts = path.relative_to(SRC).with_suffix("").parts
+        parts = path.relative_to(src).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         yield name, path
 
@@ -114,6 +122,25 @@ def test_the_layers_point_one_way() -> None:
                                                    and rank > 0):
                 bad.append(f"{name} -> {dep}")
     assert not bad, "imports against the layers: " + "; ".join(sorted(bad))
+
+
+def _discovered(pyproject: Path) -> set[str]:
+    """The packages setuptools' discovery finds from ``pyproject``'s settings (namespaces
+    on, as ``[tool.setuptools.packages.find]`` has them by default)."""
+    find = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"]["find"]
+    where = pyproject.parent / find["where"][0]
+    return set(find_namespace_packages(str(where), include=find.get("include", ("*",)),
+                                       exclude=find.get("exclude", ())))
+
+
+def test_the_product_distribution_leaves_the_development_tools_out() -> None:
+    product = _discovered(ROOT / "pyproject.toml")
+    assert {PRODUCT, f"{PRODUCT}.core", f"{PRODUCT}.app"} <= product
+    strays = sorted(p for p in product if p != PRODUCT and not p.startswith(f"{PRODUCT}."))
+    assert not strays, f"the product's wheel would ship {strays}"
+    devtools = _discovered(SRC[DEVTOOLS] / "pyproject.toml")
+    assert {DEVTOOLS, f"{DEVTOOLS}.testbed", f"{DEVTOOLS}.sim"} <= devtools
+    assert all(p == DEVTOOLS or p.startswith(f"{DEVTOOLS}.") for p in devtools), devtools
 
 
 @pytest.mark.parametrize("package", [PRODUCT, DEVTOOLS])

@@ -2,7 +2,7 @@
 holes for good), one broker restarted halfway, then failover to b.
 
 CI runs 1.5 minutes of traffic; ``CURSORSYNC_SLOW=1`` runs the 30-minute soak, whose
-figures docs/performance.md reports (``cursorsync bench soak`` prints them).
+figures docs/performance.md reports (``cursorsync-dev bench soak`` prints them).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ packed cursors, plans), and a batch allocates hundreds of thousands more. The co
 then runs full collections in the middle of batches, each walking every live object to
 free almost nothing: nearly everything a batch drops is freed by reference counting. At
 30,000 partitions that was a third of the time to parse a batch's cursor rows
-(``cursorsync bench plan``). So the collector is paused for each batch: a young
+(``cursorsync-dev bench plan``). So the collector is paused for each batch: a young
 collection runs after it (the cycles a batch leaves are young), and a full one after
 every FULL_EVERY batches. The two queries' sinks run in threads of their own; the
 collector resumes once neither is in a batch.

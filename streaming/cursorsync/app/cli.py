@@ -4,22 +4,19 @@ Commands::
 
     cursorsync run -c FILE [--dry-run | --no-dry-run] [--once] [--skip-check]
     cursorsync check -c FILE
-    cursorsync demo [--json] [--seconds N] [--evidence S,S] [--work-dir DIR] [--keep]
     cursorsync status -c FILE [--topic T] [--subscription S] [--json]
     cursorsync lookup -c FILE TOPIC LEDGER:ENTRY [--partition I] [--json]
     cursorsync resume -c FILE --topic T --subscription S
-    cursorsync bench translate [--ranges N] [--oracle-entries M] [--json]
-    cursorsync bench failover [--seed S] [--partitions P] [--messages M] [--json]
-    cursorsync bench e2e [--seconds N] [--json]
-    cursorsync bench layout [--rows N] [--repeat R] [--json]
 
 Global options (before the command): ``--log-level``, ``--log-json``, ``--version``.
 
 Exit status: 0 on success; 2 for anything the user can fix (any
 :class:`~cursorsync.errors.CursorSyncError`), one ``error: ...`` line on stderr
 (a traceback only with ``--log-level debug``); 1 when ``lookup`` finds the
-position unmapped or ``bench failover`` sees a loss. Spark and the development
-tools are imported only by the commands that need them.
+position unmapped. Spark is imported only by the commands that need it.
+
+The demo and the benchmarks are not here: they are the development tools' command line,
+``cursorsync-dev``, in a distribution of their own.
 """
 
 from __future__ import annotations
@@ -29,11 +26,10 @@ from __future__ import annotations
 # isort: off
 from cursorsync.app import cli_run
 from cursorsync.app import cli_tables
-from cursorsync.app import cli_devtools
 # isort: on
 from cursorsync.app.cli_base import CONFIG_ENV, app
 
-__all__ = ["CONFIG_ENV", "app", "cli_devtools", "cli_run", "cli_tables", "main"]
+__all__ = ["CONFIG_ENV", "app", "cli_run", "cli_tables", "main"]
 
 
 # ------------------------------------------------------------------ entry point

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import logging
 import sys
 import traceback
@@ -33,16 +32,11 @@ log = logging.getLogger(__name__)
 
 #: Exit status for errors the user can act on (same as a command-line usage error).
 EXIT_USER_ERROR = 2
-#: Exit status when a query found nothing / a check failed (lookup, bench failover).
+#: Exit status when a query found nothing / a check failed (lookup).
 EXIT_NOT_FOUND = 1
 EXIT_INTERRUPTED = 130
 
 CONFIG_ENV = "CURSORSYNC_CONFIG"
-
-#: The development tools (test bed, simulator, benchmarks) the demo and benches load.
-DEVTOOLS = "cursorsync_devtools"
-DEVTOOLS_HINT = "the demo and benchmarks need the development tools: " \
-    "pip install 'cursorsync[devtools]'"
 
 
 class LogLevel(StrEnum):
@@ -72,11 +66,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-bench_app = typer.Typer(
-    help="Benchmarks that print their figures (translation cost, failover outcome, end to end).",
-    no_args_is_help=True,
-)
-app.add_typer(bench_app, name="bench")
 
 
 # ------------------------------------------------------------------ plumbing
@@ -122,19 +111,13 @@ def load_lazily(module: str, attr: str, command: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name is not None and module.startswith(exc.name):
             fail(f"`{command}` is not available: this installation has no {exc.name} module "
-                  f"({DEVTOOLS_HINT if module.startswith(DEVTOOLS) else 'reinstall cursorsync'})",
-                  exc)
+                 "(reinstall cursorsync)", exc)
         fail(f"`{command}` needs the Python module {exc.name!r}, which is not installed "
-              f"({DEVTOOLS_HINT if module.startswith(DEVTOOLS) else 'reinstall cursorsync'})",
-              exc)
+             "(reinstall cursorsync)", exc)
     try:
         return getattr(mod, attr)
     except AttributeError as exc:
         fail(f"`{command}` is not available: {module} has no {attr}", exc)
-
-
-def echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
 
 
 def load_config_file(path: Path) -> Config:
@@ -170,23 +153,33 @@ ConfigOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+LogLevelOption = Annotated[
+    LogLevel | None,
+    typer.Option(
+        "--log-level", case_sensitive=False,
+        help="Log level (default warning; `run` defaults to the config's logging.level). "
+             "debug also prints the traceback of an error.",
+    ),
+]
+LogJsonOption = Annotated[
+    bool | None, typer.Option("--log-json", help="Log one JSON object per line (on stderr).")
+]
+
+
+def apply_global_options(ctx: typer.Context, log_level: LogLevel | None,
+                         log_json: bool | None) -> None:
+    """Record the global options for the commands and set up logging (on stderr)."""
+    state = _State(None if log_level is None else log_level.value, log_json)
+    ctx.obj = state
+    _STATE.set(state)
+    configure_logging(state.log_level or "warning", json=bool(log_json))
 
 
 @app.callback()
 def _global_options(
     ctx: typer.Context,
-    log_level: Annotated[
-        LogLevel | None,
-        typer.Option(
-            "--log-level", case_sensitive=False,
-            help="Log level (default warning; `run` defaults to the config's logging.level). "
-                 "debug also prints the traceback of an error.",
-        ),
-    ] = None,
-    log_json: Annotated[
-        bool | None,
-        typer.Option("--log-json", help="Log one JSON object per line (on stderr)."),
-    ] = None,
+    log_level: LogLevelOption = None,
+    log_json: LogJsonOption = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True,
@@ -198,18 +191,5 @@ def _global_options(
     Results go to stdout, logs and errors to stderr. Exit status 2 means an error
     you can fix (the message says what); see each command's help for 1.
     """
-    state = _State(None if log_level is None else log_level.value, log_json)
-    ctx.obj = state
-    _STATE.set(state)
-    configure_logging(state.log_level or "warning", json=bool(log_json))
+    apply_global_options(ctx, log_level, log_json)
 
-
-def parse_strategies(evidence: str) -> list[str]:
-    """The --evidence option's strategies, validated."""
-    strategies = [x.strip() for x in evidence.split(",") if x.strip()]
-    unknown = sorted(set(strategies) - {"position-property", "identity", "snapshot"})
-    if unknown or not strategies:
-        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use any of "
-                                 "position-property, identity, snapshot",
-                                 param_hint="--evidence")
-    return strategies

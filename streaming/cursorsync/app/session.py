@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,24 @@ def master_of(config: Config) -> str | None:
     return None if launched_by_spark_submit() else LOCAL_MASTER
 
 
+#: The interpreter Spark starts Python workers with (data sources, UDFs), read by the JVM
+#: from its environment, which it inherits from a driver that spark-submit did not start.
+WORKER_PYTHON_ENV = "PYSPARK_PYTHON"
+
+
+def local_worker_python(master: str | None, environ: Mapping[str, str]) -> str | None:
+    """The interpreter a local master's Python workers must run, or None to leave Spark's.
+
+    Unless PYSPARK_PYTHON names one, Spark starts them with ``python3`` from the PATH: not
+    the environment cursorsync runs in when that is not first on the PATH (a virtualenv's
+    console script run by its full path), so the workers would miss cursorsync, or import
+    another copy of it. A local master's workers run on this machine: this interpreter.
+    Setting ``spark.pyspark.python`` instead does not reach the data sources' workers."""
+    if master is None or not master.startswith("local") or environ.get(WORKER_PYTHON_ENV):
+        return None
+    return sys.executable
+
+
 def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
@@ -51,6 +71,9 @@ def build_session(config: Config) -> Any:
     master = master_of(config)
     if master is not None:
         b = b.master(master)
+    python = local_worker_python(master, os.environ)
+    if python is not None:
+        os.environ[WORKER_PYTHON_ENV] = python  # before the JVM starts, which reads it
     b = (b
          .config(DRIVER_JAVA_OPTIONS, driver_java_options(config))
          .config("spark.sql.session.timeZone", "UTC")

@@ -54,7 +54,7 @@ record batch of the selected columns, as an Arrow IPC stream (schema
 ``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack`` turns a batch of them back
 into the rows. The mapping sink takes its batch to the driver as Arrow at once
 (``toArrow``), so Spark's per-row work (Arrow -> rows on the executors, rows ->
-Arrow again for the collect) bought nothing there (``cursorsync bench layout``
+Arrow again for the collect) bought nothing there (``cursorsync-dev bench layout``
 measures the JVM's CPU on both paths). Offsets, admission control, tasks and replay
 are the same in both layouts.
 

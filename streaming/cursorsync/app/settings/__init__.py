@@ -28,7 +28,7 @@ value can never change the structure of the file.
 The embedded test bed
 ---------------------
 ``service_url: embedded`` and ``admin_url: embedded`` (:data:`EMBEDDED`) mean
-"filled in at runtime by the test bed": ``cursorsync demo`` starts two local
+"filled in at runtime by the test bed": ``cursorsync-dev demo`` starts two local
 Apache Pulsar clusters on free loopback ports and calls
 :meth:`Config.with_cluster` with the real URLs. A job started with unresolved
 ``embedded`` URLs fails in :meth:`Config.require_resolved` with the key named.

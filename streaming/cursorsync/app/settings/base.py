@@ -14,7 +14,7 @@ from cursorsync.core.identity import REPL_SOURCE_POSITION_PROPERTY
 #: The URL marker meaning "the embedded test bed fills this in at runtime".
 EMBEDDED = "embedded"
 
-#: The config ``cursorsync demo`` uses: package data (conf/embedded.yaml in the source tree).
+#: The config ``cursorsync-dev demo`` uses: package data (conf/embedded.yaml in the source tree).
 EMBEDDED_CONFIG_PATH = Path(__file__).with_name("embedded.yaml")
 
 #: The property recent brokers stamp on replicated entries ("ledgerId:entryId" of the source).

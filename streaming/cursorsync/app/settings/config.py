@@ -76,7 +76,7 @@ class Config(_Section):
         """Fail, naming the key, if a cluster URL is still the ``embedded`` marker."""
         problems = [
             f"clusters.{role}.{key}: {EMBEDDED!r} is filled in only by the embedded test bed "
-            "(cursorsync demo); give a real URL to run against real clusters"
+            "(cursorsync-dev demo); give a real URL to run against real clusters"
             for role in ("source", "target")
             for key in ("service_url", "admin_url")
             if getattr(getattr(self.clusters, role), key) == EMBEDDED

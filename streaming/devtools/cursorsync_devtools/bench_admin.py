@@ -1,4 +1,4 @@
-"""``cursorsync bench admin``: a sync batch's admin requests against a real broker.
+"""``cursorsync-dev bench admin``: a sync batch's admin requests against a real broker.
 
 One topic of ``partitions`` partitions on the test bed's cluster b, with a subscription on
 every partition (so every partition is loaded, as a synced one is).

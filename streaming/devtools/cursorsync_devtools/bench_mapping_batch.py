@@ -1,4 +1,4 @@
-"""``cursorsync bench mapping-batch``: the mapping query's batches for many topic
+"""``cursorsync-dev bench mapping-batch``: the mapping query's batches for many topic
 partitions on the driver, no brokers.
 
 A running job's mapping builder, as the mapping sink holds it, for ``partitions`` topic

@@ -1,4 +1,4 @@
-"""``cursorsync bench plan``: sync batches for many topic partitions on the driver, no
+"""``cursorsync-dev bench plan``: sync batches for many topic partitions on the driver, no
 brokers.
 
 The mappings of ``partitions`` topic partitions (topics of 100 partitions, two segments

@@ -1,4 +1,5 @@
-"""``cursorsync bench layout``: what a Spark row per entry costs the JVM against ``layout=arrow``.
+"""``cursorsync-dev bench layout``: what a Spark row per entry costs the JVM against
+``layout=arrow``.
 
 The mapping query's rows go from a Python data source into Spark and straight
 back out to the driver as Arrow (the sink's ``toArrow``). This benchmark runs

@@ -1,4 +1,4 @@
-"""The mapping-ingestion measurement of ``cursorsync bench e2e``: what each mapping batch
+"""The mapping-ingestion measurement of ``cursorsync-dev bench e2e``: what each mapping batch
 ingested, took and cost (:class:`MappingRecorder`, given to the job as its metrics), how
 long the job took to ingest a backlog, and whether the ``mappings`` table maps it right.
 """

@@ -59,7 +59,7 @@ class SoakError(CursorSyncError):
 
 @dataclass(frozen=True)
 class SoakSpec:
-    """What the soak runs. The defaults are ``cursorsync bench soak``."""
+    """What the soak runs. The defaults are ``cursorsync-dev bench soak``."""
 
     minutes: float = 30.0
     topic: str = "soak"
@@ -452,7 +452,7 @@ def _pct(values: np.ndarray, q: float) -> float | None:
 def run_soak(*, minutes: float = 30.0, json_output: bool = False,
              restart: str | None = "b", crash: bool = False, spec: SoakSpec | None = None,
              bed: Any = None) -> str:
-    """``cursorsync bench soak``: the text report, or JSON."""
+    """``cursorsync-dev bench soak``: the text report, or JSON."""
     from dataclasses import replace
 
     spec = replace(spec or SoakSpec(), minutes=minutes, restart=restart, crash=crash)

@@ -28,11 +28,14 @@ from cursorsync.errors import CursorSyncError
 #: The .proto sources, in generation order; each gives ``<stem>_pb2.py`` and ``.pyi``.
 PROTO_FILES: tuple[str, ...] = ("pulsar_markers.proto", "cursorsync.proto")
 
+#: The source checkout's root: this file is streaming/devtools/cursorsync_devtools/protogen.py.
+_ROOT = Path(__file__).resolve().parents[3]
+
 #: proto/ in the source checkout.
-PROTO_DIR = Path(__file__).resolve().parents[2] / "proto"
+PROTO_DIR = _ROOT / "proto"
 
 #: Where the committed generated package lives.
-OUT_DIR = Path(__file__).resolve().parents[1] / "cursorsync" / "_proto"
+OUT_DIR = _ROOT / "streaming" / "cursorsync" / "_proto"
 
 _INIT_DOC = '''"""Generated protobuf modules; see cursorsync_devtools.protogen. Do not edit.
 
@@ -52,7 +55,8 @@ def compiler_version() -> str:
         tools = version("grpcio-tools")
     except PackageNotFoundError:
         raise ProtoGenError(
-            "grpcio-tools is not installed; it is a test dependency: pip install -e '.[test]'"
+            "grpcio-tools is not installed; the development tools need it: "
+            "pip install -e streaming/devtools"
         ) from None
     result = _protoc(["--version"], cwd=Path.cwd())
     return f"grpcio-tools {tools} ({result.strip()})"

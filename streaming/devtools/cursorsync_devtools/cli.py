@@ -1,25 +1,96 @@
-"""``cursorsync demo`` and ``cursorsync bench ...``: the development tools' commands, whose
-modules are loaded only when one runs (they need the devtools extra)."""
+"""``cursorsync-dev``: the development tools' command line, the demo and the benchmarks.
+
+Commands::
+
+    cursorsync-dev demo [--json] [--seconds N] [--evidence S,S] [--work-dir DIR] [--keep]
+    cursorsync-dev bench translate [--ranges N] [--oracle-entries M] [--json]
+    cursorsync-dev bench plan [--partitions P] [--active F] [--json]
+    cursorsync-dev bench mapping-batch [--partitions P] [--active F] [--json]
+    cursorsync-dev bench mapping-rows [--entries N] [--batch-entries B] [--json]
+    cursorsync-dev bench partitions [--partitions P] [--seconds N] [--timeout T] [--json]
+    cursorsync-dev bench admin [--partitions P] [--workers W,W] [--json]
+    cursorsync-dev bench failover [--seed S] [--partitions P] [--messages M] [--json]
+    cursorsync-dev bench e2e [--seconds N] [--backlog N] [--evidence S,S] [--json]
+    cursorsync-dev bench soak [--minutes N] [--restart a|b|none] [--crash] [--json]
+    cursorsync-dev bench layout [--rows N] [--repeat R] [--json]
+
+Global options (before the command): ``--log-level``, ``--log-json``.
+
+Exit status as the product's ``cursorsync``: 0 on success; 2 for anything the user can fix,
+one ``error: ...`` line on stderr (a traceback only with ``--log-level debug``); 1 when
+``bench failover`` sees a loss. The tools import the product's command-line plumbing; the
+product never imports them. Each command imports its tool when it runs, so that the help
+needs neither Spark nor Pulsar.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cursorsync.app.cli_base import (
-    DEVTOOLS,
     EXIT_NOT_FOUND,
     JsonOption,
-    app,
-    bench_app,
-    echo_json,
-    load_lazily,
-    parse_strategies,
+    LogJsonOption,
+    LogLevel,
+    apply_global_options,
     user_errors,
 )
 from cursorsync.app.progress import progress
+
+app = typer.Typer(
+    name="cursorsync-dev",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+bench_app = typer.Typer(
+    help="Benchmarks that print their figures (translation cost, failover outcome, end to end).",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option("--log-level", case_sensitive=False,
+                     help="Log level (default warning). debug also prints the traceback of "
+                          "an error."),
+    ] = None,
+    log_json: LogJsonOption = None,
+) -> None:
+    """cursorsync's development tools: the demo on two local Apache Pulsar clusters, and
+    the benchmarks.
+
+    Results go to stdout, logs and errors to stderr. Exit status 2 means an error
+    you can fix (the message says what); see each command's help for 1.
+    """
+    apply_global_options(ctx, log_level, log_json)
+
+
+def echo_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def parse_strategies(evidence: str) -> list[str]:
+    """The --evidence option's strategies, validated."""
+    strategies = [x.strip() for x in evidence.split(",") if x.strip()]
+    unknown = sorted(set(strategies) - {"position-property", "identity", "snapshot"})
+    if unknown or not strategies:
+        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use any of "
+                                 "position-property, identity, snapshot",
+                                 param_hint="--evidence")
+    return strategies
+
+
+# ------------------------------------------------------------------ demo
 
 
 @app.command()
@@ -45,8 +116,9 @@ def demo(
 ) -> None:
     """Two local Apache Pulsar clusters, a workload, cursorsync between them, then failover,
     beside Pulsar's own replicated subscriptions."""
-    run_demo = load_lazily(f"{DEVTOOLS}.demo", "run_demo", "cursorsync demo")
-    WorkloadSpec = load_lazily(f"{DEVTOOLS}.testbed.workload", "WorkloadSpec", "cursorsync demo")
+    from cursorsync_devtools.demo import run_demo
+    from cursorsync_devtools.testbed.workload import WorkloadSpec
+
     strategies = parse_strategies(evidence)
     with progress("demo: running", json_output=json_output):
         out = run_demo(json_output=json_output, spec=WorkloadSpec(produce_seconds=seconds),
@@ -84,7 +156,8 @@ def bench_translate(
     json_output: JsonOption = False,
 ) -> None:
     """Time the range-based translator against the per-entry oracle."""
-    run_bench = load_lazily(f"{DEVTOOLS}.bench", "bench_translate", "cursorsync bench translate")
+    from cursorsync_devtools.bench import bench_translate as run_bench
+
     with progress(f"bench translate: {ranges} ranges", json_output=json_output):
         result = run_bench(ranges, oracle_entries=oracle_entries)
     print_figures(result, json_output)
@@ -104,7 +177,8 @@ def bench_plan(
 ) -> None:
     """One sync batch for many partitions on the driver, no brokers: the mapping load from
     Delta, translation and guard, target requests."""
-    run_bench = load_lazily(f"{DEVTOOLS}.bench_plan", "bench_plan", "cursorsync bench plan")
+    from cursorsync_devtools.bench_plan import bench_plan as run_bench
+
     with progress(f"bench plan: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, active=active)
     rows = [(k, v) for k, v in result.items() if k != "batches"]
@@ -125,8 +199,8 @@ def bench_mapping_batch(
 ) -> None:
     """The mapping query's batches for many partitions on the driver, no brokers: the
     builder's work, the state saved with each batch, the heap kept per partition."""
-    run_bench = load_lazily(f"{DEVTOOLS}.bench_mapping_batch", "bench_mapping_batch",
-                            "cursorsync bench mapping-batch")
+    from cursorsync_devtools.bench_mapping_batch import bench_mapping_batch as run_bench
+
     with progress(f"bench mapping-batch: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, active=active)
     rows = [(k, v) for k, v in result.items() if k != "batches"]
@@ -145,8 +219,8 @@ def bench_mapping_rows(
 ) -> None:
     """Mapping rows per entry for a steady stream: as the batches write them to a Delta
     table, and after the table maintenance merges them."""
-    run_bench = load_lazily(f"{DEVTOOLS}.bench", "bench_mapping_rows",
-                            "cursorsync bench mapping-rows")
+    from cursorsync_devtools.bench import bench_mapping_rows as run_bench
+
     with progress(f"bench mapping-rows: {entries} entries", json_output=json_output):
         result = run_bench(entries, batch_entries=batch_entries)
     print_figures(result, json_output)
@@ -167,8 +241,8 @@ def bench_partitions(
 ) -> None:
     """One job syncing a topic of many partitions on the local test bed: failover counts,
     per-batch time, sync lag and mapping rows per entry."""
-    run_bench = load_lazily(f"{DEVTOOLS}.bench_partitions", "bench_partitions",
-                            "cursorsync bench partitions")
+    from cursorsync_devtools.bench_partitions import bench_partitions as run_bench
+
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
                            timeout_s=timeout)
@@ -195,7 +269,8 @@ def bench_admin(
                                  param_hint="--workers") from None
     if not counts or min(counts) < 1:
         raise typer.BadParameter("thread counts are at least 1", param_hint="--workers")
-    run_bench = load_lazily(f"{DEVTOOLS}.bench_admin", "bench_admin", "cursorsync bench admin")
+    from cursorsync_devtools.bench_admin import bench_admin as run_bench
+
     with progress(f"bench admin: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, workers=counts)
     rows = [(k, v) for k, v in result.items() if k not in ("by_workers", "source_poll")]
@@ -220,10 +295,9 @@ def bench_failover(
 
     Exit status 1 if cursorsync lost any message (that would be a bug).
     """
-    command = "cursorsync bench failover"
-    Workload = load_lazily(f"{DEVTOOLS}.sim", "Workload", command)
-    run_failover = load_lazily(f"{DEVTOOLS}.sim", "run_failover", command)
-    failover_table = load_lazily(f"{DEVTOOLS}.reports", "failover_table", command)
+    from cursorsync_devtools.reports import failover_table
+    from cursorsync_devtools.sim import Workload, run_failover
+
     workload = Workload(seed=seed, partitions=partitions, messages=messages)
     with progress("bench failover: simulating", json_output=json_output):
         report = run_failover(workload)
@@ -261,7 +335,8 @@ def bench_e2e(
 ) -> None:
     """End to end on the real test bed: mapping ingestion beside plain Readers, sync lag
     beside Pulsar's replicated subscriptions, failover counts and CPU per process group."""
-    run_e2e = load_lazily(f"{DEVTOOLS}.bench_e2e", "run_e2e", "cursorsync bench e2e")
+    from cursorsync_devtools.bench_e2e import run_e2e
+
     strategies = tuple(parse_strategies(evidence))
     if identity_scope not in ("all", "batched"):
         raise typer.BadParameter(f"{identity_scope}: use all or batched",
@@ -291,7 +366,8 @@ def bench_soak(
     its memory and sync lag per window, then the failover counts."""
     if restart not in ("a", "b", "none"):
         raise typer.BadParameter(f"{restart}: use a, b or none", param_hint="--restart")
-    run_soak = load_lazily(f"{DEVTOOLS}.soak", "run_soak", "cursorsync bench soak")
+    from cursorsync_devtools.soak import run_soak
+
     with progress(f"bench soak: {minutes:g} min", json_output=json_output):
         out = run_soak(minutes=minutes, json_output=json_output,
                        restart=None if restart == "none" else restart, crash=crash)
@@ -309,10 +385,10 @@ def bench_layout(
     json_output: JsonOption = False,
 ) -> None:
     """A Spark row per entry against layout=arrow: JVM CPU and wall time, alternated."""
-    run_layout = load_lazily(f"{DEVTOOLS}.bench_layout", "run_layout", "cursorsync bench layout")
-    render_layout = load_lazily(f"{DEVTOOLS}.reports", "layout_table", "cursorsync bench layout")
     from cursorsync.app.session import build_session
     from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config
+    from cursorsync_devtools.bench_layout import run_layout
+    from cursorsync_devtools.reports import layout_table as render_layout
 
     with progress(f"bench layout: {rows} rows x {repeat}", json_output=json_output):
         spark = build_session(load_config(EMBEDDED_CONFIG_PATH))
@@ -324,3 +400,15 @@ def bench_layout(
         echo_json(result)
         return
     typer.echo(render_layout(result, rows=rows, repeat=repeat))
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def main() -> None:
+    """The ``cursorsync-dev`` console script."""
+    app(prog_name="cursorsync-dev")
+
+
+if __name__ == "__main__":
+    main()

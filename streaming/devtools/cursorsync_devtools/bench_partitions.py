@@ -1,4 +1,4 @@
-"""``cursorsync bench partitions``: one job syncing a topic of many partitions on the real
+"""``cursorsync-dev bench partitions``: one job syncing a topic of many partitions on the real
 test bed, failover counted.
 
 The demo's flow (:func:`cursorsync_devtools.demo.demo`) on one partitioned topic of

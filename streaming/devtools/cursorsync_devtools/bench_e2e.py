@@ -1,4 +1,4 @@
-"""End-to-end benchmark on the real test bed (``cursorsync bench e2e``).
+"""End-to-end benchmark on the real test bed (``cursorsync-dev bench e2e``).
 
 Every figure is printed beside a baseline measured in the same run, on the same
 brokers and cores, because absolute rates on a shared machine say little:
@@ -62,7 +62,7 @@ class BenchError(CursorSyncError):
 
 @dataclass(frozen=True)
 class E2ESpec:
-    """What the benchmark runs. The defaults are the ``cursorsync bench e2e`` run."""
+    """What the benchmark runs. The defaults are the ``cursorsync-dev bench e2e`` run."""
 
     backlog_topic: str = "bench-backlog"
     #: Entries of the backlog on a, all partitions together.
@@ -461,7 +461,7 @@ def _s(v: float | None) -> str | None:
 def run_e2e(*, seconds: float = 60.0, json_output: bool = False, backlog: int | None = None,
             strategies: tuple[str, ...] | None = None, identity_scope: str | None = None,
             spec: E2ESpec | None = None, bed: Any = None) -> str:
-    """``cursorsync bench e2e``: the default run (or ``spec``) with a live phase of
+    """``cursorsync-dev bench e2e``: the default run (or ``spec``) with a live phase of
     ``seconds``; the text report, or JSON."""
     spec = replace(spec or E2ESpec(), live_seconds=seconds)
     if backlog is not None:
