@@ -54,16 +54,17 @@ def bench_admin(partitions: int = 1000, *, workers: Sequence[int] = (1, 4, 8, 16
 
 def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
            polls: Path) -> dict[str, Any]:
-    import pulsar
-
     from cursorsync.pulsar.admin import AdminClient, AdminConfig
+    from cursorsync.pulsar.topics import TopicName
     from cursorsync.sync.target_reads import AdminTargets
 
     topic = bed.topic(f"targets-{uuid.uuid4().hex[:8]}")
     names = bed.create_topic(topic, partitions=partitions)
-    # A subscription on the partitioned topic creates it on every partition, loading them.
-    bed.client(CLUSTER).subscribe(topic, SUBSCRIPTION,
-                                  consumer_type=pulsar.ConsumerType.Shared).close()
+    # The admin call makes the subscription on every partition, loading them; a client's
+    # subscribe waits on all partitions within one operation timeout, which a loaded
+    # machine overruns.
+    bed.admin_call(CLUSTER, "PUT", TopicName.parse(topic).admin_path(
+        f"subscription/{SUBSCRIPTION}"))
     pairs = [(n, SUBSCRIPTION) for n in names]
     pid = bed.clusters[CLUSTER].pid
     with AdminClient(AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER,
