@@ -208,9 +208,16 @@ def guard_cases(draw: st.DrawFn, *, max_entries: int = 40) -> GuardCase:
     elif kind == "translated":
         plan = honest
     else:
-        how = rnd.choice(["entry", "md", "next", "window"])
+        how = rnd.choice(["entry", "md", "next", "window", "alone"])
         plan = honest
-        if how == "entry" and universe:
+        if how == "alone" and universe:
+            # One entry by itself, mapped where any is: a check that is wrong for one entry
+            # cannot hide behind the others the plan holds.
+            mapped = [Position(s.target_ledger, s.target_entry + k)
+                      for s in w.mapping.segments for k in range(s.count)]
+            plan = replace(plan, mark_delete=target.mark_delete,
+                           to_ack=_entry_ranges([rnd.choice(mapped or universe)]))
+        elif how == "entry" and universe:
             plan = replace(plan, to_ack=plan.to_ack | _entry_ranges([rnd.choice(universe)]))
         elif how == "md":
             plan = replace(plan, mark_delete=some_position())

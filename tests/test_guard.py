@@ -99,6 +99,8 @@ def _plan(md: str, to_ack: str = "[]", previous: str = "7:-1") -> AckPlan:
 @pytest.mark.parametrize(("md", "to_ack", "bad"), [
     ("7:4", "[(7:-1..7:4]]", "[]"),                 # 1:0..1:4 acked
     ("7:5", "[(7:-1..7:5]]", "[(7:4..7:5]]"),       # 1:5 is not
+    ("7:-1", "[(7:4..7:5]]", "[(7:4..7:5]]"),       # 1:5 alone, though 1:6 is acked
+    ("7:-1", "[(7:3..7:4]]", "[]"),                 # 1:4 alone, though 1:5 is not
     ("7:-1", "[(7:6..7:7]]", "[]"),                 # 1:6 is acked
     ("7:-1", "[(7:5..7:7]]", "[]"),                 # the marker is always safe
     ("7:-1", "[(7:9..7:10]]", "[(7:9..7:10]]"),     # 1:9 is not
