@@ -208,9 +208,16 @@ def guard_cases(draw: st.DrawFn, *, max_entries: int = 40) -> GuardCase:
     elif kind == "translated":
         plan = honest
     else:
-        how = rnd.choice(["entry", "md", "next", "window"])
+        how = rnd.choice(["entry", "md", "next", "window", "alone"])
         plan = honest
-        if how == "entry" and universe:
+        if how == "alone" and universe:
+            # One entry by itself, mapped where any is: a check that is wrong for one entry
+            # cannot hide behind the others the plan holds.
+            mapped = [Position(s.target_ledger, s.target_entry + k)
+                      for s in w.mapping.segments for k in range(s.count)]
+            plan = replace(plan, mark_delete=target.mark_delete,
+                           to_ack=_entry_ranges([rnd.choice(mapped or universe)]))
+        elif how == "entry" and universe:
             plan = replace(plan, to_ack=plan.to_ack | _entry_ranges([rnd.choice(universe)]))
         elif how == "md":
             plan = replace(plan, mark_delete=some_position())
@@ -222,19 +229,28 @@ def guard_cases(draw: st.DrawFn, *, max_entries: int = 40) -> GuardCase:
             i = rnd.randrange(len(universe))
             plan = replace(plan, to_ack=plan.to_ack | _entry_ranges(universe[i:i + 4]))
     case = GuardCase(w, w.source, w.mapping, target, full, plan, kind)
-    return relabelled(case) if draw(st.integers(0, 4)) == 4 else case
+    layout = draw(st.sampled_from(["as drawn"] * 3 + list(LAYOUTS)))
+    return case if layout == "as drawn" else relabelled(case, layout)
 
 
-def relabelled(case: GuardCase) -> GuardCase:
-    """The same case with ledger ids spread too far apart for based keys, order kept."""
+#: Order-keeping ledger relabellings (ledger -1 stays), from a side's lowest ledger id:
+#: ids across a boundary between key bases, and ids too wide for based keys.
+LAYOUTS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "across bases": lambda ids, low: np.where(ids == -1, -1, ids - low + 2**30 - 2),
+    "too wide": lambda ids, low: np.where(ids == -1, -1, (ids - low) * 2**31 + 7),
+}
+
+
+def relabelled(case: GuardCase, layout: str) -> GuardCase:
+    """The same case with its ledger ids relabelled (:data:`LAYOUTS`), order kept."""
     s_low = int(case.world.source_ledgers.ids[0])
     t_low = int(case.universe.ids[0])
 
     def fs(ids: np.ndarray) -> np.ndarray:
-        return np.where(ids == -1, -1, (ids - s_low) * 2**31 + 7)
+        return LAYOUTS[layout](ids, s_low)
 
     def ft(ids: np.ndarray) -> np.ndarray:
-        return np.where(ids == -1, -1, (ids - t_low) * 2**31 + 7)
+        return LAYOUTS[layout](ids, t_low)
 
     def pos(p: Position, f: Callable[[np.ndarray], np.ndarray]) -> Position:
         return Position(int(f(np.array([p.ledger]))[0]), p.entry)
@@ -272,4 +288,4 @@ def relabelled(case: GuardCase) -> GuardCase:
     universe = ledgers(case.universe, ft)
     assert universe is not None
     return GuardCase(case.world, cursor(case.source, fs), mapping, cursor(case.target, ft),
-                     universe, plan, case.kind + ", relabelled")
+                     universe, plan, f"{case.kind}, {layout}")

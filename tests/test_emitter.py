@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cursorsync.core.cursor import AckPlan, CursorState
-from cursorsync.core.guard import SafePlan, guard
+from cursorsync.core.guard import SafePlan, UnsafePlanError, guard
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -187,11 +187,19 @@ def test_by_id_acks_whole_entries_with_the_partition_index() -> None:
     em.close()
 
 
-def _vouched(plan: AckPlan) -> SafePlan:
-    """A hand-made plan through the guard: a target that has acked everything it names
-    makes any such plan safe (the emitter's mechanics are what these tests are about)."""
-    everything = CursorState(Position(1_000, 0))
-    return guard(plan, CursorState(Position(-1, -1)), TopicMapping(), everything)
+#: Source 900:0..900:2 -> 7:0..7:2 and 900:3..900:4 -> 9:0..9:1 (ledger 8 absent), all acked.
+SPANNING = TopicMapping(SegmentSet.of([Segment(SRC, 0, 7, 0, 3), Segment(SRC, 3, 9, 0, 2)]))
+SPANNING_SOURCE = CursorState.parse(f"{SRC}:4", "[]", Ledgers.of([(SRC, 5)]))
+SPANNING_LEDGERS = Ledgers.of([(7, 3), (9, 2)])
+
+
+def _spanning(to_ack: str, md: str, *, target_md: str = "7:0") -> SafePlan:
+    """A hand-made plan over the two target ledgers, through the guard against the real
+    mapping and cursors (translate cuts ranges at ledger ends; target stats may not)."""
+    plan = AckPlan(Position.parse(md), RangeSet(), RangeSet.parse(to_ack), Position(7, 0),
+                   0, 0, 0, 0, "exact")
+    target = CursorState(Position.parse(target_md), RangeSet(), SPANNING_LEDGERS)
+    return guard(plan, SPANNING_SOURCE, SPANNING, target)
 
 
 def test_a_safe_plan_comes_only_from_the_guard() -> None:
@@ -209,23 +217,66 @@ def test_by_id_cumulative_and_spanning_ranges() -> None:
     assert client.consumers[0].cumulative == [(0, 7, 4, -1)]
     assert client.consumers[0].acks == [(0, 7, 7, -1), (0, 7, 8, -1)]
     # A range across ledgers needs the ledger list; with it, only existing entries are acked.
-    # (translate cuts ranges at ledger ends; target stats may not, so build one by hand.)
-    ledgers = Ledgers.of([(7, 3), (9, 2)])
-    spanning = _vouched(replace(safe.plan, to_ack=RangeSet.of(("7:0", "9:1")),
-                                mark_delete=Position(9, 1), previous_mark_delete=Position(7, 0)))
+    # The guard checks to_ack in position space: the target shows ledger 7 done (its
+    # markDeletePosition at 9:-1, where a broker moves it past a rollover), so what lies
+    # between the ledgers is settled.
+    spanning = _spanning("[(7:0..9:1]]", "9:1", target_md="9:-1")
     with pytest.raises(ValueError, match="spans ledgers"):
         em.apply("t2", "s", spanning, cumulative=False)
-    em.apply("t3", "s", spanning, cumulative=False, ledgers=ledgers)
+    em.apply("t3", "s", spanning, cumulative=False, ledgers=SPANNING_LEDGERS)
     assert [a[1:3] for a in client.consumers[-1].acks] == [(7, 1), (7, 2), (9, 0), (9, 1)]
     # A markDelete at L:-1 is acked cumulatively on the last entry before it, when known.
-    at_start = _vouched(replace(spanning.plan, mark_delete=Position(9, -1)))
-    assert em.apply("t4", "s", at_start, cumulative=True, ledgers=ledgers).cumulative_to == \
-        Position(7, 2)
+    at_start = _spanning("[(7:0..9:1]]", "9:-1", target_md="9:-1")
+    assert em.apply("t4", "s", at_start, cumulative=True,
+                    ledgers=SPANNING_LEDGERS).cumulative_to == Position(7, 2)
     # Without the ledger list there is no entry to name: everything goes individually.
-    single = _vouched(replace(spanning.plan, to_ack=RangeSet.of(("7:0", "7:2")),
-                              mark_delete=Position(9, -1)))
+    single = _spanning("[(7:0..7:2]]", "9:-1")
     res = em.apply("t5", "s", single, cumulative=True)
     assert res == EmitResult(2, None, 2)
+    # Across the ledgers from a target that has not acked ledger 7: refused, nothing sent.
+    with pytest.raises(UnsafePlanError, match=r"\(7:2\.\.9:-1\]"):
+        _spanning("[(7:0..9:1]]", "9:1")
+
+
+def test_an_unsafe_plan_is_refused_before_the_emitter_sees_it() -> None:
+    """Source 900:0..900:4 acked, 900:5 not: a plan that also acks 7:5 (or whose
+    markDeletePosition crosses it) never becomes a SafePlan, so nothing is subscribed or
+    acked; the honest plan goes through the same path."""
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client, subscription_type="Failover")
+    mapping = TopicMapping(SegmentSet.of([Segment(SRC, 0, 7, 0, 10)]))
+    source = CursorState.parse(f"{SRC}:4", "[(900:5..900:7]]", Ledgers.of([(SRC, 10)]))
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 10)]))
+    honest = translate(source, mapping, target)
+    too_many = replace(honest, to_ack=honest.to_ack | RangeSet.parse("[(7:4..7:5]]"))
+    too_far = replace(honest, mark_delete=Position(7, 7))
+    for plan in (too_many, too_far):
+        with pytest.raises(UnsafePlanError, match=r"\(7:4\.\.7:5\]"):
+            em.apply("t", "s", guard(plan, source, mapping, target), cumulative=True)
+    assert client.subscribed == [] and client.consumers == []
+    res = em.apply("t", "s", guard(honest, source, mapping, target), cumulative=True)
+    assert res == EmitResult(3, Position(7, 4), 2)
+    assert client.consumers[0].cumulative == [(-1, 7, 4, -1)]
+    assert client.consumers[0].acks == [(-1, 7, 6, -1), (-1, 7, 7, -1)]
+
+
+def test_the_emitter_takes_only_what_the_guard_made() -> None:
+    """Not a bare plan, not a SafePlan made around the guard, not a replace()d one, not one
+    whose plan changed after the guard passed it."""
+    client = _FakeClient()
+    em = PulsarEmitter("pulsar://unused:6650", client=client)
+    safe, _ = _plan(7, 10, 4)
+    with pytest.raises(TypeError, match="dataclass"):
+        replace(safe, plan=replace(safe.plan, mark_delete=Position(7, 9)))  # type: ignore[type-var]
+    forged = object.__new__(SafePlan)
+    with pytest.raises(TypeError, match="not made by"):
+        em.apply("t", "s", forged, cumulative=False)
+    changed, _ = _plan(7, 10, 4)
+    object.__setattr__(changed.plan, "to_ack", RangeSet.parse("[(7:-1..7:9]]"))
+    with pytest.raises(TypeError, match="changed after the guard"):
+        em.apply("t", "s", changed, cumulative=False)
+    assert client.subscribed == []
+    assert em.apply("t", "s", safe, cumulative=False).acks_sent == 5
 
 
 def test_rejects_bare_plans_and_cumulative_on_shared() -> None:

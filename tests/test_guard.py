@@ -19,6 +19,8 @@ from cursorsync.core.guard import (
     AnchorConflictError,
     SafePlan,
     UnsafePlanError,
+    _all_backed,
+    _licensed_copies,
     check_safe,
     guard,
     may_hold_entries,
@@ -77,6 +79,16 @@ def test_every_verdict_matches_the_per_entry_oracle(case: GuardCase) -> None:
     bad = check_safe(case.plan, case.source, case.mapping, case.target)
     assert set(bad.iter_entries(case.universe)) == want
     assert bool(bad) == bool(want), f"refused positions that hold no entry: {bad}"
+    if not case.kind.endswith(("across bases", "too wide")):
+        # Where based keys hold the ids, the fast pass answers for every plan that passes
+        # (and for none that does not): the exact pass is for refusals.
+        acked = case.target.acked()
+        rest = ((case.plan.to_ack - acked)
+                | may_hold_entries(RangeSet.up_to(case.plan.mark_delete) - acked,
+                                   case.target.ledgers))
+        if rest:
+            licensed = _licensed_copies(case.source.mark_delete, case.mapping)
+            assert _all_backed(rest, case.source.acked(), case.mapping, licensed) == (not want)
     if want:
         with pytest.raises(UnsafePlanError, match="refusing to emit"):
             guard(case.plan, case.source, case.mapping, case.target)
@@ -99,6 +111,8 @@ def _plan(md: str, to_ack: str = "[]", previous: str = "7:-1") -> AckPlan:
 @pytest.mark.parametrize(("md", "to_ack", "bad"), [
     ("7:4", "[(7:-1..7:4]]", "[]"),                 # 1:0..1:4 acked
     ("7:5", "[(7:-1..7:5]]", "[(7:4..7:5]]"),       # 1:5 is not
+    ("7:-1", "[(7:4..7:5]]", "[(7:4..7:5]]"),       # 1:5 alone, though 1:6 is acked
+    ("7:-1", "[(7:3..7:4]]", "[]"),                 # 1:4 alone, though 1:5 is not
     ("7:-1", "[(7:6..7:7]]", "[]"),                 # 1:6 is acked
     ("7:-1", "[(7:5..7:7]]", "[]"),                 # the marker is always safe
     ("7:-1", "[(7:9..7:10]]", "[(7:9..7:10]]"),     # 1:9 is not
@@ -193,6 +207,53 @@ def test_keys_too_wide_for_based_keys_give_the_same_answer() -> None:
         "[(7:4..7:5],(7:7..7:9]]"
 
 
+def test_the_exact_pass_keys_every_ledger_in_play() -> None:
+    """A refused plan across ledgers no segment covers, and pieces from two source ledgers
+    of which only one is unacked: each ledger keeps its own keys."""
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 20), Segment(2, 0, 6, 0, 3)]))
+    source = CursorState.parse("1:19")  # ledger 1 acked, ledger 2 not
+    plan = _plan("5:-1", "[(5:0..5:3],(6:-1..6:2],(7:-1..7:5]]", previous="5:-1")
+    target = CursorState(P("5:-1"), RangeSet(), None)
+    assert str(check_safe(plan, source, mapping, target)) == "[(5:0..5:3],(6:-1..6:2]]"
+
+
+def test_one_piece_can_meet_several_unacked_ranges() -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 6)]))
+    source = CursorState.parse("1:0", "[(1:1..1:2],(1:3..1:5]]")  # 1:1 and 1:3 unacked
+    assert str(check_safe(_plan("7:-1", "[(7:-1..7:4]]"), source, mapping, FRESH)) == \
+        "[(7:0..7:1],(7:2..7:3]]"
+
+
+def test_licensed_copies_reach_exactly_the_newest_anchor_the_source_passed() -> None:
+    """Anchors reached from an earlier source ledger, naming target positions in two
+    ledgers: the furthest (8:1) counts, by ledger first. Copies 7:2..7:3 and 8:0..8:2;
+    7:1, 7:4 and 8:2 are not licensed, whatever lies around them."""
+    mapping = TopicMapping(unpaired=Runs.of((7, 2, 2), (8, 0, 3)),
+                           anchors=Anchors.of((P("0:10"), P("7:5")), (P("0:12"), P("8:1")),
+                                              (P("2:0"), P("8:2"))))
+    target = CursorState(P("7:-1"), RangeSet(), Ledgers.of([(7, 6), (8, 3)]))
+    source = CursorState.parse("1:0")
+    assert not check_safe(_plan("7:-1", "[(7:1..7:3],(8:-1..8:1]]"), source, mapping, target)
+    for to_ack, bad in (("[(7:0..7:3]]", "[(7:0..7:1]]"), ("[(7:1..7:4]]", "[(7:3..7:4]]"),
+                        ("[(8:-1..8:2]]", "[(8:1..8:2]]")):
+        assert str(check_safe(_plan("7:-1", to_ack), source, mapping, target)) == bad
+
+
+def test_refusal_messages_name_what_went_wrong() -> None:
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 10 + i, 7, i, 1) for i in range(4)]),
+                           anchors=Anchors.of((P("1:8"), P("7:5"))))
+    with pytest.raises(AnchorConflictError) as err:
+        guard(_plan("7:-1"), CursorState.parse("1:20"), mapping, FRESH)
+    shown = str(err.value).split("(", 1)[1].rsplit(")", 1)[0]
+    assert shown.count("; ") == 2 and shown.count("segment 1:") == 3
+    assert str(err.value).endswith("nothing was sent until the mapping is repaired")
+    with pytest.raises(UnsafePlanError) as unsafe:
+        guard(_plan("7:5", "[(7:-1..7:5]]"), CursorState.parse("1:4"), MAPPING, FRESH)
+    assert str(unsafe.value) == ("refusing to emit: target positions [(7:4..7:5]] are not "
+                                 "acked on the source (source markDelete=1:4 individual=[]); "
+                                 "nothing was sent")
+
+
 # ------------------------------------------------------------------ SafePlan
 
 
@@ -211,18 +272,21 @@ def test_the_guard_makes_a_safe_plan_for_exactly_the_plan_it_checked() -> None:
 
 def test_nothing_else_makes_a_safe_plan() -> None:
     safe, plan = _safe()
-    with pytest.raises(TypeError, match="only from"):
+    with pytest.raises(TypeError, match=r"^a SafePlan comes only from cursorsync\.core\.guard"
+                                        r"\.guard\(\)$"):
         SafePlan(plan)
     with pytest.raises(TypeError, match="dataclass"):
         replace(safe, plan=plan)  # type: ignore[type-var]
-    with pytest.raises(TypeError, match="not pickled"):
+    with pytest.raises(TypeError, match=r"^a SafePlan is not pickled: guard the plan in the "
+                                        r"process that emits it$"):
         pickle.dumps(safe)
-    with pytest.raises(TypeError, match="no subclasses"):
+    with pytest.raises(TypeError, match=r"^SafePlan has no subclasses: a SafePlan comes only "
+                                        r"from guard\(\)$"):
         type("Forged", (SafePlan,), {})
     bare = object.__new__(SafePlan)
     with pytest.raises(TypeError, match="not made by"):
         _ = bare.plan
-    assert "not from the guard" in repr(bare)
+    assert repr(bare) == "SafePlan(not from the guard)"
     with pytest.raises(AttributeError):
         object.__setattr__(safe, "plan", plan)
     with pytest.raises(AttributeError):
