@@ -292,13 +292,3 @@ def guard(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     safe: SafePlan = object.__new__(SafePlan)
     _GUARDED[safe] = (plan, tuple(getattr(plan, name) for name in _PLAN_FIELDS))
     return safe
-
-
-def __getattr__(name: str) -> Any:
-    """The planner's rule answers to its name here as well, where the package imports it
-    from; it lives with the planner (:mod:`cursorsync.core.translate`)."""
-    if name == "safe_target_acks":
-        from cursorsync.core.translate import safe_target_acks
-
-        return safe_target_acks
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
