@@ -40,7 +40,7 @@ from cursorsync.mapping.entries_options import (
     schema_of,
 )
 from cursorsync.mapping.entries_read import read_entries
-from cursorsync.mapping.entries_rows import arrow_batches, packed_batches, unpack
+from cursorsync.mapping.entries_rows import arrow_batches, pack_batches, unpack_batches
 from cursorsync.mapping.entries_tasks import (
     BEFORE_ALL,
     EntriesPartition,
@@ -922,21 +922,21 @@ def test_layout_arrow_packs_record_batches_into_rows_and_unpacks_to_the_same_row
     plain = pa.Table.from_batches(list(arrow_batches(
         read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
         EVIDENCE_COLUMNS, size=2)))
-    packed = pa.Table.from_batches(list(packed_batches(arrow_batches(
+    packed = pa.Table.from_batches(list(pack_batches(arrow_batches(
         read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
         EVIDENCE_COLUMNS, size=2), "a")))
     # One Spark row per record batch: what crosses the JVM is three rows, not five.
     assert packed.num_rows == 3
     assert packed.column("rows").to_pylist() == [2, 2, 1]
     assert set(packed.column("cluster").to_pylist()) == {"a"}
-    assert unpack(packed, EVIDENCE_COLUMNS).equals(plain)
-    assert unpack(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
+    assert unpack_batches(packed, EVIDENCE_COLUMNS).equals(plain)
+    assert unpack_batches(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
     assert PulsarEntriesDataSource({"layout": "arrow"}).schema() == PACKED_SCHEMA
     with pytest.raises(ConfigError, match="option layout: 'packed' is not valid"):
         PulsarEntriesDataSource({"layout": "packed"}).schema()
     # A driver expecting other columns (another cursorsync version) says so.
     with pytest.raises(EntriesReadError, match="executors on another cursorsync version"):
-        unpack(packed, ("cluster", "ledger"))
+        unpack_batches(packed, ("cluster", "ledger"))
 
 
 def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(
@@ -1259,7 +1259,7 @@ def test_spark_entries_stream_in_arrow_layout_holds_the_same_rows(
 
     rows = run("evidence_rows", "rows")
     packed = run("evidence_packed", "arrow")
-    got = unpack(packed, EVIDENCE_COLUMNS)
+    got = unpack_batches(packed, EVIDENCE_COLUMNS)
     key = [("partition", "ascending"), ("ledger", "ascending"), ("entry", "ascending")]
     assert got.num_rows == rows.num_rows > packed.num_rows
     assert got.sort_by(key).to_pylist() == rows.sort_by(key).to_pylist()

@@ -51,7 +51,7 @@ evidence can use). ``read()`` hands Spark Arrow record batches.
 
 ``layout=arrow`` (the mapping job's): each Spark row carries a whole Arrow
 record batch of the selected columns, as an Arrow IPC stream (schema
-``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack`` turns a batch of them back
+``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack_batches`` turns a batch of them back
 into the rows. The mapping sink takes its batch to the driver as Arrow at once
 (``toArrow``), so Spark's per-row work (Arrow -> rows on the executors, rows ->
 Arrow again for the collect) bought nothing there (``cursorsync bench layout``
@@ -103,7 +103,7 @@ from cursorsync.mapping.entries_options import (
     parse_layout,
 )
 from cursorsync.mapping.entries_read import freeze_worker_heap, read_entries
-from cursorsync.mapping.entries_rows import arrow_batches, packed_batches
+from cursorsync.mapping.entries_rows import arrow_batches, pack_batches
 from cursorsync.mapping.entries_tasks import (
     BEFORE_ALL,
     EntriesPartition,
@@ -334,7 +334,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         first = partition.ranges[0]  # the output options are the same for every range
         rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
         batches = arrow_batches(rows, first.columns)
-        return packed_batches(batches, first.cluster) if first.packed else batches
+        return pack_batches(batches, first.cluster) if first.packed else batches
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""

@@ -163,27 +163,29 @@ def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
             schema=schema)
 
 
-def packed_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
-    """Each record batch as one row holding its Arrow IPC stream (``layout=arrow``).
+def pack_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
+    """Each record batch packed into one row holding its Arrow IPC stream
+    (``layout=arrow``); :func:`unpack_batches` turns them back.
 
     The stream is written into one buffer and handed on without a copy.
     """
     schema = to_arrow_schema(PACKED_SCHEMA, timezone="UTC")
-    for rb in batches:
+    for batch in batches:
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rb.schema) as w:
-            w.write_batch(rb)
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
         blob = sink.getvalue()
         offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
         yield pa.RecordBatch.from_arrays(
-            [pa.array([cluster]), pa.array([rb.num_rows], pa.int64()),
+            [pa.array([cluster]), pa.array([batch.num_rows], pa.int64()),
              pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])], schema=schema)
 
 
-def unpack(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """The rows of a ``layout=arrow`` batch (``PACKED_SCHEMA`` rows), as one table of the
-    selected columns; EntriesReadError if a row holds other columns (executors running
-    another cursorsync version than the driver)."""
+def unpack_batches(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The record batches :func:`pack_batches` packed into the rows of a ``layout=arrow``
+    batch (``PACKED_SCHEMA`` rows), as one table of the selected columns; EntriesReadError
+    if a row holds other columns (executors running another cursorsync version than the
+    driver)."""
     schema = to_arrow_schema(schema_of(columns), timezone="UTC")
     parts = [pa.ipc.open_stream(blob.as_buffer()).read_all()
              for chunk in table.column("arrow").chunks for blob in chunk]
