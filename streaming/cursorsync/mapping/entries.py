@@ -98,6 +98,7 @@ from cursorsync.mapping import wake
 from cursorsync.mapping.entries_options import (
     EntriesOptions,
     EntriesReadError,
+    StartingPosition,
     output_schema,
     parse_columns,
     parse_layout,
@@ -206,7 +207,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def initialOffset(self) -> dict[str, Any]:
         topics = self.topics()
-        if self.options.starting_position == "latest":
+        if self.options.starting_position is StartingPosition.LATEST:
             return entries_offset({t: self.latest_position(t) for t in topics})
         return entries_offset({t: BEFORE_ALL for t in topics})
 
