@@ -20,10 +20,10 @@ from cursorsync.core.segments import Runs
 ORDER_COLUMNS = ("producer_name", "publish_time")
 
 
-def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
+def first_row_per_entry(rows: pa.Table, stamped_cluster: str | None = None) -> pa.Table:
     """One row per (cluster, topic, partition, ledger, entry): its lowest batch index.
-    With ``stamped``, that cluster's rows' source-position stamps are parsed, all in one
-    pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
+    With ``stamped_cluster``, that cluster's rows' source-position stamps are parsed, all in
+    one pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
     cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
             "source_position", "entry_identity"]
     cols += [c for c in ORDER_COLUMNS if c in rows.column_names]
@@ -36,14 +36,14 @@ def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
             same &= k[1:] == k[:-1]
         first[1:] = ~same
         t = t.filter(pa.array(first))
-    if stamped is None:
+    if stamped_cluster is None:
         return t
     stamps = t.column("source_position")
-    mine = is_valid(stamps) & np.asarray(pc.equal(t.column("cluster"), stamped).to_numpy(
-        zero_copy_only=False), bool)
+    stamped = is_valid(stamps) & np.asarray(pc.equal(t.column("cluster"), stamped_cluster)
+                                            .to_numpy(zero_copy_only=False), bool)
     ledger, entry = np.zeros(t.num_rows, np.int64), np.zeros(t.num_rows, np.int64)
-    if mine.any():
-        ledger[mine], entry[mine] = stamp_positions(stamps.filter(pa.array(mine)))
+    if stamped.any():
+        ledger[stamped], entry[stamped] = stamp_positions(stamps.filter(pa.array(stamped)))
     return t.append_column("stamp_ledger", pa.array(ledger)).append_column(
         "stamp_entry", pa.array(entry))
 

@@ -46,26 +46,26 @@ CLIENTS_KEPT = 8
 def _client(settings: ClientSettings) -> Any:
     """This worker's client for ``settings`` (opened once, the least recently used closed)."""
     with _CLIENTS_LOCK:
-        c = _CLIENTS.pop(settings, None)
-        if c is None:
+        client = _CLIENTS.pop(settings, None)
+        if client is None:
             if not _CLIENTS:
                 atexit.register(_close_clients)
-            c = settings.connect()
+            client = settings.connect()
             while len(_CLIENTS) >= CLIENTS_KEPT:
                 oldest = next(iter(_CLIENTS))
                 with contextlib.suppress(Exception):  # its tasks are done; best effort
                     _CLIENTS.pop(oldest).close()
-        _CLIENTS[settings] = c  # most recently used last
-        return c
+        _CLIENTS[settings] = client  # most recently used last
+        return client
 
 
 def _close_clients() -> None:
     """At exit, while our logger still exists: a client destroyed later logs at DEBUG to
     stdout (seen after ``--json`` output)."""
     with _CLIENTS_LOCK:
-        for c in _CLIENTS.values():
+        for client in _CLIENTS.values():
             with contextlib.suppress(Exception):  # best effort, at exit
-                c.close()
+                client.close()
         _CLIENTS.clear()
 
 
@@ -82,7 +82,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     fields = MESSAGE_FIELD_COLUMNS - (DIGESTED_ONLY_COLUMNS if part.columns == EVIDENCE_COLUMNS
                                       else frozenset())
     wide = not fields.isdisjoint(part.columns)
-    digest = Digester(part.identity_fields, (part.source_position_property,))
+    digester = Digester(part.identity_fields, (part.source_position_property,))
     start = Position.parse(part.start)
     end = Position.parse(part.end)
     if end <= start:
@@ -94,7 +94,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                                   receiver_queue_size=part.receiver_queue_size)
     try:
         for entry in _whole_entries(part, reader, start, end):
-            yield from row_values(part, where, entry, wide, digest)
+            yield from row_values(part, where, entry, wide, digester)
     finally:
         reader.close()
 
