@@ -127,7 +127,7 @@ def _whole_entries(part: EntriesPartition, reader: Any, start: Position,
                     yield read.current
                 return
             continue
-        read.waited = read.checked_at = 0
+        read.waited = read.checked_at = 0  # the silence is over
         mid = msg.message_id()
         pos = (mid.ledger_id(), mid.entry_id())
         if pos <= read.done_to:
@@ -142,14 +142,14 @@ def _whole_entries(part: EntriesPartition, reader: Any, start: Position,
             # An entry ends here when its size is unknown, or when its batch was not
             # delivered whole: its digest then matches nothing, so it stays unmapped.
             yield read.finish()
-        read.current = _first_message(pos, mid, msg)
+        read.current = _begin_entry(pos, mid, msg)
     if read.current is not None:
         read.check_whole()
         yield read.current
 
 
-def _first_message(pos: tuple[int, int], mid: Any, msg: Any) -> Entry:
-    """The entry that ``msg``, the first of it delivered, begins."""
+def _begin_entry(pos: tuple[int, int], mid: Any, msg: Any) -> Entry:
+    """The entry at ``pos``, begun with ``msg``, the first of its messages delivered."""
     index = mid.batch_index()
     first = first_chunk_of(mid) if index < 0 else None
     return Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
