@@ -37,8 +37,8 @@ def test_rows_that_differ_between_layouts_are_an_error(monkeypatch: pytest.Monke
 
     import cursorsync_devtools.bench_layout as bl
 
-    real = bl.unpack
-    monkeypatch.setattr(bl, "unpack", lambda t, c: real(t, c).slice(1))
+    real = bl.unpack_batches
+    monkeypatch.setattr(bl, "unpack_batches", lambda t, c: real(t, c).slice(1))
     spark: Any = SparkSession.builder.master("local[1]").getOrCreate()
     with pytest.raises(AssertionError, match="different rows"):
         bl.run_layout(spark, rows=500, partitions=2, repeat=1)

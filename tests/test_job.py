@@ -238,7 +238,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     from cursorsync.app.queries import builder_config
     from cursorsync.app.settings import parse_config
     from cursorsync.core.retention import LiveLedgers
-    from cursorsync.mapping.entries_rows import packed_batches
+    from cursorsync.mapping.entries_rows import pack_batches
     from cursorsync.mapping.sink import MappingSink
 
     asked: list[list[list[int]]] = []
@@ -272,7 +272,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
             "publish_time": pa.array([None] * n, pa.int64()),
             "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
             "entry_identity": pa.array([None] * n, pa.binary())})
-        return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "B"))))
+        return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "B"))))
 
     metrics = Metrics()
     sink = MappingSink(builder_config(config), store, tmp_path / "state", metrics, hole_check=check)

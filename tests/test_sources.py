@@ -40,14 +40,14 @@ from cursorsync.mapping.entries_options import (
     schema_of,
 )
 from cursorsync.mapping.entries_read import read_entries
-from cursorsync.mapping.entries_rows import arrow_batches, packed_batches, unpack
+from cursorsync.mapping.entries_rows import arrow_batches, pack_batches, unpack_batches
 from cursorsync.mapping.entries_tasks import (
     BEFORE_ALL,
     EntriesPartition,
     allocate,
-    make_offset,
+    entries_offset,
+    entries_positions,
     pack_ranges,
-    parse_offset,
 )
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
@@ -261,10 +261,10 @@ def test_entries_rows_batches_and_identity(testbed: TestBed, topics: list[str]) 
     r = entries_reader(testbed, topics)
     try:
         start = r.initialOffset()
-        assert start == make_offset({t: BEFORE_ALL for t in topics})
+        assert start == entries_offset({t: BEFORE_ALL for t in topics})
         end = r.latestOffset(start, ReadAllAvailable())
         assert list(end) == ["version", "positions"] and end["version"] == 1
-        assert parse_offset(end)[topics[0]].entry == 4
+        assert entries_positions(end)[topics[0]].entry == 4
         rows = as_dicts(read_all(r, start, end))
     finally:
         r.stop()
@@ -344,12 +344,12 @@ def test_start_inside_topic_and_commit_acks_subscription(
     r = entries_reader(testbed, [topics[0]], subscription="commit-test")
     try:
         start = r.initialOffset()
-        led = parse_offset(r.latestOffset(start, ReadAllAvailable()))[topics[0]].ledger
-        mid = make_offset({topics[0]: Position(led, 2)})
+        led = entries_positions(r.latestOffset(start, ReadAllAvailable()))[topics[0]].ledger
+        mid = entries_offset({topics[0]: Position(led, 2)})
         end = r.latestOffset(mid, ReadAllAvailable())
         rows = as_dicts(read_all(r, mid, end))
         assert [x["entry"] for x in rows] == [3, 3, 3, 3, 4]
-        mid3 = make_offset({topics[0]: Position(led, 3)})
+        mid3 = entries_offset({topics[0]: Position(led, 3)})
         assert [x["entry"] for x in as_dicts(read_all(r, mid3, end))] == [4]
         assert r.partitions(end, end) == []
         r.commit(mid)
@@ -389,7 +389,7 @@ def test_available_now_stops_at_the_target(
         produce(client, topic, unbatched=1, batches=[], tag="late")
         start = r.initialOffset()
         end = r.latestOffset(start, ReadAllAvailable())
-        assert parse_offset(end)[topic].entry == 1  # the late entry 2 is not in this run
+        assert entries_positions(end)[topic].entry == 1  # the late entry 2 is not in this run
         assert r.latestOffset(end, ReadAllAvailable()) == end
     finally:
         r.stop()
@@ -423,7 +423,7 @@ def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
     try:
         assert r.latest_position(topic) == BEFORE_ALL
         start = r.initialOffset()
-        assert parse_offset(start) == {topic: BEFORE_ALL}
+        assert entries_positions(start) == {topic: BEFORE_ALL}
         assert r.latestOffset(start, ReadAllAvailable()) == start
         produce(client_of(testbed, "a"), topic, unbatched=1, batches=[])
         end = r.latestOffset(start, ReadAllAvailable())
@@ -435,7 +435,7 @@ def test_latest_of_an_empty_topic_is_before_all_and_starting_latest(
     r = entries_reader(testbed, [later], startingPosition="latest")
     try:
         start = r.initialOffset()  # what is there already is not read
-        assert parse_offset(start)[later].entry == 1
+        assert entries_positions(start)[later].entry == 1
         assert r.latestOffset(start, ReadAllAvailable()) == start
     finally:
         r.stop()
@@ -458,7 +458,7 @@ def test_a_requested_batch_moves_the_offset_s_tick_and_reads_nothing(
         wake.request(path, 7)
         woken = r.latestOffset(start, ReadAllAvailable())
         assert woken == {**start, "tick": 7}
-        assert parse_offset(woken) == parse_offset(start)
+        assert entries_positions(woken) == entries_positions(start)
         assert list(r.partitions(start, woken)) == []
         # The same request again moves nothing; a later one does.
         assert r.latestOffset(woken, ReadAllAvailable()) == woken
@@ -499,7 +499,7 @@ def test_options_errors_name_the_option() -> None:
     lo, hi = {"t": Position(1, 0)}, {"t": Position(1, 9)}
     assert [(p.tail_check_ms, p.admin) for p in r.ranges(lo, hi)] == [(500, o.admin)]
     with pytest.raises(ConfigError, match="version"):
-        parse_offset({"version": 2, "positions": {}})
+        entries_positions({"version": 2, "positions": {}})
 
 
 def test_allocate_is_fair_and_bounded() -> None:
@@ -569,7 +569,8 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
         end = packed.latestOffset(packed.initialOffset(), ReadAllAvailable())
         # From each topic's first entry: ranges in one ledger, of known size (one from
         # before every entry without admission control has no size and a task of its own).
-        start = make_offset({t: Position(p.ledger, 0) for t, p in parse_offset(end).items()})
+        start = entries_offset({t: Position(p.ledger, 0)
+                                for t, p in entries_positions(end).items()})
         assert [len(t.ranges) for t in packed.partitions(start, end)] == [2]
         assert [len(t.ranges) for t in alone.partitions(start, end)] == [1, 1]
         assert read_all(packed, start, end) == read_all(alone, start, end)
@@ -921,21 +922,21 @@ def test_layout_arrow_packs_record_batches_into_rows_and_unpacks_to_the_same_row
     plain = pa.Table.from_batches(list(arrow_batches(
         read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
         EVIDENCE_COLUMNS, size=2)))
-    packed = pa.Table.from_batches(list(packed_batches(arrow_batches(
+    packed = pa.Table.from_batches(list(pack_batches(arrow_batches(
         read_entries(_scripted(list(script), "1:4", columns=EVIDENCE_COLUMNS)),
         EVIDENCE_COLUMNS, size=2), "a")))
     # One Spark row per record batch: what crosses the JVM is three rows, not five.
     assert packed.num_rows == 3
     assert packed.column("rows").to_pylist() == [2, 2, 1]
     assert set(packed.column("cluster").to_pylist()) == {"a"}
-    assert unpack(packed, EVIDENCE_COLUMNS).equals(plain)
-    assert unpack(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
+    assert unpack_batches(packed, EVIDENCE_COLUMNS).equals(plain)
+    assert unpack_batches(packed.slice(0, 0), EVIDENCE_COLUMNS).num_rows == 0
     assert PulsarEntriesDataSource({"layout": "arrow"}).schema() == PACKED_SCHEMA
     with pytest.raises(ConfigError, match="option layout: 'packed' is not valid"):
         PulsarEntriesDataSource({"layout": "packed"}).schema()
     # A driver expecting other columns (another cursorsync version) says so.
     with pytest.raises(EntriesReadError, match="executors on another cursorsync version"):
-        unpack(packed, ("cluster", "ledger"))
+        unpack_batches(packed, ("cluster", "ledger"))
 
 
 def test_identity_scope_batched_digests_batches_only_and_the_source_side_drops_the_rest(
@@ -1258,7 +1259,7 @@ def test_spark_entries_stream_in_arrow_layout_holds_the_same_rows(
 
     rows = run("evidence_rows", "rows")
     packed = run("evidence_packed", "arrow")
-    got = unpack(packed, EVIDENCE_COLUMNS)
+    got = unpack_batches(packed, EVIDENCE_COLUMNS)
     key = [("partition", "ascending"), ("ledger", "ascending"), ("entry", "ascending")]
     assert got.num_rows == rows.num_rows > packed.num_rows
     assert got.sort_by(key).to_pylist() == rows.sort_by(key).to_pylist()

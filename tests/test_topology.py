@@ -198,7 +198,7 @@ def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
     query's next batch maps nothing of it (the job stops with the refusal)."""
     from cursorsync.app.queries import builder_config
     from cursorsync.app.settings import parse_config
-    from cursorsync.mapping.entries_rows import packed_batches
+    from cursorsync.mapping.entries_rows import pack_batches
     from cursorsync.mapping.sink import MappingSink
     from cursorsync.tables import open_store
 
@@ -233,7 +233,7 @@ def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
             "publish_time": pa.array([None] * n, pa.int64()),
             "source_position": pa.array([f"40:{e}" for e in entries], pa.string()),
             "entry_identity": pa.array([None] * n, pa.binary())})
-        return _Rows(pa.Table.from_batches(list(packed_batches(iter([rows]), "b"))))
+        return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "b"))))
 
     sink = MappingSink(builder_config(config), store, tmp_path / "state", None, topology=watch)
     sink(batch(0), 0)

@@ -10,8 +10,8 @@ the configured order:
   mapped yet, wait in a bounded window per side; they are paired by entry
   identity digest with :func:`cursorsync.core.alignment.align` (ambiguous
   = unpaired). Entries that fall out of the window unpaired are given up on:
-  target ones become ``foreign`` (never acked), source ones stay unmapped.
-
+  target ones become ``foreign`` (never acked), source ones stay unmapped
+  (:mod:`cursorsync.mapping.identity_evidence`).
 * ``snapshot``: the source's SNAPSHOT markers, read through an :data:`AnchorRead` at
   the ids the source reader skipped and just past the last one it returned, become
   anchors (:mod:`cursorsync.core.anchors`). Target entries no other strategy maps are
@@ -45,10 +45,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from cursorsync.core.alignment import align
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.packed import ArrayKeeper, PackedMappings
 from cursorsync.core.positions import Position
@@ -72,13 +71,13 @@ from cursorsync.mapping.builder_state import (
     state_parts,
     state_table,
 )
-from cursorsync.mapping.columns import (
-    by_partition,
-    by_position,
-    first_row_per_entry,
-    is_valid,
-    streams_and_times,
+from cursorsync.mapping.columns import SideRows, by_partition, first_row_per_entry, is_valid
+from cursorsync.mapping.identity_evidence import (
+    IdentityEvidence,
+    IdentityFindings,
+    forget_mapped_sources,
 )
+from cursorsync.mapping.pairs import Pairs
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +127,6 @@ class BuilderConfig:
         for s in self.strategies:
             evidence_code(s)
 
-    @property
-    def digests(self) -> bool:
-        """Identity digests are compared: to pair entries, or to tell copies from foreign."""
-        return "identity" in self.strategies or "snapshot" in self.strategies
-
 
 @dataclass(frozen=True)
 class BatchOutcome:
@@ -156,6 +150,26 @@ class BatchOutcome:
     live: dict[PartitionKey, tuple[int | None, int | None]] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class BatchTotals:
+    """What a batch's evidence came to over its topic partitions, counted as they go."""
+
+    #: Entries in the segments the batch added.
+    pairs: int = 0
+    #: Partitions whose evidence conflicted (dropped for the batch, never guessed).
+    conflicts: int = 0
+    #: Target entries given up on as foreign, and source entries given up on.
+    given_up_target: int = 0
+    given_up_source: int = 0
+    #: Target entries taken as copies of source entries (``snapshot``).
+    unpaired: int = 0
+
+    def count(self, found: IdentityFindings) -> None:
+        self.given_up_target += found.given_up_target
+        self.given_up_source += found.given_up_source
+        self.unpaired += found.unpaired.entry_count()
+
+
 class MappingBuilder:
     """Turns batches of entry rows into mapping deltas; keeps the mapping it has built."""
 
@@ -166,6 +180,7 @@ class MappingBuilder:
         anchor is ever found, and the snapshot strategy only tells copies from foreign);
         ``spill``: where the known mappings settle (None: on the heap)."""
         self.config, self.hole_check, self.anchor_read = config, hole_check, anchor_read
+        self.identity = IdentityEvidence.of(config.strategies, config.alignment_window)
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
         self.spill = spill
@@ -192,9 +207,9 @@ class MappingBuilder:
         self.known.next_batch()
         live = self.live.trim(self.known) if self.live is not None else {}
         out: dict[PartitionKey, TopicMapping] = {}
-        totals = {"pairs": 0, "conflicts": 0, "gt": 0, "gs": 0, "unpaired": 0}
-        candidates: dict[PartitionKey, Runs] = {}
-        source_holes: dict[PartitionKey, Runs] = {}
+        totals = BatchTotals()
+        candidates: dict[PartitionKey, Runs] = {}  # target ids skipped: markers, maybe
+        source_holes: dict[PartitionKey, Runs] = {}  # source ids skipped: anchors, maybe
         entries_in = 0
         if rows.num_rows:
             stamped = "position-property" in self.config.strategies
@@ -204,25 +219,111 @@ class MappingBuilder:
                 delta = self._partition(key, part, totals, candidates, source_holes)
                 if delta is not None:
                     out[key] = delta
-        checked = self._due(candidates)
-        claimed, past_ends = self._claim(checked, out)
-        anchors = self._anchors(source_holes, out)
-        return BatchOutcome(out, entries_in, totals["pairs"], totals["conflicts"],
-                            totals["gt"], totals["gs"],
-                            sum(r.entry_count() for r in checked.values()) - past_ends,
-                            claimed,
-                            anchors, totals["unpaired"],
-                            sum(st.unchecked.entry_count() for st in self._parts.values()
-                                if len(st.unchecked.rows)), live)
+        checked = self._checks_due(candidates)
+        claimed, past_ends = self._claim_markers(checked, out)
+        anchors = self._add_anchors(source_holes, out)
+        return BatchOutcome(
+            out, entries_in, totals.pairs, totals.conflicts, totals.given_up_target,
+            totals.given_up_source,
+            skipped_ids=sum(r.entry_count() for r in checked.values()) - past_ends,
+            skipped_claimed=claimed, anchors=anchors, unpaired=totals.unpaired,
+            skipped_waiting=sum(state.unchecked.entry_count() for state in self._parts.values()
+                                if len(state.unchecked.rows)),
+            live=live)
 
-    def _due(self, fresh: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+    def _partition(self, key: PartitionKey, entries: pa.Table, totals: BatchTotals,
+                   candidates: dict[PartitionKey, Runs],
+                   source_holes: dict[PartitionKey, Runs]) -> TopicMapping | None:
+        """One topic partition's rows of a batch: what they add to its mapping (None:
+        nothing); its skipped ids go to ``candidates`` (target) and ``source_holes``."""
+        strategies = self.config.strategies
+        state = self._parts.setdefault(key, PartitionState())
+        known = self.known.get(key, TopicMapping())
+        target = SideRows.of(entries, self.config.target_cluster)
+        source = SideRows.of(entries, self.config.source_cluster)
+        if "snapshot" in strategies and len(source):
+            self._watch_source(key, state, source, source_holes)
+        if self.config.claim_holes:
+            self._hole_candidates(key, state, target, candidates)
+        if len(target):
+            state.last_target = target.last()
+
+        stamped = (is_valid(target.rows.column("source_position"))
+                   if "position-property" in strategies else np.zeros(len(target), bool))
+        pairs = [_stamped_pairs(target, stamped)] if stamped.any() else []
+        if self.identity is not None:
+            mapped = known.segments.source_ranges()
+            if pairs:
+                mapped = mapped | pairs[0].source_ranges()
+            found = self.identity.find(state, target, source, ~stamped, mapped)
+            pairs += [found.pairs] if found.pairs is not None else []
+            foreign, unpaired = found.foreign, found.unpaired
+            totals.count(found)
+        else:
+            # Only the stamp is trusted: an entry without it did not come from the source.
+            foreign, unpaired = target.runs(~stamped), Runs()
+        segments, merged = self._merge(key, known.segments, pairs, totals)
+        forget_mapped_sources(state.source, merged)
+        self.known.put(key, replace(known, segments=merged, foreign=known.foreign.union(foreign),
+                                    unpaired=known.unpaired.union(unpaired)))
+        if not (len(segments) or len(foreign) or len(unpaired)):
+            return None
+        return TopicMapping(segments, Runs(), foreign, unpaired=unpaired)
+
+    def _watch_source(self, key: PartitionKey, state: PartitionState, source: SideRows,
+                      source_holes: dict[PartitionKey, Runs]) -> None:
+        """The ids the source reader skipped go to ``source_holes`` (markers: anchors, maybe);
+        the source's tail is looked past for TAIL_WATCH_S from now."""
+        skipped = holes(source.ledger, source.entry, previous=state.last_source)
+        if len(skipped):
+            source_holes[key] = skipped
+        last = source.last()
+        if state.last_source is None or last > state.last_source:
+            state.last_source = last
+        state.watch_until = self.clock() + TAIL_WATCH_S
+
+    def _hole_candidates(self, key: PartitionKey, state: PartitionState, target: SideRows,
+                         candidates: dict[PartitionKey, Runs]) -> None:
+        """The ids the target reader skipped go to ``candidates``, and with a check the first
+        LEDGER_END_PROBE ids past each ledger it moved on from."""
+        skipped = holes(target.ledger, target.entry, previous=state.last_target)
+        if self.hole_check is not None:  # never claimed unchecked: they may not exist
+            ends = [(p.ledger, p.entry + 1) for p in
+                    ledger_ends(target.ledger, target.entry, previous=state.last_target)]
+            if ends:
+                state.probes = state.probes | set(ends)
+                probes = np.array([(ledger, entry, LEDGER_END_PROBE) for ledger, entry in ends],
+                                  np.int64)
+                skipped = Runs(np.concatenate([skipped.rows, probes]))
+        if len(skipped):
+            candidates[key] = skipped
+
+    def _merge(self, key: PartitionKey, known: SegmentSet, pairs: list[Pairs],
+               totals: BatchTotals) -> tuple[SegmentSet, SegmentSet]:
+        """The batch's segments, and the partition's with them. Evidence that conflicts (two
+        sources claimed for one target entry) is dropped for the batch, never guessed."""
+        if not pairs:
+            return SegmentSet(), known
+        try:
+            segments = Pairs.concat(pairs).segments()
+            merged = known | segments
+        except MappingConflictError as err:
+            totals.conflicts += 1
+            log.error("mapping evidence for %s conflicts and is dropped (never guessed): %s",
+                      key, err)
+            return SegmentSet(), known
+        totals.pairs += segments.entry_count()
+        return segments, merged
+
+    def _checks_due(self, fresh: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         """The skipped ids to check in this batch: those left by earlier batches first, then
         this batch's, whole runs, up to HOLE_CHECKS_PER_BATCH ids (at least one run); the
         rest wait in the partitions' state."""
         if self.hole_check is None:
             return fresh
-        waiting = sorted((key, st) for key, st in self._parts.items() if len(st.unchecked.rows))
-        runs = [(key, row) for key, st in waiting for row in st.unchecked.rows.tolist()]
+        waiting = sorted((key, state) for key, state in self._parts.items()
+                         if len(state.unchecked.rows))
+        runs = [(key, row) for key, state in waiting for row in state.unchecked.rows.tolist()]
         runs += [(key, row) for key, r in sorted(fresh.items()) for row in r.rows.tolist()]
         due: dict[PartitionKey, list[list[int]]] = {}
         wait: dict[PartitionKey, list[list[int]]] = {}
@@ -233,8 +334,8 @@ class MappingBuilder:
                 budget -= row[2]
             else:
                 wait.setdefault(key, []).append(row)
-        for _, st in waiting:
-            st.unchecked = Runs()
+        for _, state in waiting:
+            state.unchecked = Runs()
         for key, rows in wait.items():
             self._parts[key].unchecked = Runs(np.array(rows, np.int64))
         if wait:
@@ -243,23 +344,23 @@ class MappingBuilder:
                      HOLE_CHECKS_PER_BATCH)
         return {key: Runs(np.array(rows, np.int64)) for key, rows in due.items()}
 
-    def _anchors(self, source_holes: dict[PartitionKey, Runs],
-                 out: dict[PartitionKey, TopicMapping]) -> int:
+    def _add_anchors(self, source_holes: dict[PartitionKey, Runs],
+                     out: dict[PartitionKey, TopicMapping]) -> int:
         """Read the source's markers at its skipped ids and past the tails being watched;
         add the anchors not known yet. Returns how many were added."""
         if "snapshot" not in self.config.strategies or self.anchor_read is None:
             return 0
         now = self.clock()
-        tails = {k: st.last_source for k, st in self._parts.items()
-                 if st.last_source is not None and st.watch_until >= now}
+        tails = {k: state.last_source for k, state in self._parts.items()
+                 if state.last_source is not None and state.watch_until >= now}
         if not source_holes and not tails:
             return 0
         found = self.anchor_read(source_holes, tails)
         for key, pos in found.tails.items():
-            st = self._parts[key]
-            if st.last_source is None or pos > st.last_source:
-                st.last_source = pos
-                st.watch_until = now + TAIL_WATCH_S
+            state = self._parts[key]
+            if state.last_source is None or pos > state.last_source:
+                state.last_source = pos
+                state.watch_until = now + TAIL_WATCH_S
         added = 0
         for key, anchors in found.anchors.items():
             known = self.known.get(key, TopicMapping())
@@ -274,8 +375,8 @@ class MappingBuilder:
             added += len(fresh)
         return added
 
-    def _claim(self, candidates: dict[PartitionKey, Runs],
-               out: dict[PartitionKey, TopicMapping]) -> tuple[int, int]:
+    def _claim_markers(self, candidates: dict[PartitionKey, Runs],
+                       out: dict[PartitionKey, TopicMapping]) -> tuple[int, int]:
         """Claim the candidate holes the check keeps (all of them without a check);
         returns how many entry ids were claimed, and how many probed past a ledger's last
         returned entry were not (mostly ids past its end: no skipped id at all)."""
@@ -304,191 +405,34 @@ class MappingBuilder:
         ids were not claimed."""
         unclaimed = 0
         for key, runs in checked.items():
-            st = self._parts.get(key)
-            if st is None or not st.probes:
+            state = self._parts.get(key)
+            if state is None or not state.probes:
                 continue
             markers = claimed[key].ranges() if key in claimed else RangeSet()
             more = []
-            for lg, e, n in runs.rows.tolist():
-                if (lg, e) not in st.probes:
+            for ledger, entry, count in runs.rows.tolist():
+                if (ledger, entry) not in state.probes:
                     continue
-                st.probes = st.probes - {(lg, e)}
-                probed = RangeSet.entries(np.array([lg]), np.array([e]), np.array([n]))
+                state.probes = state.probes - {(ledger, entry)}
+                probed = RangeSet.entries(np.array([ledger]), np.array([entry]),
+                                          np.array([count]))
                 found = (markers & probed).count_entries()
-                unclaimed += n - found
-                if found == n:
-                    more.append((lg, e + n, n))
-                    st.probes = st.probes | {(lg, e + n)}
+                unclaimed += count - found
+                if found == count:
+                    more.append((ledger, entry + count, count))
+                    state.probes = state.probes | {(ledger, entry + count)}
             if more:
-                st.unchecked = Runs(np.concatenate([st.unchecked.rows,
+                state.unchecked = Runs(np.concatenate([state.unchecked.rows,
                                                     np.array(more, np.int64)]))
         return unclaimed
 
-    def _partition(self, key: PartitionKey, entries: pa.Table, totals: dict[str, int],
-                   candidates: dict[PartitionKey, Runs],
-                   source_holes: dict[PartitionKey, Runs]) -> TopicMapping | None:
-        cfg = self.config
-        st = self._parts.setdefault(key, PartitionState())
-        known = self.known.get(key, TopicMapping())
-        clusters = entries.column("cluster")
-        tgt = by_position(entries.filter(pc.equal(clusters, cfg.target_cluster)))
-        src = by_position(entries.filter(pc.equal(clusters, cfg.source_cluster)))
-        tl = tgt.column("ledger").to_numpy()
-        te = tgt.column("entry").to_numpy()
-        sl = src.column("ledger").to_numpy()
-        se = src.column("entry").to_numpy()
 
-        if "snapshot" in cfg.strategies and len(sl):
-            found = holes(sl, se, previous=st.last_source)
-            if len(found):
-                source_holes[key] = found
-            last = Position(int(sl[-1]), int(se[-1]))
-            if st.last_source is None or last > st.last_source:
-                st.last_source = last
-            st.watch_until = self.clock() + TAIL_WATCH_S
-
-        if cfg.claim_holes:
-            found = holes(tl, te, previous=st.last_target)
-            if self.hole_check is not None:  # never claimed unchecked: they may not exist
-                ends = [(p.ledger, p.entry + 1) for p in
-                        ledger_ends(tl, te, previous=st.last_target)]
-                if ends:
-                    st.probes = st.probes | set(ends)
-                    probes = np.array([(lg, e, LEDGER_END_PROBE) for lg, e in ends], np.int64)
-                    found = Runs(np.concatenate([found.rows, probes]))
-            if len(found):
-                candidates[key] = found
-        if len(tl):
-            st.last_target = Position(int(tl[-1]), int(te[-1]))
-
-        pairs: list[tuple[np.ndarray, ...]] = []
-        prop = tgt.column("source_position")
-        has_prop = is_valid(prop)
-        if "position-property" in cfg.strategies and has_prop.any():
-            pl, pe = (tgt.column(c).to_numpy()[has_prop] for c in ("stamp_ledger", "stamp_entry"))
-            pairs.append((pl, pe, tl[has_prop], te[has_prop],
-                          np.full(int(has_prop.sum()), evidence_code("position-property"),
-                                  np.int8)))
-
-        foreign = unpaired = Runs()
-        rest = ~has_prop if "position-property" in cfg.strategies else np.ones(len(tl), bool)
-        if cfg.digests:
-            digests = tgt.column("entry_identity").to_pylist()
-            # No digest: outside the identity scope (an unbatched entry without the stamp,
-            # with identity_scope batched), so nothing on the source can match it.
-            undigested = rest & ~is_valid(tgt.column("entry_identity"))
-            rest &= ~undigested
-            t_stream, t_publish = streams_and_times(tgt)
-            st.target.extend(tl[rest], te[rest],
-                             [d for d, r in zip(digests, rest, strict=True) if r],
-                             t_stream[rest], t_publish[rest])
-            mapped = known.segments.source_ranges()
-            if pairs:
-                batch = SegmentSet.from_pairs(*pairs[0][:4], validate=False)
-                mapped = mapped | batch.source_ranges()
-            fresh = ~mapped.contains_arrays(sl, se) if len(sl) else np.zeros(0, bool)
-            sd = src.column("entry_identity").to_pylist()
-            fresh &= is_valid(src.column("entry_identity"))
-            s_stream, s_publish = streams_and_times(src)
-            st.source.extend(sl[fresh], se[fresh], [d for d, f in zip(sd, fresh, strict=True) if f],
-                             s_stream[fresh], s_publish[fresh])
-            pairs_id, unpaired, gt, gs = self._align(st)
-            if pairs_id is not None:
-                pairs.append(pairs_id)
-            foreign = gt.union(Runs.from_positions(tl[undigested], te[undigested]))
-            totals["gt"] += gt.entry_count() + int(undigested.sum())
-            totals["gs"] += gs
-            totals["unpaired"] += unpaired.entry_count()
-        elif rest.any():
-            # Only the property is trusted: an entry without it did not come from the source.
-            foreign = Runs.from_positions(tl[rest], te[rest])
-
-        segments = SegmentSet()
-        if pairs:
-            cat = [np.concatenate([p[i] for p in pairs]) for i in range(5)]
-            try:
-                segments = SegmentSet.from_pairs(cat[0], cat[1], cat[2], cat[3], cat[4])
-                merged = known.segments | segments
-            except MappingConflictError as err:
-                totals["conflicts"] += 1
-                log.error("mapping evidence for %s conflicts and is dropped (never guessed): %s",
-                          key, err)
-                segments = SegmentSet()
-                merged = known.segments
-            totals["pairs"] += segments.entry_count()
-        else:
-            merged = known.segments
-        if len(st.source) and len(merged):
-            # Source entries mapped by the property meanwhile no longer wait for a match.
-            done = merged.source_ranges().contains_arrays(np.array(st.source.ledger, np.int64),
-                                                          np.array(st.source.entry, np.int64))
-            st.source.keep(~done)
-        self.known.put(key, replace(known, segments=merged, foreign=known.foreign.union(foreign),
-                                    unpaired=known.unpaired.union(unpaired)))
-        if not (len(segments) or len(foreign) or len(unpaired)):
-            return None
-        return TopicMapping(segments, Runs(), foreign, unpaired=unpaired)
-
-    def _align(self, st: PartitionState
-               ) -> tuple[tuple[np.ndarray, ...] | None, Runs, Runs, int]:
-        """Pair pending entries by identity (with ``identity``), or only find the target
-        entries whose digest the source shows (``snapshot`` alone); age out what the window
-        no longer holds. Returns the pairs, the target entries given up as copies
-        (``unpaired``: their digest is on the source) and as foreign, and how many source
-        entries were given up."""
-        if "identity" not in self.config.strategies:
-            on_source = set(st.source.digest)
-            copy = np.array([d in on_source for d in st.target.digest], bool)
-            unpaired = self._given_up(st, copy, on_source)[0]
-            st.target.keep(~copy)
-            copies, foreign, gone_s = self._window(st)
-            return None, unpaired.union(copies), foreign, gone_s
-        if not len(st.source) and not len(st.target):
-            return None, Runs(), Runs(), 0
-        src, tgt = st.source.waiting(), st.target.waiting()
-        done = align(src, tgt, st.memory, window=self.config.alignment_window)
-        st.memory = done.memory
-        result = None
-        if len(done.source):
-            result = (src.ledger[done.source], src.entry[done.source],
-                      tgt.ledger[done.target], tgt.entry[done.target],
-                      np.full(len(done.source), evidence_code("identity"), np.int8))
-        unpaired, foreign = self._given_up(st, done.target_gone, set(st.source.digest))
-        st.target.keep(done.target_kept)
-        st.source.keep(done.source_kept)
-        return result, unpaired, foreign, int(done.source_gone.sum())
-
-    def _given_up(self, st: PartitionState, gone: np.ndarray,
-                  on_source: set[bytes]) -> tuple[Runs, Runs]:
-        """Target entries given up on, split: copies (``snapshot`` on and their digest on the
-        source) and foreign (the rest)."""
-        if not gone.any():
-            return Runs(), Runs()
-        tl = np.array(st.target.ledger, np.int64)
-        te = np.array(st.target.entry, np.int64)
-        copy = np.zeros(len(gone), bool)
-        if "snapshot" in self.config.strategies:
-            copy = np.array([g and d in on_source for d, g in zip(st.target.digest, gone,
-                                                                   strict=True)], bool)
-        foreign = gone & ~copy
-        return (Runs.from_positions(tl[copy], te[copy]),
-                Runs.from_positions(tl[foreign], te[foreign]))
-
-    def _window(self, st: PartitionState) -> tuple[Runs, Runs, int]:
-        """Age out what the window no longer holds: target entries as copies or foreign
-        (:meth:`_given_up`), source entries counted."""
-        win = self.config.alignment_window
-        copies = gone_t = Runs()
-        gone_s = 0
-        if len(st.target) > win:
-            n = len(st.target) - win
-            old = np.arange(len(st.target)) < n
-            copies, gone_t = self._given_up(st, old, set(st.source.digest))
-            st.target.keep(~old)
-        if len(st.source) > win:
-            gone_s = len(st.source) - win
-            st.source.keep(np.arange(len(st.source)) >= gone_s)
-        return copies, gone_t, gone_s
+def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:
+    """The target entries ``stamped`` picks, each paired with the source entry its
+    source-position stamp names."""
+    return Pairs.of(target.rows.column("stamp_ledger").to_numpy()[stamped],
+                    target.rows.column("stamp_entry").to_numpy()[stamped],
+                    target.ledger[stamped], target.entry[stamped], "position-property")
 
 
 __all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderConfig",

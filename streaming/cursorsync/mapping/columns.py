@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cursorsync.core.alignment import NO_STREAM, NO_TIME, stream_of
+from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
 
 #: Columns identity alignment orders by where rows have them: each entry's producer (its
 #: stream) and publish time (what its memory's horizon compares).
 ORDER_COLUMNS = ("producer_name", "publish_time")
 
 
-def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
+def first_row_per_entry(rows: pa.Table, stamped_cluster: str | None = None) -> pa.Table:
     """One row per (cluster, topic, partition, ledger, entry): its lowest batch index.
-    With ``stamped``, that cluster's rows' source-position stamps are parsed, all in one
-    pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
+    With ``stamped_cluster``, that cluster's rows' source-position stamps are parsed, all in
+    one pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
     cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
             "source_position", "entry_identity"]
     cols += [c for c in ORDER_COLUMNS if c in rows.column_names]
@@ -31,14 +36,14 @@ def first_row_per_entry(rows: pa.Table, stamped: str | None = None) -> pa.Table:
             same &= k[1:] == k[:-1]
         first[1:] = ~same
         t = t.filter(pa.array(first))
-    if stamped is None:
+    if stamped_cluster is None:
         return t
     stamps = t.column("source_position")
-    mine = is_valid(stamps) & np.asarray(pc.equal(t.column("cluster"), stamped).to_numpy(
-        zero_copy_only=False), bool)
+    stamped = is_valid(stamps) & np.asarray(pc.equal(t.column("cluster"), stamped_cluster)
+                                            .to_numpy(zero_copy_only=False), bool)
     ledger, entry = np.zeros(t.num_rows, np.int64), np.zeros(t.num_rows, np.int64)
-    if mine.any():
-        ledger[mine], entry[mine] = stamp_positions(stamps.filter(pa.array(mine)))
+    if stamped.any():
+        ledger[stamped], entry[stamped] = stamp_positions(stamps.filter(pa.array(stamped)))
     return t.append_column("stamp_ledger", pa.array(ledger)).append_column(
         "stamp_entry", pa.array(entry))
 
@@ -106,5 +111,32 @@ def by_position(t: pa.Table) -> pa.Table:
     return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
 
 
-__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "by_partition", "by_position", "first_row_per_entry",
-           "is_valid", "stamp_positions", "streams_and_times"]
+@dataclass(frozen=True)
+class SideRows:
+    """One cluster's rows of a topic partition in a batch, by position, with their ledger and
+    entry ids as numpy arrays."""
+
+    rows: pa.Table
+    ledger: I64
+    entry: I64
+
+    @classmethod
+    def of(cls, entries: pa.Table, cluster: str) -> SideRows:
+        """The rows of ``entries`` (one topic partition's) read from ``cluster``."""
+        rows = by_position(entries.filter(pc.equal(entries.column("cluster"), cluster)))
+        return cls(rows, rows.column("ledger").to_numpy(), rows.column("entry").to_numpy())
+
+    def last(self) -> Position:
+        """The last row's position (there is one)."""
+        return Position(int(self.ledger[-1]), int(self.entry[-1]))
+
+    def runs(self, mask: npt.NDArray[np.bool_]) -> Runs:
+        """The positions of the rows ``mask`` picks, as runs."""
+        return Runs.from_positions(self.ledger[mask], self.entry[mask])
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+
+__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "SideRows", "by_partition", "by_position",
+           "first_row_per_entry", "is_valid", "stamp_positions", "streams_and_times"]

@@ -51,7 +51,7 @@ evidence can use). ``read()`` hands Spark Arrow record batches.
 
 ``layout=arrow`` (the mapping job's): each Spark row carries a whole Arrow
 record batch of the selected columns, as an Arrow IPC stream (schema
-``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack`` turns a batch of them back
+``PACKED_SCHEMA``: cluster, rows, arrow); ``unpack_batches`` turns a batch of them back
 into the rows. The mapping sink takes its batch to the driver as Arrow at once
 (``toArrow``), so Spark's per-row work (Arrow -> rows on the executors, rows ->
 Arrow again for the collect) bought nothing there (``cursorsync-dev bench layout``
@@ -98,22 +98,23 @@ from cursorsync.mapping import wake
 from cursorsync.mapping.entries_options import (
     EntriesOptions,
     EntriesReadError,
+    StartingPosition,
     output_schema,
     parse_columns,
     parse_layout,
 )
 from cursorsync.mapping.entries_read import freeze_worker_heap, read_entries
-from cursorsync.mapping.entries_rows import arrow_batches, packed_batches
+from cursorsync.mapping.entries_rows import arrow_batches, pack_batches
 from cursorsync.mapping.entries_tasks import (
     BEFORE_ALL,
     EntriesPartition,
     EntriesTask,
     allocate,
+    entries_offset,
+    entries_positions,
     first_entry_after,
-    make_offset,
     nth_entry_after,
     pack_ranges,
-    parse_offset,
 )
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.options import Options
@@ -206,9 +207,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def initialOffset(self) -> dict[str, Any]:
         topics = self.topics()
-        if self.options.starting_position == "latest":
-            return make_offset({t: self.latest_position(t) for t in topics})
-        return make_offset({t: BEFORE_ALL for t in topics})
+        if self.options.starting_position is StartingPosition.LATEST:
+            return entries_offset({t: self.latest_position(t) for t in topics})
+        return entries_offset({t: BEFORE_ALL for t in topics})
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: fix the target now; later entries wait for the next run."""
@@ -229,7 +230,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return end
 
     def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = parse_offset(start)
+        begin = entries_positions(start)
         latest = dict(begin)
         if self._available_now is not None:
             for t, pos in self._available_now.items():
@@ -239,8 +240,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 latest.setdefault(t, BEFORE_ALL)  # a newly discovered partition: from its start
                 latest[t] = max(latest[t], self.latest_position(t))
         if not isinstance(limit, ReadMaxRows):
-            return make_offset(latest)
-        return make_offset(self._limit(begin, latest, limit.max_rows))
+            return entries_offset(latest)
+        return entries_offset(self._limit(begin, latest, limit.max_rows))
 
     def _limit(self, begin: Mapping[str, Position], latest: Mapping[str, Position],
                budget: int) -> dict[str, Position]:
@@ -294,8 +295,8 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        lo = parse_offset(start)
-        hi = parse_offset(end)
+        lo = entries_positions(start)
+        hi = entries_positions(end)
         o = self.options
         return pack_ranges(self.ranges(lo, hi), o.entries_per_task, o.ranges_per_task)
 
@@ -334,13 +335,13 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         first = partition.ranges[0]  # the output options are the same for every range
         rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
         batches = arrow_batches(rows, first.columns)
-        return packed_batches(batches, first.cluster) if first.packed else batches
+        return pack_batches(batches, first.cluster) if first.packed else batches
 
     def commit(self, end: dict[str, Any]) -> None:
         """Ack ``end`` cumulatively on the mapping subscription: retention may drop it now."""
         import pulsar
 
-        for t, pos in parse_offset(end).items():
+        for t, pos in entries_positions(end).items():
             if pos.ledger < 0 or pos.entry < 0:
                 continue
             mid = pulsar.MessageId(TopicName.parse(t).partition, pos.ledger, pos.entry, -1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from pyspark.sql.types import (
@@ -103,6 +104,14 @@ def parse_columns(spec: str | None) -> tuple[str, ...]:
     return tuple(c for c in COLUMNS if c in names)
 
 
+class StartingPosition(StrEnum):
+    """Option ``startingPosition``: where the first batch of a new checkpoint starts (a topic
+    partition discovered later starts before its first entry either way)."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
 class EntriesReadError(CursorSyncError):
     """A topic partition could not be read between two offsets; names the topic and range."""
 
@@ -116,7 +125,7 @@ class EntriesOptions:
     selection: Selection
     admin: AdminConfig | None
     subscription: str
-    starting_position: str
+    starting_position: StartingPosition
     max_rows_per_batch: int | None
     identity_fields: tuple[str, ...]
     identity: bool
@@ -158,7 +167,8 @@ class EntriesOptions:
             selection=selection,
             admin=admin,
             subscription=o.get_str("subscription", DEFAULT_SUBSCRIPTION) or DEFAULT_SUBSCRIPTION,
-            starting_position=o.choice("startingPosition", ("earliest", "latest"), "earliest"),
+            starting_position=StartingPosition(o.choice(
+                "startingPosition", tuple(StartingPosition), StartingPosition.EARLIEST)),
             max_rows_per_batch=o.get_int("maxRowsPerBatch", None, minimum=1),
             identity_fields=(parse_identity_fields(fields_spec) if fields_spec
                              else DEFAULT_IDENTITY_FIELDS),

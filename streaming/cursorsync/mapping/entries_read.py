@@ -46,26 +46,26 @@ CLIENTS_KEPT = 8
 def _client(settings: ClientSettings) -> Any:
     """This worker's client for ``settings`` (opened once, the least recently used closed)."""
     with _CLIENTS_LOCK:
-        c = _CLIENTS.pop(settings, None)
-        if c is None:
+        client = _CLIENTS.pop(settings, None)
+        if client is None:
             if not _CLIENTS:
                 atexit.register(_close_clients)
-            c = settings.connect()
+            client = settings.connect()
             while len(_CLIENTS) >= CLIENTS_KEPT:
                 oldest = next(iter(_CLIENTS))
                 with contextlib.suppress(Exception):  # its tasks are done; best effort
                     _CLIENTS.pop(oldest).close()
-        _CLIENTS[settings] = c  # most recently used last
-        return c
+        _CLIENTS[settings] = client  # most recently used last
+        return client
 
 
 def _close_clients() -> None:
     """At exit, while our logger still exists: a client destroyed later logs at DEBUG to
     stdout (seen after ``--json`` output)."""
     with _CLIENTS_LOCK:
-        for c in _CLIENTS.values():
+        for client in _CLIENTS.values():
             with contextlib.suppress(Exception):  # best effort, at exit
-                c.close()
+                client.close()
         _CLIENTS.clear()
 
 
@@ -82,7 +82,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     fields = MESSAGE_FIELD_COLUMNS - (DIGESTED_ONLY_COLUMNS if part.columns == EVIDENCE_COLUMNS
                                       else frozenset())
     wide = not fields.isdisjoint(part.columns)
-    digest = Digester(part.identity_fields, (part.source_position_property,))
+    digester = Digester(part.identity_fields, (part.source_position_property,))
     start = Position.parse(part.start)
     end = Position.parse(part.end)
     if end <= start:
@@ -94,7 +94,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
                                   receiver_queue_size=part.receiver_queue_size)
     try:
         for entry in _whole_entries(part, reader, start, end):
-            yield from row_values(part, where, entry, wide, digest)
+            yield from row_values(part, where, entry, wide, digester)
     finally:
         reader.close()
 
@@ -108,88 +108,129 @@ def _whole_entries(part: EntriesPartition, reader: Any, start: Position,
     before an entry already yielded, or a batch index already seen) are dropped:
     every entry is yielded once. An entry first seen behind one already yielded
     fails the task (a reader delivers in order; skipping it would be a hole).
-    Positions are (ledger, entry) tuples here: this loop runs once per message.
     """
     import pulsar
 
-    end = (end_pos.ledger, end_pos.entry)
-    where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
-    before = (start.ledger, start.entry)  # exclusive: not this range's
-    done_to = before  # the last entry yielded, or the start
-    yielded: set[tuple[int, int]] = set()
-    current: Entry | None = None
-    waited = 0
-    checked_at = 0  # ``waited`` at the last tail check of this silence
+    read = _RangeRead(part, start, end_pos)
     while True:
-        if current is not None and current.complete:
-            yield current
-            done_to = current.pos
-            yielded.add(done_to)
-            current = None
-            if done_to >= end:
+        if read.current is not None and read.current.complete:
+            yield read.finish()
+            if read.done_to >= read.end:
                 return
-        mid_batch = current is not None and current.size is not None
         try:
             # The receiver queue is usually full: ask the broker whether anything is
             # left only when it runs dry, not once per entry (a round trip each).
             msg = reader.read_next(READ_POLL_MS)
         except pulsar.Timeout as e:
-            # Never return part of (start, end]: end is at or before the latest entry
-            # the driver saw, so entries are missing, not absent, and a skipped entry
-            # would later look like a marker hole to the mapping builder (and be acked).
-            # Unless the admin API says nothing left is for a reader to deliver.
-            waited += READ_POLL_MS
-            incomplete = current is not None and (current.size is None
-                                                  or not current.complete)
-            if waited - checked_at >= part.tail_check_ms and not (
-                    incomplete and current is not None and current.size is not None):
-                checked_at = waited
-                after = current.pos if current is not None else done_to
-                if _nothing_to_deliver(part, after, end):
-                    if current is not None:
-                        yield current
-                    return
-            if waited >= part.read_timeout_ms:
-                more = "" if mid_batch else (
-                    f" (the broker says more available: {reader.has_message_available()})")
-                raise EntriesReadError(
-                    f"{where}: stopped before {end_pos}: no message within "
-                    f"{part.read_timeout_ms} ms{more}; the task fails rather than "
-                    f"return a partial range"
-                ) from e
+            if read.complete_after_silence(reader, e):
+                if read.current is not None:
+                    yield read.current
+                return
             continue
-        waited = checked_at = 0
+        read.waited = read.checked_at = 0  # the silence is over
         mid = msg.message_id()
         pos = (mid.ledger_id(), mid.entry_id())
-        if pos <= done_to:
-            if pos <= before or pos in yielded:
-                continue  # the start entry (batch index -1 compares low) or a re-delivery
-            # Never yielded yet behind one that was: skipping it would leave a hole the
-            # builder takes for a marker (and acks), so fail the task instead.
-            raise EntriesReadError(f"{where}: entry {pos[0]}:{pos[1]} arrived after "
-                                   f"{done_to[0]}:{done_to[1]}, out of order")
-        if pos > end:
+        if pos <= read.done_to:
+            read.check_redelivered(pos)
+            continue
+        if pos > read.end:
             break
-        if current is not None:
-            if pos == current.pos:
-                current.add(mid, msg)
+        if read.current is not None:
+            if pos == read.current.pos:
+                read.current.add(mid, msg)
                 continue
             # An entry ends here when its size is unknown, or when its batch was not
             # delivered whole: its digest then matches nothing, so it stays unmapped.
-            yield current
-            done_to = current.pos
-            yielded.add(done_to)
-        index = mid.batch_index()
-        first = first_chunk_of(mid) if index < 0 else None
-        current = Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
-                        chunked=first is not None)
-    if current is not None:
-        if current.size is not None and not current.complete:
+            yield read.finish()
+        read.current = _begin_entry(pos, mid, msg)
+    if read.current is not None:
+        read.check_whole()
+        yield read.current
+
+
+def _begin_entry(pos: tuple[int, int], mid: Any, msg: Any) -> Entry:
+    """The entry at ``pos``, begun with ``msg``, the first of its messages delivered."""
+    index = mid.batch_index()
+    first = first_chunk_of(mid) if index < 0 else None
+    return Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
+                 chunked=first is not None)
+
+
+class _RangeRead:
+    """Where reading one range is: the entry being assembled, the entries yielded, how long
+    the reader has been silent. Positions are (ledger, entry) tuples here: the read loop
+    runs once per message."""
+
+    __slots__ = ("before", "checked_at", "current", "done_to", "end", "end_pos", "part",
+                 "waited", "where", "yielded")
+
+    def __init__(self, part: EntriesPartition, start: Position, end_pos: Position) -> None:
+        self.part = part
+        self.end_pos = end_pos
+        self.end = (end_pos.ledger, end_pos.entry)
+        self.where = f"cluster {part.cluster} topic {part.topic} range ({start}..{end_pos}]"
+        self.before = (start.ledger, start.entry)  # exclusive: not this range's
+        self.done_to = self.before  # the last entry yielded, or the start
+        self.yielded: set[tuple[int, int]] = set()
+        self.current: Entry | None = None
+        self.waited = 0  # ms the reader has been silent
+        self.checked_at = 0  # ``waited`` at the last tail check of this silence
+
+    def finish(self) -> Entry:
+        """The entry being assembled, to be yielded: it is done with."""
+        entry = self.current
+        assert entry is not None
+        self.done_to = entry.pos
+        self.yielded.add(entry.pos)
+        self.current = None
+        return entry
+
+    def check_redelivered(self, pos: tuple[int, int]) -> None:
+        """A message at or before the last entry yielded: a re-delivery, or the start entry
+        (batch index -1 compares low). One never yielded yet would leave a hole the builder
+        takes for a marker (and acks), so it fails the task instead."""
+        if pos <= self.before or pos in self.yielded:
+            return
+        raise EntriesReadError(f"{self.where}: entry {pos[0]}:{pos[1]} arrived after "
+                               f"{self.done_to[0]}:{self.done_to[1]}, out of order")
+
+    def complete_after_silence(self, reader: Any, timeout: Exception) -> bool:
+        """After a poll that timed out: whether the range is complete (the admin API says
+        nothing left is for a reader to deliver); EntriesReadError once silent for the
+        read timeout.
+
+        Never return part of (start, end]: end is at or before the latest entry the
+        driver saw, so entries are missing, not absent, and a skipped entry would later
+        look like a marker hole to the mapping builder (and be acked)."""
+        part, current = self.part, self.current
+        self.waited += READ_POLL_MS
+        # Waiting for the rest of a batch (a complete entry is yielded before the next poll):
+        # no lookup says its messages are not coming.
+        mid_batch = current is not None and current.size is not None
+        if self.waited - self.checked_at >= part.tail_check_ms and not mid_batch:
+            self.checked_at = self.waited
+            after = current.pos if current is not None else self.done_to
+            if _nothing_to_deliver(part, after, self.end):
+                return True
+        if self.waited >= part.read_timeout_ms:
+            more = "" if mid_batch else (
+                f" (the broker says more available: {reader.has_message_available()})")
             raise EntriesReadError(
-                f"{where}: entry {current.pos[0]}:{current.pos[1]} ended after "
+                f"{self.where}: stopped before {self.end_pos}: no message within "
+                f"{part.read_timeout_ms} ms{more}; the task fails rather than "
+                f"return a partial range"
+            ) from timeout
+        return False
+
+    def check_whole(self) -> None:
+        """The last entry, past which the reader moved: EntriesReadError if its batch size
+        is known and not all its messages came."""
+        current = self.current
+        if current is not None and current.size is not None and not current.complete:
+            raise EntriesReadError(
+                f"{self.where}: entry {current.pos[0]}:{current.pos[1]} ended after "
                 f"{len(current.messages)} of its {current.size} messages"
             )
-        yield current
 
 
 def _nothing_to_deliver(part: EntriesPartition, after: tuple[int, int],

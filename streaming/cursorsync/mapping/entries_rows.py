@@ -33,10 +33,11 @@ _Fields = tuple[str, None, int, int | None, str | None, bytes | None, dict[str, 
 
 
 def _fields_of(msg: Any, props: dict[str, str]) -> _Fields:
-    okey = msg.ordering_key() or None
+    ordering_key = msg.ordering_key() or None
     return (msg.producer_name(), None, msg.publish_timestamp(), msg.event_timestamp() or None,
             msg.partition_key() or None,
-            okey.encode("utf-8") if isinstance(okey, str) else okey, props, msg.data())
+            ordering_key.encode("utf-8") if isinstance(ordering_key, str) else ordering_key,
+            props, msg.data())
 
 
 #: A message picked for a row: its id, its fields (None where nothing needs them), its
@@ -45,37 +46,37 @@ _Picked = tuple[Any, _Fields | None, dict[str, str], bytes | None]
 
 
 def row_values(part: EntriesPartition, where: tuple[str, int], entry: Entry,
-               wide: bool, digest: Digester) -> list[Row]:
+               wide: bool, digester: Digester) -> list[Row]:
     """Rows of one entry's messages (all of them, in batch order, or the first with
     rowsPer=entry). ``where`` is the topic's (base name, partition index), worked out once
     per read; ``wide`` says the selected columns need each message's own fields."""
-    picked = _picked_messages(part, entry, wide, digest)
+    picked = _picked_messages(part, entry, wide, digester)
     if picked is None:
         return []
-    rows, edigest = picked
+    rows, entry_identity = picked
     prop = part.source_position_property
     size = len(entry.messages)
     ledger, entry_id = entry.pos
     chunked = entry.chunked
     out: list[Row] = []
-    for mid, f, props, d in rows:
-        if f is None:
+    for mid, fields, props, identity in rows:
+        if fields is None:
             out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
                         size, None, None, None, props, None, None,
-                        None if chunked else props.get(prop), d, edigest,
+                        None if chunked else props.get(prop), identity, entry_identity,
                         None))
             continue
-        okey = f[5]
+        producer, _, publish, event, partition_key, ordering_key, _, payload = fields
         out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
-            mid.batch_index(), size, f[0], f[2], f[3], props, f[4],
-            None if okey is None else okey.decode(),
-            None if chunked else props.get(prop), d, edigest, len(f[7]),
+            mid.batch_index(), size, producer, publish, event, props, partition_key,
+            None if ordering_key is None else ordering_key.decode(),
+            None if chunked else props.get(prop), identity, entry_identity, len(payload),
         ))
     return out
 
 
-def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digest: Digester,
+def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digester: Digester,
                      ) -> tuple[list[_Picked], bytes | None] | None:
     """The messages of ``entry`` that get a row, and the entry's digest; None when the
     entry gets no row at all.
@@ -87,32 +88,32 @@ def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digest: D
     prop = part.source_position_property
     # A chunked message carries no evidence: it is never mapped,
     # so never acked on the target, and comes again whole after a failover.
-    identity = (part.identity and not entry.chunked
+    in_scope = (part.identity and not entry.chunked
                 and (entry.batched or not part.identity_batched_only))
-    if part.identity_rows_only and not identity:
+    if part.identity_rows_only and not in_scope:
         return None  # an entry identity evidence will not use: no row at all
     per_entry = part.per_entry
-    digests: list[bytes | None] = []
+    identities: list[bytes | None] = []
     rows: list[_Picked] = []
     for i, msg in enumerate(entry.messages):
         props = msg.properties()  # a new dict per call
         # On the target, a stamped entry is mapped by its stamp; on the source side
         # (identity_rows_only) a stamp from a third cluster means nothing here.
-        digest_it = identity and (part.identity_rows_only or not part.position_evidence
+        digest_it = in_scope and (part.identity_rows_only or not part.position_evidence
                                   or prop not in props)
         row_wanted = i == 0 or not per_entry
         fields = _fields_of(msg, props) if digest_it or (row_wanted and wide) else None
-        d = digest(*fields) if digest_it and fields is not None else None
-        digests.append(d)
+        identity = digester(*fields) if digest_it and fields is not None else None
+        identities.append(identity)
         if row_wanted:
-            rows.append((entry.ids[i], fields, props, d))
-        if not identity and per_entry:
+            rows.append((entry.ids[i], fields, props, identity))
+        if not in_scope and per_entry:
             break  # one row, no entry digest: the other messages add nothing
-    edigest = (entry_digest(digests)  # type: ignore[arg-type]  # no None in it: checked
-               if identity and None not in digests else None)
-    if part.identity_rows_only and edigest is None:
+    entry_identity = (entry_digest(identities)  # type: ignore[arg-type]  # no None: checked
+                      if in_scope and None not in identities else None)
+    if part.identity_rows_only and entry_identity is None:
         return None
-    return rows, edigest
+    return rows, entry_identity
 
 
 class Entry:
@@ -163,27 +164,29 @@ def arrow_batches(rows: Iterator[Row], columns: Sequence[str],
             schema=schema)
 
 
-def packed_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
-    """Each record batch as one row holding its Arrow IPC stream (``layout=arrow``).
+def pack_batches(batches: Iterator[pa.RecordBatch], cluster: str) -> Iterator[pa.RecordBatch]:
+    """Each record batch packed into one row holding its Arrow IPC stream
+    (``layout=arrow``); :func:`unpack_batches` turns them back.
 
     The stream is written into one buffer and handed on without a copy.
     """
     schema = to_arrow_schema(PACKED_SCHEMA, timezone="UTC")
-    for rb in batches:
+    for batch in batches:
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rb.schema) as w:
-            w.write_batch(rb)
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
         blob = sink.getvalue()
         offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
         yield pa.RecordBatch.from_arrays(
-            [pa.array([cluster]), pa.array([rb.num_rows], pa.int64()),
+            [pa.array([cluster]), pa.array([batch.num_rows], pa.int64()),
              pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])], schema=schema)
 
 
-def unpack(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """The rows of a ``layout=arrow`` batch (``PACKED_SCHEMA`` rows), as one table of the
-    selected columns; EntriesReadError if a row holds other columns (executors running
-    another cursorsync version than the driver)."""
+def unpack_batches(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The record batches :func:`pack_batches` packed into the rows of a ``layout=arrow``
+    batch (``PACKED_SCHEMA`` rows), as one table of the selected columns; EntriesReadError
+    if a row holds other columns (executors running another cursorsync version than the
+    driver)."""
     schema = to_arrow_schema(schema_of(columns), timezone="UTC")
     parts = [pa.ipc.open_stream(blob.as_buffer()).read_all()
              for chunk in table.column("arrow").chunks for blob in chunk]

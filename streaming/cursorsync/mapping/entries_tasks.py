@@ -23,14 +23,16 @@ OFFSET_VERSION = 1
 BEFORE_ALL = Position(-1, -1)
 
 
-def make_offset(positions: Mapping[str, Position]) -> dict[str, Any]:
-    """The offset JSON value: version first, topics sorted."""
+def entries_offset(positions: Mapping[str, Position]) -> dict[str, Any]:
+    """A ``pulsar-entries`` offset (JSON value) of each topic partition's last position read:
+    version first, topics sorted."""
     return {"version": OFFSET_VERSION,
             "positions": {k: str(positions[k]) for k in sorted(positions)}}
 
 
-def parse_offset(offset: Mapping[str, Any]) -> dict[str, Position]:
-    """Offset JSON -> {topic: position}; ConfigError for a version we do not know."""
+def entries_positions(offset: Mapping[str, Any]) -> dict[str, Position]:
+    """A ``pulsar-entries`` offset (JSON) -> {topic: position}, what :func:`entries_offset`
+    wrote; ConfigError for a version we do not know."""
     if isinstance(offset, str):
         offset = json.loads(offset)
     version = offset.get("version")

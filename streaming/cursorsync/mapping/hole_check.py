@@ -46,12 +46,12 @@ __all__ = ["AdminHoleCheck", "HoleCheck", "HoleCheckStats",
            "leading_markers"]
 
 
-def leading_markers(kind: Callable[[int], RawEntry | None],
+def leading_markers(look_up: Callable[[int], RawEntry | None],
                     count: int) -> tuple[int, RawEntry | None]:
     """How many entries from a run's start are markers, and what the first other one is
-    (None: absent, or none); ``kind(i)`` looks up entry i."""
+    (None: absent, or none); ``look_up(i)`` reads entry i."""
     for i in range(count):
-        raw = kind(i)
+        raw = look_up(i)
         if raw is None or not raw.is_marker:
             return i, raw
     return count, None
@@ -92,26 +92,28 @@ class AdminHoleCheck:
         return out
 
     def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
-        jobs = [(key, int(lg), int(e), int(n))
-                for key, runs in candidates.items() for lg, e, n in runs.rows.tolist()]
+        jobs = [(key, int(ledger), int(entry), int(count))
+                for key, runs in candidates.items()
+                for ledger, entry, count in runs.rows.tolist()]
         if not jobs:
             return {}
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)),
                                 thread_name_prefix="hole-check") as pool:
             kept = list(pool.map(self._check_run, jobs))
         out: dict[PartitionKey, list[tuple[int, int, int]]] = {}
-        for (key, lg, e, _), k in zip(jobs, kept, strict=True):
-            if k:
-                out.setdefault(key, []).append((lg, e, k))
+        for (key, ledger, entry, _), markers in zip(jobs, kept, strict=True):
+            if markers:
+                out.setdefault(key, []).append((ledger, entry, markers))
         return {key: Runs(np.array(rows, dtype=np.int64)) for key, rows in out.items()}
 
     def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> int:
+        """How many ids from the run's start are markers (the UPDATE ones kept)."""
         key, ledger, entry, count = job
         topic = key.concrete_topic()
         updates: list[BuiltinUpdate] = []
         malformed = 0
 
-        def kind(i: int) -> RawEntry | None:
+        def look_up(i: int) -> RawEntry | None:
             nonlocal malformed
             # Past a ledger's end (a probe past the last entry a reader returned there):
             # no such entry, so not a marker.
@@ -132,15 +134,17 @@ class AdminHoleCheck:
                         updates.append(BuiltinUpdate(key, marker.subscription, to, at))
             return found
 
-        k, raw = leading_markers(kind, count)
+        markers, other = leading_markers(look_up, count)
         with self._lock:
-            self.stats.markers += k
-            self.stats.not_markers += k < count
+            self.stats.markers += markers
+            self.stats.not_markers += markers < count
             self.stats.malformed += malformed
             self._updates += updates
-        if k < count and raw is not None:
-            what = (f"chunk {raw.chunk_id} of {raw.num_chunks}" if raw.chunk_id is not None
+        if markers < count and other is not None:
+            what = (f"chunk {other.chunk_id} of {other.num_chunks}" if other.chunk_id is not None
                     else "not a marker")
             log.info("%s: skipped id %d:%d is %s, so it and the %d skipped ids after it are "
-                     "not acked on the target", topic, ledger, entry + k, what, count - k - 1)
-        return k
+                     "not acked on the target", topic, ledger, entry + markers, what,
+                     count - markers - 1)
+        return markers
+

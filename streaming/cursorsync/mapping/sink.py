@@ -27,7 +27,7 @@ from cursorsync.mapping.builder import (
 )
 from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
-from cursorsync.mapping.entries_rows import unpack
+from cursorsync.mapping.entries_rows import unpack_batches
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
@@ -127,7 +127,7 @@ class MappingSink:
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         self._prepare(batch_id)
-        table = unpack(df.toArrow(), EVIDENCE_COLUMNS)
+        table = unpack_batches(df.toArrow(), EVIDENCE_COLUMNS)
         if self.topology is not None and table.num_rows:
             self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)

@@ -33,7 +33,7 @@ from cursorsync.mapping.entries_options import (
     output_schema,
     schema_of,
 )
-from cursorsync.mapping.entries_rows import packed_batches, unpack
+from cursorsync.mapping.entries_rows import pack_batches, unpack_batches
 
 SOURCE_NAME = "cursorsync-bench-rows"
 LAYOUTS = ("rows", "arrow")
@@ -74,7 +74,7 @@ class _Reader(DataSourceReader):
         batches = (evidence_batch(partition.value, off, min(ARROW_BATCH_ROWS,
                                                             partition.rows - off))
                    for off in range(0, partition.rows, ARROW_BATCH_ROWS))
-        return packed_batches(batches, "B") if self.packed else batches
+        return pack_batches(batches, "B") if self.packed else batches
 
 
 class BenchRowsDataSource(DataSource):
@@ -109,7 +109,7 @@ def _collect(spark: Any, layout: str, rows: int, partitions: int) -> pa.Table:
     df = (spark.read.format(SOURCE_NAME).option("rows", str(rows))
           .option("partitions", str(partitions)).option("layout", layout).load())
     table = df.toArrow()
-    return unpack(table, EVIDENCE_COLUMNS) if layout == "arrow" else table
+    return unpack_batches(table, EVIDENCE_COLUMNS) if layout == "arrow" else table
 
 
 def run_layout(spark: Any, *, rows: int = 100_000, partitions: int = 8,
