@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_strategies import World, worlds
-from cursorsync.core.cursor import CursorState
+from cursorsync.core.cursor import AckPlan, CursorState, Outcome
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import PartitionKey
 from cursorsync.core.translate import translate
-from cursorsync.sync.plans import lean, pack, pack_plan, same, unpack_plan
+from cursorsync.sync.plans import lean, pack, pack_plan, same, spread, unpack_plan
 
 
 def unpack(data: bytes) -> CursorState:
@@ -80,3 +81,28 @@ def test_cursor_states_compare_by_value_ledger_lists_included(w: World) -> None:
             fewer = replace(state, ledgers=Ledgers(state.ledgers.ids[:-1].copy(),
                                                    state.ledgers.entries[:-1].copy()))
             assert fewer != state and not same(fewer, state)
+
+
+def test_the_bytes_keep_their_format() -> None:
+    """Idle cursors' targets and plans are kept as these bytes between batches, and the
+    rows' spread over batches by this number: the same, byte for byte, as they were made
+    with plain strings for the outcomes (before :class:`Outcome` was an enum)."""
+    state = CursorState(Position(7, 3), RangeSet.parse("[(7:5..7:9],(8:0..8:2]]"),
+                        Ledgers.of([(7, 10), (8, 4)]))
+    assert pack(state).hex() == (
+        "07000000000000000300000000000000020000000000000002000000000000000700000000000000"
+        "05000000000000000700000000000000090000000000000008000000000000000000000000000000"
+        "08000000000000000200000000000000070000000000000008000000000000000a00000000000000"
+        "0400000000000000")
+    assert pack(CursorState(Position(7, 3))).hex() == (
+        "070000000000000003000000000000000000000000000000ffffffffffffffff")
+    for index, outcome in enumerate((Outcome.EXACT, Outcome.PARTIAL, Outcome.UNKNOWN)):
+        plan = AckPlan(Position(8, 2), RangeSet.parse("[(9:1..9:4]]"), RangeSet(),
+                       Position(7, 3), 1, 2, 3, 4, outcome)
+        assert pack_plan(plan).hex() == (
+            "0800000000000000020000000000000007000000000000000300000000000000010000000000"
+            f"00000200000000000000030000000000000004000000000000000{index}09000000000000"
+            "00010000000000000009000000000000000400000000000000")
+        assert unpack_plan(pack_plan(plan)) == plan
+        assert unpack_plan(pack_plan(replace(plan, outcome=outcome.value))) == plan
+    assert spread((PartitionKey("persistent://t/n/x", 3), "sub")) == 2400728021

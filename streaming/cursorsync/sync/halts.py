@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.records import HaltRecord, PartitionKey
+from cursorsync.core.records import HaltRecord, PartitionKey, Result
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables.rows import halt_rows, latest_halts
@@ -39,7 +39,7 @@ def new_halts(progress: pa.Table, known: Halted) -> list[HaltRecord]:
     """Halts a batch's ``sync_progress`` rows show that ``known`` does not have yet."""
     out = []
     # A row per cursor, 100,000 at scale: the halted ones are picked out first.
-    for r in progress.filter(pc.equal(progress.column("outcome"), "halted")).to_pylist():
+    for r in progress.filter(pc.equal(progress.column("outcome"), Result.HALTED.value)).to_pylist():
         key = (PartitionKey(r["topic"], r["partition"]), r["subscription"])
         if key not in known:
             out.append(HaltRecord(

@@ -38,7 +38,8 @@ _HEAD = struct.Struct("=4q")
 #: A packed idle plan's head: markDeletePosition, the previous one, the four counts, the
 #: outcome; the individually deleted ranges' bounds follow.
 _PLAN = struct.Struct("=8qB")
-_OUTCOMES: tuple[Outcome, ...] = ("exact", "partial", "unknown")
+#: A plan's outcome by its index in the packed bytes: the order is the format's.
+_OUTCOMES: tuple[Outcome, ...] = (Outcome.EXACT, Outcome.PARTIAL, Outcome.UNKNOWN)
 
 
 @dataclass

@@ -279,7 +279,7 @@ class SyncStep:
             result, acks = self._emit(obs, topic, plan, mapping, target, lost=lost)
             planned = self._plans.get(k)
             if planned is not None:
-                planned.quiet = result == "emitted" and not plan.to_ack and not lost.entries
+                planned.quiet = result is Result.EMITTED and not plan.to_ack and not lost.entries
                 if planned.quiet and planned.final and k not in self.halted:
                     # Idle: while the plan's inputs stay what they are, the plan and the
                     # guard's answer stay the same. It is kept packed until one changes.
@@ -289,10 +289,10 @@ class SyncStep:
                     plan = idle.plan  # the same value, without what its sets derived on use
                     del self._plans[k], self.previous[k]
                     packed += 1
-            refused += result == "refused"
-            halted += result == "halted"
+            refused += result is Result.REFUSED
+            halted += result is Result.HALTED
             sent += acks
-            if result != "emitted":
+            if result is not Result.EMITTED:
                 # Nothing was sent: the target stays where it was.
                 plan = replace(plan, mark_delete=target.mark_delete,
                                individually_deleted=target.individually_deleted,
@@ -383,28 +383,28 @@ class SyncStep:
         if (obs.key, obs.subscription) in self.halted:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
-            return "halted", 0
+            return Result.HALTED, 0
         if lost is not None and lost.entries:
             log.error("skip %s/%s: %s; their copies on the target stay unacked. Halted until "
                       "an operator resumes it (resuming lets the markDeletePosition cover "
                       "those copies)", topic, obs.subscription, lost.why)
-            return "halted", 0
+            return Result.HALTED, 0
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
                       "rewind_policy=halt emits nothing until an operator resets the "
                       "target cursor too", topic, obs.subscription, plan.rewound_entries)
-            return "halted", 0
+            return Result.HALTED, 0
         try:
             safe = guard(plan, obs.state, mapping, target)
         except AnchorConflictError as err:
             self.anchor_conflicts += 1
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return "refused", 0
+            return Result.REFUSED, 0
         except UnsafePlanError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return "refused", 0
+            return Result.REFUSED, 0
         if not plan.to_ack or self.config.dry_run or self.emitter is None:
-            return "emitted", 0
+            return Result.EMITTED, 0
         try:
             if self.config.cumulative:
                 # What a cumulative ack would cover on the strength of the target's read alone
@@ -418,8 +418,8 @@ class SyncStep:
                                           ledgers=target.ledgers)
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
-            return "failed", 0
-        return "emitted", int(getattr(sent, "acks_sent", 0))
+            return Result.FAILED, 0
+        return Result.EMITTED, int(getattr(sent, "acks_sent", 0))
 
 
 
