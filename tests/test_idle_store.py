@@ -77,7 +77,7 @@ class _Pipeline:
             fail: bool = False) -> tuple[list[SyncRecord], int]:
         """A batch; ``fail``: it fails once the idle cursors are handed back, before the
         step runs."""
-        self.step.halted = set(halted)
+        self.step.halted_keys = set(halted)
         if self.store is None:
             return self.step.run(self.parse(rows), mappings).records, 0
         split = self.store.split(rows, mappings, self.step,

@@ -405,10 +405,10 @@ def test_an_idle_cursor_records_its_last_plan_without_the_guard_until_something_
         ("emitted", Position(7, 9), RangeSet())}
     assert all(r.plan == records[0].plan for r in records)
 
-    step.halted.add((KEY, "sub"))
+    step.halted_keys.add((KEY, "sub"))
     (record,) = step.run([obs], mappings).records
     assert record.result == "halted"
-    step.halted.clear()
+    step.halted_keys.clear()
 
     back = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
     (record,) = step.run([back], mappings).records

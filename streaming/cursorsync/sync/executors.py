@@ -23,7 +23,7 @@ from cursorsync.app.settings import Config
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology
-from cursorsync.sync.halts import halted
+from cursorsync.sync.halts import read_halts
 from cursorsync.sync.marker_lookups import MarkerCache
 from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncConfig, SyncStep
@@ -72,8 +72,8 @@ def sync_partitions(config: Config, batch_id: int, *, dry_run: bool, cumulative:
                             emitter, targets, source_marker_lookup(source_admin, config),
                             source_admin.creation, read_targets=targets.many,
                             topology=None if topologies is None else topologies.get)
-            step.halted = halted(store, source_cluster=config.source.name,
-                                 target_cluster=config.target.name)
+            step.halted_keys = read_halts(store, source_cluster=config.source.name,
+                                          target_cluster=config.target.name)
             step.previous = previous_states(store, obs, batch_id, source_cluster=config.source.name,
                                             target_cluster=config.target.name)
             # Source entries found to be markers stay known for the worker's life: a task

@@ -248,8 +248,8 @@ class IdleStore:
         """Per row, whether the step must see it whatever its state: its cursor is halted,
         or its partition has markers found."""
         out = np.zeros(len(cols.missing), bool)
-        if step.halted:
-            named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in step.halted],
+        if step.halted_keys:
+            named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in step.halted_keys],
                              pa.string())
             out |= pc.is_in(cols.keys, value_set=named).to_numpy(zero_copy_only=False)
         marked = step.lookups.cache.markers

@@ -23,7 +23,7 @@ from cursorsync.app import collector
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
-from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
+from cursorsync.sync.halts import HaltedKeys, new_halts, read_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import spread
@@ -104,7 +104,7 @@ class SyncSink:
         t0 = time.perf_counter()
         self.timings = {}
         src, tgt = self.config.source.name, self.config.target.name
-        known = halted(self.store, source_cluster=src, target_cluster=tgt)
+        known = read_halts(self.store, source_cluster=src, target_cluster=tgt)
         self.timings["halts"] = time.perf_counter() - t0
         done = (self._on_executors(df, batch_id) if self.config.emission.spread_across_executors
                 else self._on_driver(df, batch_id, known))
@@ -141,7 +141,7 @@ class SyncSink:
         log.debug("sync batch %d: %d idle cursors repeated in bulk, %d kept in columns",
                   batch_id, self.repeated, len(self.idle))
 
-    def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
+    def _on_driver(self, df: Any, batch_id: int, known: HaltedKeys) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
         t = self.timings
         t0 = time.perf_counter()
@@ -151,7 +151,7 @@ class SyncSink:
         mappings = self.mappings.refresh()
         t2 = time.perf_counter()
         t["refresh"] = t2 - t1
-        self.step.halted = known
+        self.step.halted_keys = known
         # A repeated record repeats rows written by an earlier batch only if the step's
         # previous run was the previous batch, and that batch's rows were written.
         follows = self._ran == batch_id - 1 == self.last_batch

@@ -103,7 +103,7 @@ class StepResult:
     records: list[SyncRecord]
     acks_sent: int
     refused: int
-    halted: int
+    halted_count: int
     translate_seconds: float
     #: Subscriptions skipped because the target's admin API gave no usable answer.
     unavailable: int = 0
@@ -135,7 +135,7 @@ class SyncStep:
         self.source_created_at = source_created_at
         self.previous: dict[tuple[PartitionKey, str], ObservedCursor] = {}
         #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
-        self.halted: set[tuple[PartitionKey, str]] = set()
+        self.halted_keys: set[tuple[PartitionKey, str]] = set()
         self.lookups = MarkerLookups(lookup_markers)
         #: The last plan per (partition, subscription) with what it was made from: an idle
         #: cursor (same source, same mapping version, same target) reuses it untranslated.
@@ -178,8 +178,8 @@ class SyncStep:
             markers = self.lookups.markers(obs.key)
             idle = self._idle.get(k)
             if idle is not None:
-                if (self.halted and k in self.halted) or not idle.unchanged(obs.state, version,
-                                                                          markers):
+                held = bool(self.halted_keys) and k in self.halted_keys
+                if held or not idle.unchanged(obs.state, version, markers):
                     work.append(_Pending(obs, version, "unpack"))
                 elif idle.unread + 1 < IDLE_TARGET_READ_EVERY:
                     idle.unread += 1
@@ -280,7 +280,7 @@ class SyncStep:
             planned = self._plans.get(k)
             if planned is not None:
                 planned.quiet = result is Result.EMITTED and not plan.to_ack and not lost.entries
-                if planned.quiet and planned.final and k not in self.halted:
+                if planned.quiet and planned.final and k not in self.halted_keys:
                     # Idle: while the plan's inputs stay what they are, the plan and the
                     # guard's answer stay the same. It is kept packed until one changes.
                     self._idle[k] = idle = IdleCursor.of(planned, obs.observed_at)
@@ -310,7 +310,7 @@ class SyncStep:
         for them (:mod:`cursorsync.sync.idle_store`): those not halted, of partitions
         without markers found."""
         out = {k: c for k, c in self._idle.items()
-               if c.markers is None and k not in self.halted}
+               if c.markers is None and k not in self.halted_keys}
         if out:
             self._idle = {k: c for k, c in self._idle.items() if k not in out}
         return out
@@ -380,7 +380,7 @@ class SyncStep:
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
               target: CursorState, *, lost: _Lost | None = None) -> tuple[Result, int]:
         """Halt, guard, send: what became of the plan, and the acks sent."""
-        if (obs.key, obs.subscription) in self.halted:
+        if (obs.key, obs.subscription) in self.halted_keys:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
             return Result.HALTED, 0
