@@ -195,13 +195,14 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     # Evidence that does not hold on a topic's replication clusters stops the start here.
     watch = start_topologies(config, source_admin, admin)
     targets = AdminTargets(admin)
+    live_ledgers = LiveLedgers()
     step = SyncStep(SyncConfig(cumulative, dry, config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     emitter,
                     targets, source_marker_lookup(source_admin, config),
                     source_admin.creation, read_targets=targets.many,
-                    topology=watch.current)
+                    topology=watch.current, live_ledgers=live_ledgers)
     hole_check = None
     if config.evidence.holes == "verified":
         from cursorsync.mapping.hole_check import AdminHoleCheck
@@ -225,7 +226,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     # The sync's step reads each moving partition's ledger lists: the builder trims its
     # known mappings with them too (with emission on executors this step plans nothing,
     # and the builder keeps them whole).
-    step.live_ledgers = mapping_sink.builder.live = LiveLedgers()
+    mapping_sink.builder.live = live_ledgers
     sync_sink = SyncSink(config, store, step, metrics)
     sync_sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                              config.tables, metrics).run_if_due

@@ -135,7 +135,7 @@ class IdleStore:
         checked = (_timestamps_micros(table.column("checked_at"), observed)
                    if "checked_at" in table.column_names else observed)[bulk_rows]
         out.lags = _lags(table.column("subscription").take(bulk_rows), checked, now)
-        step.target_reads_skipped += len(bulk_rows)
+        step.kept.target_reads_skipped += len(bulk_rows)
         return out
 
     def _repeatable(self, table: pa.Table, cols: CursorColumns, at: np.ndarray,
