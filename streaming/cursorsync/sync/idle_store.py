@@ -31,9 +31,9 @@ from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (
     IDLE_TARGET_READ_EVERY,
     IdleCursor,
-    pack_plan,
-    spread,
-    unpack_plan,
+    decode_plan,
+    encode_plan,
+    stable_hash,
 )
 from cursorsync.sync.step import SyncStep
 from cursorsync.tables.spill import Spill
@@ -193,7 +193,7 @@ class IdleStore:
         cursors = [c for _, c in polled] + [c for _, c in other]
         fresh = fresh.append_column("target", pa.array([c.target for c in cursors],
                                                        pa.binary()))
-        fresh = fresh.append_column("plan", pa.array([pack_plan(c.plan) for c in cursors],
+        fresh = fresh.append_column("plan", pa.array([encode_plan(c.plan) for c in cursors],
                                                      pa.binary()))
         keys = [*((observed[i].key, observed[i].subscription) for i, _ in polled),
                 *((o.key, o.subscription) for o, _ in other)]
@@ -213,7 +213,7 @@ class IdleStore:
         unread = np.concatenate([self._unread[mask], [c.unread for c in cursors]])
         observed = np.concatenate([self._observed_us[mask], [
             (c.observed_at - _EPOCH) // _US for c in cursors]])
-        spread_ = np.concatenate([self._spread[mask], [spread(k) for k in keys]])
+        spread_ = np.concatenate([self._spread[mask], [stable_hash(k) for k in keys]])
         # Everything first, read-only but for the two a split moves on for the rows it
         # repeats: a spill that fails leaves the store as it was.
         arrays = (self._array(version.astype(np.int64)),
@@ -240,7 +240,7 @@ class IdleStore:
         return IdleCursor(obs.state, self._rows.column("target")[slot].as_py(),
                           _EPOCH + int(self._observed_us[slot]) * _US,
                           int(self._version[slot]), None,
-                          unpack_plan(self._rows.column("plan")[slot].as_py()),
+                          decode_plan(self._rows.column("plan")[slot].as_py()),
                           int(self._unread[slot]))
 
     @staticmethod

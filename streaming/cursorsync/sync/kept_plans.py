@@ -30,7 +30,7 @@ from cursorsync.sync.plans import (
     IDLE_TARGET_READ_EVERY,
     IdleCursor,
     Planned,
-    pack,
+    encode_state,
     read_offset,
 )
 
@@ -132,7 +132,7 @@ class KeptPlans:
         k = (obs.key, obs.subscription)
         idle = self.idle[k]
         if (item.kind is WorkKind.RECHECK and target is not None
-                and pack(target) == idle.target):
+                and encode_state(target) == idle.target):
             idle.unread = 0
             return self.repeated(idle, obs)
         del self.idle[k]

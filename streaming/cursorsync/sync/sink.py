@@ -26,7 +26,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.halts import HaltedKeys, new_halts, read_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
-from cursorsync.sync.plans import spread
+from cursorsync.sync.plans import stable_hash
 from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -294,4 +294,4 @@ def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]
 def history_due(key: PartitionKey, subscription: str, batch_id: int, every: int) -> bool:
     """Whether an unchanged cursor's rows are written in this batch: once every ``every``
     batches, which one chosen by its key (so that the rows spread over them)."""
-    return (spread((key, subscription)) + batch_id) % every == 0
+    return (stable_hash((key, subscription)) + batch_id) % every == 0
