@@ -32,7 +32,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.sink import MAPPING_APP
-from cursorsync.sync.halts import halted, resume
+from cursorsync.sync.halts import read_halts, resume
 from cursorsync.sync.sink import SYNC_APP
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows, row_schema
@@ -134,7 +134,7 @@ class World:
         assert self.poll(sink, "5:12") == 5
         assert self.outcomes() == {**{b: ["exact"] for b in range(4)},
                                    4: ["halted"], 5: ["halted"]}
-        assert halted(self.store, **CLUSTERS) == HALTED and len(self.emitter.sent) == 4
+        assert read_halts(self.store, **CLUSTERS) == HALTED and len(self.emitter.sent) == 4
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_a_restart_on_the_same_checkpoint_goes_on_and_the_halt_holds(world: Worl
     assert sink.base == 0
     assert world.poll(sink, "5:13") == 6
     assert world.outcomes()[6] == ["halted"] and len(world.emitter.sent) == 4
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
 
 
 def test_a_new_checkpoint_on_kept_tables_numbers_on_and_halts_hold(any_world: World) -> None:
@@ -192,7 +192,7 @@ def _new_checkpoint_on_kept_tables(world: World, lost: str) -> None:
     # Spark's batch 0: its status row lands (as the tables' batch 6), the recorded halt holds.
     world.poll(sink, "5:13")
     assert world.newest() == (6, "halted") and len(world.emitter.sent) == 4
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
     # Resumed, it syncs; a rewind under the new checkpoint halts again, and the halt lasts.
     resume(world.store, topic=KEY.topic, subscription="billing", **CLUSTERS)
     world.poll(sink, "5:14")
@@ -200,7 +200,7 @@ def _new_checkpoint_on_kept_tables(world: World, lost: str) -> None:
     world.target_at(14)
     world.poll(sink, "5:6")
     assert world.newest() == (8, "halted")
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
     world.poll(sink, "5:16")
     assert world.newest() == (9, "halted") and len(world.emitter.sent) == 5
     assert sink.base == 6 and sorted(world.outcomes()) == list(range(10))
@@ -216,7 +216,7 @@ def test_a_rewind_while_the_checkpoint_was_lost_is_seen(world: World) -> None:
     sink = world.start()
     world.poll(sink, "5:2")
     assert world.newest() == (2, "halted")
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
 
 
 def test_a_batch_replayed_under_a_new_checkpoint_writes_once(world: World) -> None:
@@ -263,7 +263,7 @@ def _refused(world: World, match: str) -> str:
     message = str(err.value)
     assert "\n" not in message
     # Refused before anything was written: the halt holds.
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
     return message
 
 
@@ -359,7 +359,7 @@ def test_the_job_start_refuses_an_older_checkpoint_before_its_queries(
     shutil.rmtree(world.ckpt / "mapping")  # new: it would be bound, were the sync's not refused
     with pytest.raises(CheckpointMismatchError, match=str(world.ckpt / "sync")):
         start_job(world.config, spark=_Session(), serve_metrics=False)
-    assert halted(world.store, **CLUSTERS) == HALTED
+    assert read_halts(world.store, **CLUSTERS) == HALTED
     # Nothing written by the refused start.
     assert world.store.last_batch(SYNC_APP) == 6
     assert not (world.ckpt / "mapping").exists()
@@ -427,7 +427,7 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
         job.stop()
     synced = mark_delete(testbed, "b", topic, SUB)
     before = store.last_batch(SYNC_APP)
-    assert before is not None and len(halted(store, **clusters)) == 1
+    assert before is not None and len(read_halts(store, **clusters)) == 1
     ckpt = Path(config.spark.checkpoint_dir)
     lost = tmp_path / "checkpoint-lost"
     ckpt.rename(lost)
@@ -444,7 +444,7 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
         testbed.wait_replicated([topic])
         job.wait_batches(3, timeout_s=60)
         assert newest()[1] == "halted"  # type: ignore[index]
-        assert len(halted(store, **clusters)) == 1
+        assert len(read_halts(store, **clusters)) == 1
         assert mark_delete(testbed, "b", topic, SUB) == synced
     finally:
         job.stop()
@@ -453,4 +453,4 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
     lost.rename(ckpt)
     with pytest.raises(CheckpointMismatchError, match=r"is older than the tables"):
         start_job(config, spark=spark)
-    assert len(halted(store, **clusters)) == 1
+    assert len(read_halts(store, **clusters)) == 1

@@ -23,8 +23,8 @@ from cursorsync.core.translate import translate
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.emitter import PulsarEmitter
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.sync.step import SyncConfig, SyncStep, Target, fresh_target
-from cursorsync.sync.target_reads import AdminTargets
+from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.target_reads import AdminTargets, Target, fresh_target
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
 

@@ -19,7 +19,7 @@ from cursorsync.core.records import RewindPolicy
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.admin import TopicCreation
-from cursorsync.sync.halts import NothingHaltedError, halted, resume
+from cursorsync.sync.halts import NothingHaltedError, read_halts, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows
 from sink_world import (
@@ -56,7 +56,7 @@ def test_a_halt_holds_across_batches_and_restarts_until_resumed(tmp_path: Path) 
     # The source moves back: halted, and recorded as a halt.
     sink(polled("5:4", T0 + timedelta(seconds=1)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
-    assert halted(store, **clusters) == {(KEY, "billing")}
+    assert read_halts(store, **clusters) == {(KEY, "billing")}
     # The source moves on: still halted (the next batch does not forget).
     sink(polled("5:12", T0 + timedelta(seconds=2)), 2)
     assert _outcome(store, 2) == "halted" and len(emitter.sent) == 1
@@ -69,7 +69,7 @@ def test_a_halt_holds_across_batches_and_restarts_until_resumed(tmp_path: Path) 
         resume(store, topic=KEY.topic, subscription="other", **clusters)
     (cleared,) = resume(store, topic=KEY.concrete_topic(), subscription="billing", **clusters)
     assert cleared.key == KEY and not cleared.halted
-    assert halted(store, **clusters) == set()
+    assert read_halts(store, **clusters) == set()
     restarted(polled("5:14", T0 + timedelta(seconds=4)), 4)
     assert _outcome(store, 4) == "exact" and len(emitter.sent) == 2
 
@@ -105,7 +105,7 @@ def test_a_source_topic_created_again_halts_whatever_the_policy(
     created[0] = TopicCreation("2026-11-24T00:00:02Z", (9,))
     sink(polled("9:-1", T0 + timedelta(seconds=3), ledgers=((9, 0),)), 1)
     assert _outcome(store, 1) == "halted" and len(emitter.sent) == 1
-    assert halted(store, source_cluster="A", target_cluster="B") == {(KEY, "billing")}
+    assert read_halts(store, source_cluster="A", target_cluster="B") == {(KEY, "billing")}
     (row,) = [r for r in store.read("sync_progress").to_pylist() if r["batch_id"] == 1]
     assert row["rewound_entries"] == 15
     restarted = new_sink(config, store, emitter, target, lambda t: created[0], policy)

@@ -25,7 +25,7 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, poll_rows
-from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, pack_plan, unpack_plan
+from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, decode_plan, encode_plan
 from cursorsync.sync.sink import history_due
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables.spill import Spill, SpillError
@@ -77,7 +77,7 @@ class _Pipeline:
             fail: bool = False) -> tuple[list[SyncRecord], int]:
         """A batch; ``fail``: it fails once the idle cursors are handed back, before the
         step runs."""
-        self.step.halted = set(halted)
+        self.step.halted_keys = set(halted)
         if self.store is None:
             return self.step.run(self.parse(rows), mappings).records, 0
         split = self.store.split(rows, mappings, self.step,
@@ -152,7 +152,7 @@ def test_the_store_leaves_out_only_repeats_of_idle_plans(batches: list, spilled:
                        for w in by_key.values())
         assert stored.emitter.sent == plain.emitter.sent
         assert stored.reads == plain.reads
-        assert stored.step.target_reads_skipped == plain.step.target_reads_skipped
+        assert stored.step.kept.target_reads_skipped == plain.step.kept.target_reads_skipped
 
 
 def test_a_long_idle_run_is_repeated_in_bulk_but_for_target_reads_and_rows_due() -> None:
@@ -230,7 +230,7 @@ def test_a_packed_idle_plan_reads_back_as_the_lean_plan() -> None:
     rows = poll_rows([ObservedCursor(KEYS[0], "billing", _source(4, True), T0)])
     (record,), _ = p.run(rows, mappings, 0, set())
     assert not record.plan.to_ack and len(record.plan.individually_deleted)
-    assert unpack_plan(pack_plan(record.plan)) == record.plan
+    assert decode_plan(encode_plan(record.plan)) == record.plan
 
 
 def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> None:

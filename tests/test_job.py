@@ -286,11 +286,12 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "claimed"}) == 1
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "unclaimed"}) == 1
     # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
-    again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check)
+    live = LiveLedgers()
+    again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check,
+                        live=live)
     again(batch([4, 6]), 1)
     assert asked[-1] == [[9, 5, 1]]
     # The sync found rows about ledgers before 1 and 9: the next batch writes a live row.
-    again.builder.live = live = LiveLedgers()
     live.saw(KEY, 1, 9)
     again(batch([7]), 2)
     assert [(r["source_ledger"], r["target_ledger"], r["count"], r["batch_id"])

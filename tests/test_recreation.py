@@ -33,7 +33,7 @@ from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient, AdminConfig, TopicCreation, parse_topic_creation
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.sync.halts import halted
+from cursorsync.sync.halts import read_halts
 from cursorsync.sync.step import SyncConfig, SyncStep
 from cursorsync.tables import open_store
 from cursorsync_devtools.demo import demo_config
@@ -147,7 +147,7 @@ def test_a_first_observation_over_an_older_topics_ledgers_halts_and_sends_nothin
     result, emitter = _first_observation(lambda t: TopicCreation("c", (9, 10)))
     (record,) = result.records
     assert record.result == "halted" and record.plan.rewound_entries == 10
-    assert emitter.sent == [] and result.halted == 1
+    assert emitter.sent == [] and result.halted_count == 1
 
 
 def test_a_first_observation_over_ledgers_trimmed_from_its_own_topic_syncs() -> None:
@@ -324,7 +324,7 @@ def test_a_subscription_first_synced_after_its_source_topic_was_created_again_ha
     job = start_job(config)
     try:
         deadline = time.monotonic() + 120
-        while not any(k[1] == SUB for k in halted(store, **clusters)):
+        while not any(k[1] == SUB for k in read_halts(store, **clusters)):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -335,6 +335,6 @@ def test_a_subscription_first_synced_after_its_source_topic_was_created_again_ha
     # The six never acked on a are there, none lost (and, a defect rather than a loss, the
     # four acked before the deletion and the three after: the halt sent nothing).
     assert {f"old-{i}" for i in range(4, 10)} <= set(got), got
-    assert any(k[1] == SUB for k in halted(store, **clusters)), "the subscription did not halt"
+    assert any(k[1] == SUB for k in read_halts(store, **clusters)), "the subscription did not halt"
     cursor = testbed.internal_stats("b", topic)["cursors"][SUB]
     assert cursor["individuallyDeletedMessages"] == "[]", cursor

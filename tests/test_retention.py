@@ -124,7 +124,7 @@ def test_the_sync_keeps_the_live_part_and_its_cursor_then_goes_idle() -> None:
     assert before != versions[0] and len(set(versions)) == 1  # trimmed once
     assert held[key].segments == SegmentSet.of([Segment(2, 0, 11, 0, 5)])
     assert held[key].skippable == Runs.of()
-    assert step.target_reads_skipped >= 3  # idle on the trimmed mapping
+    assert step.kept.target_reads_skipped >= 3  # idle on the trimmed mapping
 
 
 def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -> None:
@@ -134,14 +134,12 @@ def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -
 
     key = PartitionKey("persistent://t/n/orders", 0)
     live = LiveLedgers()
-    builder = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
-    builder.live = live
+    builder = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), live=live)
     builder.seed_known({key: TopicMapping(
         SegmentSet.of([Segment(1, 0, 10, 0, 5), Segment(2, 0, 11, 0, 5)]),
         skippable=Runs.of((10, 5, 1), (11, 5, 1)))})
     step = SyncStep(SyncConfig(), None, lambda t, s: CursorState(
-        Position(11, 4), RangeSet(), Ledgers.of([(11, 6)])))
-    step.live_ledgers = live
+        Position(11, 4), RangeSet(), Ledgers.of([(11, 6)])), live_ledgers=live)
     step.run([ObservedCursor(key, "sub", CursorState(Position(2, 4), RangeSet(),
                                                      Ledgers.of([(2, 5)])),
                              datetime(2026, 11, 23, tzinfo=UTC))],

@@ -16,7 +16,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.pulsar.admin import AdminClient, AdminConfig
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.sync.halts import halted, resume
+from cursorsync.sync.halts import read_halts, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
@@ -83,7 +83,7 @@ def test_a_source_reset_backwards_halts_the_sync_until_resumed(
             f"subscription/{SUB}/resetcursor"),
             json={"ledgerId": fifth.ledger, "entryId": fifth.entry, "partitionIndex": -1})
         _until("the sync halts", lambda: _latest_outcome(store, topic) == "halted")
-        assert len(halted(store, **clusters)) == 1
+        assert len(read_halts(store, **clusters)) == 1
         # The source moves on past where it was; the halt holds, b does not move.
         send_and_ack(testbed, topic, consumer, 5)
         ack_all(consumer)
@@ -285,7 +285,7 @@ def test_a_source_topic_deleted_and_created_again_halts_the_sync(
             consumer = consumer_on_a(testbed, topic)
             send_and_ack(testbed, topic, consumer, 3)
             _until("the sync of the subscription halts",
-                   lambda: any(k[1] == SUB for k in halted(store, **clusters)))
+                   lambda: any(k[1] == SUB for k in read_halts(store, **clusters)))
             # A batch records its halts before its sync_progress rows: the halting batch's
             # row, then the next batch's, say halted.
             _until("the halting batch's row", lambda: _latest_outcome(store, topic) == "halted")

@@ -405,10 +405,10 @@ def test_an_idle_cursor_records_its_last_plan_without_the_guard_until_something_
         ("emitted", Position(7, 9), RangeSet())}
     assert all(r.plan == records[0].plan for r in records)
 
-    step.halted.add((KEY, "sub"))
+    step.halted_keys.add((KEY, "sub"))
     (record,) = step.run([obs], mappings).records
     assert record.result == "halted"
-    step.halted.clear()
+    step.halted_keys.clear()
 
     back = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
     (record,) = step.run([back], mappings).records
@@ -442,7 +442,7 @@ def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
     # on the key), then every IDLE_TARGET_READ_EVERY.
     assert read_in[0] == 0 and 0 < read_in[1] <= IDLE_TARGET_READ_EVERY
     assert read_in[2:] == [read_in[1] + IDLE_TARGET_READ_EVERY * i for i in (1, 2)]
-    assert step.target_reads_skipped == 31 - len(reads)
+    assert step.kept.target_reads_skipped == 31 - len(reads)
     moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
     step.run([moved], mappings)
     assert len(reads) == 5
@@ -481,7 +481,7 @@ def test_an_idle_cursor_keeps_its_source_state_without_what_was_derived_from_it(
 
     step = SyncStep(SyncConfig(), _Emitter(), read)
     step.run([obs], mappings)
-    idle = step._idle[KEY, "sub"]
+    idle = step.kept.idle[KEY, "sub"]
     assert idle.source is obs.state
     assert obs.state._acked is None
     assert obs.state.ledgers is not None and obs.state.ledgers._memo is None
@@ -489,10 +489,10 @@ def test_an_idle_cursor_keeps_its_source_state_without_what_was_derived_from_it(
                                           Ledgers(obs.state.ledgers.ids.copy(),
                                                   obs.state.ledgers.entries.copy())))
     (record,) = step.run([copy], mappings).records
-    assert record.repeated and step._idle[KEY, "sub"] is idle
+    assert record.repeated and step.kept.idle[KEY, "sub"] is idle
     moved = replace(obs, state=CursorState(Position(5, 8), RangeSet(), obs.state.ledgers))
     (record,) = step.run([moved], mappings).records
-    assert not record.repeated and (KEY, "sub") not in step._idle
+    assert not record.repeated and (KEY, "sub") not in step.kept.idle
 
 
 def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> None:

@@ -90,8 +90,7 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
     sink = MappingSink(builder_config(config), store, ckpt / "builder-state", metrics,
                        hole_check, anchor_read,
                        None if hole_check is None else hole_check.drain_updates,
-                       wake_file=str(ckpt / "mapping-wake"), topology=topology)
-    sink.builder.live = live
+                       wake_file=str(ckpt / "mapping-wake"), topology=topology, live=live)
     sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"), config.tables,
                                         metrics).run_if_due
     return sink
@@ -109,8 +108,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     clients.emitter, targets, clients.source.marker_lookup(clients.source_admin),
                     clients.source_admin.creation, read_targets=targets.many,
-                    topology=topology.current)
-    step.live_ledgers = live
+                    topology=topology.current, live_ledgers=live)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due

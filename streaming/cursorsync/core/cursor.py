@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
 import numpy as np
 
@@ -11,7 +11,15 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 
-Outcome = Literal["exact", "partial", "unknown"]
+
+class Outcome(StrEnum):
+    """How much of the source cursor a plan covers: every acked source entry mapped
+    (exact), some waiting for evidence (partial), or no mapping at all (unknown). The
+    values are what ``sync_progress.outcome`` holds."""
+
+    EXACT = "exact"
+    PARTIAL = "partial"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)

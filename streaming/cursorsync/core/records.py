@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, get_args
+from enum import StrEnum
+from typing import Literal
 
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.positions import Position
@@ -48,9 +49,6 @@ class ObservedCursor:
 #: subscription until an operator resumes it; ``report`` records it and goes on.
 RewindPolicy = Literal["halt", "report"]
 
-#: What the sync step did with a plan: sent it (or would have, on a dry run), held it back
-#: because the source rewound (rewind_policy halt), refused it at the guard, or failed to
-#: send it.
 @dataclass(frozen=True)
 class BuiltinUpdate:
     """A REPLICATED_SUBSCRIPTION_UPDATE marker read on the target: Pulsar's own replicated
@@ -62,8 +60,19 @@ class BuiltinUpdate:
     marker: Position
 
 
-Result = Literal["emitted", "halted", "refused", "failed"]
-RESULTS: tuple[Result, ...] = get_args(Result)
+class Result(StrEnum):
+    """What the sync step did with a plan: sent it (or would have, on a dry run), held it
+    back because the source rewound (rewind_policy halt), refused it at the guard, or
+    failed to send it. The values are what ``sync_progress.outcome`` holds for a plan not
+    emitted."""
+
+    EMITTED = "emitted"
+    HALTED = "halted"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+
+RESULTS: tuple[Result, ...] = tuple(Result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +92,7 @@ class SyncRecord:
     #: (:attr:`ObservedCursor.confirmed_at`).
     source_observed_at: datetime
     emitted_at: datetime
-    result: Result = "emitted"
+    result: Result = Result.EMITTED
     #: The record repeats the previous batch's: an idle cursor, nothing changed since.
     repeated: bool = False
 
@@ -96,7 +105,7 @@ class SyncRecord:
     def outcome(self) -> str:
         """The ``sync_progress.outcome`` value: the plan's coverage (exact, partial,
         unknown) when emitted, else the result (halted, refused, failed)."""
-        return self.plan.outcome if self.result == "emitted" else self.result
+        return self.plan.outcome if self.result == Result.EMITTED else self.result
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,7 +227,8 @@ def translate(
     partial = 0
     if partially_acked is not None:
         partial = (partially_acked - source_acked).count_entries(source.ledgers)
-    outcome: Outcome = "unknown" if not len(segs) else ("partial" if unmapped else "exact")
+    outcome = (Outcome.UNKNOWN if not len(segs)
+               else Outcome.PARTIAL if unmapped else Outcome.EXACT)
     return AckPlan(md, individual, to_ack, target.mark_delete, unmapped, rewound, partial,
                    skipped, outcome)
 

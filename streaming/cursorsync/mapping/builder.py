@@ -175,17 +175,19 @@ class MappingBuilder:
 
     def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
                  hole_check: HoleCheck | None = None,
-                 anchor_read: AnchorRead | None = None, spill: ArrayKeeper | None = None) -> None:
+                 anchor_read: AnchorRead | None = None, spill: ArrayKeeper | None = None,
+                 live: LiveLedgers | None = None) -> None:
         """``anchor_read``: reads the source's markers (needed for ``snapshot``: without it no
         anchor is ever found, and the snapshot strategy only tells copies from foreign);
-        ``spill``: where the known mappings settle (None: on the heap)."""
+        ``spill``: where the known mappings settle (None: on the heap); ``live``: the first
+        live ledgers the sync step finds, which trim the known mappings (None: kept whole)."""
         self.config, self.hole_check, self.anchor_read = config, hole_check, anchor_read
         self.identity = IdentityEvidence.of(config.strategies, config.alignment_window)
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
         self.spill = spill
         self.known = PackedMappings(spill)  # built for the partitions a batch maps
-        self.live: LiveLedgers | None = None  # the sync's: trims known (cursorsync.core.retention)
+        self.live = live
         if state is not None:
             self.load_state(state)
 

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from cursorsync import gc_pause
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
+from cursorsync.core.retention import LiveLedgers
 from cursorsync.core.segments import TopicMapping
 from cursorsync.mapping import wake
 from cursorsync.mapping.builder import (
@@ -68,7 +69,8 @@ class MappingSink:
                  metrics: MappingMetrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
-                 wake_file: str | None = None, topology: TopologyWatch | None = None) -> None:
+                 wake_file: str | None = None, topology: TopologyWatch | None = None,
+                 live: LiveLedgers | None = None) -> None:
         """``builder``: what the builder is made with (the clusters, the evidence);
         ``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
@@ -76,7 +78,8 @@ class MappingSink:
         ``builtin_updates``; ``wake_file``: where to ask the target's entries source for
         another batch while skipped ids wait for their check; ``topology``: refuses a batch
         with entries of a topic whose replication the configured evidence does not hold on
-        (TopologyError), before anything of it is mapped."""
+        (TopologyError), before anything of it is mapped; ``live``: the sync step's first
+        live ledgers, which trim the builder's known mappings."""
         self.topology = topology
         self.builtin_updates = builtin_updates
         self.wake_file = wake_file
@@ -87,7 +90,7 @@ class MappingSink:
         self.metrics = metrics
         state_dir.mkdir(parents=True, exist_ok=True)
         self.builder = MappingBuilder(builder, hole_check=hole_check, anchor_read=anchor_read,
-                                      spill=Spill())
+                                      spill=Spill(), live=live)
         self._batch: int | None = None
         self.last_batch: int = -1
         #: Skipped target ids the last batch left for later batches to check.
@@ -104,7 +107,8 @@ class MappingSink:
             return
         prev = self._state_file(batch_id - 1)
         builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check,
-                                 anchor_read=self.builder.anchor_read, spill=self.builder.spill)
+                                 anchor_read=self.builder.anchor_read, spill=self.builder.spill,
+                                 live=self.builder.live)
         before = self._state_file(batch_id - 1, ".json")  # as version 1 wrote it
         if prev.exists():
             builder.load_state(read_state(prev))
@@ -117,7 +121,6 @@ class MappingSink:
                                  target_cluster=self.clusters["target_cluster"],
                                  max_batch_id=batch_id - 1)
         builder.seed_known(known)
-        builder.live = self.builder.live
         self.builder = builder
 
     def __call__(self, df: Any, batch_id: int) -> None:

@@ -109,11 +109,13 @@ class CursorsOptions:
         )
 
 
-def make_offset(seq: int) -> dict[str, int]:
+def poll_offset(seq: int) -> dict[str, int]:
+    """The offset of the ``seq``-th stored poll."""
     return {"version": OFFSET_VERSION, "seq": seq}
 
 
-def parse_offset(offset: Mapping[str, Any]) -> int:
+def poll_sequence(offset: Mapping[str, Any]) -> int:
+    """Which stored poll an offset names (:func:`poll_offset`'s ``seq``)."""
     if offset.get("version") != OFFSET_VERSION or not isinstance(offset.get("seq"), int):
         raise ConfigError(
             f"pulsar-cursors offset {dict(offset)!r} is not a version {OFFSET_VERSION} offset; "
@@ -145,7 +147,8 @@ def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequ
     return rows
 
 
-def _micros(at: datetime) -> int:
+def _datetime_micros(at: datetime) -> int:
+    """A datetime as microseconds since the epoch (a naive one taken as UTC)."""
     return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1_000_000)
 
 
@@ -153,8 +156,8 @@ def _encode_row(row: Row) -> dict[str, Any]:
     (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed, checked_at) = row
     return {"cluster": cluster, "topic": topic, "partition": partition, "subscription": sub,
             "mark_delete": md, "individually_deleted": idm, "ledgers": ledgers,
-            "observed_at_us": _micros(observed_at), "messages_consumed_counter": consumed,
-            "checked_at_us": _micros(checked_at)}
+            "observed_at_us": _datetime_micros(observed_at), "messages_consumed_counter": consumed,
+            "checked_at_us": _datetime_micros(checked_at)}
 
 
 def _decode_row(d: Mapping[str, Any]) -> Row:
@@ -275,15 +278,12 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
 
     def _poll_changed(self, admin: AdminClient, partitioned: dict[TopicName, int],
                       concrete: list[TopicName]) -> list[Row]:
+        """A poll that asks the topic stats first: only the partitions they show changed,
+        or not read for internalStatsMaxAgeMs, have their internalStats read."""
         o = self.options
         # Before the stats are asked: what they show unchanged is unchanged since then.
         checked_at = datetime.now(tz=UTC)
-        docs: dict[str, Any] = {}
-        for found in admin.map_concurrently(admin.partitioned_topic_stats,
-                                            partitioned).values():
-            docs.update(found)
-        docs.update(admin.map_concurrently(
-            admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
+        docs = self._topic_stats(admin, partitioned, concrete)
         # Taken before the internalStats are read: a change in between shows next time.
         subs = {n: o.selection.subscriptions_of(n) for n in docs}
         prints = {n: fingerprint(n, d, _wanted(subs[n])) for n, d in docs.items()}
@@ -298,7 +298,6 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         stats = self._read(admin, partitioned, sorted(stale))
         observed_at = datetime.now(tz=UTC)
         rows: list[Row] = []
-        max_age = o.internal_stats_max_age_ms / 1000
         for name in sorted(prints):
             read = stats.get(name)
             if read is None:
@@ -313,14 +312,7 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
                 continue
             got = rows_from_stats(o.cluster, read, subs[name], observed_at)
             rows.extend(got)
-            fp = prints[name]
-            if fp is None:
-                self._known.pop(name, None)
-            else:
-                # Spread over half the age to one age, so that partitions read together at
-                # a start are not all read again in one poll.
-                spread = 0.5 + (zlib.crc32(name.encode()) % 1000) / 2000
-                self._known[name] = _Known(fp, now + max_age * spread, got)
+            self._remember(name, prints[name], got, now)
         for gone in self._known.keys() - prints.keys():
             del self._known[gone]
         self.partitions_read = len(stats)
@@ -328,6 +320,31 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         log.debug("cursor poll of %s: %d partitions read, %d unchanged", o.cluster,
                   self.partitions_read, self.partitions_unchanged)
         return rows
+
+    @staticmethod
+    def _topic_stats(admin: AdminClient, partitioned: dict[TopicName, int],
+                     concrete: list[TopicName]) -> dict[str, Any]:
+        """The topic stats of every partition, by concrete topic name: a partitioned
+        topic's in one request."""
+        docs: dict[str, Any] = {}
+        for found in admin.map_concurrently(admin.partitioned_topic_stats,
+                                            partitioned).values():
+            docs.update(found)
+        docs.update(admin.map_concurrently(
+            admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
+        return docs
+
+    def _remember(self, name: str, fp: Fingerprint | None, rows: list[Row], now: float) -> None:
+        """A partition's internalStats were read now, and gave ``rows``: they stand for the
+        partition while its stats show ``fp``, for up to internalStatsMaxAgeMs."""
+        if fp is None:
+            self._known.pop(name, None)
+            return
+        # Spread over half the age to one age, so that partitions read together at a start
+        # are not all read again in one poll.
+        spread = 0.5 + (zlib.crc32(name.encode()) % 1000) / 2000
+        max_age = self.options.internal_stats_max_age_ms / 1000
+        self._known[name] = _Known(fp, now + max_age * spread, rows)
 
     @staticmethod
     def _read(admin: AdminClient, partitioned: dict[TopicName, int], stale: list[str],
@@ -345,10 +362,10 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         return out
 
     def initialOffset(self) -> dict[str, Any]:
-        return make_offset(0)
+        return poll_offset(0)
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, Any]]:
-        seq = parse_offset(start)
+        seq = poll_sequence(start)
         now = time.monotonic()
         if self._last_poll and (now - self._last_poll) * 1000 < self.options.poll_interval_ms:
             return iter(()), start
@@ -360,17 +377,17 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
             return iter(()), start
         self._last_poll = now
         self.store.write(seq + 1, rows)
-        return iter(rows), make_offset(seq + 1)
+        return iter(rows), poll_offset(seq + 1)
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
-        lo, hi = parse_offset(start), parse_offset(end)
+        lo, hi = poll_sequence(start), poll_sequence(end)
         rows: list[Row] = []
         for seq in range(lo + 1, hi + 1):
             rows.extend(self.store.read(seq))
         return iter(rows)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.store.prune(parse_offset(end) - self.options.state_retention)
+        self.store.prune(poll_sequence(end) - self.options.state_retention)
 
 
 class PulsarCursorsDataSource(DataSource):

@@ -24,7 +24,7 @@ from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.subscriptions import SubscriptionType
-from cursorsync.sync.halts import halted
+from cursorsync.sync.halts import read_halts
 from cursorsync.sync.marker_lookups import MarkerCache
 from cursorsync.sync.observed import observations, previous_states
 from cursorsync.sync.step import SyncConfig, SyncStep
@@ -93,7 +93,7 @@ def sync_partitions(settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
                             emitter, targets, settings.source.marker_lookup(source_admin),
                             source_admin.creation, read_targets=targets.many,
                             topology=None if topologies is None else topologies.get)
-            step.halted = halted(store, **settings.clusters)
+            step.halted_keys = read_halts(store, **settings.clusters)
             step.previous = previous_states(store, obs, batch_id, **settings.clusters)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.

@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Callable, Mapping
 
 from cursorsync.core.records import ObservedCursor, PartitionKey
-from cursorsync.sync.plans import same
+from cursorsync.sync.plans import states_equal
 
 Key = tuple[PartitionKey, str]
 
@@ -45,7 +45,7 @@ class FirstPlans:
         still: list[Key] = []
         for o in new[start:] + new[:start]:
             prev = previous.get((o.key, o.subscription))
-            (still if prev is not None and same(prev.state, o.state) else moved).append(
+            (still if prev is not None and states_equal(prev.state, o.state) else moved).append(
                 (o.key, o.subscription))
         turn = moved + still
         # The unchanged ones go on in turn next time from the first left out.

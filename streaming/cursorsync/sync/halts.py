@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync.core.records import HaltRecord, PartitionKey
+from cursorsync.core.records import HaltRecord, PartitionKey, Result
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables.rows import halt_rows, latest_halts
@@ -23,10 +23,12 @@ from cursorsync.tables.store import RowFilter, TableStore
 #: The writer id of `cursorsync resume` in the halts table's transaction log.
 RESUME_APP = "cursorsync-resume"
 
-Halted = set[tuple[PartitionKey, str]]
+#: Cursors, (topic partition, subscription) pairs, halted now.
+HaltedKeys = set[tuple[PartitionKey, str]]
 
 
-def halted(store: TableStore, *, source_cluster: str, target_cluster: str) -> Halted:
+def read_halts(store: TableStore, *, source_cluster: str, target_cluster: str
+               ) -> HaltedKeys:
     """The (topic partition, subscription) pairs halted now."""
     if not store.exists("halts"):
         return set()
@@ -35,11 +37,11 @@ def halted(store: TableStore, *, source_cluster: str, target_cluster: str) -> Ha
     return {k for k, r in latest_halts(rows).items() if r.halted}
 
 
-def new_halts(progress: pa.Table, known: Halted) -> list[HaltRecord]:
+def new_halts(progress: pa.Table, known: HaltedKeys) -> list[HaltRecord]:
     """Halts a batch's ``sync_progress`` rows show that ``known`` does not have yet."""
     out = []
     # A row per cursor, 100,000 at scale: the halted ones are picked out first.
-    for r in progress.filter(pc.equal(progress.column("outcome"), "halted")).to_pylist():
+    for r in progress.filter(pc.equal(progress.column("outcome"), Result.HALTED.value)).to_pylist():
         key = (PartitionKey(r["topic"], r["partition"]), r["subscription"])
         if key not in known:
             out.append(HaltRecord(
@@ -70,7 +72,7 @@ def resume(store: TableStore, *, source_cluster: str, target_cluster: str, topic
     name = TopicName.parse(topic)
     base = str(name.base)
     partition = name.partition if name.partition >= 0 else None
-    now = halted(store, source_cluster=source_cluster, target_cluster=target_cluster)
+    now = read_halts(store, source_cluster=source_cluster, target_cluster=target_cluster)
     keys = sorted(k for k in now if k[1] == subscription and k[0].topic == base
                   and (partition is None or k[0].partition == partition))
     if not keys:

@@ -31,9 +31,9 @@ from cursorsync.sync.observed import CursorColumns, observations, poll_rows
 from cursorsync.sync.plans import (
     IDLE_TARGET_READ_EVERY,
     IdleCursor,
-    pack_plan,
-    spread,
-    unpack_plan,
+    decode_plan,
+    encode_plan,
+    stable_hash,
 )
 from cursorsync.sync.step import SyncStep
 from cursorsync.tables.spill import Spill
@@ -107,23 +107,17 @@ class IdleStore:
             return Split(table)
         cols = CursorColumns.of(table)
         at = cols.counterparts(self._columns)
-        same = cols.same_as(self._columns, at)
+        same = cols.rows_unchanged(self._columns, at)
         # A key polled twice in one batch goes to the step, which keeps the newest.
         keys = cols.keys.dictionary_encode()
         which = pc.fill_null(keys.indices, 0).to_numpy(zero_copy_only=False)
         unique = ((np.bincount(which, minlength=len(keys.dictionary))[which] == 1)
                   & keys.indices.is_valid().to_numpy(zero_copy_only=False))
-        repeat = same & unique
         if bulk:
-            repeat &= ~self._left_out(cols, step)
-            slot = at[repeat]
-            repeat[repeat] = ((self._unread[slot] + 1 < IDLE_TARGET_READ_EVERY)
-                              & ((self._spread[slot] + batch_id) % rows_every != 0))
-            candidates = np.flatnonzero(repeat)
-            repeat[candidates] = self._version[at[candidates]] == _versions(
-                table.take(candidates), mappings)
+            repeat = self._repeatable(table, cols, at, mappings, step, batch_id, rows_every,
+                                      same & unique)
         else:
-            repeat[:] = False
+            repeat = np.zeros(len(at), bool)
         bulk_rows = np.flatnonzero(repeat)
         back = np.flatnonzero(~repeat & (at >= 0))
         rest = table.filter(pa.array(~repeat))
@@ -135,14 +129,29 @@ class IdleStore:
                     changed=changed)
         slots = at[bulk_rows]
         self._unread[slots] += 1
-        observed = _micros(table.column("observed_at"))
+        observed = _timestamps_micros(table.column("observed_at"))
         self._observed_us[slots] = observed[bulk_rows]
         # A row's lag counts from when its state was last confirmed, as a record's does.
-        checked = (_micros(table.column("checked_at"), observed)
+        checked = (_timestamps_micros(table.column("checked_at"), observed)
                    if "checked_at" in table.column_names else observed)[bulk_rows]
         out.lags = _lags(table.column("subscription").take(bulk_rows), checked, now)
-        step.target_reads_skipped += len(bulk_rows)
+        step.kept.target_reads_skipped += len(bulk_rows)
         return out
+
+    def _repeatable(self, table: pa.Table, cols: CursorColumns, at: np.ndarray,
+                    mappings: PackedMappings, step: SyncStep, batch_id: int, rows_every: int,
+                    candidates: np.ndarray) -> np.ndarray:
+        """Per row, whether a ``candidates`` row (the same as its idle row, its key polled
+        once) is repeated in bulk: the step need not see it, its target is not due for a
+        read nor its rows to be written, and its partition's mapping version is the
+        same."""
+        repeat: np.ndarray = candidates & ~self._left_out(cols, step)
+        slot = at[repeat]
+        repeat[repeat] = ((self._unread[slot] + 1 < IDLE_TARGET_READ_EVERY)
+                          & ((self._spread[slot] + batch_id) % rows_every != 0))
+        rows = np.flatnonzero(repeat)
+        repeat[rows] = self._version[at[rows]] == _versions(table.take(rows), mappings)
+        return repeat
 
     def restore(self, split: Split, observed: Sequence[ObservedCursor], step: SyncStep,
                 ) -> None:
@@ -184,7 +193,7 @@ class IdleStore:
         cursors = [c for _, c in polled] + [c for _, c in other]
         fresh = fresh.append_column("target", pa.array([c.target for c in cursors],
                                                        pa.binary()))
-        fresh = fresh.append_column("plan", pa.array([pack_plan(c.plan) for c in cursors],
+        fresh = fresh.append_column("plan", pa.array([encode_plan(c.plan) for c in cursors],
                                                      pa.binary()))
         keys = [*((observed[i].key, observed[i].subscription) for i, _ in polled),
                 *((o.key, o.subscription) for o, _ in other)]
@@ -204,7 +213,7 @@ class IdleStore:
         unread = np.concatenate([self._unread[mask], [c.unread for c in cursors]])
         observed = np.concatenate([self._observed_us[mask], [
             (c.observed_at - _EPOCH) // _US for c in cursors]])
-        spread_ = np.concatenate([self._spread[mask], [spread(k) for k in keys]])
+        spread_ = np.concatenate([self._spread[mask], [stable_hash(k) for k in keys]])
         # Everything first, read-only but for the two a split moves on for the rows it
         # repeats: a spill that fails leaves the store as it was.
         arrays = (self._array(version.astype(np.int64)),
@@ -231,7 +240,7 @@ class IdleStore:
         return IdleCursor(obs.state, self._rows.column("target")[slot].as_py(),
                           _EPOCH + int(self._observed_us[slot]) * _US,
                           int(self._version[slot]), None,
-                          unpack_plan(self._rows.column("plan")[slot].as_py()),
+                          decode_plan(self._rows.column("plan")[slot].as_py()),
                           int(self._unread[slot]))
 
     @staticmethod
@@ -239,8 +248,8 @@ class IdleStore:
         """Per row, whether the step must see it whatever its state: its cursor is halted,
         or its partition has markers found."""
         out = np.zeros(len(cols.missing), bool)
-        if step.halted:
-            named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in step.halted],
+        if step.halted_keys:
+            named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in step.halted_keys],
                              pa.string())
             out |= pc.is_in(cols.keys, value_set=named).to_numpy(zero_copy_only=False)
         marked = step.lookups.cache.markers
@@ -258,7 +267,8 @@ def _versions(rows: pa.Table, mappings: PackedMappings) -> np.ndarray:
                                             rows.column("partition").to_pylist())))
 
 
-def _micros(column: pa.ChunkedArray, fill: np.ndarray | None = None) -> np.ndarray:
+def _timestamps_micros(column: pa.ChunkedArray, fill: np.ndarray | None = None
+                       ) -> np.ndarray:
     """A timestamp column as microseconds since the epoch (nulls as ``fill``)."""
     arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     unit = arr.type.unit

@@ -15,10 +15,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
@@ -47,6 +49,14 @@ MARKER_TAIL_LOOKUPS = 8
 MARKER_LOOKUP_SETTLE_S = 5.0
 
 
+class Frontier(NamedTuple):
+    """A partition's last mapped source entry, and when a step first saw it there."""
+
+    last_mapped: Position
+    #: On the step's clock (:attr:`MarkerLookups.clock`).
+    seen_at: float
+
+
 @dataclass
 class MarkerCache:
     """What the source's admin API said, per topic partition: entries that are markers,
@@ -55,7 +65,7 @@ class MarkerCache:
 
     markers: dict[PartitionKey, RangeSet] = field(default_factory=dict)
     looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
-    frontiers: dict[PartitionKey, tuple[Position, float]] = field(default_factory=dict)
+    frontiers: dict[PartitionKey, Frontier] = field(default_factory=dict)
     behind: dict[PartitionKey, Position] = field(default_factory=dict)
 
 
@@ -100,34 +110,16 @@ class MarkerLookups:
         cache = self.cache
         seen = cache.looked_up.get(obs.key, RangeSet())
         pending = unmapped_source(obs.state, mapping, target.ledgers) - seen
-        last = mapping.segments.rows[-1]
-        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
         now = self.clock()
-        known = cache.frontiers.get(obs.key)
-        if known is None or known[0] != frontier:
-            cache.frontiers[obs.key] = known = (frontier, now)
+        frontier = self._frontier(obs.key, mapping, now)
         ledgers = obs.state.ledgers
         if ledgers is None or not pending:
             return False
-        settled = now - known[1] >= MARKER_LOOKUP_SETTLE_S or (
-            mapping.written_at is not None
-            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
-        past = pending.after(frontier)
-        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
-        if budget <= 0:
-            if self.resume is None:
-                self.resume = (obs.key, obs.subscription)
+        wanted = self._wanted(obs, pending, frontier, ledgers,
+                              settled=self._settled(frontier, mapping, now))
+        if wanted is None:
             return False
-        positions = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
-        if len(positions) == budget < MARKER_LOOKUPS_PER_SYNC and self.resume is None:
-            self.resume = (obs.key, obs.subscription)  # cut short by the budget
-        tail: list[Position] = []
-        if settled and cache.behind.get(obs.key) != frontier:
-            tail = list(itertools.islice(past.iter_entries(ledgers),
-                                         min(MARKER_TAIL_LOOKUPS, budget - len(positions))))
-        if not positions and not tail:
-            return False
-        asked = positions + tail
+        asked = wanted.before + wanted.past
         self.count += len(asked)
         try:
             markers = self.lookup(topic, asked)
@@ -136,14 +128,57 @@ class MarkerLookups:
                         topic, err)
             return False
         cache.looked_up[obs.key] = seen | _entries(asked)
-        if not set(tail) <= set(markers):
-            cache.behind[obs.key] = frontier  # a message past it: the mapping is behind
+        if not set(wanted.past) <= set(markers):
+            # A message past it: the mapping is behind.
+            cache.behind[obs.key] = frontier.last_mapped
         if not markers:
             return False
         cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
                   len(asked))
         return True
+
+    def _frontier(self, key: PartitionKey, mapping: TopicMapping, now: float) -> Frontier:
+        """The partition's last mapped source entry, with when this step first saw it."""
+        last = mapping.segments.rows[-1]
+        frontier = Position(int(last[0]), int(last[1] + last[4] - 1))
+        known = self.cache.frontiers.get(key)
+        if known is None or known.last_mapped != frontier:
+            self.cache.frontiers[key] = known = Frontier(frontier, now)
+        return known
+
+    def _settled(self, frontier: Frontier, mapping: TopicMapping, now: float) -> bool:
+        """Whether the partition's mapping has not moved for MARKER_LOOKUP_SETTLE_S."""
+        return now - frontier.seen_at >= MARKER_LOOKUP_SETTLE_S or (
+            mapping.written_at is not None
+            and self.wall_clock() - mapping.written_at >= MARKER_LOOKUP_SETTLE_S)
+
+    def _wanted(self, obs: ObservedCursor, pending: RangeSet, frontier: Frontier,
+                ledgers: Ledgers, *, settled: bool) -> _Wanted | None:
+        """Which ``pending`` entries to look up within the budget left: those before the
+        last mapped entry, and a few past it once the mapping ``settled``, unless a lookup
+        found a message past it; None: none."""
+        past = pending.after(frontier.last_mapped)
+        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
+        if budget <= 0:
+            if self.resume is None:
+                self.resume = (obs.key, obs.subscription)
+            return None
+        before = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
+        if len(before) == budget < MARKER_LOOKUPS_PER_SYNC and self.resume is None:
+            self.resume = (obs.key, obs.subscription)  # cut short by the budget
+        tail: list[Position] = []
+        if settled and self.cache.behind.get(obs.key) != frontier.last_mapped:
+            tail = list(itertools.islice(past.iter_entries(ledgers),
+                                         min(MARKER_TAIL_LOOKUPS, budget - len(before))))
+        return _Wanted(before, tail) if before or tail else None
+
+
+class _Wanted(NamedTuple):
+    """Source entries to look up: before the last mapped one, and past it."""
+
+    before: list[Position]
+    past: list[Position]
 
 
 def _entries(positions: list[Position]) -> RangeSet:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -169,6 +169,16 @@ def _ledger_list(pairs: np.ndarray) -> Ledgers:
     return Ledgers.of(pairs.tolist())
 
 
+class LedgerLists(NamedTuple):
+    """A batch's ledger lists, flat: every row's ledger ids and entry counts, where each
+    row's begin (with the end after the last), which rows have no list."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+    ends: list[int]
+    missing: list[bool]
+
+
 class CursorColumns:
     """A batch's key and state columns, to compare with the next batch's."""
 
@@ -204,10 +214,9 @@ class CursorColumns:
                              np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
                              self.missing[rows])
 
-    def ledger_lists(self) -> tuple[np.ndarray, np.ndarray, list[int], list[bool]]:
-        """Every row's ledger ids and entry counts, flat; where each row's begin (with
-        the end after the last); which rows have no list."""
-        return self.ids, self.counts, self.ends.tolist(), self.missing.tolist()
+    def ledger_lists(self) -> LedgerLists:
+        """Every row's ledger list, flat."""
+        return LedgerLists(self.ids, self.counts, self.ends.tolist(), self.missing.tolist())
 
     def counterparts(self, last: CursorColumns) -> np.ndarray:
         """Per row, the row of ``last`` with the same key: the one at the same place when
@@ -220,7 +229,7 @@ class CursorColumns:
         found = pc.index_in(self.keys, value_set=last.keys)
         return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
 
-    def same_as(self, last: CursorColumns, at: np.ndarray) -> np.ndarray:
+    def rows_unchanged(self, last: CursorColumns, at: np.ndarray) -> np.ndarray:
         """Per row, whether its counterpart ``at`` in ``last`` (-1: none) has the same key
         and state. A null key or state value counts as changed; two rows without a ledger
         list are the same."""
@@ -251,9 +260,9 @@ class CursorColumns:
 
     def matches(self, last: CursorColumns) -> np.ndarray:
         """Per row, the row of ``last`` (the previous batch) with the same key and state
-        (:meth:`counterparts`, :meth:`same_as`); -1 when there is none."""
+        (:meth:`counterparts`, :meth:`rows_unchanged`); -1 when there is none."""
         at = self.counterparts(last)
-        return np.where(self.same_as(last, at), at, -1)
+        return np.where(self.rows_unchanged(last, at), at, -1)
 
 
 #: The columns a row's key and cursor state come from, but the ledger lists.

@@ -38,7 +38,8 @@ _HEAD = struct.Struct("=4q")
 #: A packed idle plan's head: markDeletePosition, the previous one, the four counts, the
 #: outcome; the individually deleted ranges' bounds follow.
 _PLAN = struct.Struct("=8qB")
-_OUTCOMES: tuple[Outcome, ...] = ("exact", "partial", "unknown")
+#: A plan's outcome by its index in the packed bytes: the order is the format's.
+_OUTCOMES: tuple[Outcome, ...] = (Outcome.EXACT, Outcome.PARTIAL, Outcome.UNKNOWN)
 
 
 @dataclass
@@ -68,15 +69,15 @@ class Planned:
     def settled(self, source: CursorState, version: int, markers: RangeSet | None) -> bool:
         """Quiet, and the same source and mapping: the target needs no fresh read yet."""
         return (self.quiet and self.unread + 1 < IDLE_TARGET_READ_EVERY
-                and version == self.version and same(source, self.source)
-                and _same_markers(markers, self.markers))
+                and version == self.version and states_equal(source, self.source)
+                and _markers_equal(markers, self.markers))
 
     def reusable(self, source: CursorState, version: int, target: CursorState,
                  previous: CursorState | None, markers: RangeSet | None) -> bool:
         return (version == self.version and self.final
-                and (previous is None or same(previous, source))
-                and same(source, self.source) and same(target, self.target)
-                and _same_markers(markers, self.markers))
+                and (previous is None or states_equal(previous, source))
+                and states_equal(source, self.source) and states_equal(target, self.target)
+                and _markers_equal(markers, self.markers))
 
 
 @dataclass(slots=True)
@@ -102,13 +103,13 @@ class IdleCursor:
     @classmethod
     def of(cls, planned: Planned, observed_at: datetime) -> IdleCursor:
         planned.source.forget()
-        return cls(planned.source, pack(planned.target), observed_at, planned.version,
-                   planned.markers, lean(planned.plan), planned.unread)
+        return cls(planned.source, encode_state(planned.target), observed_at, planned.version,
+                   planned.markers, compact_plan(planned.plan), planned.unread)
 
     def unchanged(self, source: CursorState, version: int, markers: RangeSet | None) -> bool:
         """The same source, mapping and markers as when it went idle."""
-        return (version == self.version and _same_markers(markers, self.markers)
-                and same(source, self.source))
+        return (version == self.version and _markers_equal(markers, self.markers)
+                and states_equal(source, self.source))
 
     def source_state(self) -> CursorState:
         return self.source
@@ -118,17 +119,18 @@ def read_offset(k: tuple[PartitionKey, str]) -> int:
     """Batches an idle cursor counts as already passed without a target read, by its key:
     its target is read within IDLE_TARGET_READ_EVERY batches of going idle, and the reads
     of cursors that went idle in one batch spread over the next ones."""
-    return spread(k) % IDLE_TARGET_READ_EVERY
+    return stable_hash(k) % IDLE_TARGET_READ_EVERY
 
 
-def spread(k: tuple[PartitionKey, str]) -> int:
-    """A number drawn from a (partition, subscription) key, the same in every process: what
-    spreads per-cursor work that recurs every few batches over those batches."""
+def stable_hash(k: tuple[PartitionKey, str]) -> int:
+    """A number drawn from a (partition, subscription) key, the same in every process (a
+    CRC-32, unlike :func:`hash`): what spreads per-cursor work that recurs every few
+    batches over those batches."""
     key, subscription = k
     return zlib.crc32(f"{key.topic}\0{key.partition}\0{subscription}".encode())
 
 
-def same(a: CursorState, b: CursorState) -> bool:
+def states_equal(a: CursorState, b: CursorState) -> bool:
     """Equal cursor states (the ledger lists compared by value)."""
     if a is b:
         return True
@@ -137,11 +139,11 @@ def same(a: CursorState, b: CursorState) -> bool:
     return a.ledgers == b.ledgers
 
 
-def _same_markers(a: RangeSet | None, b: RangeSet | None) -> bool:
+def _markers_equal(a: RangeSet | None, b: RangeSet | None) -> bool:
     return (a is None) == (b is None) and (a is None or a == b)
 
 
-def pack(state: CursorState) -> bytes:
+def encode_state(state: CursorState) -> bytes:
     """A cursor state as bytes: markDeletePosition, the individually deleted ranges' bounds,
     the ledger list (or none), each part led by its length: equal bytes are equal states."""
     md = state.mark_delete
@@ -153,7 +155,7 @@ def pack(state: CursorState) -> bytes:
             + ledgers.ids.tobytes() + ledgers.entries.tobytes())
 
 
-def lean(plan: AckPlan) -> AckPlan:
+def compact_plan(plan: AckPlan) -> AckPlan:
     """The plan without what its sets derived on use (keys, caches): the same value."""
     idm = plan.individually_deleted
     kept = RangeSet(idm.bounds.copy(), _canonical=True) if idm else _EMPTY
@@ -163,9 +165,9 @@ def lean(plan: AckPlan) -> AckPlan:
                    to_ack=_EMPTY if not plan.to_ack else plan.to_ack)
 
 
-def pack_plan(plan: AckPlan) -> bytes:
-    """A plan with nothing to ack as bytes (:func:`unpack_plan` gives :func:`lean` of it
-    back): an idle cursor's plan, kept in a column."""
+def encode_plan(plan: AckPlan) -> bytes:
+    """A plan with nothing to ack as bytes (:func:`decode_plan` gives :func:`compact_plan`
+    of it back): an idle cursor's plan, kept in a column."""
     if plan.to_ack:
         raise ValueError("only a plan with nothing to ack is packed")
     md, prev = plan.mark_delete, plan.previous_mark_delete
@@ -175,7 +177,8 @@ def pack_plan(plan: AckPlan) -> bytes:
                       _OUTCOMES.index(plan.outcome)) + plan.individually_deleted.bounds.tobytes()
 
 
-def unpack_plan(data: bytes) -> AckPlan:
+def decode_plan(data: bytes) -> AckPlan:
+    """:func:`encode_plan`'s bytes read back."""
     (md_l, md_e, prev_l, prev_e, unmapped, rewound, partial, skippable,
      outcome) = _PLAN.unpack_from(data)
     md = Position(md_l, md_e)

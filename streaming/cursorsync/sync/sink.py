@@ -22,10 +22,10 @@ import pyarrow.compute as pc
 from cursorsync import gc_pause
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.executors import ExecutorSettings
-from cursorsync.sync.halts import Halted, halted, new_halts, record_halts
+from cursorsync.sync.halts import HaltedKeys, new_halts, read_halts, record_halts
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, previous_states
-from cursorsync.sync.plans import spread
+from cursorsync.sync.plans import stable_hash
 from cursorsync.sync.step import StepResult, SyncStep
 from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
@@ -135,7 +135,7 @@ class SyncSink:
         t0 = time.perf_counter()
         self.timings = {}
         src, tgt = self.settings.source_cluster, self.settings.target_cluster
-        known = halted(self.store, source_cluster=src, target_cluster=tgt)
+        known = read_halts(self.store, source_cluster=src, target_cluster=tgt)
         self.timings["halts"] = time.perf_counter() - t0
         done = (self._on_executors(df, batch_id, self.settings.executors)
                 if self.settings.executors is not None else self._on_driver(df, batch_id, known))
@@ -172,7 +172,7 @@ class SyncSink:
         log.debug("sync batch %d: %d idle cursors repeated in bulk, %d kept in columns",
                   batch_id, self.repeated, len(self.idle))
 
-    def _on_driver(self, df: Any, batch_id: int, known: Halted) -> _Synced:
+    def _on_driver(self, df: Any, batch_id: int, known: HaltedKeys) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
         t = self.timings
         t0 = time.perf_counter()
@@ -182,7 +182,7 @@ class SyncSink:
         mappings = self.mappings.refresh()
         t2 = time.perf_counter()
         t["refresh"] = t2 - t1
-        self.step.halted = known
+        self.step.halted_keys = known
         # A repeated record repeats rows written by an earlier batch only if the step's
         # previous run was the previous batch, and that batch's rows were written.
         follows = self._ran == batch_id - 1 == self.last_batch
@@ -323,4 +323,4 @@ def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]
 def history_due(key: PartitionKey, subscription: str, batch_id: int, every: int) -> bool:
     """Whether an unchanged cursor's rows are written in this batch: once every ``every``
     batches, which one chosen by its key (so that the rows spread over them)."""
-    return (spread((key, subscription)) + batch_id) % every == 0
+    return (stable_hash((key, subscription)) + batch_id) % every == 0

@@ -23,11 +23,11 @@ logged with its reason and the others going on:
 
 An idle cursor (its last plan passed the guard and needed nothing sent, and its source
 state, mapping and target are what they were) records that plan again without the chain:
-the same inputs give the same answer. Its target is read again every
-IDLE_TARGET_READ_EVERY batches, and it is kept packed (:mod:`cursorsync.sync.plans`)
-until something changes; the sync sink keeps idle cursors out of the step between
-batches, in columns (:mod:`cursorsync.sync.idle_store`), and hands one back when its row
-needs deciding.
+the same inputs give the same answer (:mod:`cursorsync.sync.kept_plans`). Its target is
+read again every IDLE_TARGET_READ_EVERY batches, and it is kept packed
+(:mod:`cursorsync.sync.plans`) until something changes; the sync sink keeps idle cursors
+out of the step between batches, in columns (:mod:`cursorsync.sync.idle_store`), and hands
+one back when its row needs deciding.
 
 Re-running a step for the same observations re-sends only acks that the
 target does not show yet; acks are idempotent on the broker.
@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
@@ -53,7 +53,6 @@ from cursorsync.core.guard import (
 )
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.packed import HeldMappings, Mappings
-from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
 from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
@@ -62,9 +61,16 @@ from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.pulsar.admin import TopicCreation
-from cursorsync.sync.first_plans import FirstPlans
+from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
-from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, IdleCursor, Planned, pack, read_offset
+from cursorsync.sync.plans import IdleCursor, Planned
+from cursorsync.sync.target_reads import (
+    Target,
+    TargetReader,
+    TargetsReader,
+    fresh_target,
+    serial_targets_reader,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +80,6 @@ class EmitterLike(Protocol):
               ledgers: Ledgers | None = None, unproven: RangeSet | None = None) -> object: ...
 
 
-#: Reads the target's cursor for (concrete topic, subscription): None when unknown.
-TargetReader = Callable[[str, str], CursorState | None]
-#: A target read's answer: the cursor, None when unknown, or why the admin API gave none.
-Target = CursorState | None | AdminUnavailableError
-#: Reads the target cursors of a batch's (concrete topic, subscription) pairs together.
-TargetsReader = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], Target]]
 #: The source's managed ledger of a concrete topic, with the ledger ids it owns (asked of
 #: the source: :meth:`cursorsync.pulsar.admin.AdminClient.creation`).
 SourceCreatedAt = Callable[[str], TopicCreation]
@@ -103,7 +103,7 @@ class StepResult:
     records: list[SyncRecord]
     acks_sent: int
     refused: int
-    halted: int
+    halted_count: int
     translate_seconds: float
     #: Subscriptions skipped because the target's admin API gave no usable answer.
     unavailable: int = 0
@@ -114,206 +114,168 @@ class StepResult:
 
 
 class SyncStep:
-    """Holds what the loop must remember between batches: the previous source states."""
+    """Holds what the loop must remember between batches: the previous source states, the
+    plans kept (:class:`~cursorsync.sync.kept_plans.KeptPlans`), the markers found."""
 
     def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
                  read_target: TargetReader, lookup_markers: MarkerLookup | None = None,
                  source_created_at: SourceCreatedAt | None = None, *,
                  read_targets: TargetsReader | None = None,
-                 topology: Callable[[str], Topology | None] | None = None) -> None:
+                 topology: Callable[[str], Topology | None] | None = None,
+                 live_ledgers: LiveLedgers | None = None) -> None:
         """``topology``: a topic's replication topology (None: not known); a topic not
         known to have two clusters is planned with the evidence that holds on any
-        (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used."""
+        (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used.
+        ``live_ledgers``: where the first live ledgers the step reads go, for the mapping
+        builder."""
         self.config = config
-        self.topology = topology
         self.emitter = emitter
         #: How a batch reads its target cursors: together when the reader can (its
         #: requests go out concurrently), else ``read_target`` for each in turn.
-        self.read_targets = read_targets or one_by_one(read_target)
+        self.read_targets = read_targets or serial_targets_reader(read_target)
         #: Without it, entries a cursor covers only because their ledgers are gone are never
         #: taken as acked.
         self.source_created_at = source_created_at
-        self.previous: dict[tuple[PartitionKey, str], ObservedCursor] = {}
-        #: (partition, subscription) pairs halted in the tables: nothing is emitted for them.
-        self.halted: set[tuple[PartitionKey, str]] = set()
+        self.topology = topology
+        self.live_ledgers = live_ledgers
+        self.previous: dict[Key, ObservedCursor] = {}
+        #: Cursors halted in the tables: nothing is emitted for them.
+        self.halted_keys: set[Key] = set()
         self.lookups = MarkerLookups(lookup_markers)
-        #: The last plan per (partition, subscription) with what it was made from: an idle
-        #: cursor (same source, same mapping version, same target) reuses it untranslated.
-        self._plans: dict[tuple[PartitionKey, str], Planned] = {}
-        #: Idle cursors, packed (:mod:`cursorsync.sync.plans`); their previous observation
-        #: is the packed source, so they are not in ``previous``.
-        self._idle: dict[tuple[PartitionKey, str], IdleCursor] = {}
-        #: Where the first live ledgers the step reads go, for the mapping builder.
-        self.live_ledgers: LiveLedgers | None = None
+        self.kept = KeptPlans(config.first_plans_per_batch, dry_run=config.dry_run)
         #: Mappings handed over as dicts, with a version per partition.
         self._held = HeldMappings()
-        #: Plans of the last run refused for contradicting snapshot anchors.
-        self.anchor_conflicts = 0
-        #: Target reads skipped for idle cursors since start (IDLE_TARGET_READ_EVERY).
-        self.target_reads_skipped = 0
-        #: Which never planned cursors wait for a later batch (first_plans_per_batch).
-        self._first_plans = FirstPlans(config.first_plans_per_batch)
 
     def run(self, observed: Iterable[ObservedCursor],
             mappings: Mappings | Mapping[PartitionKey, TopicMapping]) -> StepResult:
         """One batch: ``mappings`` as :class:`~cursorsync.core.packed.Mappings`
         (a version per partition, the mapping built on demand), or a dict of them."""
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
+        totals = _Totals()
+        batch = self._sort(observed, given)
+        targets = self._read_targets(batch.work)
         records: list[SyncRecord] = []
-        sent = refused = halted = unavailable = packed = 0
-        self.anchor_conflicts = 0
-        t_translate = 0.0
-        resume = self.lookups.next_batch()
-        latest = _latest(observed)
-        deferred = self._first_plans.deferred(
-            latest, lambda k: k in self._idle or k in self._plans, self.previous)
-        # First what each cursor needs: an idle one nothing changed for is recorded again
-        # at once; the targets the others need are read together, then they are planned.
-        work: list[SyncRecord | _Pending] = []
-        for obs in _rotated(latest, resume):
-            k = (obs.key, obs.subscription)
-            if deferred and k in deferred:
-                continue
-            version = given.version(obs.key)
-            markers = self.lookups.markers(obs.key)
-            idle = self._idle.get(k)
-            if idle is not None:
-                if (self.halted and k in self.halted) or not idle.unchanged(obs.state, version,
-                                                                          markers):
-                    work.append(_Pending(obs, version, "unpack"))
-                elif idle.unread + 1 < IDLE_TARGET_READ_EVERY:
-                    idle.unread += 1
-                    self.target_reads_skipped += 1
-                    work.append(self._repeated(idle, obs))
-                else:
-                    work.append(_Pending(obs, version, "recheck"))  # its target is due
-            else:
-                known = self._plans.get(k)
-                # Nothing to send last time and nothing changed since on this side: the
-                # target is read again only every IDLE_TARGET_READ_EVERY batches.
-                settled = known is not None and known.settled(obs.state, version, markers)
-                work.append(_Pending(obs, version, "known" if settled else "read"))
-        targets = self.read_targets([(p.obs.key.concrete_topic(), p.obs.subscription)
-                                     for p in work if isinstance(p, _Pending)
-                                     and p.how != "known"])
-        for item in work:
-            if isinstance(item, SyncRecord):
+        for item in batch.work:
+            if isinstance(item, SyncRecord):  # an idle cursor nothing changed for
                 records.append(item)
                 continue
-            obs, version = item.obs, item.version
-            k = (obs.key, obs.subscription)
-            topic = obs.key.concrete_topic()
-            known = self._plans.get(k)
-            target: Target
-            if item.how == "known":
-                assert known is not None
-                target = known.target
-                known.unread += 1
-                self.target_reads_skipped += 1
-            else:
-                target = targets[topic, obs.subscription]
-                if isinstance(target, AdminUnavailableError):
-                    unavailable += 1
-                    log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
-                                topic, obs.subscription, target)
-                    continue
-                if item.how != "read":
-                    idle = self._idle[k]
-                    if (item.how == "recheck" and target is not None
-                            and pack(target) == idle.target):
-                        idle.unread = 0
-                        records.append(self._repeated(idle, obs))
-                        continue
-                    # Something changed: unpacked for the full path.
-                    del self._idle[k]
-                    self.previous[k] = ObservedCursor(obs.key, obs.subscription,
-                                                      idle.source_state(), idle.observed_at)
-                elif known is not None:
-                    known.unread = 0
-            if target is None:
-                log.info("skip %s/%s: the target has no such subscription yet",
-                         topic, obs.subscription)
+            target = self._target(item, targets, totals)
+            if isinstance(target, SyncRecord):  # an idle cursor whose target is as it was
+                records.append(target)
+            if not isinstance(target, CursorState):
                 continue
+            obs, k = item.obs, (item.obs.key, item.obs.subscription)
             prev = self.previous.get(k)
-            previous_source = prev.state if prev is not None else None
             t0 = time.perf_counter()
-            known = self._plans.get(k)
-            whole = self._whole_mapping(obs.key.topic)
-            if whole and known is not None and known.reusable(
-                    obs.state, version, target, previous_source, self.lookups.markers(obs.key)):
-                plan, mapping = known.plan, known.used
-                known.source = obs.state  # the same values: kept as the idle path finds it
-            else:
-                found = given.get(obs.key)
-                mapping = _NO_MAPPING if found is None else found
-                firsts = first_ledger(obs.state.ledgers), first_ledger(target.ledgers)
-                live = live_part(mapping, *firsts)
-                if live is not None:
-                    # What names only deleted ledgers goes: memory follows the live ledgers.
-                    given.trim(obs.key, live)
-                    mapping, version = live, given.version(obs.key)
-                    if self.live_ledgers is not None:
-                        # The builder's known mapping has the same rows, so the same dead
-                        # part; with nothing dead here, it has none to drop either.
-                        self.live_ledgers.saw(obs.key, *firsts)
-                if self.config.vouch:
-                    mapping = mapping.vouched()
-                if not whole:
-                    mapping = holding(mapping)
-                mapping = self.lookups.with_markers(obs.key, mapping)
-                plan = translate(obs.state, mapping, target, previous_source=previous_source)
-                if plan.unmapped_acked_entries and self.lookups.look_up(obs, topic, mapping,
-                                                                        target):
-                    mapping = self.lookups.with_markers(obs.key, mapping)
-                    plan = translate(obs.state, mapping, target, previous_source=previous_source)
-                self._plans[k] = Planned(obs.state, version, target,
-                                          self.lookups.markers(obs.key), mapping, plan)
-            t_translate += time.perf_counter() - t0
-            lost = self._lost(obs, prev, topic, mapping, target)
+            planned = self._plan(item, target, prev, given)
+            totals.translate_seconds += time.perf_counter() - t0
+            lost = self._lost(obs, prev, item.topic, planned.used, target)
             if lost is None:
-                unavailable += 1
+                totals.unavailable += 1
                 continue  # the previous observation (or none) stays, as the evidence
             self.previous[k] = obs
+            plan = planned.plan
             if lost.entries:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
-            result, acks = self._emit(obs, topic, plan, mapping, target, lost=lost)
-            planned = self._plans.get(k)
-            if planned is not None:
-                planned.quiet = result == "emitted" and not plan.to_ack and not lost.entries
-                if planned.quiet and planned.final and k not in self.halted:
-                    # Idle: while the plan's inputs stay what they are, the plan and the
-                    # guard's answer stay the same. It is kept packed until one changes.
-                    self._idle[k] = idle = IdleCursor.of(planned, obs.observed_at)
-                    # Cursors that go idle together read their targets in different batches.
-                    idle.unread = max(idle.unread, read_offset(k))
-                    plan = idle.plan  # the same value, without what its sets derived on use
-                    del self._plans[k], self.previous[k]
-                    packed += 1
-            refused += result == "refused"
-            halted += result == "halted"
-            sent += acks
-            if result != "emitted":
-                # Nothing was sent: the target stays where it was.
-                plan = replace(plan, mark_delete=target.mark_delete,
-                               individually_deleted=target.individually_deleted,
-                               to_ack=RangeSet())
-            records.append(SyncRecord(obs.key, obs.subscription, plan, acks, self.config.dry_run,
-                                      obs.confirmed_at, datetime.now(UTC), result))
-        if packed > len(self._plans):
+            emitted = self._emit(obs, item.topic, plan, planned.used, target, lost=lost)
+            plan = self._settle(item, planned, plan, emitted, lost, totals)
+            records.append(self._record(obs, plan, target, emitted, totals))
+        if totals.went_idle > len(self.kept.plans):
             # Most plans went idle: dicts keep their size when emptied, so they are copied.
-            self._plans, self.previous = dict(self._plans), dict(self.previous)
-        return StepResult(records, sent, refused, halted, t_translate, unavailable,
-                          self.anchor_conflicts, len(deferred))
+            self.kept.plans, self.previous = dict(self.kept.plans), dict(self.previous)
+        return totals.result(records, batch.deferred)
 
-    def release_idle(self) -> dict[tuple[PartitionKey, str], IdleCursor]:
-        """Takes out the idle cursors that can be kept elsewhere until something changes
-        for them (:mod:`cursorsync.sync.idle_store`): those not halted, of partitions
-        without markers found."""
-        out = {k: c for k, c in self._idle.items()
-               if c.markers is None and k not in self.halted}
-        if out:
-            self._idle = {k: c for k, c in self._idle.items() if k not in out}
-        return out
+    def _sort(self, observed: Iterable[ObservedCursor], given: Mappings) -> _Sorted:
+        """The batch's cursors (the newest observation of each), from the one the marker
+        lookups' budget stopped at last: the records of idle cursors nothing changed for,
+        at once, and the work of the others, but for those whose first plan waits."""
+        resume = self.lookups.next_batch()
+        latest = newest(observed)
+        deferred = self.kept.deferred(latest, self.previous)
+        work = [self.kept.sort(obs, given.version(obs.key), self.lookups.markers(obs.key),
+                               self.halted_keys)
+                for obs in in_turn(latest, resume)
+                if not (deferred and (obs.key, obs.subscription) in deferred)]
+        return _Sorted(work, len(deferred))
+
+    def _read_targets(self, work: list[SyncRecord | Work]) -> dict[tuple[str, str], Target]:
+        """The target cursors the batch's work needs, read together."""
+        return self.read_targets([(w.topic, w.obs.subscription) for w in work
+                                  if isinstance(w, Work) and w.kind is not WorkKind.KNOWN])
+
+    def _target(self, item: Work, targets: Mapping[tuple[str, str], Target], totals: _Totals,
+                ) -> CursorState | SyncRecord | None:
+        """The cursor's target: its last plan's, or as read. An idle cursor's record again
+        when its target is as it was; None when the cursor waits (logged)."""
+        obs = item.obs
+        k = (obs.key, obs.subscription)
+        if item.kind is WorkKind.KNOWN:
+            return self.kept.known_target(k)
+        target = targets[item.topic, obs.subscription]
+        if isinstance(target, AdminUnavailableError):
+            totals.unavailable += 1
+            log.warning("skip %s/%s this batch: the target cursor cannot be read: %s",
+                        item.topic, obs.subscription, target)
+            return None
+        if item.kind is WorkKind.READ:
+            self.kept.was_read(k)
+        else:
+            idle = self.kept.read_idle(item, target)
+            if isinstance(idle, SyncRecord):
+                return idle
+            self.previous[k] = idle  # something changed: unpacked for the full path
+        if target is None:
+            log.info("skip %s/%s: the target has no such subscription yet",
+                     item.topic, obs.subscription)
+        return target
+
+    def _plan(self, item: Work, target: CursorState, prev: ObservedCursor | None,
+              given: Mappings) -> Planned:
+        """The cursor's plan, kept: its last one while nothing it was made from changed, else
+        translated anew through the live part of its partition's mapping, with the evidence
+        that holds for its topic and the markers found (looked up when the plan has source
+        entries unmapped)."""
+        obs, version = item.obs, item.version
+        k = (obs.key, obs.subscription)
+        previous_source = prev.state if prev is not None else None
+        whole = self._whole_mapping(obs.key.topic)
+        known = self.kept.plans.get(k)
+        if whole and known is not None and known.reusable(
+                obs.state, version, target, previous_source, self.lookups.markers(obs.key)):
+            known.source = obs.state  # the same values: kept as the idle path finds it
+            return known
+        found = given.get(obs.key)
+        mapping = _NO_MAPPING if found is None else found
+        live = self._trimmed(obs.key, mapping, obs.state, target, given)
+        if live is not None:
+            mapping, version = live, given.version(obs.key)
+        if self.config.vouch:
+            mapping = mapping.vouched()
+        if not whole:
+            mapping = holding(mapping)
+        mapping = self.lookups.with_markers(obs.key, mapping)
+        plan = translate(obs.state, mapping, target, previous_source=previous_source)
+        if plan.unmapped_acked_entries and self.lookups.look_up(obs, item.topic, mapping,
+                                                                target):
+            mapping = self.lookups.with_markers(obs.key, mapping)
+            plan = translate(obs.state, mapping, target, previous_source=previous_source)
+        self.kept.plans[k] = planned = Planned(obs.state, version, target,
+                                               self.lookups.markers(obs.key), mapping, plan)
+        return planned
+
+    def _trimmed(self, key: PartitionKey, mapping: TopicMapping, source: CursorState,
+                 target: CursorState, given: Mappings) -> TopicMapping | None:
+        """The partition's mapping without what names only deleted ledgers, which goes
+        (memory follows the live ledgers); None when nothing is dead."""
+        firsts = first_ledger(source.ledgers), first_ledger(target.ledgers)
+        live = live_part(mapping, *firsts)
+        if live is not None:
+            given.trim(key, live)
+            if self.live_ledgers is not None:
+                # The builder's known mapping has the same rows, so the same dead part;
+                # with nothing dead here, it has none to drop either.
+                self.live_ledgers.saw(key, *firsts)
+        return live
 
     def _whole_mapping(self, topic: str) -> bool:
         """Whether all of a topic's mapping holds: no topology given, or two clusters."""
@@ -322,15 +284,42 @@ class SyncStep:
         found = self.topology(topic)
         return found is not None and found.two_clusters
 
-    def adopt_idle(self, cursors: Mapping[tuple[PartitionKey, str], IdleCursor]) -> None:
-        """Idle cursors handed back: :meth:`run` decides for them as for its own."""
-        self._idle.update(cursors)
+    def _settle(self, item: Work, planned: Planned, plan: AckPlan, emitted: _Emitted,
+                lost: _Lost, totals: _Totals) -> AckPlan:
+        """The plan to record, after its emission: a cursor whose plan sent nothing and
+        needed nothing sent goes idle (:meth:`KeptPlans.settle`), its plan kept packed."""
+        obs = item.obs
+        k = (obs.key, obs.subscription)
+        quiet = emitted.result is Result.EMITTED and not plan.to_ack and not lost.entries
+        idle_plan = self.kept.settle(k, planned, quiet=quiet, halted=k in self.halted_keys,
+                                     observed_at=obs.observed_at)
+        if idle_plan is None:
+            return plan
+        del self.previous[k]  # the idle cursor's packed source is its previous observation
+        totals.went_idle += 1
+        return idle_plan
 
-    def _repeated(self, idle: IdleCursor, obs: ObservedCursor) -> SyncRecord:
-        """An idle cursor's record again: its plan, nothing sent."""
-        idle.observed_at = obs.observed_at
-        return SyncRecord(obs.key, obs.subscription, idle.plan, 0, self.config.dry_run,
-                          obs.confirmed_at, datetime.now(UTC), repeated=True)
+    def _record(self, obs: ObservedCursor, plan: AckPlan, target: CursorState,
+                emitted: _Emitted, totals: _Totals) -> SyncRecord:
+        """What became of the cursor's plan, counted and recorded."""
+        totals.add(emitted)
+        if emitted.result is not Result.EMITTED:
+            # Nothing was sent: the target stays where it was.
+            plan = replace(plan, mark_delete=target.mark_delete,
+                           individually_deleted=target.individually_deleted,
+                           to_ack=RangeSet())
+        return SyncRecord(obs.key, obs.subscription, plan, emitted.acks, self.config.dry_run,
+                          obs.confirmed_at, datetime.now(UTC), emitted.result)
+
+    def release_idle(self) -> dict[Key, IdleCursor]:
+        """Takes out the idle cursors that can be kept elsewhere until something changes
+        for them (:mod:`cursorsync.sync.idle_store`): those not halted, of partitions
+        without markers found."""
+        return self.kept.release(self.halted_keys)
+
+    def adopt_idle(self, cursors: Mapping[Key, IdleCursor]) -> None:
+        """Idle cursors handed back: :meth:`run` decides for them as for its own."""
+        self.kept.adopt(cursors)
 
     def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str,
               mapping: TopicMapping, target: CursorState) -> _Lost | None:
@@ -378,33 +367,32 @@ class SyncStep:
             return _UNREADABLE
 
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
-              target: CursorState, *, lost: _Lost | None = None) -> tuple[Result, int]:
+              target: CursorState, *, lost: _Lost | None = None) -> _Emitted:
         """Halt, guard, send: what became of the plan, and the acks sent."""
-        if (obs.key, obs.subscription) in self.halted:
+        if (obs.key, obs.subscription) in self.halted_keys:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
-            return "halted", 0
+            return _Emitted(Result.HALTED)
         if lost is not None and lost.entries:
             log.error("skip %s/%s: %s; their copies on the target stay unacked. Halted until "
                       "an operator resumes it (resuming lets the markDeletePosition cover "
                       "those copies)", topic, obs.subscription, lost.why)
-            return "halted", 0
+            return _Emitted(Result.HALTED)
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
                       "rewind_policy=halt emits nothing until an operator resets the "
                       "target cursor too", topic, obs.subscription, plan.rewound_entries)
-            return "halted", 0
+            return _Emitted(Result.HALTED)
         try:
             safe = guard(plan, obs.state, mapping, target)
         except AnchorConflictError as err:
-            self.anchor_conflicts += 1
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return "refused", 0
+            return _Emitted(Result.REFUSED, anchor_conflict=True)
         except UnsafePlanError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return "refused", 0
+            return _Emitted(Result.REFUSED)
         if not plan.to_ack or self.config.dry_run or self.emitter is None:
-            return "emitted", 0
+            return _Emitted(Result.EMITTED)
         try:
             if self.config.cumulative:
                 # What a cumulative ack would cover on the strength of the target's read alone
@@ -418,13 +406,55 @@ class SyncStep:
                                           ledgers=target.ledgers)
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
-            return "failed", 0
-        return "emitted", int(getattr(sent, "acks_sent", 0))
-
+            return _Emitted(Result.FAILED)
+        return _Emitted(Result.EMITTED, int(getattr(sent, "acks_sent", 0)))
 
 
 #: The mapping of a partition with no rows yet.
 _NO_MAPPING = TopicMapping()
+
+
+class _Sorted(NamedTuple):
+    """A batch's cursors sorted by :meth:`SyncStep._sort`."""
+
+    #: In the batch's order: idle cursors' records again, and the work of the others.
+    work: list[SyncRecord | Work]
+    #: Cursors whose first plan waits for a later batch.
+    deferred: int
+
+
+class _Emitted(NamedTuple):
+    """What became of a plan at :meth:`SyncStep._emit`, and the acks sent."""
+
+    result: Result
+    acks: int = 0
+    #: Refused for contradicting the source's snapshot anchors.
+    anchor_conflict: bool = False
+
+
+@dataclass(slots=True)
+class _Totals:
+    """A batch's counts, as its cursors go through the step."""
+
+    acks_sent: int = 0
+    refused: int = 0
+    halted_count: int = 0
+    translate_seconds: float = 0.0
+    unavailable: int = 0
+    anchor_conflicts: int = 0
+    #: Plans that went idle in the batch.
+    went_idle: int = 0
+
+    def add(self, emitted: _Emitted) -> None:
+        self.acks_sent += emitted.acks
+        self.refused += emitted.result is Result.REFUSED
+        self.halted_count += emitted.result is Result.HALTED
+        self.anchor_conflicts += emitted.anchor_conflict
+
+    def result(self, records: list[SyncRecord], deferred: int) -> StepResult:
+        return StepResult(records, self.acks_sent, self.refused, self.halted_count,
+                          self.translate_seconds, self.unavailable, self.anchor_conflicts,
+                          deferred)
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,54 +474,3 @@ class _Unreadable:
 
 
 _UNREADABLE = _Unreadable()
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """A cursor of this batch still to plan, once the targets are read: ``how`` its
-    target is had (read: read it; known: its last plan's; recheck: an idle cursor's, due
-    for a read; unpack: an idle cursor something changed for)."""
-
-    obs: ObservedCursor
-    version: int
-    how: str
-
-
-def one_by_one(read: TargetReader) -> TargetsReader:
-    """A batch's targets read with ``read``, one after another."""
-    def many(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Target]:
-        out: dict[tuple[str, str], Target] = {}
-        for pair in pairs:
-            try:
-                out[pair] = read(*pair)
-            except AdminUnavailableError as err:
-                out[pair] = err
-        return out
-
-    return many
-
-
-def _rotated(observed: list[ObservedCursor],
-             first: tuple[PartitionKey, str] | None) -> list[ObservedCursor]:
-    """``observed`` (sorted) starting at ``first``, or at the next one after it."""
-    if first is None:
-        return observed
-    i = next((i for i, o in enumerate(observed) if (o.key, o.subscription) >= first), 0)
-    return observed[i:] + observed[:i]
-
-
-def _latest(observed: Iterable[ObservedCursor]) -> list[ObservedCursor]:
-    """The newest observation per (partition, subscription): older ones are superseded."""
-    # Sorted on plain tuples (comparing the dataclass keys costs ten times as much), newest
-    # last within a key; then the last of each run of equal keys.
-    obs = sorted(observed, key=lambda o: (o.key.topic, o.key.partition, o.subscription,
-                                          o.observed_at, o.confirmed_at))
-    return [o for o, n in zip(obs, [*obs[1:], None] if obs else [], strict=True)
-            if n is None or n.key != o.key or n.subscription != o.subscription]
-
-
-def fresh_target(ledgers: Ledgers | None) -> CursorState:
-    """A target cursor nobody has acked on: before its first ledger."""
-    if ledgers is None or not len(ledgers.ids):
-        return CursorState(Position(-1, -1), RangeSet(), ledgers)
-    return CursorState(Position(int(ledgers.ids[0]), -1), RangeSet(), ledgers)

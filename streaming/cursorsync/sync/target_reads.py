@@ -9,19 +9,49 @@ cluster's ``max_concurrency`` threads, and a topic partition is asked once
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from cursorsync.core.cursor import CursorState
+from cursorsync.core.ledgers import Ledgers
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import AdminUnavailableError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.stats import TopicInternalStats
-from cursorsync.sync.step import Target, fresh_target
+
+#: Reads the target's cursor for (concrete topic, subscription): None when unknown.
+TargetReader = Callable[[str, str], CursorState | None]
+#: A target read's answer: the cursor, None when unknown, or why the admin API gave none.
+Target = CursorState | None | AdminUnavailableError
+#: Reads the target cursors of a batch's (concrete topic, subscription) pairs together.
+TargetsReader = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], Target]]
+
+
+def serial_targets_reader(read: TargetReader) -> TargetsReader:
+    """A batch's targets read with ``read``, one after another."""
+    def many(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Target]:
+        out: dict[tuple[str, str], Target] = {}
+        for pair in pairs:
+            try:
+                out[pair] = read(*pair)
+            except AdminUnavailableError as err:
+                out[pair] = err
+        return out
+
+    return many
+
+
+def fresh_target(ledgers: Ledgers | None) -> CursorState:
+    """A target cursor nobody has acked on: before its first ledger."""
+    if ledgers is None or not len(ledgers.ids):
+        return CursorState(Position(-1, -1), RangeSet(), ledgers)
+    return CursorState(Position(int(ledgers.ids[0]), -1), RangeSet(), ledgers)
 
 
 class AdminTargets:
     """Reads target cursors on the target's admin API: one at a time (a
-    :data:`~cursorsync.sync.step.TargetReader`) or a batch's together (:meth:`many`)."""
+    :data:`TargetReader`) or a batch's together (:meth:`many`)."""
 
     def __init__(self, admin: AdminClient) -> None:
         self.admin = admin
