@@ -19,7 +19,7 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows
 
@@ -74,7 +74,7 @@ def new_sink(config: Config, store: TableStore, emitter: RecordingEmitter,
              created_at: Callable[[str], TopicCreation] | None = None,
              rewind_policy: RewindPolicy = "halt") -> SyncSink:
     """A fresh sink and step, as after a restart; the target reports ``target[0]``."""
-    step = SyncStep(SyncConfig(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],
+    step = SyncStep(StepSettings(rewind_policy=rewind_policy), emitter, lambda t, s: target[0],
                     source_created_at=created_at)
     return SyncSink(sync_sink_settings(config), store, step, None)
 

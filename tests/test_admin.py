@@ -11,7 +11,7 @@ import pytest
 
 from admin_stub import Reply, StubAdmin
 from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
-from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 
 
@@ -53,7 +53,7 @@ def client(urls: str, **kw: Any) -> AdminClient:
     kw.setdefault("backoff_initial_s", 0.01)
     kw.setdefault("backoff_max_s", 0.05)
     kw.setdefault("timeout_s", 2.0)
-    return AdminClient(AdminConfig.from_urls(urls, cluster="cluster-a", **kw))
+    return AdminClient(AdminSettings.from_urls(urls, cluster="cluster-a", **kw))
 
 
 T = "persistent://acme/orders/events"
@@ -173,11 +173,11 @@ def test_unreachable_names_url_and_fails_over(stub: StubAdmin) -> None:
 
 def test_config_validation() -> None:
     with pytest.raises(ConfigError, match="adminUrl"):
-        AdminConfig.from_urls("")
+        AdminSettings.from_urls("")
     with pytest.raises(ConfigError, match="ftp://x"):
-        AdminConfig.from_urls("ftp://x")
+        AdminSettings.from_urls("ftp://x")
     with pytest.raises(ConfigError, match="adminTlsCertFile"):
-        AdminConfig.from_urls("https://x", tls_key_file="k.pem")
+        AdminSettings.from_urls("https://x", tls_key_file="k.pem")
     with pytest.raises(ConfigError, match="topic"):
         TopicName.parse("non-persistent://a/b/c")
 

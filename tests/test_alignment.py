@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from cursorsync.core.alignment import Memory, Waiting, align, stream_of
 from cursorsync.core.records import PartitionKey
-from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 
 KEY = PartitionKey("persistent://t/n/x", -1)
 SOURCE_LEDGER, TARGET_LEDGER = 1, 9
@@ -135,7 +135,7 @@ def _rows(cluster: str, ledger: int, start: int, ms: list[Message],
 def run(world: World) -> list[tuple[int, int]]:
     """Feed both sides' entries batch by batch; the (source entry, target entry) pairs the
     builder's segments hold at the end."""
-    b = MappingBuilder(BuilderConfig("a", "b", ("identity",), world.window, claim_holes=False))
+    b = MappingBuilder(BuilderSettings("a", "b", ("identity",), world.window, claim_holes=False))
     s_at = t_at = 0
     for i in range(max(len(world.source_steps), len(world.target_steps))):
         s_n = world.source_steps[i] if i < len(world.source_steps) else 0

@@ -13,7 +13,7 @@ from cursorsync.core.anchors import Anchors
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
-from cursorsync.mapping.builder import AnchorFindings, BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import AnchorFindings, BuilderSettings, MappingBuilder
 from cursorsync.mapping.builder_state import read_state, write_state
 
 P = Position.parse
@@ -40,7 +40,7 @@ def rows(items: list[tuple[str, int, int, str | None, str | None]]) -> pa.Table:
 
 
 def test_property_evidence_runs_holes_and_foreign() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)))
     out = b.process(rows([
         ("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1"),
         # 9:2 never returned by the reader: a marker
@@ -62,7 +62,7 @@ def test_stamps_parse_as_position_parse_does_and_a_malformed_one_stops_the_batch
     """The stamps are parsed column-wise; other spellings fall back to Position.parse."""
     from cursorsync.errors import PositionFormatError
 
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)))
     out = b.process(rows([("B", 9, 0, "1:0", None), ("B", 9, 1, " 1 : 1 ", None),
                           ("B", 9, 2, "2:7", None), ("B", 9, 3, "999999999999999999:0", None)]))
     assert [str(s) for s in out.mappings[KEY].segments] == [
@@ -70,20 +70,20 @@ def test_stamps_parse_as_position_parse_does_and_a_malformed_one_stops_the_batch
         "999999999999999999:0+1->9:3 (position-property)"]
     for bad, error in (("1:x", PositionFormatError), ("99999999999999999999:0", ValueError)):
         with pytest.raises(error, match=bad):
-            MappingBuilder(BuilderConfig("A", "B", ("position-property",))).process(
+            MappingBuilder(BuilderSettings("A", "B", ("position-property",))).process(
                 rows([("B", 9, 0, "1:0", None), ("B", 9, 1, bad, None)]))
 
 
 def test_only_the_target_s_stamps_are_read() -> None:
     """The property maps a target entry to its source id; a source entry carrying one
     (replicated there from a third cluster) is not read for it, even malformed."""
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)))
     out = b.process(rows([("A", 1, 0, "x:y", None), ("B", 9, 0, "1:0", None)]))
     assert [str(s) for s in out.mappings[KEY].segments] == ["1:0+1->9:0 (position-property)"]
 
 
 def test_identity_evidence_pairs_and_never_guesses() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity")))
     out = b.process(rows([
         ("A", 1, 0, None, "a"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "dup"),
         ("A", 1, 3, None, "c"),
@@ -101,7 +101,7 @@ def test_identity_evidence_pairs_and_never_guesses() -> None:
 def test_entries_without_a_digest_are_out_of_identity_scope() -> None:
     """identity_scope batched: an unstamped target entry without a digest cannot be
     matched (foreign, never acked); a source row without one is not waited for."""
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity")))
     out = b.process(rows([
         ("A", 1, 0, None, None), ("A", 1, 1, None, "batch"), ("A", 1, 2, None, None),
         ("B", 7, 0, "1:0", None), ("B", 7, 1, None, "batch"), ("B", 7, 2, None, None),
@@ -115,7 +115,7 @@ def test_entries_without_a_digest_are_out_of_identity_scope() -> None:
 
 
 def test_identity_waits_for_the_other_side_across_batches() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("identity",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("identity",)))
     first = b.process(rows([("B", 7, 0, None, "a"), ("B", 7, 1, None, "b")]))
     assert KEY not in first.mappings or not len(first.mappings[KEY].segments)
     out = b.process(rows([("A", 1, 5, None, "a"), ("A", 1, 6, None, "b")]))
@@ -123,7 +123,7 @@ def test_identity_waits_for_the_other_side_across_batches() -> None:
 
 
 def test_state_round_trips_through_its_file_for_replay(tmp_path: Path) -> None:
-    cfg = BuilderConfig("A", "B", ("identity",))
+    cfg = BuilderSettings("A", "B", ("identity",))
     b = MappingBuilder(cfg)
     b.process(rows([("B", 7, 0, None, "a"), ("B", 7, 3, None, "b")]))
     write_state(tmp_path / "state", b.state())
@@ -136,7 +136,7 @@ def test_state_round_trips_through_its_file_for_replay(tmp_path: Path) -> None:
 
 
 def test_a_copy_sent_again_is_mapped_and_conflicting_evidence_is_dropped_not_guessed() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)))
     b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1")]))
     out = b.process(rows([("B", 9, 2, "1:0", "m0")]))  # the replicator sent 1:0 again
     assert out.conflicts == 0
@@ -147,7 +147,7 @@ def test_a_copy_sent_again_is_mapped_and_conflicting_evidence_is_dropped_not_gue
 
 
 def test_window_ages_out_unmatched_entries() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("identity",), alignment_window=2))
+    b = MappingBuilder(BuilderSettings("A", "B", ("identity",), alignment_window=2))
     out = b.process(rows([("B", 7, i, None, f"t{i}") for i in range(5)]))
     assert out.given_up_target == 3
 
@@ -155,14 +155,14 @@ def test_window_ages_out_unmatched_entries() -> None:
 @pytest.mark.parametrize("strategies", [("snapshot-typo",)])
 def test_bad_strategy_is_named(strategies: tuple[str, ...]) -> None:
     with pytest.raises(ValueError, match="snapshot-typo"):
-        BuilderConfig("A", "B", strategies)  # type: ignore[arg-type]
+        BuilderSettings("A", "B", strategies)  # type: ignore[arg-type]
 
 
 def test_snapshot_alone_tells_copies_from_foreign_by_the_digests_the_source_shows() -> None:
     """No pairing: a target entry whose digest the source stream shows is a copy (unpaired,
     which only anchors ack), even when it shows twice; one the source never shows ages out
     of the window as foreign."""
-    b = MappingBuilder(BuilderConfig("A", "B", ("snapshot",), alignment_window=2))
+    b = MappingBuilder(BuilderSettings("A", "B", ("snapshot",), alignment_window=2))
     out = b.process(rows([
         ("A", 1, 0, None, "a"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "dup"),
         ("B", 7, 0, None, "a"), ("B", 7, 1, None, "local"), ("B", 7, 2, None, "dup"),
@@ -181,7 +181,7 @@ def test_snapshot_alone_tells_copies_from_foreign_by_the_digests_the_source_show
 
 
 def test_identity_with_snapshot_keeps_ambiguous_copies_as_unpaired_not_foreign() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("identity", "snapshot")))
+    b = MappingBuilder(BuilderSettings("A", "B", ("identity", "snapshot")))
     out = b.process(rows([
         ("A", 1, 0, None, "dup"), ("A", 1, 1, None, "dup"), ("A", 1, 2, None, "c"),
         ("B", 7, 0, None, "dup"), ("B", 7, 1, None, "dup"), ("B", 7, 2, None, "local"),
@@ -229,7 +229,7 @@ def test_snapshot_markers_are_read_at_the_source_holes_and_past_the_tail_once_ea
     1:4 (request) and 1:5 (snapshot -> 7:1) after the last entry. The tail is looked past;
     the markers found there are not looked at again when the next entry shows them as holes."""
     fake = FakeMarkers({P("1:1"): None, P("1:2"): P("7:0"), P("1:4"): None, P("1:5"): P("7:1")})
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "snapshot")),
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property", "snapshot")),
                        anchor_read=fake)
     out = b.process(rows([("A", 1, 0, None, "a"), ("A", 1, 3, None, "b"),
                           ("B", 7, 0, "1:0", "a"), ("B", 7, 1, "1:3", "b")]))
@@ -249,7 +249,7 @@ def test_holes_unacked_claims_no_skippable_and_a_chunked_message_stays_unmapped(
     """evidence.holes unacked: skipped ids (chunks, here 9:1-9:2) are never skippable, and
     the chunked message handed on without evidence (9:3) is never paired: nothing of it is
     acked on the target, so after a failover it comes again whole."""
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity"),
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity"),
                                      claim_holes=False))
     out = b.process(rows([
         ("A", 1, 0, None, "m0"), ("A", 1, 3, None, None),   # the source's chunked message
@@ -263,7 +263,7 @@ def test_holes_unacked_claims_no_skippable_and_a_chunked_message_stays_unmapped(
     assert b.known[KEY].lookup(P("1:3")) is None
     # The same stream with holes taken for markers unchecked claims the chunks (what
     # evidence.holes markers refuses chunked messages for).
-    trusting = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")))
+    trusting = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity")))
     claimed = trusting.process(rows([("B", 9, 0, None, "m0"), ("B", 9, 3, None, None)]))
     assert claimed.mappings[KEY].skippable.rows.tolist() == [[9, 1, 2]]
 
@@ -295,7 +295,7 @@ def test_verified_holes_claims_only_what_the_check_says_are_markers() -> None:
     message whose last chunk (9:7) comes a batch later, 9:5 a marker again. Only the
     markers are claimed, in the batch that finds them; the chunks never are."""
     check = FakeCheck({(9, 1), (9, 5)})
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
     out = b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 4, "1:4", "m4"),
                           ("B", 9, 6, "1:6", "m6")]))
     assert check.asked == [{KEY: [[9, 1, 3], [9, 5, 1]]}]
@@ -307,7 +307,7 @@ def test_verified_holes_claims_only_what_the_check_says_are_markers() -> None:
 
 
 def test_a_hole_check_answering_beyond_its_candidates_is_an_error() -> None:
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)),
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)),
                        hole_check=lambda c: {KEY: Runs.of((9, 1, 2))})
     with pytest.raises(ValueError, match="not candidates"):
         b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 2, "1:2", "m2")]))
@@ -322,7 +322,7 @@ def test_skipped_ids_past_the_batch_budget_wait_in_the_state_and_go_first_next(
 
     monkeypatch.setattr(builder_module, "HOLE_CHECKS_PER_BATCH", 5)
     check = FakeCheck({(9, e) for e in range(40)} - {(9, 3 * k) for k in range(14)})
-    cfg = BuilderConfig("A", "B", ("position-property",))
+    cfg = BuilderSettings("A", "B", ("position-property",))
     b = MappingBuilder(cfg, hole_check=check)
     # Target entries 9:0, 9:3, 9:6, ..., 9:15: runs of two skipped ids between them.
     out = b.process(rows([("B", 9, 3 * k, f"1:{k}", None) for k in range(6)]))
@@ -344,7 +344,7 @@ def test_the_builder_keeps_known_mappings_packed_but_those_a_batch_maps() -> Non
     """Its memory follows the partitions with new entries: a partition no batch touched
     since the last is kept packed, and comes back the same when a later batch does."""
     other = PartitionKey("persistent://public/default/u", -1)
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)))
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)))
     b.process(rows([("B", 9, 0, "1:0", "m0"), ("B", 9, 1, "1:1", "m1")]))
     b.process(pa.concat_tables([rows([("B", 3, 0, "2:0", "u0")]).set_column(
         1, "topic", pa.array([other.topic]))]))

@@ -13,7 +13,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
@@ -43,7 +43,7 @@ def test_the_stats_fingerprint_moves_with_every_cursor_change(
     client = testbed.client("a")
     consumer = client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                 initial_position=pulsar.InitialPosition.Earliest)
-    with AdminClient(AdminConfig.from_urls(testbed.admin_url("a"), cluster="a")) as admin:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("a"), cluster="a")) as admin:
         last = [_print(admin, topic)]
 
         def moves(what: str) -> None:

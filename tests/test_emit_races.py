@@ -20,10 +20,10 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.emitter import PulsarEmitter
 from cursorsync.pulsar.topics import TopicName
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets, Target, fresh_target
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
@@ -145,8 +145,8 @@ def _source(admin: AdminClient, topic: str) -> ObservedCursor:
 def _sync_once(bed: TestBed, topic: str, between: Callable[[], None]) -> int:
     """One sync step, cumulative, with ``between`` run right after the target read; the
     acks the step sent."""
-    source = AdminClient(AdminConfig.from_urls(bed.admin_url("a")))
-    targets = AdminTargets(AdminClient(AdminConfig.from_urls(bed.admin_url("b"))))
+    source = AdminClient(AdminSettings.from_urls(bed.admin_url("a")))
+    targets = AdminTargets(AdminClient(AdminSettings.from_urls(bed.admin_url("b"))))
 
     def read_then_race(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Target]:
         read = targets.many(pairs)
@@ -155,7 +155,7 @@ def _sync_once(bed: TestBed, topic: str, between: Callable[[], None]) -> int:
 
     emitter = PulsarEmitter(bed.service_url("b"), subscription_type="Failover")
     try:
-        step = SyncStep(SyncConfig(cumulative=True), emitter, targets, None, source.creation,
+        step = SyncStep(StepSettings(cumulative=True), emitter, targets, None, source.creation,
                         read_targets=read_then_race)
         result = step.run([_source(source, topic)], {PartitionKey(topic): _mapping(bed, topic)})
         (record,) = result.records

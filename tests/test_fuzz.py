@@ -31,7 +31,7 @@ from cursorsync.core.positions import (
 )
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, MalformedAdminOutputError, PositionFormatError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.msgid import batch_size_of, fields, first_chunk_of
 from cursorsync.pulsar.stats import (
     parse_internal_stats,
@@ -543,7 +543,7 @@ def stub() -> Iterator[StubAdmin]:
                  json_values.map(lambda v: json.dumps(v).encode())))
 def test_admin_client_turns_malformed_bodies_into_one_error(stub: StubAdmin, body: bytes) -> None:
     stub.set(TOPIC.admin_path("internalStats"), Reply(200, raw=body))
-    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as client:
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as client:
         try:
             client.internal_stats(TOPIC)
         except MalformedAdminOutputError as err:

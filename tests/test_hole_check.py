@@ -16,9 +16,9 @@ from admin_stub import Reply, StubAdmin
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
-from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
-from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
+from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from replicated import send_with_snapshots, source_positions_on_b
@@ -62,7 +62,7 @@ def test_admin_hole_check_over_http(stub: StubAdmin) -> None:
     stub.set(path.format(9), Reply(raw=b"", headers={"X-Pulsar-marker-type": "13"}))
     key = PartitionKey("persistent://acme/orders/events", 1)
     other = PartitionKey("persistent://acme/orders/events", 0)  # 404: nothing stored there
-    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
         check = AdminHoleCheck(admin, max_workers=4)
         got = check({key: Runs.of((7, 1, 4), (7, 9, 1)), other: Runs.of((7, 1, 1))})
     assert {k: r.rows.tolist() for k, r in got.items()} == {key: [[7, 1, 2], [7, 9, 1]]}
@@ -110,7 +110,7 @@ def test_verified_claims_exactly_the_leading_markers_of_each_hole(
              for i, k in enumerate(kinds)}
     returned = [i for i, k in enumerate(kinds) if k == "message"]
     check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
     bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
     for lo, hi in pairwise(bounds):
         b.process(target_rows(returned[lo:hi]))
@@ -181,7 +181,7 @@ def _claimed_across_ledgers(ledgers: list[list[str]], cuts: list[int],
     returned = [(lid, i) for lid, kinds in zip(ids, ledgers, strict=True)
                 for i, k in enumerate(kinds) if k == "message"]
     check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
-    b = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), hole_check=check)
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
     bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
     for lo, hi in pairwise(bounds):
         part = returned[lo:hi]
@@ -201,7 +201,7 @@ def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
     from cursorsync.errors import AdminError
 
     key = PartitionKey("persistent://acme/orders/events", -1)
-    dead = AdminConfig.from_urls("http://127.0.0.1:9", attempts=2, backoff_initial_s=0.01)
+    dead = AdminSettings.from_urls("http://127.0.0.1:9", attempts=2, backoff_initial_s=0.01)
     with AdminClient(dead) as admin, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
         AdminHoleCheck(admin)({key: Runs.of((7, 1, 1))})
 
@@ -231,7 +231,7 @@ def test_update_markers_the_check_reads_are_kept_for_the_builtin_updates_table(
     stub.set(path.format(3), Reply(raw=update("other", 6, 9),
                                    headers={"X-Pulsar-marker-type": "13"}))
     key = PartitionKey("persistent://acme/orders/events", -1)
-    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
         check = AdminHoleCheck(admin, target_cluster="b")
         got = check({key: Runs.of((7, 1, 3))})
         assert got[key].rows.tolist() == [[7, 1, 3]]
@@ -267,7 +267,7 @@ def test_anchor_read_takes_snapshots_naming_the_target_at_holes_and_past_tails(
     stub.set(path.format(7), Reply(raw=snapshot((3, 5), "b", (9, 8)), headers=marker))
     stub.set(path.format(8), Reply(500, {"reason": "LastConfirmedEntry is 3:7"}))
     key = PartitionKey("persistent://acme/orders/events", -1)
-    with AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin:
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
         read = AdminAnchorRead(admin, "b")
         found = read({key: Runs.of((3, 1, 2))}, {key: Position(3, 5)})
     assert found.anchors == {key: Anchors.of((Position(3, 0), Position(9, 4)),
@@ -315,9 +315,9 @@ def test_markers_at_the_end_of_a_closed_ledger_on_b_are_claimed_once_the_reader_
         "source_position": pa.array([None] * 4, pa.string()),
         "entry_identity": pa.array([None] * 4, pa.binary()),
     })
-    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
         check = AdminHoleCheck(admin)
-        builder = MappingBuilder(BuilderConfig("a", "b", ("position-property",)),
+        builder = MappingBuilder(BuilderSettings("a", "b", ("position-property",)),
                                  hole_check=check)
         outcomes = [builder.process(rows)]
         while outcomes[-1].skipped_waiting and len(outcomes) < 10:

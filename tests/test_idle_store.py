@@ -27,7 +27,7 @@ from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, poll_rows
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, decode_plan, encode_plan
 from cursorsync.sync.sink import history_due
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables.spill import Spill, SpillError
 
 KEYS = [PartitionKey("persistent://t/n/orders", p) for p in range(3)]
@@ -64,7 +64,7 @@ class _Pipeline:
         self.targets: dict[tuple[str, str], CursorState] = {}
         self.reads = 0
         self.emitter = _Emitter()
-        self.step = SyncStep(SyncConfig(), self.emitter, self._read)
+        self.step = SyncStep(StepSettings(), self.emitter, self._read)
         self.parse = Observations()
         self.store = IdleStore(spill) if store else None
 

@@ -80,7 +80,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     from cursorsync.core.records import SyncRecord
     from cursorsync.core.translate import translate
     from cursorsync.sync.sink import SyncSink, _Synced
-    from cursorsync.sync.step import SyncConfig, SyncStep
+    from cursorsync.sync.step import StepSettings, SyncStep
     from cursorsync.tables.rows import sync_progress_rows
 
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 9, 0, 5)]))
@@ -92,7 +92,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     rows = sync_progress_rows(records, source_cluster="A", target_cluster="B")
     sink = SyncSink.__new__(SyncSink)
     sink.metrics = Metrics()
-    sink.step = SyncStep(SyncConfig(cumulative=True), None, lambda t, s: None)
+    sink.step = SyncStep(StepSettings(cumulative=True), None, lambda t, s: None)
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
     assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cursorsync._proto import pulsar_markers_pb2 as pm
 from cursorsync.core.positions import INT64_MAX, Position
 from cursorsync.errors import CursorSyncError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig, RawEntry
+from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
 from cursorsync.pulsar.markers import (
     SNAPSHOT,
     SNAPSHOT_REQUEST,
@@ -332,8 +332,8 @@ def test_a_snapshot_pairs_the_position_of_b_s_response_on_a_with_b_s_position(
     a's snapshots; an id past the open ledger's last entry is None with ``past_end_ok``."""
     (t,) = testbed.create_topic(topic_name("anchors"))
     sub = send_with_snapshots(testbed.client("a"), t, 4)
-    with AdminClient(AdminConfig.from_urls(testbed.admin_url("a"), cluster="a")) as admin_a, \
-            AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin_b:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("a"), cluster="a")) as admin_a, \
+            AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin_b:
         on_a = markers_on(admin_a, testbed, "a", t)  # first: b then holds all they name
         on_b = markers_on(admin_b, testbed, "b", t)
         from_a = source_positions_on_b(testbed, t)

@@ -32,7 +32,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables.spill import Spill, SpillError
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
@@ -132,7 +132,7 @@ def test_an_idle_cursor_leaves_its_mapping_packed_and_a_new_mapping_moves_it() -
     held = PackedMappings()
     held.put(KEY, TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10)]),
                                unreplicated=Runs.of((5, 10, 5))))
-    step = SyncStep(SyncConfig(), Emitter(), lambda t, s: target[-1])
+    step = SyncStep(StepSettings(), Emitter(), lambda t, s: target[-1])
     obs = ObservedCursor(KEY, "sub", source, NOW)
     for _ in range(4):
         held.next_batch()

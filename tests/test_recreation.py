@@ -30,11 +30,11 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig, TopicCreation, parse_topic_creation
+from cursorsync.pulsar.admin import AdminClient, AdminSettings, TopicCreation, parse_topic_creation
 from cursorsync.pulsar.emitter import EmitResult
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.halts import read_halts
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables import open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
@@ -65,7 +65,7 @@ def _first_observation(created: Callable[[str], TopicCreation] | None,
     listing ledger 9 only (ledger 5 gone)."""
     state = source or CursorState(Position(9, 4), RangeSet(), Ledgers.of([(9, 5)]))
     emitter = _Emitter()
-    step = SyncStep(SyncConfig(), emitter, lambda t, s: target, source_created_at=created)
+    step = SyncStep(StepSettings(), emitter, lambda t, s: target, source_created_at=created)
     result = step.run([ObservedCursor(KEY, "sub", state, NOW)], {KEY: MAPPING})
     return result, emitter
 
@@ -186,7 +186,7 @@ def test_a_first_observation_the_source_cannot_explain_waits_or_halts() -> None:
         return answer
 
     emitter = _Emitter()
-    step = SyncStep(SyncConfig(), emitter, lambda t, s: FRESH_TARGET, source_created_at=created)
+    step = SyncStep(StepSettings(), emitter, lambda t, s: FRESH_TARGET, source_created_at=created)
     state = CursorState(Position(9, 4), RangeSet(), Ledgers.of([(9, 5)]))
     obs = ObservedCursor(KEY, "sub", state, NOW)
     result = step.run([obs], {KEY: MAPPING})
@@ -205,7 +205,7 @@ def test_a_cursor_observed_before_is_judged_on_its_ledgers_not_on_clocks() -> No
     after = CursorState(Position(9, 4), RangeSet(), Ledgers.of([(9, 5)]))
     for owned, outcome in [((4, 9), "emitted"), ((5, 9), "emitted"), ((9,), "halted"),
                            ((6, 9), "halted")]:
-        step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(),
+        step = SyncStep(StepSettings(rewind_policy="report"), _Emitter(),
                         lambda t, s: FRESH_TARGET,
                         source_created_at=lambda t, o=owned: TopicCreation("c", o))  # type: ignore[misc]
         step.run([ObservedCursor(KEY, "sub", before, NOW)], {KEY: MAPPING})
@@ -240,7 +240,7 @@ def test_the_brokers_keep_a_topics_creation_across_an_unload_and_draw_ids_upward
         msg = consumer.receive(10_000)
         if i % 2:
             consumer.acknowledge(msg)
-    admin = AdminClient(AdminConfig.from_urls(testbed.admin_url("a")))
+    admin = AdminClient(AdminSettings.from_urls(testbed.admin_url("a")))
     try:
         first = _until_cursor_ledger(admin, topic)
         ids = _ids(_info(testbed, topic))

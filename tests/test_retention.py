@@ -23,7 +23,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 
 
 def _deleted(state: CursorState, first: int) -> CursorState:
@@ -111,7 +111,7 @@ def test_the_sync_keeps_the_live_part_and_its_cursor_then_goes_idle() -> None:
                                skippable=Runs.of((10, 5, 1))))
     source = CursorState(Position(2, 4), RangeSet(), Ledgers.of([(2, 5)]))
     target = CursorState(Position(11, 4), RangeSet(), Ledgers.of([(11, 5)]))
-    step = SyncStep(SyncConfig(), None, lambda t, s: target)
+    step = SyncStep(StepSettings(), None, lambda t, s: target)
     obs = ObservedCursor(key, "sub", source, datetime(2026, 11, 23, tzinfo=UTC))
     before = held.version(key)
     versions = []
@@ -130,15 +130,15 @@ def test_the_sync_keeps_the_live_part_and_its_cursor_then_goes_idle() -> None:
 def test_the_builder_trims_its_known_mappings_with_the_ledgers_the_sync_read() -> None:
     """The builder reads no ledger lists: the sync's step hands it the first live ledgers of
     each partition it plans, and the builder keeps the live part of its known mapping."""
-    from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+    from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 
     key = PartitionKey("persistent://t/n/orders", 0)
     live = LiveLedgers()
-    builder = MappingBuilder(BuilderConfig("A", "B", ("position-property",)), live=live)
+    builder = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), live=live)
     builder.seed_known({key: TopicMapping(
         SegmentSet.of([Segment(1, 0, 10, 0, 5), Segment(2, 0, 11, 0, 5)]),
         skippable=Runs.of((10, 5, 1), (11, 5, 1)))})
-    step = SyncStep(SyncConfig(), None, lambda t, s: CursorState(
+    step = SyncStep(StepSettings(), None, lambda t, s: CursorState(
         Position(11, 4), RangeSet(), Ledgers.of([(11, 6)])), live_ledgers=live)
     step.run([ObservedCursor(key, "sub", CursorState(Position(2, 4), RangeSet(),
                                                      Ledgers.of([(2, 5)])),

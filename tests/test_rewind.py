@@ -14,7 +14,7 @@ from cursorsync.app.job import start_job
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.halts import read_halts, resume
 from cursorsync.tables import TableStore, open_store
@@ -121,7 +121,7 @@ def _send_and_ack_every_other(bed: TestBed, topic: str, consumer: pulsar.Consume
 
 def _unacked_on_b(bed: TestBed, topic: str) -> int | None:
     """Entries b's SUB has not acked (None: no such subscription)."""
-    with AdminClient(AdminConfig.from_urls(bed.admin_url("b"))) as admin:
+    with AdminClient(AdminSettings.from_urls(bed.admin_url("b"))) as admin:
         stats = admin.internal_stats(topic)
     cursor = stats.subscriptions.get(SUB)
     if cursor is None:

@@ -49,7 +49,7 @@ from cursorsync.mapping.entries_tasks import (
     entries_positions,
     pack_ranges,
 )
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.cursors import (
@@ -669,7 +669,7 @@ def test_markers_on_b_leave_every_range_complete(
         r.stop()
     assert [Position(x["ledger"], x["entry"]) for b in batches for x in b] == messages
     assert sum(1 for b in batches if not b) >= 2  # ranges of markers only
-    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"))) as admin:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"))) as admin:
         kinds = [admin.raw_entry(t, lce.ledger, e) for e in range(messages[-1].entry + 1,
                                                                    lce.entry + 1)]
     assert kinds and all(k is not None and k.is_marker for k in kinds)
@@ -766,7 +766,7 @@ def test_the_tail_check_reads_no_id_past_a_closed_ledgers_end(
         client=_ScriptedClient(delivered),  # type: ignore[arg-type]
         identity_fields=("payload",), identity=True, per_entry=True,
         source_position_property=REPL, read_timeout_ms=20_000, tail_check_ms=200,
-        admin=AdminConfig.from_urls(testbed.admin_url("a"), attempts=1))
+        admin=AdminSettings.from_urls(testbed.admin_url("a"), attempts=1))
     assert [(r[3], r[4]) for r in read_entries(part)] == [(first, e) for e in range(60)]
     # A range whose undelivered ids hold a message is not complete, however long it waits.
     waiting = dataclasses.replace(part, end=f"{second}:0", read_timeout_ms=800,

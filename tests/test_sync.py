@@ -27,7 +27,7 @@ from cursorsync.sync.marker_lookups import (
     MarkerLookup,
 )
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY, read_offset
-from cursorsync.sync.step import SyncConfig, SyncStep, Target
+from cursorsync.sync.step import StepSettings, SyncStep, Target
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
@@ -44,7 +44,7 @@ def _world(tail: int) -> tuple[ObservedCursor, dict[PartitionKey, TopicMapping],
 
 def _step(target: CursorState, lookup: MarkerLookup) -> tuple[SyncStep, Callable[[float], None]]:
     """A step whose clock the test moves."""
-    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target, lookup)
+    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup)
     now = [0.0]
     step.lookups.clock = lambda: now[0]
 
@@ -179,7 +179,7 @@ def test_first_plans_are_bounded_per_batch_and_the_cursors_left_out_come_in_turn
     source = CursorState(Position(5, 9), RangeSet(), Ledgers.of([(5, 10)]))
     target = CursorState(Position(7, 9), RangeSet(), Ledgers.of([(7, 10)]))
     missing = keys[0].concrete_topic()  # no subscription on the target
-    step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=2), None,
+    step = SyncStep(StepSettings(dry_run=True, first_plans_per_batch=2), None,
                     lambda t, s: None if t == missing else target)
     observed = [ObservedCursor(k, "sub", source, NOW) for k in keys]
     planned, deferred = [], []
@@ -201,7 +201,7 @@ def test_first_plans_go_first_to_the_cursors_that_moved_since_their_last_state()
     before = CursorState(Position(5, 6), RangeSet(), Ledgers.of([(5, 10)]))
     now = CursorState(Position(5, 9), RangeSet(), Ledgers.of([(5, 10)]))
     target = CursorState(Position(7, 6), RangeSet(), Ledgers.of([(7, 10)]))
-    step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=2), None,
+    step = SyncStep(StepSettings(dry_run=True, first_plans_per_batch=2), None,
                     lambda t, s: target)
     step.previous = {(k, "sub"): ObservedCursor(k, "sub", before, NOW) for k in keys}
     observed = [ObservedCursor(k, "sub", now if i == 3 else before, NOW + timedelta(seconds=1))
@@ -228,7 +228,7 @@ def test_the_target_reads_of_cursors_that_go_idle_together_spread_over_batches()
         reads.append(topic)
         return target
 
-    step = SyncStep(SyncConfig(dry_run=True), None, read)
+    step = SyncStep(StepSettings(dry_run=True), None, read)
     observed = [ObservedCursor(k, "sub", source, NOW) for k in keys]
     per_batch = []
     for _ in range(IDLE_TARGET_READ_EVERY + 1):
@@ -318,10 +318,10 @@ def test_every_outcome_is_recorded_and_a_plan_not_sent_leaves_the_target_as_it_w
         return record
 
     ok = _Emitter()
-    record = once(SyncStep(SyncConfig(), ok, lambda t, s: target))
+    record = once(SyncStep(StepSettings(), ok, lambda t, s: target))
     assert (record.result, record.outcome, record.acks_sent) == ("emitted", "exact", 10)
 
-    broken = SyncStep(SyncConfig(), _Emitter(EmitError("target unreachable")),
+    broken = SyncStep(StepSettings(), _Emitter(EmitError("target unreachable")),
                       lambda t, s: target)
     record = once(broken)
     assert (record.result, record.outcome, record.acks_sent) == ("failed", "failed", 0)
@@ -336,11 +336,11 @@ def test_every_outcome_is_recorded_and_a_plan_not_sent_leaves_the_target_as_it_w
 
     monkeypatch.setattr(step_module, "translate", overreaching)
     guarded = _Emitter()
-    record = once(SyncStep(SyncConfig(), guarded, lambda t, s: target))
+    record = once(SyncStep(StepSettings(), guarded, lambda t, s: target))
     assert (record.result, record.outcome) == ("refused", "refused") and not guarded.sent
     monkeypatch.undo()
 
-    halting = SyncStep(SyncConfig(rewind_policy="halt"), ok, lambda t, s: target)
+    halting = SyncStep(StepSettings(rewind_policy="halt"), ok, lambda t, s: target)
     once(halting)
     back = replace(obs, state=CursorState(Position(5, 3), RangeSet(), obs.state.ledgers))
     record = once(halting, back)
@@ -364,7 +364,7 @@ def test_an_idle_cursor_reuses_its_plan_until_a_plan_input_changes(
 
     monkeypatch.setattr(step_module, "translate", counting)
     sink = _Emitter(EmitError("target unreachable"))
-    step = SyncStep(SyncConfig(), sink, lambda t, s: targets[-1])
+    step = SyncStep(StepSettings(), sink, lambda t, s: targets[-1])
     first = step.run([obs], mappings).records[0]
     sink.error = None
     second = step.run([replace(obs, observed_at=NOW)], mappings).records[0]
@@ -397,7 +397,7 @@ def test_an_idle_cursor_records_its_last_plan_without_the_guard_until_something_
         return real_guard(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(step_module, "guard", counting)
-    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: acked)
+    step = SyncStep(StepSettings(rewind_policy="report"), _Emitter(), lambda t, s: acked)
     records = [step.run([replace(obs, observed_at=NOW)], mappings).records[0]
                for _ in range(5)]
     assert len(guarded) == 1
@@ -431,7 +431,7 @@ def test_an_idle_cursor_s_target_is_read_every_tenth_batch() -> None:
         reads.append(1)
         return acked
 
-    step = SyncStep(SyncConfig(), _Emitter(), read)
+    step = SyncStep(StepSettings(), _Emitter(), read)
     read_in: list[int] = []
     for batch in range(31):
         (record,) = step.run([obs], mappings).records
@@ -454,7 +454,7 @@ def test_a_packed_idle_cursor_sends_again_once_its_target_is_reset() -> None:
     obs, mappings, target = _world(0)
     targets = [CursorState(Position(7, 9), RangeSet(), target.ledgers)]
     sink = _Emitter()
-    step = SyncStep(SyncConfig(), sink, lambda t, s: targets[-1])
+    step = SyncStep(StepSettings(), sink, lambda t, s: targets[-1])
     for _ in range(3):
         step.run([obs], mappings)
     assert not sink.sent
@@ -479,7 +479,7 @@ def test_an_idle_cursor_keeps_its_source_state_without_what_was_derived_from_it(
         reads.append(1)
         return acked
 
-    step = SyncStep(SyncConfig(), _Emitter(), read)
+    step = SyncStep(StepSettings(), _Emitter(), read)
     step.run([obs], mappings)
     idle = step.kept.idle[KEY, "sub"]
     assert idle.source is obs.state
@@ -501,7 +501,7 @@ def test_a_packed_idle_cursor_whose_source_topic_was_created_again_halts() -> No
     _, mappings, target = _world(0)
     source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
     at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
-    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
+    step = SyncStep(StepSettings(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
                     source_created_at=lambda topic: TopicCreation("2026-11-23T00:00:00Z", (9,)))
     for _ in range(3):
         (record,) = step.run([ObservedCursor(KEY, "sub", source, NOW)], mappings).records
@@ -520,7 +520,7 @@ def test_a_checked_time_counts_for_the_lag_never_as_evidence_of_the_state() -> N
     source = CursorState(Position(5, 4), RangeSet(), Ledgers.of([(5, 10)]))
     at_target = CursorState(Position(7, 4), RangeSet(), target.ledgers)
     created = TopicCreation("2026-11-23T00:05:00Z", (9,))
-    step = SyncStep(SyncConfig(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
+    step = SyncStep(StepSettings(rewind_policy="report"), _Emitter(), lambda t, s: at_target,
                     source_created_at=lambda topic: created)
     for minutes in (0, 4, 10):
         checked = NOW + timedelta(minutes=minutes)
@@ -543,13 +543,13 @@ def test_a_batch_with_several_observations_of_a_cursor_plans_from_the_newest() -
                     observed_at=NOW + timedelta(seconds=1))
     other = replace(obs, subscription="other")
     for batch in ([newer, older, other], [older, other, newer]):
-        step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
+        step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target)
         records = step.run(batch, mappings).records
         assert [(r.subscription, r.plan.mark_delete) for r in records] == [
             ("other", Position(7, 9)), ("sub", Position(7, 6))]
     assert step.run([], mappings).records == []  # a poll that found nothing
     tie = replace(older, observed_at=newer.observed_at)
-    step = SyncStep(SyncConfig(dry_run=True), None, lambda t, s: target)
+    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target)
     (record,) = step.run([newer, tie], mappings).records
     assert record.plan.mark_delete == Position(7, 3)
 
@@ -572,7 +572,7 @@ def test_a_batch_reads_its_targets_together_and_an_unreadable_one_skips_only_its
     def one(topic: str, sub: str) -> CursorState:
         raise AssertionError("read one by one")
 
-    step = SyncStep(SyncConfig(dry_run=True), None, one, read_targets=many)
+    step = SyncStep(StepSettings(dry_run=True), None, one, read_targets=many)
     observed = [replace(obs, key=k) for k in keys]
     result = step.run(observed, {k: mapping[KEY] for k in keys})
     assert [len(c) for c in calls] == [3]

@@ -14,7 +14,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey, SyncRecord
 from cursorsync.sync.sink import SyncSink, _Synced
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import sync_progress_rows
 from sink_world import sink_config
@@ -35,7 +35,7 @@ def test_a_batch_is_recorded_per_subscription_as_its_rows_add_up(tmp_path: Path)
     config = sink_config(tmp_path)
     metrics = Metrics()
     sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
-                    SyncStep(SyncConfig(), None, lambda t, s: None), metrics)
+                    SyncStep(StepSettings(), None, lambda t, s: None), metrics)
     topic = "persistent://t/n/orders"
     first = [
         _record(PartitionKey(topic, 0), "billing", acks=3, unmapped=4, lag_s=0.5),

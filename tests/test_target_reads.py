@@ -13,7 +13,7 @@ import pytest
 from admin_stub import Reply, StubAdmin
 from cursorsync.core.positions import Position
 from cursorsync.errors import AdminUnavailableError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync_devtools.testbed import TestBed
@@ -45,7 +45,7 @@ def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
     consumer.close()
     missing = testbed.topic(topic_name("targets-missing"))
 
-    with AdminClient(AdminConfig.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
         targets = AdminTargets(admin)
         got = targets.many([(one, "x"), (one, "y"), (two, "x"), (two, "none"),
                             (missing, "x")])
@@ -81,7 +81,7 @@ def test_reads_go_out_together_and_a_failing_topic_fails_only_its_own(
     for n in names[1:]:
         stub.set(TopicName.parse(n).admin_path("internalStats"), Reply(body=doc, delay_s=0.2))
     stub.set(TopicName.parse(names[0]).admin_path("internalStats"), Reply(503, {}))
-    config = AdminConfig.from_urls(stub.url, attempts=2, backoff_initial_s=0.01,
+    config = AdminSettings.from_urls(stub.url, attempts=2, backoff_initial_s=0.01,
                                    backoff_max_s=0.02, max_workers=8)
     with AdminClient(config) as admin:
         t0 = time.monotonic()
@@ -95,7 +95,7 @@ def test_reads_go_out_together_and_a_failing_topic_fails_only_its_own(
 def test_one_at_a_time_raises_what_the_broker_gave(stub: StubAdmin) -> None:
     name = "persistent://acme/orders/t0"
     stub.set(TopicName.parse(name).admin_path("internalStats"), Reply(503, {}))
-    with (AdminClient(AdminConfig.from_urls(stub.url, attempts=1)) as admin,
+    with (AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin,
           pytest.raises(AdminUnavailableError, match="t0")):
         AdminTargets(admin)(name, "svc")
 

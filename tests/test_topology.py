@@ -24,9 +24,9 @@ from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.segments import Runs, SegmentSet, TopicMapping, evidence_mask
 from cursorsync.core.topology import Topology, holding, refusals
 from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.replication import TopologyError, TopologyWatch
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 
 TOPIC = "persistent://t/n/orders"
 TWO = Topology(TOPIC, "a", "b", frozenset({"a", "b"}))
@@ -67,7 +67,7 @@ def _target() -> CursorState:
 
 
 def _step(topology: Topology | None) -> SyncStep:
-    return SyncStep(SyncConfig(dry_run=True), None, lambda t, s: _target(),
+    return SyncStep(StepSettings(dry_run=True), None, lambda t, s: _target(),
                     topology=None if topology is None else (lambda t: topology))
 
 
@@ -90,7 +90,7 @@ def test_a_third_cluster_s_stamp_is_not_acked_beyond_two_clusters() -> None:
     assert trusted.to_ack.count_entries() == 3  # what two clusters would allow
     for topology in (THREE, None):
         step = _step(THREE) if topology is THREE else SyncStep(
-            SyncConfig(dry_run=True), None, lambda t, s: _target(), topology=lambda t: None)
+            StepSettings(dry_run=True), None, lambda t, s: _target(), topology=lambda t: None)
         assert step.run([obs], mapping).records[0].plan.to_ack.count_entries() == 0
         plan = (_step(THREE) if topology is THREE else step).run([obs], paired).records[0].plan
         assert plan.to_ack == RangeSet.entries(np.array([9, 9]), np.array([0, 2]),
@@ -124,7 +124,7 @@ def stubs() -> tuple[StubAdmin, StubAdmin]:
 
 
 def _admin(stub: StubAdmin, name: str) -> AdminClient:
-    return AdminClient(AdminConfig((stub.url,), cluster=name, attempts=1, timeout_s=2.0))
+    return AdminClient(AdminSettings((stub.url,), cluster=name, attempts=1, timeout_s=2.0))
 
 
 APPLIED = "/admin/v2/persistent/t/n/orders/replication?applied=true"

@@ -8,7 +8,7 @@ or TLS setting reaches every connection or none.
 from __future__ import annotations
 
 from cursorsync.app.settings import ClusterConfig
-from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.admin import AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.connections import Connections
 
@@ -18,8 +18,8 @@ def client_settings(cluster: ClusterConfig) -> ClientSettings:
     tls = cluster.auth.tls
     return ClientSettings(
         service_url=cluster.service_url,
-        auth_token=cluster.auth.resolve_token(),
-        tls_trust_certs_file=tls.ca_file if tls else None,
+        token=cluster.auth.resolve_token(),
+        tls_ca_file=tls.ca_file if tls else None,
         tls_cert_file=tls.cert_file if tls else None,
         tls_key_file=tls.key_file if tls else None,
         tls_allow_insecure=bool(tls and tls.allow_insecure),
@@ -27,15 +27,15 @@ def client_settings(cluster: ClusterConfig) -> ClientSettings:
     )
 
 
-def admin_config(cluster: ClusterConfig) -> AdminConfig:
+def admin_config(cluster: ClusterConfig) -> AdminSettings:
     """How to reach ``cluster``'s admin API (token, TLS, timeout, concurrency)."""
     tls = cluster.auth.tls
-    return AdminConfig.from_urls(
+    return AdminSettings.from_urls(
         cluster.admin_url, cluster=cluster.name, token=cluster.auth.resolve_token(),
         tls_ca_file=tls.ca_file if tls else None,
         tls_cert_file=tls.cert_file if tls else None,
         tls_key_file=tls.key_file if tls else None,
-        tls_insecure=bool(tls and tls.allow_insecure),
+        tls_allow_insecure=bool(tls and tls.allow_insecure),
         timeout_s=cluster.request_timeout_s, max_workers=cluster.max_concurrency)
 
 

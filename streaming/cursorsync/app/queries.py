@@ -15,14 +15,14 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream
 from cursorsync.core.retention import LiveLedgers
-from cursorsync.mapping.builder import BuilderConfig
+from cursorsync.mapping.builder import BuilderSettings
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.sink import SyncSink, SyncSinkSettings
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables.store import TableStore
 
@@ -47,9 +47,9 @@ class Clients:
         return cls(source, target, source.admin_client(), target.admin_client(), emitter)
 
 
-def builder_config(config: Config) -> BuilderConfig:
+def builder_config(config: Config) -> BuilderSettings:
     """What the mapping builder is made with."""
-    return BuilderConfig(config.source.name, config.target.name,
+    return BuilderSettings(config.source.name, config.target.name,
                          tuple(config.evidence.strategies), config.evidence.alignment_window,
                          claim_holes=config.evidence.claims_holes)
 
@@ -102,7 +102,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     lists: the builder trims its known mappings with them too (``live``; with emission on
     executors this step plans nothing, and the builder keeps them whole)."""
     targets = AdminTargets(clients.target_admin)
-    step = SyncStep(SyncConfig(config.emission.cumulative, dry_run,
+    step = SyncStep(StepSettings(config.emission.cumulative, dry_run,
                                config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
                                first_plans_per_batch=config.emission.first_plans_per_batch),

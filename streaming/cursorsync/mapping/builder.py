@@ -114,7 +114,7 @@ class AnchorFindings:
 
 
 @dataclass(frozen=True)
-class BuilderConfig:
+class BuilderSettings:
     source_cluster: str
     target_cluster: str
     strategies: tuple[Evidence, ...] = ("position-property", "identity")
@@ -173,7 +173,7 @@ class BatchTotals:
 class MappingBuilder:
     """Turns batches of entry rows into mapping deltas; keeps the mapping it has built."""
 
-    def __init__(self, config: BuilderConfig, state: dict[str, Any] | None = None,
+    def __init__(self, config: BuilderSettings, state: dict[str, Any] | None = None,
                  hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None, spill: ArrayKeeper | None = None,
                  live: LiveLedgers | None = None) -> None:
@@ -437,5 +437,5 @@ def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:
                     target.ledger[stamped], target.entry[stamped], "position-property")
 
 
-__all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderConfig",
+__all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderSettings",
            "MappingBuilder"]

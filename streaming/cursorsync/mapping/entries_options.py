@@ -23,7 +23,7 @@ from cursorsync.core.identity import (
     parse_identity_fields,
 )
 from cursorsync.errors import ConfigError, CursorSyncError
-from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.admin import AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import Selection
@@ -123,7 +123,7 @@ class EntriesOptions:
     cluster: str
     client: ClientSettings
     selection: Selection
-    admin: AdminConfig | None
+    admin: AdminSettings | None
     subscription: str
     starting_position: StartingPosition
     max_rows_per_batch: int | None

@@ -15,7 +15,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.errors import ConfigError
 from cursorsync.mapping.entries_options import COLUMNS, DEFAULT_RECEIVER_QUEUE, TAIL_CHECK_MS
-from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.admin import AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 
 OFFSET_VERSION = 1
@@ -68,7 +68,7 @@ class EntriesPartition(InputPartition):
     #: ``layout=arrow``: the task's record batches go to Spark packed, one per row.
     packed: bool = False
     #: The admin API, to look up ids the reader does not deliver (see the module doc).
-    admin: AdminConfig | None = None
+    admin: AdminSettings | None = None
     tail_check_ms: int = TAIL_CHECK_MS
     #: Entries in (start, end] when the range spans ledgers, as the driver counted them
     #: from the ledger list (only a size hint for packing ranges into tasks).

@@ -22,7 +22,7 @@ from cursorsync.mapping import wake
 from cursorsync.mapping.builder import (
     AnchorRead,
     BatchOutcome,
-    BuilderConfig,
+    BuilderSettings,
     HoleCheck,
     MappingBuilder,
 )
@@ -65,7 +65,7 @@ class MappingSink:
     tamper: Callable[[int, dict[PartitionKey, TopicMapping]],
                      dict[PartitionKey, TopicMapping]] | None = None
 
-    def __init__(self, builder: BuilderConfig, store: TableStore, state_dir: Path,
+    def __init__(self, builder: BuilderSettings, store: TableStore, state_dir: Path,
                  metrics: MappingMetrics | None, hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,

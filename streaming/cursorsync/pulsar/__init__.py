@@ -1,6 +1,6 @@
 """The Pulsar edges: topic names, admin REST client and the parsing of its JSON."""
 
-from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminSettings
 from cursorsync.pulsar.stats import (
     REPLICATOR_CURSOR_PREFIX,
     CursorStats,
@@ -17,7 +17,7 @@ __all__ = [
     "REPLICATOR_CURSOR_PREFIX",
     "AdminAuthError",
     "AdminClient",
-    "AdminConfig",
+    "AdminSettings",
     "CursorStats",
     "PartitionedInternalStats",
     "TopicInternalStats",

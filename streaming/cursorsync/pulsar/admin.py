@@ -74,7 +74,7 @@ class AdminAuthError(AdminError):
 
 
 @dataclass(frozen=True)
-class AdminConfig:
+class AdminSettings:
     """How to reach one cluster's admin API."""
 
     urls: tuple[str, ...]
@@ -83,7 +83,7 @@ class AdminConfig:
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
-    tls_insecure: bool = False
+    tls_allow_insecure: bool = False
     timeout_s: float = 10.0
     attempts: int = 4
     backoff_initial_s: float = 0.2
@@ -104,7 +104,7 @@ class AdminConfig:
             raise ConfigError("adminTlsKeyFile is set without adminTlsCertFile")
 
     @classmethod
-    def from_urls(cls, urls: str | Sequence[str], **kwargs: Any) -> AdminConfig:
+    def from_urls(cls, urls: str | Sequence[str], **kwargs: Any) -> AdminSettings:
         """Accept a comma-separated string or a sequence of base URLs."""
         items = urls.split(",") if isinstance(urls, str) else list(urls)
         cleaned = tuple(u.strip().rstrip("/") for u in items if u.strip())
@@ -122,10 +122,10 @@ class _Retryable(Exception):
 class AdminClient:
     """Admin REST calls for one cluster. Thread-safe; use as a context manager or close()."""
 
-    def __init__(self, config: AdminConfig) -> None:
+    def __init__(self, config: AdminSettings) -> None:
         self.config = config
         verify: Any = True
-        if config.tls_insecure:
+        if config.tls_allow_insecure:
             verify = False
         elif config.tls_ca_file:
             verify = config.tls_ca_file

@@ -58,8 +58,8 @@ class ClientSettings:
     """
 
     service_url: str
-    auth_token: str | None = None
-    tls_trust_certs_file: str | None = None
+    token: str | None = None
+    tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_allow_insecure: bool = False
@@ -70,8 +70,8 @@ class ClientSettings:
         """The pulsar-client Authentication these settings ask for, or None."""
         import pulsar
 
-        if self.auth_token:
-            return pulsar.AuthenticationToken(self.auth_token)
+        if self.token:
+            return pulsar.AuthenticationToken(self.token)
         if self.tls_cert_file and self.tls_key_file:
             return pulsar.AuthenticationTLS(self.tls_cert_file, self.tls_key_file)
         return None
@@ -83,6 +83,6 @@ class ClientSettings:
             authentication=self.authentication(),
             operation_timeout_seconds=self.operation_timeout_s,
             connection_timeout_ms=self.connection_timeout_ms,
-            tls_trust_certs_file_path=self.tls_trust_certs_file,
+            tls_trust_certs_file_path=self.tls_ca_file,
             tls_allow_insecure_connection=self.tls_allow_insecure,
         )

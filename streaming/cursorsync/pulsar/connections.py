@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.options import admin_options, client_options
 
@@ -22,7 +22,7 @@ class Connections:
     """One cluster's connection settings; every client the job opens comes from one."""
 
     name: str
-    admin: AdminConfig
+    admin: AdminSettings
     client: ClientSettings
 
     def admin_client(self) -> AdminClient:

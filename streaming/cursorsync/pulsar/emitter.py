@@ -339,7 +339,8 @@ class PulsarEmitter:
             ) from exc
         except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
             raise EmitError(
-                f"{where}: refused ({exc}); check auth_token and the role's consume permission"
+                f"{where}: refused ({exc}); check the target's auth (token, token_file or "
+                "TLS certificate) and the role's consume permission"
             ) from exc
         except (pulsar.Timeout, pulsar.ConnectError) as exc:
             if not _reachable(self.service_url):

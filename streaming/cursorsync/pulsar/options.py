@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cursorsync.errors import ConfigError
-from cursorsync.pulsar.admin import AdminConfig
+from cursorsync.pulsar.admin import AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.topics import TopicName
 
@@ -92,15 +92,15 @@ class Options:
         """The pulsar-client settings (authToken, tls*, operationTimeoutSeconds...)."""
         return ClientSettings(
             service_url=service_url,
-            auth_token=self.get_str("authToken"),
-            tls_trust_certs_file=self.get_str("tlsTrustCertsFilePath"),
+            token=self.get_str("authToken"),
+            tls_ca_file=self.get_str("tlsTrustCertsFilePath"),
             tls_cert_file=self.get_str("tlsCertificateFilePath"),
             tls_key_file=self.get_str("tlsKeyFilePath"),
             tls_allow_insecure=self.get_bool("tlsAllowInsecureConnection"),
             operation_timeout_s=self.get_int("operationTimeoutSeconds", 30, minimum=1) or 30,
         )
 
-    def admin(self, cluster: str, *, required: bool) -> AdminConfig | None:
+    def admin(self, cluster: str, *, required: bool) -> AdminSettings | None:
         """The admin client settings (adminUrl, adminToken, adminTls*, adminTimeoutMs...)."""
         urls = self.get_str("adminUrl", required=required)
         if urls is None:
@@ -108,14 +108,14 @@ class Options:
         timeout_ms = self.get_int("adminTimeoutMs", 10_000, minimum=1)
         assert timeout_ms is not None
         try:
-            return AdminConfig.from_urls(
+            return AdminSettings.from_urls(
                 urls,
                 cluster=cluster,
                 token=self.get_str("adminToken"),
                 tls_ca_file=self.get_str("adminTlsCaFile"),
                 tls_cert_file=self.get_str("adminTlsCertFile"),
                 tls_key_file=self.get_str("adminTlsKeyFile"),
-                tls_insecure=self.get_bool("adminTlsInsecure"),
+                tls_allow_insecure=self.get_bool("adminTlsInsecure"),
                 timeout_s=timeout_ms / 1000.0,
                 attempts=self.get_int("adminAttempts", 4, minimum=1) or 4,
             )
@@ -129,8 +129,8 @@ def client_options(settings: ClientSettings) -> dict[str, str]:
     """The options :meth:`Options.client` reads back into ``settings`` (service URL aside)."""
     opts = {"serviceUrl": settings.service_url,
             "operationTimeoutSeconds": str(settings.operation_timeout_s)}
-    optional = {"authToken": settings.auth_token,
-                "tlsTrustCertsFilePath": settings.tls_trust_certs_file,
+    optional = {"authToken": settings.token,
+                "tlsTrustCertsFilePath": settings.tls_ca_file,
                 "tlsCertificateFilePath": settings.tls_cert_file,
                 "tlsKeyFilePath": settings.tls_key_file}
     opts |= {k: v for k, v in optional.items() if v}
@@ -139,7 +139,7 @@ def client_options(settings: ClientSettings) -> dict[str, str]:
     return opts
 
 
-def admin_options(config: AdminConfig) -> dict[str, str]:
+def admin_options(config: AdminSettings) -> dict[str, str]:
     """The options :meth:`Options.admin` reads back into ``config``."""
     opts = {"adminUrl": ",".join(config.urls),
             "adminTimeoutMs": str(max(1, round(config.timeout_s * 1000))),
@@ -149,6 +149,6 @@ def admin_options(config: AdminConfig) -> dict[str, str]:
                 "adminTlsCertFile": config.tls_cert_file,
                 "adminTlsKeyFile": config.tls_key_file}
     opts |= {k: v for k, v in optional.items() if v}
-    if config.tls_insecure:
+    if config.tls_allow_insecure:
         opts["adminTlsInsecure"] = "true"
     return opts

@@ -37,7 +37,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
-from cursorsync.pulsar.admin import AdminClient, AdminConfig
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import EVERY, Selection
 from cursorsync.pulsar.stats import TopicInternalStats
@@ -71,7 +71,7 @@ class CursorsOptions:
     """Every option of ``pulsar-cursors``, validated once on the driver."""
 
     cluster: str
-    admin: AdminConfig
+    admin: AdminSettings
     selection: Selection
     state_dir: str
     poll_interval_ms: int

@@ -27,7 +27,7 @@ from cursorsync.pulsar.subscriptions import SubscriptionType
 from cursorsync.sync.halts import read_halts
 from cursorsync.sync.marker_lookups import MarkerCache
 from cursorsync.sync.observed import observations, previous_states
-from cursorsync.sync.step import SyncConfig, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables import TableStore, open_reader
 from cursorsync.tables.mappings_table import load_mappings
@@ -44,7 +44,7 @@ class ExecutorSettings:
     tables_path: str
     storage_options: Mapping[str, str] | None
     rewind_policy: RewindPolicy
-    #: Snapshot evidence on (:attr:`cursorsync.sync.step.SyncConfig.vouch`).
+    #: Snapshot evidence on (:attr:`cursorsync.sync.step.StepSettings.vouch`).
     vouch: bool
     subscription_type: SubscriptionType
     ack_batch_size: int
@@ -88,7 +88,7 @@ def sync_partitions(settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
             ack_batch_size=settings.ack_batch_size)
         targets = AdminTargets(admin)
         try:
-            step = SyncStep(SyncConfig(cumulative, dry_run, settings.rewind_policy,
+            step = SyncStep(StepSettings(cumulative, dry_run, settings.rewind_policy,
                                        vouch=settings.vouch),
                             emitter, targets, settings.source.marker_lookup(source_admin),
                             source_admin.creation, read_targets=targets.many,

@@ -86,7 +86,7 @@ SourceCreatedAt = Callable[[str], TopicCreation]
 
 
 @dataclass(frozen=True)
-class SyncConfig:
+class StepSettings:
     cumulative: bool = False
     dry_run: bool = False
     rewind_policy: RewindPolicy = "halt"
@@ -117,7 +117,7 @@ class SyncStep:
     """Holds what the loop must remember between batches: the previous source states, the
     plans kept (:class:`~cursorsync.sync.kept_plans.KeptPlans`), the markers found."""
 
-    def __init__(self, config: SyncConfig, emitter: EmitterLike | None,
+    def __init__(self, config: StepSettings, emitter: EmitterLike | None,
                  read_target: TargetReader, lookup_markers: MarkerLookup | None = None,
                  source_created_at: SourceCreatedAt | None = None, *,
                  read_targets: TargetsReader | None = None,

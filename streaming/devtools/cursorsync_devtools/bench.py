@@ -30,7 +30,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
-from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 from cursorsync_devtools.oracle import oracle_translate
 
 SOURCE_LEDGER_ENTRIES = 50_000
@@ -205,7 +205,7 @@ def bench_mapping_rows(entries: int = 50_000, *, batched_share: float = 0.2,
 
     rng = np.random.default_rng(seed)
     batched = rng.random(entries) < batched_share
-    builder = MappingBuilder(BuilderConfig("A", "B"))
+    builder = MappingBuilder(BuilderSettings("A", "B"))
     written = joined_per_batch = 0
     with tempfile.TemporaryDirectory(prefix="cursorsync-bench-") as tmp:
         store = open_store("delta-rs", tmp)

@@ -54,7 +54,7 @@ def bench_admin(partitions: int = 1000, *, workers: Sequence[int] = (1, 4, 8, 16
 
 def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
            polls: Path) -> dict[str, Any]:
-    from cursorsync.pulsar.admin import AdminClient, AdminConfig
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.sync.target_reads import AdminTargets
 
@@ -67,7 +67,7 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
         f"subscription/{SUBSCRIPTION}"))
     pairs = [(n, SUBSCRIPTION) for n in names]
     pid = bed.clusters[CLUSTER].pid
-    with AdminClient(AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER,
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER,
                                            max_workers=max(workers))) as admin:
         AdminTargets(admin).many(pairs)  # the broker's code paths warm before any is timed
     time.sleep(IDLE_S)  # the loading settles
@@ -76,7 +76,7 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
     idle = (_cpu_s(pid) - c0) / IDLE_S  # CPU seconds per second with nothing asked
     rows = []
     for w in workers:
-        config = AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER, max_workers=w)
+        config = AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER, max_workers=w)
         with AdminClient(config) as admin:
             reader = AdminTargets(admin)
             reader.many(pairs[: 2 * w])  # connections open before the clock starts
@@ -89,7 +89,7 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
 
             rows.append({"workers": w, **_timed(one_round, pid, idle, repeat, partitions)})
     # The same cursors in one request per topic: the broker gathers the partitions' stats.
-    with AdminClient(AdminConfig.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
         whole = _timed(lambda: admin.partitioned_internal_stats(topic), pid, idle, repeat, 1)
     source_poll = {
         label: _poll(bed, topic, polls / label, age, pid, idle, repeat, partitions)

@@ -26,7 +26,7 @@ import pyarrow as pa
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
-from cursorsync.mapping.builder import BuilderConfig, MappingBuilder
+from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 from cursorsync.mapping.builder_state import PartitionState, read_state, write_state
 from cursorsync.tables.spill import Spill
 
@@ -64,7 +64,7 @@ def bench_mapping_batch(partitions: int = 100_000, *, active: float = 0.05,
     """Run the batches; return the figures (the last batch's are the steady state's)."""
     rng = np.random.default_rng(seed)
     moving = np.sort(rng.choice(partitions, max(1, round(partitions * active)), replace=False))
-    builder = MappingBuilder(BuilderConfig("A", "B", ("position-property", "identity")),
+    builder = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity")),
                              spill=Spill())
     tracemalloc.start()
     for i in range(partitions):

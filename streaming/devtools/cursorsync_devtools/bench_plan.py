@@ -54,7 +54,7 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.step import StepResult, SyncConfig, SyncStep
+from cursorsync.sync.step import StepResult, StepSettings, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import mapping_rows
@@ -171,7 +171,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         cap = first_plans_per_batch or EmissionConfig.model_fields[
             "first_plans_per_batch"].default
-        step = SyncStep(SyncConfig(dry_run=True, first_plans_per_batch=cap), None,
+        step = SyncStep(StepSettings(dry_run=True, first_plans_per_batch=cap), None,
                         read_target)
         # As the job seeds it at a start: each cursor's newest state in the tables, from
         # before the start (the active ones have moved since).
@@ -303,7 +303,7 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             try:
                 held = MappingStore(store, "a", "b", spill=spill)
                 targets: dict[PartitionKey, CursorState] = {}
-                step = SyncStep(SyncConfig(dry_run=True), None, _reader(targets))
+                step = SyncStep(StepSettings(dry_run=True), None, _reader(targets))
                 # The sink's parser and its store of idle cursors, with no tables.
                 parse, idle = Observations(), IdleStore(spill)
                 for batch_id in range(len(polls)):
