@@ -97,6 +97,8 @@ class Metrics:
     Methods are thread-safe; counts must be non-negative.
     """
 
+    # Longer than 50 lines: one declaration per metric, the list of what the job exports,
+    # read best in one place.
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry

@@ -75,6 +75,8 @@ def _licensed_copies(source_mark_delete: Position, mapping: TopicMapping) -> Ran
     return mapping.unpaired.ranges() & RangeSet.up_to(Position(int(top[2]), int(top[3])))
 
 
+# Longer than 50 lines: one vectorised pass whose steps share the packed key arrays;
+# split, each part would take and return most of them.
 def _all_backed(rest: RangeSet, source_acked: RangeSet, mapping: TopicMapping,
                 licensed: RangeSet) -> bool:
     """Is every position of ``rest`` (target positions) a copy of an acked source entry, a

@@ -213,18 +213,10 @@ class SyncSink:
             self.metrics.set_idle_cursors(len(self.idle))
         write = (rows_due(result.records, batch_id, every) if follows
                  else [True] * len(result.records))
-        written: list[SyncRecord] = []
-        unchanged: set[tuple[PartitionKey, str]] = set()
-        lags = split.lags
-        for r, w in zip(result.records, write, strict=True):
-            if w:
-                written.append(r)
-            else:
-                unchanged.add((r.key, r.subscription))
-                lags.setdefault(r.subscription, []).append(r.lag_ms / 1000)
+        written, unchanged = _due_or_unchanged(result.records, write, split.lags)
         rows = sync_progress_rows(written, **self.clusters)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
-                       result.anchor_conflicts, frozenset(unchanged), lags)
+                       result.anchor_conflicts, unchanged, split.lags)
         t["rows"] = time.perf_counter() - t4
         if self.on_result is not None:
             self.on_result(result)
@@ -257,31 +249,7 @@ class SyncSink:
             "cumulative" if self.step.config.cumulative else "individual")
         if done.translate_seconds is not None:
             m.observe_translation(done.translate_seconds)
-        cols = {c: done.rows.column(c).to_pylist() for c in (
-            "subscription", "outcome", "dry_run", "acks_sent", "topic", "partition",
-            "unmapped_acked_entries", "rewound_entries", "lag_ms")}
-        subs: dict[str, _SubscriptionBatch] = {}
-        for (sub, outcome, dry_run, acks, topic, partition, unmapped, rewound,
-             lag_ms) in zip(*cols.values(), strict=True):
-            b = subs.get(sub)
-            if b is None:
-                subs[sub] = b = _SubscriptionBatch()
-            emitted = outcome not in ("halted", "refused", "failed")
-            result = ("dry_run" if dry_run else "emitted") if emitted else outcome
-            b.outcomes[result] = b.outcomes.get(result, 0) + 1
-            b.acks += acks
-            b.unmapped[f"{topic}#{partition}"] = unmapped
-            b.rewound += rewound
-            if emitted:
-                b.lags.append(lag_ms / 1000)
-        for sub, lags in (done.unchanged_lags or {}).items():
-            b = subs.get(sub)
-            if b is None:
-                subs[sub] = b = _SubscriptionBatch()
-            result = "dry_run" if self.step.config.dry_run else "emitted"
-            b.outcomes[result] = b.outcomes.get(result, 0) + len(lags)
-            b.lags.extend(lags)
-        for sub, b in subs.items():
+        for sub, b in _per_subscription(done, dry_run=self.step.config.dry_run).items():
             for result, count in b.outcomes.items():
                 m.record_outcome(sub, result, count)
             m.record_acks(sub, kind, b.acks)
@@ -311,6 +279,47 @@ class _SubscriptionBatch:
     unmapped: dict[str, int] = field(default_factory=dict)
     rewound: int = 0
     lags: list[float] = field(default_factory=list)
+
+
+def _per_subscription(done: _Synced, *, dry_run: bool) -> dict[str, _SubscriptionBatch]:
+    """The batch's rows, and its unchanged cursors' lags, added up per subscription."""
+    cols = {c: done.rows.column(c).to_pylist() for c in (
+        "subscription", "outcome", "dry_run", "acks_sent", "topic", "partition",
+        "unmapped_acked_entries", "rewound_entries", "lag_ms")}
+    subs: dict[str, _SubscriptionBatch] = {}
+    for (sub, outcome, dry, acks, topic, partition, unmapped, rewound,
+         lag_ms) in zip(*cols.values(), strict=True):
+        b = subs.setdefault(sub, _SubscriptionBatch())
+        emitted = outcome not in ("halted", "refused", "failed")
+        result = ("dry_run" if dry else "emitted") if emitted else outcome
+        b.outcomes[result] = b.outcomes.get(result, 0) + 1
+        b.acks += acks
+        b.unmapped[f"{topic}#{partition}"] = unmapped
+        b.rewound += rewound
+        if emitted:
+            b.lags.append(lag_ms / 1000)
+    for sub, lags in (done.unchanged_lags or {}).items():
+        b = subs.setdefault(sub, _SubscriptionBatch())
+        result = "dry_run" if dry_run else "emitted"
+        b.outcomes[result] = b.outcomes.get(result, 0) + len(lags)
+        b.lags.extend(lags)
+    return subs
+
+
+def _due_or_unchanged(records: list[SyncRecord], write: list[bool],
+                      lags: dict[str, list[float]],
+                      ) -> tuple[list[SyncRecord], frozenset[tuple[PartitionKey, str]]]:
+    """The records whose rows are written this batch, and the cursors whose rows are not
+    (their lags go to ``lags``, per subscription, for the metrics)."""
+    written: list[SyncRecord] = []
+    unchanged: set[tuple[PartitionKey, str]] = set()
+    for r, w in zip(records, write, strict=True):
+        if w:
+            written.append(r)
+        else:
+            unchanged.add((r.key, r.subscription))
+            lags.setdefault(r.subscription, []).append(r.lag_ms / 1000)
+    return written, frozenset(unchanged)
 
 
 def rows_due(records: list[SyncRecord], batch_id: int, every: int) -> list[bool]:
