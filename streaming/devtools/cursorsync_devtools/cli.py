@@ -130,6 +130,12 @@ def demo(
 # ------------------------------------------------------------------ bench
 
 
+def steady_batch_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A batch benchmark's figures, then its last (steady) batch's."""
+    rows = [(k, v) for k, v in result.items() if k != "batches"]
+    return rows + [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
+
+
 def print_figures(result: dict[str, Any], json_output: bool,
                   rows: list[tuple[str, Any]] | None = None) -> None:
     """A benchmark's figures: its JSON, or a FIGURE / VALUE table of ``rows`` (by default
@@ -181,9 +187,7 @@ def bench_plan(
 
     with progress(f"bench plan: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, active=active)
-    rows = [(k, v) for k, v in result.items() if k != "batches"]
-    rows += [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
-    print_figures(result, json_output, rows)
+    print_figures(result, json_output, steady_batch_rows(result))
 
 
 @bench_app.command("mapping-batch")
@@ -203,9 +207,7 @@ def bench_mapping_batch(
 
     with progress(f"bench mapping-batch: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, active=active)
-    rows = [(k, v) for k, v in result.items() if k != "batches"]
-    rows += [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
-    print_figures(result, json_output, rows)
+    print_figures(result, json_output, steady_batch_rows(result))
 
 
 @bench_app.command("mapping-rows")
