@@ -3,14 +3,16 @@
 Each micro-batch polls the configured topics on the driver and yields one row
 per (topic partition, subscription). Replicator cursors (``pulsar.repl.*``)
 are not subscriptions and never appear. The cursors come from ``internalStats``
-(``partitioned-internalStats`` for a partitioned topic most of whose partitions
-are read). First the cheap topic stats are asked (``partitioned-stats``, one
-request per partitioned topic): a partition whose counters show no change since
-its internalStats were read (:mod:`cursorsync.pulsar.topic_stats`) yields the rows
-read then, until ``internalStatsMaxAgeMs`` passes. A row's ``observed_at`` is when its
-state was read; ``checked_at`` is when it was last confirmed: the read, or a later poll
-whose stats showed no change since. Only the read is evidence of the state (the sync's
-continuity check uses ``observed_at``); ``checked_at`` measures how current it is.
+(``partitioned-internalStats`` for a partitioned topic of at most
+WHOLE_READ_MAX_PARTITIONS partitions most of which are read). First the cheap
+topic stats are asked (``partitioned-stats``, one request per partitioned
+topic): a partition whose counters show no change since its internalStats were
+read (:mod:`cursorsync.pulsar.topic_stats`) yields the rows read then, until
+``internalStatsMaxAgeMs`` passes. A row's ``observed_at`` is when its state was
+read; ``checked_at`` is when it was last confirmed: the read, or a later poll
+whose stats showed no change since. Only the read is evidence of the state (the
+sync's continuity check uses ``observed_at``); ``checked_at`` measures how
+current it is.
 
 A poll cannot be repeated, so replays would not be deterministic. Each
 poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
@@ -45,6 +47,12 @@ from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
+
+#: The most partitions whose internalStats are asked in one ``partitioned-internalStats``
+#: request. The broker answers it in one piece, gathered from every partition: for 1,000
+#: partitions it overran a 10 s admin timeout on the test bed, where 1,000 requests of one
+#: partition each, 8 at a time, take about 1.2 s (``cursorsync-dev bench admin``).
+WHOLE_READ_MAX_PARTITIONS = 100
 
 #: A row as read() yields it, in SCHEMA order.
 Row = tuple[Any, ...]
@@ -262,9 +270,11 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
                 return self._poll_changed(admin, {t: counts[str(t)] for t in partitioned},
                                           concrete)
             stats: list[TopicInternalStats] = []
-            for p in admin.map_concurrently(admin.partitioned_internal_stats,
-                                            partitioned).values():
+            whole = [t for t in partitioned if counts[str(t)] <= WHOLE_READ_MAX_PARTITIONS]
+            for p in admin.map_concurrently(admin.partitioned_internal_stats, whole).values():
                 stats.extend(p.stats.values())
+            concrete.extend(t.with_partition(i) for t in partitioned if t not in whole
+                            for i in range(counts[str(t)]))
             seen = {s.topic for s in stats}
             todo = sorted({t for t in concrete if str(t) not in seen})
             stats.extend(admin.internal_stats_many(todo).values())
@@ -350,11 +360,13 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
     def _read(admin: AdminClient, partitioned: dict[TopicName, int], stale: list[str],
               ) -> dict[str, TopicInternalStats]:
         """internalStats of the stale partitions: of a partitioned topic most of whose
-        partitions are stale (a start) in one request, the others one by one."""
+        partitions are stale (a start) in one request, up to WHOLE_READ_MAX_PARTITIONS
+        partitions; the others one by one, concurrently."""
         of_base: dict[str, list[str]] = {}
         for name in stale:
             of_base.setdefault(str(TopicName.parse(name).base), []).append(name)
-        whole = [t for t, n in partitioned.items() if 2 * len(of_base.get(str(t), ())) > n]
+        whole = [t for t, n in partitioned.items()
+                 if 2 * len(of_base.get(str(t), ())) > n and n <= WHOLE_READ_MAX_PARTITIONS]
         out: dict[str, TopicInternalStats] = {}
         for p in admin.map_concurrently(admin.partitioned_internal_stats, whole).values():
             out.update(p.stats)
