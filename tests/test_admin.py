@@ -9,36 +9,10 @@ from typing import Any
 
 import pytest
 
-from admin_stub import Reply, StubAdmin
 from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
-
-
-def stats_doc(lce: str, ledgers: list[tuple[int, int]], cursors: dict[str, tuple[str, str]],
-              counter: int = 0) -> dict[str, Any]:
-    """internalStats shaped like the broker's; the last ledger reports entries 0 (open)."""
-    return {
-        "entriesAddedCounter": counter, "numberOfEntries": counter, "totalSize": 0,
-        "currentLedgerEntries": 0, "currentLedgerSize": 0,
-        "lastLedgerCreatedTimestamp": "2026-11-20T10:15:02.441Z", "waitingCursorsCount": 0,
-        "pendingAddEntriesCount": 0, "lastConfirmedEntry": lce, "state": "LedgerOpened",
-        "ledgers": [{"ledgerId": lid, "entries": 0 if i == len(ledgers) - 1 else n,
-                     "size": 0, "offloaded": False, "underReplicated": False}
-                    for i, (lid, n) in enumerate(ledgers)],
-        "cursors": {name: {"markDeletePosition": md, "readPosition": lce,
-                           "waitingReadOp": False, "pendingReadOps": 0,
-                           "messagesConsumedCounter": counter, "cursorLedger": -1,
-                           "cursorLedgerLastEntry": -1, "individuallyDeletedMessages": idm,
-                           "lastLedgerSwitchTimestamp": "2026-11-20T10:15:02.512Z",
-                           "state": "NoLedger", "active": True,
-                           "numberOfEntriesSinceFirstNotAckedMessage": 1,
-                           "totalNonContiguousDeletedMessagesRange": 0,
-                           "subscriptionHavePendingRead": False,
-                           "subscriptionHavePendingReplayRead": False, "properties": {}}
-                    for name, (md, idm) in cursors.items()},
-        "schemaLedgers": [],
-    }
+from tests.support.admin_stub import BASE, Reply, StubAdmin, stats_doc
 
 
 @pytest.fixture
@@ -57,7 +31,6 @@ def client(urls: str, **kw: Any) -> AdminClient:
 
 
 T = "persistent://acme/orders/events"
-BASE = "/admin/v2/persistent/acme/orders/events"
 DOC = stats_doc("3:9", [(1, 5), (3, 0)], {"svc": ("1:4", "[(3:2..3:5]]"),
                                           "pulsar.repl.b": ("3:9", "[]")})
 

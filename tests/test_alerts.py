@@ -15,8 +15,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-import helm_tools as ht
 from cursorsync.app.metrics import Metrics
+from tests.support import helm_tools as ht
 
 UNIT_TESTS = Path(__file__).parent / "alerts" / "cursorsync-rules.test.yaml"
 DASHBOARD = ht.CHART / "dashboards" / "cursorsync.json"

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import AnchorConflictError, guard
@@ -18,6 +17,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
+from tests.support.core_strategies import World, worlds
 
 P = Position.parse
 SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")), deadline=None,

@@ -36,8 +36,7 @@ from cursorsync.sync.halts import read_halts, resume
 from cursorsync.sync.sink import SYNC_APP
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows, row_schema
-from sink_world import KEY, T0, RecordingEmitter, new_sink, polled, sink_config
-from test_tables import delta_spark_session  # noqa: F401  (a fixture)
+from tests.support.sink_world import KEY, T0, RecordingEmitter, new_sink, polled, sink_config
 
 CLUSTERS: dict[str, Any] = {"source_cluster": "A", "target_cluster": "B"}
 HALTED = {(KEY, "billing")}
@@ -387,7 +386,7 @@ def test_the_job_on_a_lost_checkpoint_keeps_its_halt_and_refuses_the_old_one_bac
     from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config, parse_config
     from cursorsync.pulsar.topics import TopicName
     from cursorsync_devtools.demo import demo_config
-    from job_on_bed import (
+    from tests.support.job_on_bed import (
         SUB,
         consumer_on_a,
         last_data_entry,

@@ -17,7 +17,6 @@ import yaml
 from typer.testing import CliRunner, Result
 
 import cursorsync.app.cli as cli
-from conftest import fake_module
 from cursorsync.app.logs import (
     JsonFormatter,
     KeyValueFormatter,
@@ -34,6 +33,7 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import TopicNotFoundError
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
+from tests.support.processes import fake_module
 
 CONFIG = str(EMBEDDED_CONFIG_PATH)
 ORDERS = "persistent://public/default/orders"

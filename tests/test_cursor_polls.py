@@ -18,7 +18,7 @@ from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
 from cursorsync_devtools.testbed import TestBed
-from waiting import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import cursorsync_devtools.cli as dev_cli
-from conftest import fake_module
 from cursorsync_devtools.sim import Workload, run_failover
+from tests.support.processes import fake_module
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -21,7 +21,7 @@ from cursorsync.core.positions import Position
 from cursorsync_devtools.demo import DemoReport, demo
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.workload import WorkloadSpec, sync_subscription
-from job_on_bed import last_data_entry
+from tests.support.job_on_bed import last_data_entry
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -170,7 +170,7 @@ def delta_spark_jars() -> Iterator[str]:
     """The Delta jars, in a JVM of this test's own (pyspark fixes the driver's classpath
     when it launches the JVM)."""
     from cursorsync_devtools.testbed.delta_jars import ensure_delta_jars
-    from spark_jvm import shut_down_jvm
+    from tests.support.spark_jvm import shut_down_jvm
 
     jars = ",".join(str(p) for p in ensure_delta_jars())
     shut_down_jvm()

@@ -19,7 +19,7 @@ from cursorsync_devtools.demo import DemoReport, demo
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.admin_proxy import AdminProxy, faulty_for
 from cursorsync_devtools.testbed.workload import WorkloadSpec
-from job_on_bed import SUB, nothing_redelivered_on_b, shared_topic
+from tests.support.job_on_bed import SUB, nothing_redelivered_on_b, shared_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -17,7 +17,6 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from admin_stub import Reply, StubAdmin
 from cursorsync.app.settings import (
     ConfigValidationError,
     load_config,
@@ -39,6 +38,7 @@ from cursorsync.pulsar.stats import (
     parse_partitioned_internal_stats,
 )
 from cursorsync.pulsar.topics import TopicName
+from tests.support.admin_stub import Reply, StubAdmin
 
 FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -11,7 +11,6 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from core_strategies import GuardCase, guard_cases
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import (
@@ -30,6 +29,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync_devtools.oracle import entries_of
+from tests.support.core_strategies import GuardCase, guard_cases
 
 P = Position.parse
 SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")) * 2,

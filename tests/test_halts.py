@@ -22,7 +22,7 @@ from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.halts import NothingHaltedError, read_halts, resume
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import mapping_rows
-from sink_world import (
+from tests.support.sink_world import (
     KEY,
     T0,
     RecordingEmitter,

@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
-import helm_tools as ht
 from cursorsync.app.settings import Config
 from cursorsync.app.settings.loading import load_config_text
+from tests.support import helm_tools as ht
 
 VALUES_CASES = {"default": [], "full": [ht.FULL_VALUES]}
 PYPROJECT = tomllib.loads((ht.ROOT / "pyproject.toml").read_text(encoding="utf-8"))

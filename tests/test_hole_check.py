@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cursorsync.mapping.builder as builder_module
-from admin_stub import Reply, StubAdmin
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
@@ -21,8 +20,9 @@ from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
 from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
-from replicated import send_with_snapshots, source_positions_on_b
-from waiting import wait_for
+from tests.support.admin_stub import Reply, StubAdmin
+from tests.support.replicated import send_with_snapshots, source_positions_on_b
+from tests.support.waiting import wait_for
 
 MARKER = RawEntry(marker_type=10)
 CHUNK = RawEntry(chunk_id=0, num_chunks=2)

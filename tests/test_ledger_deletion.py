@@ -18,7 +18,7 @@ from cursorsync.tables import open_store
 from cursorsync.tables.mappings_table import load_mappings, merge_rows
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
-from job_on_bed import (
+from tests.support.job_on_bed import (
     SUB,
     consumer_on_a,
     last_data_entry,
@@ -28,7 +28,7 @@ from job_on_bed import (
     send_and_ack,
     shared_topic,
 )
-from waiting import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

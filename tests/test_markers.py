@@ -29,8 +29,8 @@ from cursorsync.pulsar.markers import (
     parse_marker,
 )
 from cursorsync_devtools.testbed import TestBed
-from replicated import send_with_snapshots, source_positions_on_b
-from waiting import wait_for
+from tests.support.replicated import send_with_snapshots, source_positions_on_b
+from tests.support.waiting import wait_for
 
 WHERE = "entry 12:5 of persistent://t/n/x on cluster a"
 TYPES = (SNAPSHOT_REQUEST, SNAPSHOT_RESPONSE, SNAPSHOT, UPDATE)

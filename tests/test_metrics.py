@@ -15,16 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import MetricsConfig
 from cursorsync_devtools.testbed.standalone import free_port
-
-
-def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
-    """The value of one sample in the exposition text, or None if absent."""
-    for family in text_string_to_metric_families(metrics.exposition()):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return float(s.value)
-    return None
-
+from tests.support.metrics_text import sample
 
 # --------------------------------------------------------------------------- exposition
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -34,6 +33,7 @@ from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables.spill import Spill, SpillError
+from tests.support.core_strategies import World, worlds
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 OTHER = PartitionKey("persistent://t/n/orders", 1)

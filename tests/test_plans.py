@@ -9,7 +9,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core_strategies import World, worlds
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
@@ -24,6 +23,7 @@ from cursorsync.sync.plans import (
     stable_hash,
     states_equal,
 )
+from tests.support.core_strategies import World, worlds
 
 
 def decode_state(data: bytes) -> CursorState:

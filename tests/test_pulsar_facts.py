@@ -20,8 +20,8 @@ from cursorsync._proto import pulsar_markers_pb2 as markers
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
-from replicated import STAMP, send_with_snapshots
-from waiting import wait_for
+from tests.support.replicated import STAMP, send_with_snapshots
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -39,7 +39,7 @@ from cursorsync.tables import open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
-from job_on_bed import SUB, consumer_on_a, send_and_ack, shared_topic
+from tests.support.job_on_bed import SUB, consumer_on_a, send_and_ack, shared_topic
 
 KEY = PartitionKey("persistent://t/n/orders", 0)
 NOW = datetime(2026, 11, 28, tzinfo=UTC)

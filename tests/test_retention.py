@@ -11,7 +11,6 @@ import pyarrow as pa
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState, fold
 from cursorsync.core.guard import UnsafePlanError, guard
@@ -24,6 +23,7 @@ from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync.sync.step import StepSettings, SyncStep
+from tests.support.core_strategies import World, worlds
 
 
 def _deleted(state: CursorState, first: int) -> CursorState:

@@ -21,7 +21,7 @@ from cursorsync.tables import TableStore, open_store
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
-from job_on_bed import (
+from tests.support.job_on_bed import (
     SUB,
     ack_all,
     consumer_on_a,

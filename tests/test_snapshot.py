@@ -31,7 +31,7 @@ from cursorsync.tables import open_store
 from cursorsync.tables.mappings_table import load_mappings
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
-from replicated import source_positions_on_b
+from tests.support.replicated import source_positions_on_b
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -25,7 +25,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import cursorsync.mapping.entries_read as entries_read
 import cursorsync.mapping.entries_tasks as entries_tasks
-from admin_stub import Reply, StubAdmin
 from cursorsync.app.sources import register
 from cursorsync.core.identity import MessageIdentity, entry_digest, message_digest
 from cursorsync.core.ledgers import Ledgers
@@ -59,9 +58,9 @@ from cursorsync.sync.cursors import (
 )
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.admin_proxy import AdminProxy, Fault
-from replicated import send_with_snapshots
-from test_admin import BASE, stats_doc
-from waiting import wait_for
+from tests.support.admin_stub import BASE, Reply, StubAdmin, stats_doc
+from tests.support.replicated import send_with_snapshots
+from tests.support.waiting import wait_for
 
 #: Each cluster's own namespace: a topic there is not replicated.
 LOCAL_NS = "persistent://public/default"

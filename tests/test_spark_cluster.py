@@ -27,7 +27,6 @@ import httpx
 import pytest
 import yaml
 
-from conftest import ROOT
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.workload import (
     WorkloadSpec,
@@ -37,7 +36,8 @@ from cursorsync_devtools.testbed.workload import (
     run_workload,
     sync_subscription,
 )
-from spark_cluster import SparkCluster, ancestors, free_port, spark_home
+from tests.support.paths import ROOT
+from tests.support.spark_cluster import SparkCluster, ancestors, free_port, spark_home
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -53,7 +53,7 @@ def spark_cluster(tmp_path: Path) -> Iterator[SparkCluster]:
 
 def chart_spark_conf() -> dict[str, str]:
     """The sparkConf of the SparkApplication the chart renders with its default values."""
-    from helm_tools import render, spark_application
+    from tests.support.helm_tools import render, spark_application
 
     conf = spark_application(render())["spec"].get("sparkConf", {})
     return {str(k): str(v) for k, v in conf.items()}

@@ -18,7 +18,15 @@ from cursorsync.core.positions import Position
 from cursorsync.sync.observed import RECENT_BATCHES
 from cursorsync.sync.sink import history_due
 from cursorsync.tables import TableStore
-from sink_world import KEY, T0, RecordingEmitter, new_sink, polled, sink_config, store_with_mapping
+from tests.support.sink_world import (
+    KEY,
+    T0,
+    RecordingEmitter,
+    new_sink,
+    polled,
+    sink_config,
+    store_with_mapping,
+)
 
 EVERY = 5
 

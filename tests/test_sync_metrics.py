@@ -17,8 +17,8 @@ from cursorsync.sync.sink import SyncSink, _Synced
 from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import sync_progress_rows
-from sink_world import sink_config
-from test_metrics import sample
+from tests.support.metrics_text import sample
+from tests.support.sink_world import sink_config
 
 T = datetime(2026, 11, 26, tzinfo=UTC)
 PLAN = AckPlan(Position(7, 9), RangeSet(), RangeSet(), Position(7, 9), 0, 0, 0, 0, "exact")

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,7 @@ from cursorsync.tables import (
 from cursorsync.tables.delta_rs import DeltaRsStore
 from cursorsync.tables.delta_spark import (
     DELTA_JARS_ENV,
-    DELTA_SPARK_CONF,
     delta_package,
-    delta_spark_status,
     find_delta_jars,
 )
 from cursorsync.tables.rows import (
@@ -59,8 +57,7 @@ from cursorsync.tables.rows import (
 from cursorsync.tables.schema import REQUIRED_COLUMNS, TableSchema, topic_buckets
 from cursorsync.tables.store import TableWriteError
 from cursorsync_devtools.testbed.delta_jars import DELTA_VERSION, ensure_delta_jars
-from cursorsync_devtools.testbed.distribution import SetupError
-from spark_jvm import shut_down_jvm
+from tests.support.delta_spark import _delta_jars, _spark_session
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -121,57 +118,6 @@ TOPICS = [f"persistent://t/ns/topic-{i}" for i in range(5)]
 
 
 # ------------------------------------------------------------------- backends
-
-
-def _spark_session(extra: dict[str, str]):  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[1]")
-        .appName("cursorsync-test-tables")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "1")
-    )
-    for k, v in extra.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
-
-
-#: Small-table settings for one core: Delta replays its log in 50 tasks by default, and
-#: VACUUM lists a table's directories in 10,000 (about a minute on local[1]).
-_DELTA_TEST_CONF = {
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "1",
-}
-
-
-def _delta_jars() -> list[Path]:
-    """The Delta jars from the cache; a failed fetch fails the test with Maven's reason."""
-    try:
-        return ensure_delta_jars()
-    except SetupError as e:
-        failure = str(e)
-    pytest.fail(f"delta-spark: {failure}", pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def delta_spark_session() -> Iterator[object]:
-    """A local session with the Delta jars from Maven Central, in a JVM of its own."""
-    jars = _delta_jars()
-    shut_down_jvm()
-    spark = _spark_session({**DELTA_SPARK_CONF, **_DELTA_TEST_CONF,
-                            "spark.jars": ",".join(map(str, jars))})
-    try:
-        status = delta_spark_status(spark)
-        if not status.available:
-            pytest.fail(f"delta-spark: {status.reason} (spark.jars: {jars})", pytrace=False)
-        yield spark
-    finally:
-        spark.stop()
-        shut_down_jvm()
 
 
 StoreFactory = Callable[[], TableStore]

@@ -10,14 +10,13 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from admin_stub import Reply, StubAdmin
 from cursorsync.core.positions import Position
 from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync_devtools.testbed import TestBed
-from test_admin import stats_doc
+from tests.support.admin_stub import Reply, StubAdmin, stats_doc
 
 
 @pytest.mark.integration

@@ -43,7 +43,7 @@ from cursorsync_devtools.testbed.three_clusters import (
     stamp_exposure,
 )
 from cursorsync_devtools.testbed.workload import WorkloadSpec
-from job_on_bed import (
+from tests.support.job_on_bed import (
     ThreeClusterRuns,
     refusal,
     refused_start,

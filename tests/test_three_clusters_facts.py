@@ -22,7 +22,7 @@ import pytest
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
-from replicated import STAMP
+from tests.support.replicated import STAMP
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from admin_stub import Reply, StubAdmin
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -27,6 +26,7 @@ from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.replication import TopologyError, TopologyWatch
 from cursorsync.sync.step import StepSettings, SyncStep
+from tests.support.admin_stub import Reply, StubAdmin
 
 TOPIC = "persistent://t/n/orders"
 TWO = Topology(TOPIC, "a", "b", frozenset({"a", "b"}))

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core_strategies import World, worlds
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import check_safe
@@ -20,6 +19,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import is_monotone, safe_target_acks, translate, unmapped_source
 from cursorsync_devtools.oracle import oracle_translate
+from tests.support.core_strategies import World, worlds
 
 P = Position.parse
 SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")), deadline=None,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_outside
+from tests.support.paths import ROOT
+from tests.support.processes import run_outside
 
 
 def _wheel_files(wheel: Path) -> tuple[list[str], list[str]]:

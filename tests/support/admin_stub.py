@@ -82,3 +82,33 @@ class StubAdmin:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+#: The admin path of the topic the stub docs describe (persistent://acme/orders/events).
+BASE = "/admin/v2/persistent/acme/orders/events"
+
+
+def stats_doc(lce: str, ledgers: list[tuple[int, int]], cursors: dict[str, tuple[str, str]],
+              counter: int = 0) -> dict[str, Any]:
+    """internalStats shaped like the broker's; the last ledger reports entries 0 (open)."""
+    return {
+        "entriesAddedCounter": counter, "numberOfEntries": counter, "totalSize": 0,
+        "currentLedgerEntries": 0, "currentLedgerSize": 0,
+        "lastLedgerCreatedTimestamp": "2026-11-20T10:15:02.441Z", "waitingCursorsCount": 0,
+        "pendingAddEntriesCount": 0, "lastConfirmedEntry": lce, "state": "LedgerOpened",
+        "ledgers": [{"ledgerId": lid, "entries": 0 if i == len(ledgers) - 1 else n,
+                     "size": 0, "offloaded": False, "underReplicated": False}
+                    for i, (lid, n) in enumerate(ledgers)],
+        "cursors": {name: {"markDeletePosition": md, "readPosition": lce,
+                           "waitingReadOp": False, "pendingReadOps": 0,
+                           "messagesConsumedCounter": counter, "cursorLedger": -1,
+                           "cursorLedgerLastEntry": -1, "individuallyDeletedMessages": idm,
+                           "lastLedgerSwitchTimestamp": "2026-11-20T10:15:02.512Z",
+                           "state": "NoLedger", "active": True,
+                           "numberOfEntriesSinceFirstNotAckedMessage": 1,
+                           "totalNonContiguousDeletedMessagesRange": 0,
+                           "subscriptionHavePendingRead": False,
+                           "subscriptionHavePendingReplayRead": False, "properties": {}}
+                    for name, (md, idm) in cursors.items()},
+        "schemaLedgers": [],
+    }

@@ -31,7 +31,7 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "cursorsync"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks"
