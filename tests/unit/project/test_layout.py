@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from setuptools import find_namespace_packages
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 PRODUCT = "cursorsync"
 DEVTOOLS = "cursorsync_devtools"
 #: Each distribution's source root: the product's, and the development tools' of their own.

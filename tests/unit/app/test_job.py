@@ -112,7 +112,7 @@ def test_driver_java_options_add_to_ours_and_the_embedded_config_sets_c1() -> No
     from cursorsync.app.session import driver_java_options
     from cursorsync.app.settings import load_config
 
-    conf = _P(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
+    conf = _P(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
     opts = driver_java_options(load_config(conf))
     assert opts.startswith("-Dlog4j2.configurationFile=") and "log4j2.properties" in opts
     assert opts.endswith(" -XX:TieredStopAtLevel=1")
@@ -177,7 +177,7 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
     import subprocess
     import sys
 
-    conf = Path(__file__).resolve().parents[1] / "conf" / "embedded.yaml"
+    conf = Path(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
     code = (
         "from cursorsync.app.settings import load_config\n"
         "from cursorsync.app.session import build_session\n"

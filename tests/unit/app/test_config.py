@@ -22,8 +22,9 @@ from cursorsync.app.settings import (
     parse_config,
 )
 from cursorsync.errors import ConfigError
+from tests.support.paths import ROOT
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = ROOT / "conf"
 
 MINIMAL: dict[str, Any] = {
     "clusters": {

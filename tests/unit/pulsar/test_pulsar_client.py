@@ -6,15 +6,15 @@ import ast
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pulsar")
 
 from cursorsync.pulsar.client import connect
+from tests.support.paths import ROOT
 
-STREAMING = Path(__file__).resolve().parents[1] / "streaming" / "cursorsync"
+STREAMING = ROOT / "streaming" / "cursorsync"
 
 _UNREACHABLE = """
 import pulsar
