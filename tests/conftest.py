@@ -14,6 +14,7 @@ import pytest
 
 from cursorsync.app.logs import NOISY_LOGGERS
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
+from tests.support.admin_stub import StubAdmin
 from tests.support.paths import ROOT
 from tests.support.processes import run_outside
 
@@ -54,6 +55,14 @@ def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]
     work = tmp_path_factory.mktemp("testbed3")
     with TestBed(TestBedConfig(work_dir=work, clusters=("a", "b", "c"))) as bed:
         yield bed
+
+
+@pytest.fixture
+def admin() -> Iterator[StubAdmin]:
+    """A stub Pulsar admin server (tests.support.admin_stub), stopped after the test."""
+    s = StubAdmin().start()
+    yield s
+    s.stop()
 
 
 @pytest.fixture
