@@ -14,8 +14,6 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
-import pytest
-
 from tests.support.paths import ROOT
 from tests.support.processes import run_outside
 
@@ -105,16 +103,3 @@ def test_the_cli_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
                     cwd=tmp_path)
     assert r.returncode in (0, 2), r.stderr
     assert "Traceback" not in r.stderr, r.stderr
-
-
-@pytest.mark.integration
-@pytest.mark.spark
-def test_the_demo_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
-    """`cursorsync-dev demo` from the installed wheels, outside the checkout: the local test
-    bed, the workload, the sync, the failover count. Nothing lost."""
-    r = run_outside([str(wheel_venv / "cursorsync-dev"), "demo", "--json", "--seconds", "3",
-              "--work-dir", str(tmp_path / "demo")], cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = json.loads(r.stdout)
-    ours = report["cursorsync"]
-    assert ours and all(v["losses"] == 0 and v["foreign_acked"] == 0 for v in ours.values()), ours
