@@ -100,7 +100,7 @@ def test_markers_on_b_are_acked_so_its_mark_delete_passes_them(
     reaches the last message, past every snapshot marker the brokers wrote in between (the
     hole check names them by X-Pulsar-marker-type), and b redelivers nothing. Whether one
     of b's ledgers (they roll every 45 entries) ends in markers depends on timing; that
-    case is pinned in tests/test_hole_check.py."""
+    case is pinned in tests/integration/mapping/test_hole_check.py."""
     _markers_passed(testbed, topic_name, tmp_path, seed=5)
 
 

@@ -1,7 +1,7 @@
 """The cursor poll's pre-check on real Pulsar: a topic's stats fingerprint moves with every
 kind of cursor change (so a partition whose fingerprint stands still may keep the cursor
 rows read before), and ``pulsar-cursors`` reads internalStats only of the partitions whose
-fingerprint moved (in Spark too: test_sources)."""
+fingerprint moved (in Spark too: tests/integration/mapping/test_sources_in_spark.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The chart's alerts and dashboard: promtool check and unit tests (tests/alerts/), every
+"""The chart's alerts and dashboard: promtool check and unit tests (alerts/), every
 metric they name exposed by the job, every alert with its runbook."""
 
 from __future__ import annotations
