@@ -6,21 +6,23 @@ import itertools
 import logging
 import os
 import shutil
-import subprocess
 import sys
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cursorsync.app.logs import NOISY_LOGGERS
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
+from tests.support.admin_stub import StubAdmin
+from tests.support.paths import ROOT
+from tests.support.processes import run_outside
+
+#: Fixtures kept in the support package, for every test module.
+pytest_plugins = ["tests.support.delta_spark"]
 
 _names = itertools.count()
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +58,14 @@ def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]
 
 
 @pytest.fixture
+def admin() -> Iterator[StubAdmin]:
+    """A stub Pulsar admin server (tests.support.admin_stub), stopped after the test."""
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
     """Fresh topic names for this test: ``topic_name("orders")`` -> ``<test>-orders-<n>``."""
     base = request.node.name.split("[")[0].removeprefix("test_")[:40].replace("_", "-")
@@ -64,14 +74,6 @@ def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{base}-{suffix}-{next(_names)}"
 
     return make
-
-
-def run_outside(args: list[str], cwd: Path, timeout: float = 120
-                ) -> subprocess.CompletedProcess[str]:
-    """A command with no PYTHONPATH (nothing from the checkout) and no CURSORSYNC_CONFIG."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CURSORSYNC_CONFIG")}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -132,18 +134,3 @@ def restore_logging() -> Iterator[None]:
     for name, lvl in noisy.items():
         logging.getLogger(name).setLevel(lvl)
     logging.captureWarnings(False)
-
-
-def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, attr: str,
-                fn: Any) -> list[dict[str, Any]]:
-    """Install ``name`` in sys.modules with ``attr`` recording its calls; returns the calls."""
-    calls: list[dict[str, Any]] = []
-
-    def record(*args: Any, **kwargs: Any) -> Any:
-        calls.append({"args": args, **kwargs})
-        return fn(*args, **kwargs)
-
-    module = types.ModuleType(name)
-    setattr(module, attr, record)
-    monkeypatch.setitem(sys.modules, name, module)
-    return calls

@@ -11,7 +11,7 @@ ledgers are deleted: while its target ledger lives its copies may need their ack
 while its source ledger lives it says the source's acks there wait for nothing.
 
 A plan for any cursor of the partition acks the same with or without the dead part
-(tests/test_retention.py checks it against the whole mapping). The count of source
+(tests/unit/core/test_retention.py checks it against the whole mapping). The count of source
 acks that wait for evidence can only fall: one whose copy can only have been in a deleted
 target ledger waits for nothing.
 """

@@ -21,7 +21,7 @@ partition (``get_last_message_id``), and acknowledges ``end`` cumulatively on
 it in ``commit(end)``, so retention keeps every entry not mapped yet.
 Executors read with a pulsar-client Reader created inside ``read()``.
 
-Pinned behaviour (tests/test_sources.py): a Reader started at ``L:E:-1``
+Pinned behaviour (tests/integration/mapping/test_entries_reading.py): a Reader started at ``L:E:-1``
 exclusive re-delivers the messages of entry L:E when it is a batch (the
 client compares batch index -1 as "before index 0"), so ``read()`` drops every
 message at or before the start entry itself. The batch size has no accessor

@@ -14,7 +14,7 @@ The consumer has a zero receiver queue, so the broker dispatches nothing to
 it, and it acks ``MessageId(partition, ledger, entry, -1)``: the whole entry,
 no batch index. A broker applies an individual or cumulative ack of any
 ``ledger:entry`` from any consumer of the subscription, received or not
-(pinned in ``tests/test_pulsar_facts.py``). The Python client has no list ack
+(pinned in ``tests/integration/bed/test_pulsar_facts.py``). The Python client has no list ack
 and does not expose the ack-grouping settings, so individual acks go out
 asynchronously, ``ack_batch_size`` at a time, and the C++ client's ack
 grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
@@ -28,8 +28,8 @@ counts as acked only because the target's cursor showed them acked when it was r
 Between that read and the ack the subscription may be reset, or deleted and created
 again (by the consumer's own reconnection, at ``Earliest``): the new one holds none of
 them, and the broker applies the ack to it all the same (pinned in
-``tests/test_emit_races.py``). So a cumulative ack stops before the first position
-only the read vouches for (``unproven``), and the plan's acks after it go one by one:
+``tests/integration/pulsar/test_emit_races.py``). So a cumulative ack stops before the
+first position only the read vouches for (``unproven``), and the plan's acks after it go one by one:
 individual acks name only entries whose source is acked, whatever the subscription.
 """
 

@@ -3,7 +3,7 @@
 Idempotency. delta-rs records ``CommitProperties(app_transactions=[...])``
 as a ``txn`` action but does NOT enforce it: appending again with an already
 recorded (app_id, version) succeeds, duplicates the rows, and may even move
-the recorded version backwards (pinned in tests/test_tables.py). So
+the recorded version backwards (pinned in tests/unit/tables/test_delta_rs.py). So
 :meth:`DeltaRsStore._append` checks ``transaction_version(app_id)`` on a
 snapshot and commits against that same snapshot.
 

@@ -83,8 +83,8 @@ class TestBedConfig:
     #: need well under 1 MB. b's is larger: a chunk as large as a's limit, plus the source
     #: position the replicator adds to it, does not fit the same limit on b, and Pulsar
     #: 4.0.8's replicator then drops the chunk without a word (pinned in
-    #: tests/test_pulsar_facts.py: with equal limits only each message's last, smaller
-    #: chunk reaches b, which can then never deliver it). c's (THIRD_MAX_MESSAGE_SIZE
+    #: tests/integration/bed/test_pulsar_facts.py: with equal limits only each message's
+    #: last, smaller chunk reaches b, which can then never deliver it). c's (THIRD_MAX_MESSAGE_SIZE
     #: unless given) is b's, for the same reason.
     max_message_size: tuple[int, ...] = (256 * 1024, 512 * 1024)
     #: Ledgers made on b before anything else, so b's ledger ids run ahead of a's.

@@ -1,0 +1,79 @@
+"""The end-to-end benchmark, a tiny run on the test bed: the report's structure and its
+correctness facts (no figure of time is asserted)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from cursorsync_devtools.bench_e2e import (
+    GROUPS,
+    E2ESpec,
+    run_e2e,
+    table,
+)
+from cursorsync_devtools.testbed import TestBed
+
+TOP_KEYS = {"benchmark", "spec", "machine", "backlog", "spark_startup_s", "mapping", "lag",
+            "failover", "phases", "total_s"}
+MAPPING_KEYS = {"entries", "batches", "seconds_from_start", "first_batch_ended_after_s",
+                "entries_per_s_from_start", "entries_per_s_warm", "per_batch", "baseline",
+                "ratio_warm", "ratio_from_start", "check"}
+LAG_FIGURES = {"entries", "covered", "never_covered", "p50_s", "p99_s", "max_s", "min_s"}
+PHASES = ["backlog", "positions on b", "baseline", "spark start-up", "mapping", "live", "failover",
+          "mapping check"]
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_tiny_run_reports_each_figure_beside_its_baseline(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    spec = E2ESpec(backlog_topic=topic_name("backlog"), backlog_entries=2_000, partitions=2,
+                   live_topic=topic_name("live"), live_partitions=1, rate_per_s=100,
+                   max_entries_per_batch=500, settle_timeout_s=20)
+    out = json.loads(run_e2e(seconds=8, json_output=True, spec=spec, bed=testbed))
+
+    assert out.keys() >= TOP_KEYS
+    assert out["machine"]["cores"] >= 1
+    backlog, mapping = out["backlog"], out["mapping"]
+    assert backlog["entries"] == 2_000 and 0 < backlog["batched_entries"] < 2_000
+    assert backlog["messages"] == 2_000 + 4 * backlog["batched_entries"]
+    assert mapping.keys() >= MAPPING_KEYS
+    # The mapping is right for every backlog entry.
+    assert mapping["check"] == {"pairs_checked": 2_000, "pairs_wrong": 0, "pairs_unmapped": 0}
+    # Batches of at most 500 entries per stream: the first and warm ones.
+    per_batch = mapping["per_batch"]
+    assert len(per_batch) == mapping["batches"] >= 4
+    assert sum(b["rows"]["b"] for b in per_batch) == 2_000
+    assert sum(b["rows"]["a"] for b in per_batch) == 2_000  # identity digests all of a
+    for b in per_batch:
+        assert b["cpu_s"].keys() >= set(GROUPS)
+    assert mapping["entries_per_s_warm"] > 0 and mapping["ratio_warm"] > 0
+    baseline = mapping["baseline"]
+    assert baseline["clusters"] == ["b", "a"] and baseline["readers"] == 4
+    assert baseline["messages_read"] == 2 * backlog["messages"]
+    assert baseline["entries_per_s"] > 0
+
+    lag = out["lag"]
+    assert lag["messages"] > 0 and lag["polls"] > 0
+    for side in ("cursorsync", "builtin"):
+        figures = lag[side]
+        assert figures.keys() >= LAG_FIGURES
+        assert figures["covered"] > 0, lag
+        assert figures["min_s"] <= figures["p50_s"] <= figures["p99_s"] <= figures["max_s"]
+    # b never acks an entry before a did.
+    assert lag["cursorsync"]["min_s"] >= 0, lag
+
+    failover = out["failover"]
+    assert failover["cursorsync"]["losses"] == 0, failover
+    assert failover["cursorsync"]["messages"] == lag["messages"]
+
+    assert [p["phase"] for p in out["phases"]] == PHASES
+    for p in out["phases"]:
+        assert p["seconds"] >= 0 and p["cpu_s"].keys() >= {"driver", "broker a", "broker b"}
+    text = table(out)
+    for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "FAILOVER TO b",
+                    "CPU-S BY PHASE"):
+        assert heading in text

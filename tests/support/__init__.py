@@ -1,0 +1,1 @@
+"""Helpers the tests share: stubs, strategies, the job on the test bed, waiting."""

@@ -1,0 +1,254 @@
+"""The chart's alerts and dashboard: promtool check and unit tests (alerts/), every
+metric they name exposed by the job, every alert with its runbook."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from cursorsync.app.metrics import Metrics
+from tests.support import helm_tools as ht
+
+UNIT_TESTS = Path(__file__).parent / "alerts" / "cursorsync-rules.test.yaml"
+DASHBOARD = ht.CHART / "dashboards" / "cursorsync.json"
+ALERTS = {
+    "CursorSyncLagHigh", "CursorSyncStale", "CursorSyncUnmappedGrowing",
+    "CursorSyncHoleChecksBehind",
+    "CursorSyncGuardRefusals", "CursorSyncHalted", "CursorSyncEmissionErrors",
+    "CursorSyncQueryFailures", "CursorSyncRestarts", "CursorSyncDown",
+}
+#: Labels Prometheus adds to every scraped series (the ServiceMonitor's target labels),
+#: and a histogram bucket's bound.
+TARGET_LABELS = {"namespace", "job", "instance", "pod", "service", "container", "endpoint"}
+
+
+@pytest.fixture(scope="module")
+def default_rules() -> list[dict[str, Any]]:
+    return ht.render(set_values={"prometheusRule.enabled": True})
+
+
+def write_rules(manifests: list[dict[str, Any]], directory: Path) -> Path:
+    """The PrometheusRule's spec as a Prometheus rules file."""
+    path = directory / "cursorsync-rules.yaml"
+    path.write_text(yaml.safe_dump(ht.prometheus_rules(manifests), sort_keys=False),
+                    encoding="utf-8")
+    return path
+
+
+def run_promtool(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ht.promtool(), *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+# --------------------------------------------------------------------------- promtool
+
+
+@pytest.mark.parametrize("case", ["default", "full"])
+def test_promtool_checks_the_rendered_rules(case: str, tmp_path: Path) -> None:
+    manifests = (ht.render([ht.FULL_VALUES]) if case == "full"
+                 else ht.render(set_values={"prometheusRule.enabled": True}))
+    rules = write_rules(manifests, tmp_path)
+    result = run_promtool("check", "rules", rules, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass(default_rules: list[dict[str, Any]], tmp_path: Path) -> None:
+    write_rules(default_rules, tmp_path)
+    shutil.copy(UNIT_TESTS, tmp_path / UNIT_TESTS.name)
+    result = run_promtool("test", "rules", UNIT_TESTS.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test(
+        default_rules: list[dict[str, Any]]) -> None:
+    cases = [case for test in yaml.safe_load(UNIT_TESTS.read_text(encoding="utf-8"))["tests"]
+             for case in test.get("alert_rule_test", [])]
+    fires = {c["alertname"] for c in cases if c.get("exp_alerts")}
+    quiet = {c["alertname"] for c in cases if not c.get("exp_alerts")}
+    names = {a["alert"] for a in ht.alerts(default_rules)}
+    assert names == ALERTS
+    assert fires == names and quiet == names
+    # A firing case states the alert's labels and every annotation, runbook included.
+    for case in cases:
+        for expected in case.get("exp_alerts") or []:
+            assert "severity" in expected["exp_labels"], case["alertname"]
+            assert set(expected["exp_annotations"]) == {"summary", "description",
+                                                        "runbook_url"}, case["alertname"]
+
+
+# --------------------------------------------------------------------------- values
+
+
+def test_thresholds_severities_and_selection_come_from_values() -> None:
+    manifests = ht.render(set_values={
+        "prometheusRule.enabled": True,
+        "alerts.lagHigh": {"p99Seconds": 42, "window": "7m", "for": "3m", "severity": "info"},
+        "alerts.disabled": ["CursorSyncDown", "CursorSyncRestarts"],
+        "prometheusRule.additionalAlertLabels": {"team": "payments"},
+    })
+    rules = {a["alert"]: a for a in ht.alerts(manifests)}
+    assert set(rules) == ALERTS - {"CursorSyncDown", "CursorSyncRestarts"}
+    lag = rules["CursorSyncLagHigh"]
+    assert lag["expr"].endswith("> 42") and "[7m]" in lag["expr"] and lag["for"] == "3m"
+    assert lag["labels"] == {"severity": "info", "team": "payments"}
+
+
+def test_every_alert_links_its_runbook(default_rules: list[dict[str, Any]]) -> None:
+    base = yaml.safe_load((ht.CHART / "values.yaml").read_text(encoding="utf-8"))[
+        "alerts"]["runbookBaseUrl"]
+    assert base.rstrip("/").endswith("docs/runbooks")
+    for alert in ht.alerts(default_rules):
+        name = alert["alert"]
+        assert alert["annotations"]["runbook_url"] == f"{base.rstrip('/')}/{name}.md"
+        runbook = ht.RUNBOOKS / f"{name}.md"
+        assert runbook.is_file(), f"{name} has no runbook at {runbook}"
+        text = runbook.read_text(encoding="utf-8")
+        assert text.startswith(f"# {name}\n"), f"{runbook} does not start with # {name}"
+        for section in ("## Meaning", "## Diagnosis", "## Mitigation"):
+            assert section in text, f"{runbook} has no {section}"
+
+
+def test_every_runbook_belongs_to_an_alert() -> None:
+    assert {p.stem for p in ht.RUNBOOKS.glob("*.md")} - {"README"} == ALERTS
+
+
+# --------------------------------------------------------------------------- metric names
+
+
+def exercised_metrics() -> Metrics:
+    """A Metrics with every metric given a sample, so the exposition shows its labels."""
+    m = Metrics()
+    m.record_entries_ingested("source", 1)
+    m.record_segments_written(1)
+    m.record_skipped_ids(claimed=1, unclaimed=1)
+    m.observe_sync_lag("settlement", 1.0)
+    m.record_acks("settlement", "individual", 1)
+    m.record_outcome("settlement", "emitted")
+    m.set_unmapped_acked("settlement", "persistent://t/n/topic#0", 1)
+    m.record_rewound("settlement", 1)
+    m.observe_translation(0.001)
+    m.observe_batch("sync", 1.0)
+    m.mark_synced("settlement")
+    m.record_error("emit")
+    m.record_maintenance("mappings", 1)
+    m.observe_progress({"name": "cursorsync-sync", "numInputRows": 1, "inputRowsPerSecond": 1,
+                        "processedRowsPerSecond": 1, "batchId": 1,
+                        "durationMs": {"addBatch": 1}})
+    return m
+
+
+def exposed() -> tuple[dict[str, set[str]], dict[str, str]]:
+    """Every sample name the job exposes with its label names, and each family's help."""
+    samples: dict[str, set[str]] = {}
+    helps: dict[str, str] = {}
+    families = list(text_string_to_metric_families(exercised_metrics().exposition()))
+    for family in families:
+        helps[family.name] = family.documentation
+        for sample in family.samples:
+            samples.setdefault(sample.name, set()).update(sample.labels)
+    # Every family of a fresh registry has samples here: a new metric must be exercised too.
+    fresh = {f.name for f in Metrics().registry.collect()}
+    assert fresh <= {f.name for f in families if f.samples}, "exercise the new metrics above"
+    return samples, helps
+
+
+def promql_references(expr: str) -> Iterable[tuple[str, set[str], dict[str, str]]]:
+    """(metric, label names matched, label=value equalities) of each cursorsync selector."""
+    for match in re.finditer(r"\b(cursorsync_[a-zA-Z0-9_]+)(?:\{([^}]*)\})?", expr):
+        matchers = re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"', match.group(2) or "")
+        yield (match.group(1), {name for name, _, _ in matchers},
+               {name: value for name, op, value in matchers if op == "="})
+
+
+def expressions(default_rules: list[dict[str, Any]]) -> dict[str, str]:
+    exprs = {a["alert"]: a["expr"] for a in ht.alerts(default_rules)}
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            exprs[f"dashboard {panel['title']!r} {target['refId']}"] = target["expr"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            exprs[f"dashboard variable {variable['name']}"] = variable["definition"]
+    return exprs
+
+
+def reference_problems(exprs: dict[str, str], samples: dict[str, set[str]]) -> list[str]:
+    """What each expression names that the job does not expose: metrics, label matchers,
+    grouping labels, label_values() labels."""
+    problems = []
+    for where, expr in exprs.items():
+        used: set[str] = set()
+        for metric, labels, _ in promql_references(expr):
+            if metric not in samples:
+                problems.append(f"{where}: {metric} is not exposed")
+                continue
+            used |= samples[metric]
+            unknown = labels - samples[metric] - TARGET_LABELS
+            if unknown:
+                problems.append(f"{where}: {metric} has no label {sorted(unknown)}")
+        for grouping in re.findall(r"\bby \(([^)]*)\)", expr):
+            unknown = {g.strip() for g in grouping.split(",")} - used - TARGET_LABELS
+            if unknown:
+                problems.append(f"{where}: grouped by {sorted(unknown)}, which no metric has")
+        for variable in re.findall(r"label_values\([^,]*,\s*(\w+)\)", expr):
+            if variable not in used | TARGET_LABELS:
+                problems.append(f"{where}: label_values of unknown label {variable}")
+    return problems
+
+
+def test_alerts_and_dashboard_name_only_exposed_metrics_and_labels(
+        default_rules: list[dict[str, Any]]) -> None:
+    samples, _ = exposed()
+    assert reference_problems(expressions(default_rules), samples) == []
+
+
+def test_the_cross_check_sees_a_wrong_name_or_label() -> None:
+    samples, _ = exposed()
+    problems = reference_problems({
+        "metric": "rate(cursorsync_sync_lag_second_bucket[5m])",
+        "label": 'cursorsync_errors_total{stage="emit", subscription="s"}',
+        "grouping": "sum by (topic) (cursorsync_acks_sent_total)",
+        "fine": 'sum by (kind) (rate(cursorsync_acks_sent_total{job="j"}[5m]))',
+    }, samples)
+    assert [p.split(":")[0] for p in problems] == ["metric", "label", "grouping"]
+
+
+def test_label_values_the_alerts_match_are_ones_the_job_records(
+        default_rules: list[dict[str, Any]]) -> None:
+    _, helps = exposed()
+    source = "\n".join(p.read_text(encoding="utf-8")
+                       for p in (ht.ROOT / "streaming" / "cursorsync").rglob("*.py"))
+    recorded_stages = set(re.findall(r'record_error\("([a-z_]+)"[,)]', source))
+    # The outcomes are named in the counter's help text.
+    outcomes = set(re.findall(r"[a-z_]+", helps["cursorsync_sync_outcomes"].split(":", 1)[1]))
+    for where, expr in expressions(default_rules).items():
+        for metric, _, equal in promql_references(expr):
+            if "stage" in equal:
+                assert equal["stage"] in recorded_stages, f"{where}: stage {equal['stage']}"
+            if metric == "cursorsync_sync_outcomes_total" and "result" in equal:
+                assert equal["result"] in outcomes, f"{where}: result {equal['result']}"
+
+
+def test_the_dashboard_shows_what_operators_look_at() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    shown = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in ("cursorsync_sync_lag_seconds_bucket", "cursorsync_sync_outcomes_total",
+                   "cursorsync_acks_sent_total", "cursorsync_unmapped_acked_entries",
+                   "cursorsync_last_successful_sync_timestamp_seconds",
+                   "cursorsync_batch_duration_seconds_bucket",
+                   "cursorsync_mapping_entries_ingested_total", "cursorsync_errors_total",
+                   "cursorsync_query_input_rows_per_second"):
+        assert metric in shown, metric
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))

@@ -1,0 +1,66 @@
+"""The test bed's set-up: clear errors for what is missing (no JVM outliving its owner, on
+a real bed: tests/integration/bed/test_testbed.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cursorsync_devtools.testbed.distribution import (
+    Artifact,
+    SetupError,
+    maven_fetch,
+    require_java,
+    require_maven,
+)
+
+
+def test_a_missing_java_or_maven_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SetupError, match="openjdk-17-jdk-headless"):
+        require_java()
+    with pytest.raises(SetupError, match="apt-get install maven"):
+        require_maven()
+
+
+def test_an_old_java_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "java"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(SetupError, match="is Java 11"):
+        require_java()
+
+
+def test_a_failed_download_names_the_artifact_and_maven_s_reason(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CURSORSYNC_CACHE_DIR", str(tmp_path))
+    missing = Artifact("org.apache.pulsar", "pulsar-server-distribution", "0.0.0-no-such",
+                       "tar.gz", "bin")
+    with pytest.raises(SetupError) as err:
+        maven_fetch([missing], label="Apache Pulsar 0.0.0-no-such")
+    text = str(err.value)
+    assert "could not fetch org.apache.pulsar:pulsar-server-distribution:0.0.0-no-such" in text
+    assert "command: " in text and "maven-dependency-plugin" in text
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
+    """A broker's port is never one an outgoing connection may take as its local port."""
+    import socket
+
+    from cursorsync_devtools.testbed.standalone import (
+        LOOPBACK,
+        LOWEST_PORT,
+        _ephemeral_low,
+        free_port,
+    )
+
+    ports = {free_port() for _ in range(20)}
+    assert all(LOWEST_PORT <= p < _ephemeral_low() for p in ports), ports
+    for p in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, p))

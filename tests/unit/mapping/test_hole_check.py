@@ -1,0 +1,270 @@
+"""Skipped target ids checked against the admin API: only markers are ever claimed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cursorsync.mapping.builder as builder_module
+from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
+from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
+from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
+from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
+from cursorsync.pulsar.topics import TopicName
+from tests.support.admin_stub import Reply, StubAdmin
+
+MARKER = RawEntry(marker_type=10)
+CHUNK = RawEntry(chunk_id=0, num_chunks=2)
+MESSAGE = RawEntry()
+
+
+def test_leading_markers_stops_at_the_first_non_marker() -> None:
+    kinds = [MARKER, MARKER, CHUNK, MARKER]
+    asked: list[int] = []
+
+    def kind(i: int) -> RawEntry | None:
+        asked.append(i)
+        return kinds[i]
+
+    assert leading_markers(kind, 4) == (2, CHUNK)  # and the chunk that cut the run short
+    assert asked == [0, 1, 2]  # the marker after the chunk is never asked about
+    assert leading_markers(lambda i: None, 3) == (0, None)  # absent (trimmed): not claimed
+    assert leading_markers(lambda i: MARKER, 2) == (2, None)
+    assert leading_markers(lambda i: MARKER, 0) == (0, None)
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def test_admin_hole_check_over_http(stub: StubAdmin) -> None:
+    """A partition's runs are checked on ``<topic>-partition-i``; markers (10, 12) kept."""
+    path = "/admin/v2/persistent/acme/orders/events-partition-1/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(2), Reply(raw=b"", headers={"X-Pulsar-marker-type": "12"}))
+    stub.set(path.format(3), Reply(raw=b"chunk", headers={"X-Pulsar-chunk-id": "0",
+                                                           "X-Pulsar-num-chunks-from-msg": "2"}))
+    stub.set(path.format(4), Reply(raw=b"", headers={"X-Pulsar-marker-type": "10"}))
+    stub.set(path.format(9), Reply(raw=b"", headers={"X-Pulsar-marker-type": "13"}))
+    key = PartitionKey("persistent://acme/orders/events", 1)
+    other = PartitionKey("persistent://acme/orders/events", 0)  # 404: nothing stored there
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+        check = AdminHoleCheck(admin, max_workers=4)
+        got = check({key: Runs.of((7, 1, 4), (7, 9, 1)), other: Runs.of((7, 1, 1))})
+    assert {k: r.rows.tolist() for k, r in got.items()} == {key: [[7, 1, 2], [7, 9, 1]]}
+    asked = sorted(p for p, _ in stub.requests)
+    p0 = "/admin/v2/persistent/acme/orders/events-partition-0/ledger/7/entry/1"
+    assert asked == sorted([path.format(i) for i in (1, 2, 3, 9)] + [p0])
+    assert (check.stats.requests, check.stats.markers, check.stats.not_markers) == (5, 3, 2)
+
+
+class FakeAdmin:
+    """raw_entry from a table of kinds; unknown ids are absent."""
+
+    def __init__(self, kinds: dict[tuple[int, int], RawEntry]) -> None:
+        self.kinds = kinds
+
+    def raw_entry(self, topic: TopicName, ledger: int, entry: int, *,
+                  past_end_ok: bool = False) -> RawEntry | None:
+        return self.kinds.get((ledger, entry))
+
+
+KEY = PartitionKey("persistent://public/default/t", -1)
+
+
+def target_rows(ids: list[int], ledgers: list[int] | None = None) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "cluster": ["B"] * n, "topic": [KEY.topic] * n,
+        "partition": pa.array([-1] * n, pa.int32()),
+        "ledger": pa.array(ledgers or [5] * n, pa.int64()), "entry": pa.array(ids, pa.int64()),
+        "batch_index": pa.array([-1] * n, pa.int32()),
+        "source_position": pa.array([f"1:{i}" for i in ids], pa.string()),
+        "entry_identity": pa.array([None] * n, pa.binary()),
+    })
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["message", "marker", "chunk"]), min_size=1, max_size=60),
+       cuts=st.lists(st.integers(0, 60), max_size=6))
+def test_verified_claims_exactly_the_leading_markers_of_each_hole(
+        kinds: list[str], cuts: list[int]) -> None:
+    """Per-id oracle: an id is claimed iff it is a marker, lies between two ids the reader
+    returned (messages), and every skipped id before it in its hole is a marker, whatever
+    the batch boundaries. No chunk is ever claimed."""
+    table = {(5, i): {"message": MESSAGE, "marker": MARKER, "chunk": CHUNK}[k]
+             for i, k in enumerate(kinds)}
+    returned = [i for i, k in enumerate(kinds) if k == "message"]
+    check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
+    bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
+    for lo, hi in pairwise(bounds):
+        b.process(target_rows(returned[lo:hi]))
+    known = b.known.get(KEY)
+    claimed = set() if known is None else {
+        e for _, first, n in known.skippable.rows.tolist() for e in range(first, first + n)}
+    expected = set()
+    for prev, nxt in pairwise(returned):
+        for i in range(prev + 1, nxt):
+            if kinds[i] != "marker":
+                break
+            expected.add(i)
+    assert claimed == expected
+    assert all(kinds[i] == "marker" for i in claimed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ledgers=st.lists(st.tuples(st.lists(st.sampled_from(["message", "marker", "chunk"]),
+                                           min_size=1, max_size=40),
+                                  st.integers(0, 80)).map(lambda t: t[0] + ["marker"] * t[1]),
+                        min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 240), max_size=6),
+       budget=st.sampled_from([4, 40, 4096]))
+def test_markers_at_a_ledger_s_end_are_claimed_once_the_reader_moves_on(
+        ledgers: list[list[str]], cuts: list[int], budget: int) -> None:
+    """Per-id oracle across ledgers (5, 6, 8): besides the ids between two returned ones,
+    the leading markers after a ledger's last returned entry, up to the ledger's end (up to
+    80 markers close some ledgers), are
+    claimed once the reader returns one from a later ledger, however many there are (probes
+    go on over batches), whatever the batch boundaries and the check budget. A ledger the
+    reader returned nothing from is never claimed; no chunk ever is."""
+    default, builder_module.HOLE_CHECKS_PER_BATCH = builder_module.HOLE_CHECKS_PER_BATCH, budget
+    try:
+        claimed, table = _claimed_across_ledgers(ledgers, cuts)
+    finally:
+        builder_module.HOLE_CHECKS_PER_BATCH = default
+    ids = [5, 6, 8][:len(ledgers)]
+    returned = [(lid, i) for lid, kinds in zip(ids, ledgers, strict=True)
+                for i, k in enumerate(kinds) if k == "message"]
+    size = dict(zip(ids, map(len, ledgers), strict=True))
+
+    def leading(lg: int, lo: int, hi: int) -> set[tuple[int, int]]:
+        out = set()
+        for i in range(lo, hi):
+            if table[(lg, i)] is not MARKER:
+                break
+            out.add((lg, i))
+        return out
+
+    expected: set[tuple[int, int]] = set()
+    for (pl, pe), (nl, ne) in pairwise(returned):
+        if pl == nl:
+            expected |= leading(pl, pe + 1, ne)
+        else:
+            expected |= leading(pl, pe + 1, size[pl]) | leading(nl, 0, ne)
+    assert claimed == expected
+    assert all(table[p] is MARKER for p in claimed)
+
+
+def _claimed_across_ledgers(ledgers: list[list[str]], cuts: list[int],
+                            ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], RawEntry]]:
+    """The ids the builder claims with a hole check of ``ledgers`` (kinds per id of ledgers
+    5, 6, 8), the reader's entries cut into batches at ``cuts``; and the kinds."""
+    ids = [5, 6, 8][:len(ledgers)]
+    kind = {"message": MESSAGE, "marker": MARKER, "chunk": CHUNK}
+    table = {(lid, i): kind[k] for lid, kinds in zip(ids, ledgers, strict=True)
+             for i, k in enumerate(kinds)}
+    returned = [(lid, i) for lid, kinds in zip(ids, ledgers, strict=True)
+                for i, k in enumerate(kinds) if k == "message"]
+    check = AdminHoleCheck(FakeAdmin(table), max_workers=3)  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
+    bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
+    for lo, hi in pairwise(bounds):
+        part = returned[lo:hi]
+        b.process(target_rows([e for _, e in part], [lg for lg, _ in part]))
+    for _ in range(40):  # the batches the sink asks for while ids wait
+        if not b.process(target_rows([])).skipped_waiting:
+            break
+    known = b.known.get(KEY)
+    claimed = set() if known is None else {
+        (lg, e) for lg, first, n in known.skippable.rows.tolist()
+        for e in range(first, first + n)}
+    return claimed, table
+
+
+def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
+    """Never a claim by guess: the mapping batch fails and is done again after a restart."""
+    from cursorsync.errors import AdminError
+
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    dead = AdminSettings.from_urls("http://127.0.0.1:9", attempts=2, backoff_initial_s=0.01)
+    with AdminClient(dead) as admin, pytest.raises(AdminError, match=r"entry 7:1 of .*events"):
+        AdminHoleCheck(admin)({key: Runs.of((7, 1, 1))})
+
+
+def _body(message: object) -> bytes:
+    data: bytes = message.SerializeToString()  # type: ignore[attr-defined]
+    return data
+
+
+def test_update_markers_the_check_reads_are_kept_for_the_builtin_updates_table(
+        stub: StubAdmin) -> None:
+    """An UPDATE marker among the skipped ids names where Pulsar's own replicated
+    subscription moves the subscription on this (the target) cluster; a malformed one is
+    counted and skipped."""
+    from cursorsync._proto import pulsar_markers_pb2 as pm
+    from cursorsync.core.records import BuiltinUpdate
+
+    def update(sub: str, ledger: int, entry: int) -> bytes:
+        return _body(pm.ReplicatedSubscriptionsUpdate(subscription_name=sub, clusters=[
+            pm.ClusterMessageId(cluster="b", message_id=pm.MarkersMessageIdData(
+                ledger_id=ledger, entry_id=entry))]))
+
+    path = "/admin/v2/persistent/acme/orders/events/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=update("rs", 7, 0), headers={"X-Pulsar-marker-type": "13"}))
+    stub.set(path.format(2), Reply(raw=b"\x0a\x05rs", headers={"X-Pulsar-marker-type": "13"}))
+    stub.set(path.format(3), Reply(raw=update("other", 6, 9),
+                                   headers={"X-Pulsar-marker-type": "13"}))
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+        check = AdminHoleCheck(admin, target_cluster="b")
+        got = check({key: Runs.of((7, 1, 3))})
+        assert got[key].rows.tolist() == [[7, 1, 3]]
+        assert sorted(check.drain_updates(), key=lambda u: u.marker) == [
+            BuiltinUpdate(key, "rs", Position(7, 0), Position(7, 1)),
+            BuiltinUpdate(key, "other", Position(6, 9), Position(7, 3))]
+        assert check.drain_updates() == [] and check.stats.malformed == 1
+
+
+def test_anchor_read_takes_snapshots_naming_the_target_at_holes_and_past_tails(
+        stub: StubAdmin) -> None:
+    """Holes: every id of the run is looked at (a chunk does not hide the snapshot after it).
+    Tails: ids past the last one until an id that is no marker or past the end (the broker's
+    500); the last marker there is reported. Snapshots naming another cluster make no anchor."""
+    from cursorsync._proto import pulsar_markers_pb2 as pm
+    from cursorsync.core.anchors import Anchors
+    from cursorsync.mapping.anchor_read import AdminAnchorRead
+
+    def snapshot(local: tuple[int, int], cluster: str, at: tuple[int, int]) -> bytes:
+        def mid(p: tuple[int, int]) -> pm.MarkersMessageIdData:
+            return pm.MarkersMessageIdData(ledger_id=p[0], entry_id=p[1])
+        return _body(pm.ReplicatedSubscriptionsSnapshot(
+            snapshot_id="s", local_message_id=mid(local),
+            clusters=[pm.ClusterMessageId(cluster=cluster, message_id=mid(at))]))
+
+    path = "/admin/v2/persistent/acme/orders/events/ledger/3/entry/{}"
+    marker = {"X-Pulsar-marker-type": "12"}
+    stub.set(path.format(1), Reply(raw=b"chunk", headers={"X-Pulsar-chunk-id": "0",
+                                                           "X-Pulsar-num-chunks-from-msg": "2"}))
+    stub.set(path.format(2), Reply(raw=snapshot((3, 0), "b", (9, 4)), headers=marker))
+    stub.set(path.format(6), Reply(raw=snapshot((3, 5), "c", (1, 1)), headers=marker))
+    stub.set(path.format(7), Reply(raw=snapshot((3, 5), "b", (9, 8)), headers=marker))
+    stub.set(path.format(8), Reply(500, {"reason": "LastConfirmedEntry is 3:7"}))
+    key = PartitionKey("persistent://acme/orders/events", -1)
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+        read = AdminAnchorRead(admin, "b")
+        found = read({key: Runs.of((3, 1, 2))}, {key: Position(3, 5)})
+    assert found.anchors == {key: Anchors.of((Position(3, 0), Position(9, 4)),
+                                             (Position(3, 5), Position(9, 8)))}
+    assert found.tails == {key: Position(3, 7)}
+    assert (read.stats.requests, read.stats.markers, read.stats.anchors) == (5, 3, 2)

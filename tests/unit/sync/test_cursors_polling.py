@@ -1,0 +1,89 @@
+"""The pulsar-cursors source against the admin stub: polls, stored state, replay, pruning,
+the poll interval and the options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cursorsync.errors import ConfigError
+from cursorsync.sync.cursors import (
+    CursorsOptions,
+    PulsarCursorsStreamReader,
+    ReplayStateError,
+)
+from tests.support.admin_stub import StubAdmin
+from tests.support.entries import serve_partitioned
+
+# -- pulsar-cursors ---------------------------------------------------------------------
+
+
+def cursors_reader(admin: StubAdmin, state: Path, **extra: str) -> PulsarCursorsStreamReader:
+    opts = {"adminUrl": admin.url, "cluster": "a", "topics": "persistent://acme/orders/events",
+            "subscriptions": "svc", "stateDir": str(state), "adminAttempts": "1",
+            # The stub serves internalStats only; the topic stats pre-check is tested on
+            # the real test bed (test_cursor_polls).
+            "internalStatsMaxAgeMs": "0", **extra}
+    return PulsarCursorsStreamReader(CursorsOptions.parse(opts))
+
+
+def test_cursors_poll_store_and_replay(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path)
+    start = r.initialOffset()
+    assert start == {"version": 1, "seq": 0}
+    it, end = r.read(start)
+    rows = list(it)
+    assert end == {"version": 1, "seq": 1}
+    events = "persistent://acme/orders/events"
+    assert [(x[1], x[2], x[3]) for x in rows] == [(events, 0, "svc"), (events, 1, "svc")]
+    row = rows[0]
+    assert row[4] == "1:4" and row[5] == "[(3:2..3:5],(3:6..3:7]]"
+    assert row[6] == [(1, 5), (3, 10)]  # the open ledger's count from lastConfirmedEntry
+    assert row[8] == 40 and row[7].tzinfo is not None
+    assert row[9] == row[7]  # read in this poll: checked when read
+    # The cluster moves on; a replay of (0, 1] still returns what was polled then.
+    serve_partitioned(admin, "3:9")
+    assert list(r.readBetweenOffsets(start, end)) == rows
+    fresh = cursors_reader(admin, tmp_path)  # a restarted driver
+    assert list(fresh.readBetweenOffsets(start, end)) == rows
+    it2, end2 = fresh.read(end)
+    assert [x[4] for x in it2] == ["3:9", "3:9"] and end2["seq"] == 2
+    assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
+    fresh.commit(end2)  # retention 100 keeps both
+    assert len(list(fresh.readBetweenOffsets(start, end2))) == 4
+    # A poll stored before rows had a checked_at replays as checked when read.
+    stored = json.loads(fresh.store.path(1).read_text())
+    for r in stored["rows"]:
+        del r["checked_at_us"]
+    fresh.store.path(1).write_text(json.dumps(stored))
+    assert list(fresh.readBetweenOffsets(start, end)) == rows
+
+
+def test_cursors_missing_state_and_pruning(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path, stateRetention="1", subscriptions="*")
+    off = r.initialOffset()
+    for _ in range(3):
+        it, off = r.read(off)
+        assert {x[3] for x in it} == {"svc", "other"}  # never the replicator cursor
+    r.commit(off)
+    with pytest.raises(ReplayStateError, match="poll-0000"):
+        list(r.readBetweenOffsets({"version": 1, "seq": 0}, off))
+    assert len(list(r.readBetweenOffsets({"version": 1, "seq": 2}, off))) == 4
+
+
+def test_cursors_poll_interval_and_options(admin: StubAdmin, tmp_path: Path) -> None:
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path, pollIntervalMs="60000")
+    _, off = r.read(r.initialOffset())
+    it, same = r.read(off)
+    assert same == off and list(it) == []
+    with pytest.raises(ConfigError, match="stateDir"):
+        CursorsOptions.parse({"adminUrl": admin.url, "cluster": "a", "topics": "x",
+                              "subscriptions": "s"})
+    with pytest.raises(ConfigError, match="subscriptions"):
+        CursorsOptions.parse({"adminUrl": admin.url, "cluster": "a", "topics": "x",
+                              "stateDir": str(tmp_path)})

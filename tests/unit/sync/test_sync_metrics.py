@@ -1,0 +1,85 @@
+"""The sync sink's metrics: a batch's rows added up per subscription give what recording
+each row on its own gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cursorsync.app.metrics import Metrics
+from cursorsync.app.queries import sync_sink_settings
+from cursorsync.core.cursor import AckPlan
+from cursorsync.core.positions import Position
+from cursorsync.core.ranges import RangeSet
+from cursorsync.core.records import PartitionKey, SyncRecord
+from cursorsync.sync.sink import SyncSink, _Synced
+from cursorsync.sync.step import StepSettings, SyncStep
+from cursorsync.tables import open_store
+from cursorsync.tables.rows import sync_progress_rows
+from tests.support.metrics_text import sample
+from tests.support.sink_world import sink_config
+
+T = datetime(2026, 11, 26, tzinfo=UTC)
+PLAN = AckPlan(Position(7, 9), RangeSet(), RangeSet(), Position(7, 9), 0, 0, 0, 0, "exact")
+
+
+def _record(key: PartitionKey, sub: str, *, result: str = "emitted", acks: int = 0,
+            unmapped: int = 0, rewound: int = 0, lag_s: float = 1.0) -> SyncRecord:
+    plan = replace(PLAN, unmapped_acked_entries=unmapped, rewound_entries=rewound)
+    return SyncRecord(key, sub, plan, acks, False, T, T + timedelta(seconds=lag_s),
+                      result)  # type: ignore[arg-type]
+
+
+def test_a_batch_is_recorded_per_subscription_as_its_rows_add_up(tmp_path: Path) -> None:
+    config = sink_config(tmp_path)
+    metrics = Metrics()
+    sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
+                    SyncStep(StepSettings(), None, lambda t, s: None), metrics)
+    topic = "persistent://t/n/orders"
+    first = [
+        _record(PartitionKey(topic, 0), "billing", acks=3, unmapped=4, lag_s=0.5),
+        _record(PartitionKey(topic, 1), "billing", acks=2, unmapped=6, lag_s=30.0),
+        _record(PartitionKey(topic, 2), "billing", result="refused"),
+        _record(PartitionKey(topic, 0), "audit", result="halted", rewound=5),
+        _record(PartitionKey(topic, 1), "audit", result="failed"),
+    ]
+    rows = sync_progress_rows(first, source_cluster="A", target_cluster="B")
+    sink._record(_Synced([], rows, 0.01, unavailable=2), 1.5)
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
+                  result="emitted") == 2
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
+                  result="refused") == 1
+    for result in ("halted", "failed"):
+        assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="audit",
+                      result=result) == 1
+    assert sample(metrics, "cursorsync_acks_sent_total", subscription="billing",
+                  kind="individual") == 5
+    assert sample(metrics, "cursorsync_unmapped_acked_entries", subscription="billing") == 10
+    assert sample(metrics, "cursorsync_rewound_entries_total", subscription="audit") == 5
+    for stage, count in (("guard", 1), ("emit", 1), ("admin", 2)):
+        assert sample(metrics, "cursorsync_errors_total", stage=stage) == count
+    # Lags of the plans emitted only; a subscription with none is not marked synced.
+    assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="billing") == 2
+    assert sample(metrics, "cursorsync_sync_lag_seconds_sum", subscription="billing") == 30.5
+    assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="audit") is None
+    assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
+                  subscription="billing") is not None
+    assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
+                  subscription="audit") is None
+    # The next batch: partition 0 mapped, 1 still waiting; the gauge is the sum per topic.
+    second = [_record(PartitionKey(topic, 0), "billing"),
+              _record(PartitionKey(topic, 1), "billing", unmapped=7)]
+    # Idle cursors whose rows are not written this batch count by their lags alone.
+    rows = sync_progress_rows(second, source_cluster="A", target_cluster="B")
+    sink._record(_Synced([], rows, None, unchanged_lags={"billing": [0.5, 1.5],
+                                                          "audit": [2.0]}), 1.0)
+    assert sample(metrics, "cursorsync_unmapped_acked_entries", subscription="billing") == 7
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
+                  result="emitted") == 6
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="audit",
+                  result="emitted") == 1
+    assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="billing") == 6
+    assert sample(metrics, "cursorsync_sync_lag_seconds_sum", subscription="billing") == 34.5
+    assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
+                  subscription="audit") is not None
