@@ -3,27 +3,18 @@ partition by partition beyond it (a wide topic's one answer overran the admin ti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from admin_stub import Reply, StubAdmin
 from cursorsync.sync.cursors import (
     WHOLE_READ_MAX_PARTITIONS,
     CursorsOptions,
     PulsarCursorsStreamReader,
 )
-from test_admin import BASE, stats_doc
+from tests.support.admin_stub import BASE, Reply, StubAdmin, stats_doc
 
 TOPIC = "persistent://acme/orders/events"
-
-
-@pytest.fixture
-def admin() -> Iterator[StubAdmin]:
-    s = StubAdmin().start()
-    yield s
-    s.stop()
 
 
 def serve(admin: StubAdmin, partitions: int) -> None:
