@@ -43,6 +43,7 @@ from cursorsync.app.metrics import Metrics
 from cursorsync.app.queries import Clients, mapping_sink, start_queries, sync_sink
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
 from cursorsync.app.settings import Config
+from cursorsync.app.streams import selection
 from cursorsync.app.topology import start_topologies
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
@@ -174,7 +175,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     bases = bind_checkpoints(store, {"mapping": str(ckpt / "mapping"),
                                      "sync": str(ckpt / "sync")},
                              builder_state=str(ckpt / "builder-state"))
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(subscriptions_of=selection(config).subscriptions_of)
     server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
     dry = config.emission.dry_run if dry_run is None else dry_run
     clients = Clients.open(config, dry_run=dry, emitter=emitter)
@@ -287,7 +288,7 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
 
     A query that fails is restarted with the other from the checkpoints (:func:`restart`).
     """
-    metrics = Metrics()
+    metrics = Metrics(subscriptions_of=selection(config).subscriptions_of)
     server = metrics.serve(config.metrics) if config.metrics.enabled else None
     job = start_job(config, dry_run=dry_run_override, metrics=metrics, serve_metrics=False)
     attempt = 0

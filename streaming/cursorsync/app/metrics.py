@@ -37,7 +37,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import start_http_server as _start_http_server
 
 from cursorsync.app.settings import MetricsConfig
+from cursorsync.core.records import PartitionKey
 
 AckKind = Literal["cumulative", "individual"]
 ACK_KINDS: tuple[AckKind, ...] = ("cumulative", "individual")
@@ -99,8 +100,13 @@ class Metrics:
 
     # Longer than 50 lines: one declaration per metric, the list of what the job exports,
     # read best in one place.
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 subscriptions_of: Callable[[str], Sequence[str]] | None = None) -> None:
+        """``subscriptions_of``: the subscriptions synced on a topic partition (the config's
+        selection); per-partition figures are added up per subscription with it."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.subscriptions_of = subscriptions_of
+        self._waiting_subscriptions: set[str] = set()
         r = self.registry
         self._entries_ingested = Counter(
             "cursorsync_mapping_entries_ingested", "Entries read by the mapping query.",
@@ -118,6 +124,12 @@ class Metrics:
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
             "and the rest wait for the next batches (a growing value means markers arrive "
             "faster than the target's admin API is asked about them).", registry=r)
+        self._skipped_waiting_by_subscription = Gauge(
+            "cursorsync_skipped_target_ids_waiting_by_subscription",
+            "Skipped target ids not checked yet on the topic partitions a subscription is "
+            "synced on (\"*\": every subscription of a topic): what holds the subscription's "
+            "target markDeletePosition back until they are checked.",
+            ["subscription"], registry=r)
         self._first_plans_waiting = Gauge(
             "cursorsync_sync_cursors_waiting_first_plan",
             "Source cursors observed but not planned yet: the driver plans at most "
@@ -200,9 +212,22 @@ class Metrics:
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
 
-    def set_skipped_waiting(self, count: int) -> None:
-        """Skipped target ids left for later mapping batches to check."""
-        self._skipped_waiting.set(_count(count, "count"))
+    def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None:
+        """Skipped target ids left for later mapping batches to check, per topic partition:
+        in all, and per subscription synced on the partitions."""
+        self._skipped_waiting.set(sum(_count(n, "count") for n in by_partition.values()))
+        if self.subscriptions_of is None:
+            return
+        per: dict[str, int] = {}
+        for key, n in by_partition.items():
+            for sub in self.subscriptions_of(key.concrete_topic()):
+                per[sub] = per.get(sub, 0) + n
+        with self._lock:
+            for sub in self._waiting_subscriptions - per.keys():
+                self._skipped_waiting_by_subscription.labels(subscription=sub).set(0)
+            for sub, n in per.items():
+                self._skipped_waiting_by_subscription.labels(subscription=sub).set(n)
+            self._waiting_subscriptions |= per.keys()
 
     # ------------------------------------------------------------------ sync
 

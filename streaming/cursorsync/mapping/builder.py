@@ -144,8 +144,9 @@ class BatchOutcome:
     #: Snapshot anchors found on the source, and target entries taken as copies.
     anchors: int = 0
     unpaired: int = 0
-    #: Skipped target ids left for later batches' checks (HOLE_CHECKS_PER_BATCH), in all.
-    skipped_waiting: int = 0
+    #: Skipped target ids left for later batches' checks (HOLE_CHECKS_PER_BATCH), per
+    #: topic partition that has any.
+    skipped_waiting: dict[PartitionKey, int] = field(default_factory=dict)
     #: First live (source, target) ledgers the sync found rows before (cursorsync.core.retention).
     live: dict[PartitionKey, tuple[int | None, int | None]] = field(default_factory=dict)
 
@@ -229,8 +230,8 @@ class MappingBuilder:
             totals.given_up_source,
             skipped_ids=sum(r.entry_count() for r in checked.values()) - past_ends,
             skipped_claimed=claimed, anchors=anchors, unpaired=totals.unpaired,
-            skipped_waiting=sum(state.unchecked.entry_count() for state in self._parts.values()
-                                if len(state.unchecked.rows)),
+            skipped_waiting={key: state.unchecked.entry_count()
+                             for key, state in self._parts.items() if len(state.unchecked.rows)},
             live=live)
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: BatchTotals,

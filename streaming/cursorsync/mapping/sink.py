@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,7 +52,7 @@ class MappingMetrics(Protocol):
     def record_entries_ingested(self, cluster: str, count: int) -> None: ...
     def record_segments_written(self, count: int) -> None: ...
     def record_skipped_ids(self, claimed: int, unclaimed: int) -> None: ...
-    def set_skipped_waiting(self, count: int) -> None: ...
+    def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
 
 
@@ -136,8 +136,8 @@ class MappingSink:
         outcome = self.builder.process(table)
         self._write(outcome, batch_id)
         self._keep_state(batch_id)
-        self.skipped_waiting = outcome.skipped_waiting
-        if outcome.skipped_waiting and self.wake_file is not None:
+        self.skipped_waiting = sum(outcome.skipped_waiting.values())
+        if self.skipped_waiting and self.wake_file is not None:
             # Checked next batch, even with no new entries.
             wake.request(self.wake_file, batch_id + 1)
         if self.after_batch is not None:
@@ -149,7 +149,7 @@ class MappingSink:
                  "anchors, %d unpaired copies",
                  batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
                  outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
-                 outcome.skipped_waiting, outcome.anchors, outcome.unpaired)
+                 self.skipped_waiting, outcome.anchors, outcome.unpaired)
 
     def _write(self, outcome: BatchOutcome, batch_id: int) -> None:
         """The batch's mapping rows (a live row for each partition the sync found rows

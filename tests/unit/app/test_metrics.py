@@ -87,6 +87,31 @@ def test_unmapped_gauge_sums_topics_of_a_subscription() -> None:
     assert sample(m, "cursorsync_unmapped_acked_entries", subscription="audit") == 1
 
 
+def test_skipped_ids_waiting_add_up_per_subscription_and_fall_to_zero() -> None:
+    """The mapping's skipped ids waiting for their check, per topic partition, reach each
+    subscription synced there; one that has none waiting any more reads 0, not its old
+    value."""
+    from cursorsync.core.records import PartitionKey
+    from cursorsync.pulsar.selection import Selection, TopicRule
+
+    selection = Selection((TopicRule("persistent://t/ns/a", ("billing", "audit")),
+                           TopicRule("persistent://t/ns/b", ("billing",))), ())
+    m = Metrics(subscriptions_of=selection.subscriptions_of)
+    a0, a1 = PartitionKey("persistent://t/ns/a", 0), PartitionKey("persistent://t/ns/a", 1)
+    b = PartitionKey("persistent://t/ns/b", -1)
+    m.set_skipped_waiting({a0: 3, a1: 4, b: 10})
+    assert sample(m, "cursorsync_skipped_target_ids_waiting") == 17
+    waiting = "cursorsync_skipped_target_ids_waiting_by_subscription"
+    assert sample(m, waiting, subscription="billing") == 17
+    assert sample(m, waiting, subscription="audit") == 7
+    m.set_skipped_waiting({b: 2})
+    assert sample(m, waiting, subscription="billing") == 2
+    assert sample(m, waiting, subscription="audit") == 0
+    m.set_skipped_waiting({})
+    assert sample(m, "cursorsync_skipped_target_ids_waiting") == 0
+    assert sample(m, waiting, subscription="billing") == 0
+
+
 def test_timers_record_even_when_the_block_fails() -> None:
     m = Metrics()
     with m.time_translation():
