@@ -16,6 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cursorsync.app.metrics import Metrics
+from cursorsync.core.records import PartitionKey
 from tests.support import helm_tools as ht
 
 UNIT_TESTS = Path(__file__).parent / "alerts" / "cursorsync-rules.test.yaml"
@@ -128,8 +129,9 @@ def test_every_runbook_belongs_to_an_alert() -> None:
 
 def exercised_metrics() -> Metrics:
     """A Metrics with every metric given a sample, so the exposition shows its labels."""
-    m = Metrics()
+    m = Metrics(subscriptions_of=lambda topic: ("settlement",))
     m.record_entries_ingested("source", 1)
+    m.set_skipped_waiting({PartitionKey("persistent://t/n/topic", 0): 1})
     m.record_segments_written(1)
     m.record_skipped_ids(claimed=1, unclaimed=1)
     m.observe_sync_lag("settlement", 1.0)
