@@ -1,0 +1,181 @@
+"""What a target reader's skipped entry ids are, and what the brokers say about them in bulk,
+pinned against the real test bed (Pulsar 4.0.8).
+
+The mapping classifies the ids a reader on the target skips (``evidence.holes``): a marker
+or an aborted transaction's message may be acked on the target, a chunk of a chunked
+message only as its message is. These are the facts a classification without one admin
+request per skipped id can stand on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pulsar
+import pytest
+
+from cursorsync.core.positions import Position
+from cursorsync.pulsar.msgid import first_chunk_of
+from cursorsync.pulsar.topics import TopicName
+from cursorsync_devtools.testbed import TestBed
+from tests.support.replicated import send_with_snapshots
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def raw_headers(bed: TestBed, cluster: str, topic: str, pos: Position) -> httpx.Headers:
+    path = TopicName.parse(topic).admin_path(f"ledger/{pos.ledger}/entry/{pos.entry}")
+    r = httpx.get(bed.admin_url(cluster) + path, timeout=10)
+    assert r.status_code == 200, (topic, pos, r.text)
+    return r.headers
+
+
+def stored(bed: TestBed, cluster: str, topic: str) -> list[Position]:
+    """Every entry id the topic holds on the cluster, in order."""
+    st = bed.internal_stats(cluster, topic)
+    last = Position.parse(st["lastConfirmedEntry"])
+    out: list[Position] = []
+    for lg in st["ledgers"]:
+        n = lg["entries"] if lg["ledgerId"] != last.ledger else last.entry + 1
+        out += [Position(lg["ledgerId"], e) for e in range(n)]
+    return out
+
+
+def delivered(bed: TestBed, cluster: str, topic: str, start: Any = None,
+              ) -> list[tuple[Position, Position]]:
+    """What a reader from ``start`` (earliest by default, exclusive) returns: each message as
+    (first entry, last entry); the two differ only for a chunked message. Reads until the
+    reader says nothing is left, or until nothing comes for 5 s though it says something
+    is (see the test of a read begun inside a chunked message)."""
+    reader = bed.client(cluster).create_reader(
+        topic, pulsar.MessageId.earliest if start is None else start)
+    out = []
+    try:
+        while reader.has_message_available():
+            try:
+                mid = reader.read_next(5_000).message_id()
+            except pulsar.Timeout:
+                break
+            last = Position(mid.ledger_id(), mid.entry_id())
+            first = first_chunk_of(mid)
+            out.append((Position(*first) if first else last, last))
+    finally:
+        reader.close()
+    return out
+
+
+def send_chunked(bed: TestBed, topic: str, count: int, size: int) -> list[Position]:
+    """``count`` chunked messages on a, from a process of its own (the C++ client keeps one
+    maximum message size per process); their first chunks' positions on a."""
+    items = [{"key": f"big-{i}", "properties": {"key": f"big-{i}"}, "partition_key": "k"}
+             for i in range(count)]
+    done = subprocess.run(
+        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", bed.service_url("a"),
+         topic, str(size), "7"], input=json.dumps(items), capture_output=True, text=True,
+        timeout=120, check=True)
+    return [Position.parse(json.loads(line)["first_chunk"]) for line in done.stdout.splitlines()]
+
+
+def runtime_setting(bed: TestBed, cluster: str, name: str) -> str:
+    conf = bed.admin_call(cluster, "GET", "/admin/v2/brokers/configuration/runtime", ok=(200,))
+    return str(conf[name])
+
+
+def test_a_continuous_read_skips_only_markers_and_the_chunks_inside_a_delivered_span(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """On b, with a replicated subscription's markers, chunked messages from a and plain
+    messages between them: every stored id a reader from the earliest entry does not return
+    is a marker, or a chunk lying between the first and the last chunk of a message the
+    reader did return (a chunked message's id names both). Nothing else is skipped."""
+    bed = testbed
+    (t,) = bed.create_topic(topic_name("skips"))
+    consumer = send_with_snapshots(bed.client("a"), t, 3)
+    send_chunked(bed, t, 2, 600 * 1024)
+    producer = bed.client("a").create_producer(t, batching_enabled=False)
+    producer.send(b"after")
+    producer.close()
+    consumer.close()
+    bed.wait_replicated([t])
+    got = delivered(bed, "b", t)
+    spans = [(f, last) for f, last in got if f != last]
+    assert len(spans) == 2, got
+    returned = {last for _, last in got}
+    kinds: dict[str, int] = {"marker": 0, "chunk": 0}
+    for pos in stored(bed, "b", t):
+        if pos in returned:
+            continue
+        h = raw_headers(bed, "b", t, pos)
+        if "X-Pulsar-marker-type" in h:
+            kinds["marker"] += 1
+            assert not any(f <= pos <= last for f, last in spans), (pos, spans)
+        else:
+            assert h.get("X-Pulsar-chunk-id") is not None, (pos, dict(h))
+            assert any(f <= pos < last for f, last in spans), (pos, spans)
+            kinds["chunk"] += 1
+    assert kinds["marker"] >= 2 and kinds["chunk"] >= 2, kinds
+
+
+def test_a_read_begun_inside_a_chunked_message_skips_its_other_chunks_outside_every_span(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A reader started after a chunked message's first chunk never returns the message:
+    its later chunks are skipped ids no delivered span covers, indistinguishable, for the
+    reader, from markers. A classification by spans holds only over a read that began
+    at or before the first chunk of every chunked message it classifies."""
+    bed = testbed
+    (t,) = bed.create_topic(topic_name("mid-chunk"))
+    (first_on_a,) = send_chunked(bed, t, 1, 600 * 1024)
+    bed.wait_replicated([t])
+    ((first, last),) = delivered(bed, "b", t)
+    assert first.ledger == last.ledger and first.entry + 2 <= last.entry
+    assert raw_headers(bed, "b", t, last).get("X-Pulsar-chunk-id") is not None
+    # Started exactly at the first chunk (exclusive), a reader still returns the message:
+    # the broker dispatches from the start entry and the client drops only messages whose
+    # id is not past it, and a chunked message's id is its last chunk's.
+    at_first = pulsar.MessageId(-1, first.ledger, first.entry, -1)
+    assert delivered(bed, "b", t, at_first) == [(first, last)]
+    # Started after the first chunk, it never returns the message ("uncached chunk", the
+    # client logs), though it keeps saying a message is available.
+    after_first = pulsar.MessageId(-1, first.ledger, first.entry + 1, -1)
+    assert delivered(bed, "b", t, after_first) == []
+    reader = bed.client("b").create_reader(t, after_first)
+    try:
+        assert reader.has_message_available()
+        with pytest.raises(pulsar.Timeout):
+            reader.read_next(3_000)
+        assert reader.has_message_available()
+    finally:
+        reader.close()
+    assert first_on_a.ledger >= 0
+
+
+def test_the_target_says_in_bulk_whether_chunks_arrived_since_the_topic_was_loaded(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Topic stats carry ``msgChunkPublished``: on b it turns true after replicated chunks
+    arrive (at the broker's next stats update, every ``statsUpdateFrequencyInSecs``),
+    stays false on a topic with plain messages and markers only, and is false again after
+    the topic is unloaded and loaded again; ``entriesAddedCounter`` (internalStats) counts the
+    entries added since the load, so it shows a load in between two reads."""
+    bed = testbed
+    plain, chunky = (bed.create_topic(topic_name(n))[0] for n in ("plain", "chunky"))
+    send_with_snapshots(bed.client("a"), plain, 2).close()
+    send_chunked(bed, chunky, 1, 600 * 1024)
+    bed.wait_replicated([plain, chunky])
+    every = float(runtime_setting(bed, "b", "statsUpdateFrequencyInSecs"))
+
+    def flag(topic: str) -> bool:
+        path = TopicName.parse(topic).admin_path("stats")
+        return bool(bed.admin_call("b", "GET", path, ok=(200,)).get("msgChunkPublished"))
+
+    wait_for("msgChunkPublished on b", lambda: flag(chunky), 2 * every + 30)
+    assert not flag(plain)
+    added = bed.internal_stats("b", chunky)["entriesAddedCounter"]
+    assert added == len(stored(bed, "b", chunky)) > 0
+    bed.admin_call("b", "PUT", TopicName.parse(chunky).admin_path("unload"))
+    assert not flag(chunky)  # asking loads it again: the flag starts false
+    assert bed.internal_stats("b", chunky)["entriesAddedCounter"] == 0
