@@ -178,6 +178,7 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     metrics = metrics or Metrics(subscriptions_of=selection(config).subscriptions_of)
     server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
     dry = config.emission.dry_run if dry_run is None else dry_run
+    metrics.set_dry_run(dry)
     clients = Clients.open(config, dry_run=dry, emitter=emitter)
     # Evidence that does not hold on a topic's replication clusters stops the start here.
     watch = start_topologies(config, clients.source_admin, clients.target_admin)

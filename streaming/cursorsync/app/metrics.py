@@ -124,6 +124,10 @@ class Metrics:
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
             "and the rest wait for the next batches (a growing value means markers arrive "
             "faster than the target's admin API is asked about them).", registry=r)
+        self._dry_run = Gauge(
+            "cursorsync_dry_run",
+            "1 while the job runs in dry-run (emission.dry_run or --dry-run): it plans and "
+            "records, and acknowledges nothing on the target; 0 otherwise.", registry=r)
         self._skipped_waiting_by_subscription = Gauge(
             "cursorsync_skipped_target_ids_waiting_by_subscription",
             "Skipped target ids not checked yet on the topic partitions a subscription is "
@@ -211,6 +215,10 @@ class Metrics:
         """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
+
+    def set_dry_run(self, dry_run: bool) -> None:
+        """Whether the job acknowledges nothing on the target."""
+        self._dry_run.set(1 if dry_run else 0)
 
     def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None:
         """Skipped target ids left for later mapping batches to check, per topic partition:

@@ -49,7 +49,8 @@ def render_status_table(rows: Sequence[StatusRow]) -> str:
     table = format_table(_STATUS_HEADERS, [
         (r.key.concrete_topic(), r.subscription, r.source_mark_delete, r.source_ranges,
          r.target_mark_delete, r.builtin_mark_delete,
-         None if r.outcome is None else r.outcome + (" (dry-run)" if r.dry_run else ""),
+         None if r.outcome is None else r.outcome + (
+             f" ({r.planned_outcome} planned)" if r.dry_run else ""),
          r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
          r.mapped_entries, r.last_mapped_source)
         for r in rows

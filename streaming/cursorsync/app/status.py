@@ -40,6 +40,10 @@ LookupOutcome = Literal["exact", "unmapped", "unknown-topic"]
 LOOKUP_OUTCOMES: tuple[LookupOutcome, ...] = get_args(LookupOutcome)
 
 
+#: The outcome status shows for a subscription the job only planned for: nothing acked.
+DRY_RUN = "dry-run"
+
+
 class TablesNotFoundError(CursorSyncError):
     """None of the tables a query needs exists under the store's root."""
 
@@ -84,7 +88,10 @@ class StatusRow:
     observed_at: datetime | None = None
     # latest sync_progress row: what was emitted on the target
     target_mark_delete: Position | None = None
+    #: What the sync did: the plan's outcome (``exact``, ``partial``, ...), or ``dry-run``
+    #: when the job acked nothing (the plan's outcome is then ``planned_outcome``).
     outcome: str | None = None
+    planned_outcome: str | None = None
     unmapped_acked_entries: int | None = None
     rewound_entries: int | None = None
     lag_ms: int | None = None
@@ -116,6 +123,7 @@ class StatusRow:
             "target_mark_delete": _pos(self.target_mark_delete),
             "builtin_mark_delete": _pos(self.builtin_mark_delete),
             "outcome": self.outcome,
+            "planned_outcome": self.planned_outcome,
             "unmapped_acked_entries": self.unmapped_acked_entries,
             "rewound_entries": self.rewound_entries,
             "lag_ms": self.lag_ms,
@@ -221,7 +229,8 @@ def _status_row(k: tuple[str, int, str], p: dict[str, Any] | None, c: dict[str, 
         observed_at=None if c is None else c["observed_at"],
         target_mark_delete=None if p is None else Position(
             p["target_mark_delete_ledger"], p["target_mark_delete_entry"]),
-        outcome=None if p is None else p["outcome"],
+        outcome=None if p is None else DRY_RUN if p["dry_run"] else p["outcome"],
+        planned_outcome=None if p is None else p["outcome"],
         unmapped_acked_entries=None if p is None else p["unmapped_acked_entries"],
         rewound_entries=None if p is None else p["rewound_entries"],
         lag_ms=None if p is None else p["lag_ms"],

@@ -163,8 +163,10 @@ class SyncSink:
         if self.after_batch is not None:
             self.after_batch()
         acks = int(pc.sum(rows.column("acks_sent")).as_py() or 0)
-        log.info("sync batch %d: %d cursors, %d acks sent, %d halted, %d refused, %d failed",
-                 batch_id, self.cursors, acks, done.count("halted"), done.count("refused"),
+        sent = ("DRY RUN, nothing acked on the target" if self.step.config.dry_run
+                else f"{acks} acks sent")
+        log.info("sync batch %d: %d cursors, %s, %d halted, %d refused, %d failed",
+                 batch_id, self.cursors, sent, done.count("halted"), done.count("refused"),
                  done.count("failed"))
         log.debug("sync batch %d seconds by phase: %s; %d rows parsed, %d as the last batch's",
                   batch_id, ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items()),
@@ -296,13 +298,14 @@ def _per_subscription(done: _Synced, *, dry_run: bool) -> dict[str, _Subscriptio
         b.acks += acks
         b.unmapped[f"{topic}#{partition}"] = unmapped
         b.rewound += rewound
-        if emitted:
+        if emitted and not dry:  # a dry run synced nothing: no lag, no last sync
             b.lags.append(lag_ms / 1000)
     for sub, lags in (done.unchanged_lags or {}).items():
         b = subs.setdefault(sub, _SubscriptionBatch())
         result = "dry_run" if dry_run else "emitted"
         b.outcomes[result] = b.outcomes.get(result, 0) + len(lags)
-        b.lags.extend(lags)
+        if not dry_run:
+            b.lags.extend(lags)
     return subs
 
 

@@ -160,7 +160,7 @@ def test_status_renders_as_aligned_table_and_json(store: TableStore) -> None:
     # Every column starts at the same offset on every line of the first table.
     sub_col = lines[0].index("SUBSCRIPTION")
     assert all(line[sub_col - 2 : sub_col] == "  " for line in lines[1:5])
-    assert f"{PAYMENTS}-partition-1" in text and "exact (dry-run)" in text
+    assert f"{PAYMENTS}-partition-1" in text and "dry-run (exact planned)" in text
     assert "2026-03-04T05:06:13Z" in text  # billing's latest sync, to the second
     assert "SUBSCRIPTION" in lines[6] and "NEVER_SYNCED" in lines[6]
 
@@ -171,6 +171,17 @@ def test_status_renders_as_aligned_table_and_json(store: TableStore) -> None:
     assert billing["emitted_at"] == "2026-03-04T05:06:13Z"
     assert data["partitions"][3]["target_mark_delete"] is None
     assert render_status_table([]).startswith("no subscriptions recorded")
+
+
+def test_a_dry_run_is_never_shown_as_an_outcome_of_a_sync(store: TableStore) -> None:
+    """A partition the job only planned for says dry-run where a failover checks the
+    outcome, with the plan's own outcome beside it; the others say what was done."""
+    rows = subscription_status(store)
+    dry = [r for r in rows if r.dry_run]
+    assert dry and all(r.outcome == "dry-run" and r.planned_outcome == "exact" for r in dry)
+    assert all(r.outcome == r.planned_outcome for r in rows if r.dry_run is False)
+    data = json.loads(status_json(rows))
+    assert {p["outcome"] for p in data["partitions"] if p["dry_run"]} == {"dry-run"}
 
 
 def test_status_without_tables_names_the_path(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ ALERTS = {
     "CursorSyncLagHigh", "CursorSyncStale", "CursorSyncUnmappedGrowing",
     "CursorSyncHoleChecksBehind",
     "CursorSyncGuardRefusals", "CursorSyncHalted", "CursorSyncEmissionErrors",
-    "CursorSyncQueryFailures", "CursorSyncRestarts", "CursorSyncDown",
+    "CursorSyncQueryFailures", "CursorSyncRestarts", "CursorSyncDown", "CursorSyncDryRun",
 }
 #: Labels Prometheus adds to every scraped series (the ServiceMonitor's target labels),
 #: and a histogram bucket's bound.
@@ -132,6 +132,7 @@ def exercised_metrics() -> Metrics:
     m = Metrics(subscriptions_of=lambda topic: ("settlement",))
     m.record_entries_ingested("source", 1)
     m.set_skipped_waiting({PartitionKey("persistent://t/n/topic", 0): 1})
+    m.set_dry_run(True)
     m.record_segments_written(1)
     m.record_skipped_ids(claimed=1, unclaimed=1)
     m.observe_sync_lag("settlement", 1.0)

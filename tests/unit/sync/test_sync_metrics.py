@@ -83,3 +83,24 @@ def test_a_batch_is_recorded_per_subscription_as_its_rows_add_up(tmp_path: Path)
     assert sample(metrics, "cursorsync_sync_lag_seconds_sum", subscription="billing") == 34.5
     assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
                   subscription="audit") is not None
+
+
+def test_a_dry_run_is_counted_as_dry_run_and_never_as_synced(tmp_path: Path) -> None:
+    """A job in dry-run acks nothing: its plans count as dry_run, and neither its rows nor
+    its idle cursors observe a sync lag or move the last successful sync, so the stale and
+    lag alerts see what is true: nothing was synced."""
+    config = sink_config(tmp_path)
+    metrics = Metrics()
+    sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
+                    SyncStep(StepSettings(dry_run=True), None, lambda t, s: None), metrics)
+    key = PartitionKey("persistent://t/n/orders", 0)
+    record = SyncRecord(key, "billing", PLAN, 0, True, T, T + timedelta(seconds=1), "emitted")
+    rows = sync_progress_rows([record], source_cluster="A", target_cluster="B")
+    sink._record(_Synced([], rows, 0.01, unchanged_lags={"billing": [0.5]}), 1.0)
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
+                  result="dry_run") == 2
+    assert sample(metrics, "cursorsync_sync_outcomes_total", subscription="billing",
+                  result="emitted") is None
+    assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="billing") is None
+    assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
+                  subscription="billing") is None
