@@ -8,7 +8,6 @@ import os
 import pickle
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
@@ -315,9 +314,9 @@ def test_a_safe_plan_lives_as_long_as_it_is_held() -> None:
 
 
 def test_unknown_names_are_not_found_in_the_guard() -> None:
+    """The planner's rule lives in translate alone: the guard does not answer to its name."""
     from cursorsync.core import guard as guard_module
 
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        _ = guard_module.nothing
-    assert np.array_equal(guard_module.safe_target_acks(
-        RangeSet.up_to(P("1:2")), MAPPING.segments).bounds, [[7, -1, 7, 2]])
+    for name in ("nothing", "safe_target_acks"):
+        with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+            _ = getattr(guard_module, name)
