@@ -7,6 +7,7 @@ import copy
 import os
 import pickle
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -29,7 +30,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import translate
 from cursorsync_devtools.oracle import entries_of
-from tests.support.core_strategies import GuardCase, guard_cases
+from tests.support.core_strategies import LAYOUTS, GuardCase, guard_cases, relabelled
 
 P = Position.parse
 SETTINGS = settings(max_examples=int(os.environ.get("CURSORSYNC_EXAMPLES", "200")) * 2,
@@ -238,6 +239,108 @@ def test_licensed_copies_reach_exactly_the_newest_anchor_the_source_passed() -> 
         assert str(check_safe(_plan("7:-1", to_ack), source, mapping, target)) == bad
 
 
+#: Three target ledgers: 5 no segment names; 6 mapped from source ledger 2, none of it
+#: acked; 7 as :data:`MAPPING` but with its marker at 7:6 between runs whose sources
+#: 1:5 and 1:6 are unacked, copies at 7:10..7:11 an anchor from source ledger 0 licenses,
+#: and 7:12..7:13 unknown. Acked on the source: 1:0..1:1, 1:3..1:4, 1:7.
+SWEPT = TopicMapping(SegmentSet.of([Segment(2, 0, 6, 0, 4), Segment(1, 0, 7, 0, 6),
+                                    Segment(1, 6, 7, 7, 3)]),
+                     skippable=Runs.of((7, 6, 1)), unpaired=Runs.of((7, 10, 2)),
+                     anchors=Anchors.of((P("0:10"), P("7:11"))))
+SWEPT_SOURCE = CursorState.parse("1:1", "[(1:2..1:4],(1:6..1:7]]")
+SWEPT_LEDGERS = Ledgers.of([(5, 4), (6, 4), (7, 14)])
+
+
+def _swept_plans() -> list[AckPlan]:
+    """Every window of positions, every markDeletePosition, and the pairs of single entries
+    in two ledgers or with one entry between them."""
+    starts = [P(f"{lg}:-1") for lg in (5, 6, 7)]
+    entries = [Position(lg, e) for lg, n in ((5, 4), (6, 4), (7, 14)) for e in range(n)]
+    points = sorted(starts + entries)
+    plans = [_plan(str(md)) for md in points]
+    plans += [_plan("5:-1", f"[({a}..{b}]]") for i, a in enumerate(points) for b in points[i + 1:]]
+    plans += [_plan("5:-1", f"[({_before(a)}..{a}],({_before(b)}..{b}]]")
+              for i, a in enumerate(entries) for b in entries[i + 1:]
+              if a.ledger != b.ledger or b.entry == a.entry + 2]
+    return plans
+
+
+def _before(p: Position) -> Position:
+    return Position(p.ledger, p.entry - 1)
+
+
+@pytest.mark.parametrize("layout", ["as drawn", *LAYOUTS])
+def test_every_small_plan_on_a_fixed_mapping_matches_the_oracle(layout: str) -> None:
+    """Exhaustive over one small mapping, its ledger ids as drawn, across key bases and
+    too wide for them: ranges that start or end exactly where a run does, next to runs
+    whose sources are unacked, and single entries in two ledgers with a mapped ledger
+    between them. Each verdict is the oracle's and refuses nothing the plan does not ack;
+    as drawn, the fast pass answers for exactly the plans that pass."""
+    world = SimpleNamespace(source_ledgers=Ledgers.of([(0, 11), (1, 9), (2, 4)]))
+    target = CursorState(P("5:-1"), RangeSet(), SWEPT_LEDGERS)
+    passed = 0
+    for plan in _swept_plans():
+        case = GuardCase(world, SWEPT_SOURCE, SWEPT, target,  # type: ignore[arg-type]
+                         SWEPT_LEDGERS, plan, "swept")
+        if layout != "as drawn":
+            case = relabelled(case, layout)
+        want = oracle_refusals(case)
+        bad = check_safe(case.plan, case.source, case.mapping, case.target)
+        assert set(bad.iter_entries(case.universe)) == want, plan
+        rest = case.plan.to_ack | may_hold_entries(RangeSet.up_to(case.plan.mark_delete),
+                                                   case.universe)
+        assert not bad - rest, f"refused positions the plan does not ack: {plan}"
+        if rest and layout == "as drawn":
+            # In position space: a range past a closed ledger's last entry is refused
+            # though it holds no entry there, so the fast pass answers to ``bad``.
+            licensed = _licensed_copies(case.source.mark_delete, case.mapping)
+            assert _all_backed(rest, case.source.acked(), case.mapping, licensed) == \
+                (not bad), plan
+        passed += not bad
+    assert passed > 10  # not a sweep of refusals alone
+
+
+def test_licensed_copies_too_far_for_based_keys_cover_no_other_ledger() -> None:
+    """Copies an anchor licenses in ledger 2**32 + 7, a plan acking the same entries of
+    ledger 7, which nothing maps: ids 2**32 apart share no based keys, so nothing passes."""
+    far = 2**32 + 7
+    mapping = TopicMapping(unpaired=Runs.of((far, 10, 2)), anchors=Anchors.of((P("0:10"),
+                                                                            P(f"{far}:11"))))
+    target = CursorState(P("7:-1"), RangeSet(), Ledgers.of([(7, 12), (far, 12)]))
+    plan = _plan("7:-1", "[(7:9..7:11]]")
+    assert str(check_safe(plan, CursorState.parse("1:0"), mapping, target)) == "[(7:9..7:11]]"
+    assert not check_safe(_plan("7:-1", f"[({far}:9..{far}:11]]"), CursorState.parse("1:0"),
+                          mapping, target)
+
+
+def test_source_ledgers_too_far_for_based_keys_back_nothing() -> None:
+    """A segment from source ledger 2**40, unacked, beside one from acked ledger 1: the
+    source side has no based keys, and the unacked entries are refused all the same."""
+    far = 2**40
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 6), Segment(far, 0, 7, 6, 4)]))
+    bad = check_safe(_plan("7:-1", "[(7:-1..7:9]]"), CursorState.parse("1:5"), mapping, FRESH)
+    assert str(bad) == "[(7:5..7:9]]"
+
+
+def test_overlapping_runs_cover_no_more_than_they_hold() -> None:
+    """Evidence that overlaps (a segment's 7:1..7:2 and a marker at 7:2) counts each entry
+    once: 7:3, which nothing maps, is refused though the runs' lengths add up to the plan's."""
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 1, 2)]),
+                           skippable=Runs.of((7, 0, 1), (7, 2, 1)))
+    bad = check_safe(_plan("7:-1", "[(7:-1..7:3]]"), CursorState.parse("1:5"), mapping, FRESH)
+    assert str(bad) == "[(7:2..7:3]]"
+
+
+def test_a_range_from_a_late_entry_meets_the_ledgers_after_it() -> None:
+    """Entry ids above the ledger ids: a range from 1:5 to 3:0 meets ledger 2's segment,
+    which maps from acked entries; only 1:6.. and 3:0, which nothing maps, are refused."""
+    mapping = TopicMapping(SegmentSet.of([Segment(9, 0, 2, 0, 3)]))
+    target = CursorState(P("1:-1"), RangeSet(), Ledgers.of([(1, 7), (2, 3), (3, 2)]))
+    bad = check_safe(_plan("1:-1", "[(1:5..3:0]]", previous="1:-1"), CursorState.parse("9:5"),
+                     mapping, target)
+    assert str(bad) == "[(1:5..2:-1],(2:2..3:0]]"
+
+
 def test_refusal_messages_name_what_went_wrong() -> None:
     mapping = TopicMapping(SegmentSet.of([Segment(1, 10 + i, 7, i, 1) for i in range(4)]),
                            anchors=Anchors.of((P("1:8"), P("7:5"))))
@@ -245,6 +348,9 @@ def test_refusal_messages_name_what_went_wrong() -> None:
         guard(_plan("7:-1"), CursorState.parse("1:20"), mapping, FRESH)
     shown = str(err.value).split("(", 1)[1].rsplit(")", 1)[0]
     assert shown.count("; ") == 2 and shown.count("segment 1:") == 3
+    # The first three contradictions, each whole, as the mapping's check words them.
+    assert shown.split("; ") == mapping.anchors.contradictions(
+        mapping.segments.rows, after_target=FRESH.mark_delete)[:3]
     assert str(err.value).endswith("nothing was sent until the mapping is repaired")
     with pytest.raises(UnsafePlanError) as unsafe:
         guard(_plan("7:5", "[(7:-1..7:5]]"), CursorState.parse("1:4"), MAPPING, FRESH)
@@ -311,3 +417,12 @@ def test_a_safe_plan_lives_as_long_as_it_is_held() -> None:
     del safe
     gc.collect()
     assert ref() is None and len(guard_module._GUARDED) == held - 1
+
+
+def test_unknown_names_are_not_found_in_the_guard() -> None:
+    """The planner's rule lives in translate alone: the guard does not answer to its name."""
+    from cursorsync.core import guard as guard_module
+
+    for name in ("nothing", "safe_target_acks"):
+        with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+            _ = getattr(guard_module, name)
