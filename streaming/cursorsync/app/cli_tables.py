@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -20,6 +21,13 @@ from cursorsync.app.progress import progress
 
 # ------------------------------------------------------------------ queries
 
+#: ``status --ready`` by default lets a partition's last sync be this many times as old as
+#: the interval at which a running job writes an unchanged cursor's rows again
+#: (tables.unchanged_rows_every_batches x spark.trigger_interval_s), and never less than
+#: READY_MIN_AGE_S.
+READY_AGE_FACTOR = 2
+READY_MIN_AGE_S = 120.0
+
 
 @app.command()
 @user_errors
@@ -34,13 +42,30 @@ def status(
         str | None, typer.Option("--subscription", "-s", help="Only this subscription.")
     ] = None,
     json_output: JsonOption = False,
+    ready: Annotated[
+        bool, typer.Option("--ready", help="The failover gate: exit 0 when every partition "
+                           "shown is ready to fail over, 1 when not, with the reasons.")
+    ] = False,
+    max_age: Annotated[
+        float | None, typer.Option(
+            "--max-age", min=1, metavar="SECONDS",
+            help="With --ready: the oldest last sync a partition may have (default: twice "
+                 "the interval at which the job writes an unchanged cursor's rows).")
+    ] = None,
 ) -> None:
     """Where each subscription stands: source cursor, target cursor, lag, mapping coverage.
 
-    Reads the Delta tables only (no Spark, no broker).
+    Reads the Delta tables only (no Spark, no broker). With --ready: whether failing over
+    now is safe to rest on (exit 0) or not (exit 1): every partition's last sync exact,
+    nothing acked on the source unmapped, no dry run, the last sync recent.
     """
-    from cursorsync.app.render import render_status_table, status_json
-    from cursorsync.app.status import subscription_status
+    from cursorsync.app.render import (
+        readiness_json,
+        render_readiness,
+        render_status_table,
+        status_json,
+    )
+    from cursorsync.app.status import readiness, subscription_status
 
     cfg = load_config_file(config)
     with progress("status: reading tables", json_output=json_output):
@@ -48,7 +73,16 @@ def status(
             query_store(cfg), topic=topic, subscription=subscription,
             source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
         )
-    typer.echo(status_json(rows) if json_output else render_status_table(rows))
+    if not ready:
+        typer.echo(status_json(rows) if json_output else render_status_table(rows))
+        return
+    if max_age is None:
+        every = cfg.tables.unchanged_rows_every_batches * cfg.spark.trigger_interval_s
+        max_age = max(READY_MIN_AGE_S, READY_AGE_FACTOR * every)
+    gate = readiness(rows, datetime.now(tz=UTC), max_age)
+    typer.echo(readiness_json(gate) if json_output else render_readiness(gate))
+    if not gate.ready:
+        raise typer.Exit(1)
 
 
 @app.command()

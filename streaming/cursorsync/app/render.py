@@ -8,6 +8,7 @@ from datetime import datetime
 
 from cursorsync.app.status import (
     LookupResult,
+    Readiness,
     StatusRow,
     iso_time,
     subscription_summaries,
@@ -69,6 +70,24 @@ def status_json(rows: Sequence[StatusRow]) -> str:
         "subscriptions": [s.to_dict() for s in subscription_summaries(rows)],
         "partitions": [r.to_dict() for r in rows],
     }, indent=2)
+
+
+def render_readiness(gate: Readiness) -> str:
+    """One line for the verdict, then each partition that is not ready and why."""
+    if not gate.partitions:
+        return "NOT READY: no subscriptions recorded (no sync_progress or cursor_states rows)"
+    waiting = [p for p in gate.partitions if not p.ready]
+    if not waiting:
+        return f"READY: {len(gate.partitions)} partitions of {len(gate.not_ready())} " \
+               f"subscriptions synced exactly"
+    lines = [f"NOT READY: {len(waiting)} of {len(gate.partitions)} partitions"]
+    lines += [f"  {p.row.key.concrete_topic()} {p.row.subscription}: {'; '.join(p.reasons)}"
+              for p in waiting]
+    return "\n".join(lines)
+
+
+def readiness_json(gate: Readiness) -> str:
+    return json.dumps(gate.to_dict(), indent=2)
 
 
 def render_lookup_table(result: LookupResult) -> str:

@@ -73,7 +73,7 @@ def test_help_lists_every_command() -> None:
 
 @pytest.mark.parametrize(("command", "words"), [
     (["run"], ["--config", "--dry-run", "--once", "CURSORSYNC_CONFIG"]),
-    (["status"], ["--config", "--topic", "--subscription", "--json"]),
+    (["status"], ["--config", "--topic", "--subscription", "--json", "--ready", "--max-age"]),
     (["lookup"], ["TOPIC", "LEDGER:ENTRY", "--partition", "Exit status"]),
 ])
 def test_command_help(command: list[str], words: list[str]) -> None:
@@ -208,6 +208,26 @@ def test_status_table_and_json(tables: Path) -> None:
     assert data["subscriptions"][0]["max_lag_ms"] == 0
     empty = json.loads(invoke("status", "-c", CONFIG, "--json", "-s", "audit").stdout)
     assert empty == {"subscriptions": [], "partitions": []}
+
+
+def test_status_ready_is_the_failover_gate(tables: Path) -> None:
+    """Exit 0 when every partition shown is ready, 1 when one is not, with the reason; the
+    JSON answer says it per subscription and partition."""
+    # The fixture's sync is exact, with nothing unmapped, but written at NOW (long ago).
+    old = invoke("status", "-c", CONFIG, "--ready")
+    assert old.exit_code == 1, old.output
+    assert old.stdout.startswith("NOT READY: 1 of 1 partitions") and "last synced" in old.stdout
+    fresh = invoke("status", "-c", CONFIG, "--ready", "--max-age", "1e12")
+    assert fresh.exit_code == 0, fresh.output
+    assert fresh.stdout.startswith("READY: 1 partitions of 1 subscriptions")
+    data = json.loads(invoke("status", "-c", CONFIG, "--ready", "--json",
+                             "--max-age", "1e12").stdout)
+    assert data["ready"] is True
+    assert data["subscriptions"] == [
+        {"subscription": "billing", "ready": True, "partitions_not_ready": 0}]
+    # Nothing recorded for a subscription: not ready.
+    none = invoke("status", "-c", CONFIG, "--ready", "-s", "audit")
+    assert none.exit_code == 1 and none.stdout.startswith("NOT READY: no subscriptions")
 
 
 def test_status_without_tables_is_a_user_error(

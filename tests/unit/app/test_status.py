@@ -289,3 +289,41 @@ def test_status_shows_the_builtin_position_beside_cursorsyncs(store: TableStore)
     assert "BUILTIN_MD" in render_status_table(list(rows.values()))
     assert json.loads(status_json([rows["billing"]]))["partitions"][0][
         "builtin_mark_delete"] == "51:7"
+
+
+def test_readiness_names_every_reason_a_partition_is_not_ready() -> None:
+    """The failover gate per partition: ready only when its last sync was an exact one
+    (no dry run), nothing acked on the source waits unmapped, and it is recent."""
+    from cursorsync.app.status import StatusRow, readiness
+
+    now = T0 + timedelta(minutes=10)
+
+    def row(sub: str, **kw: object) -> StatusRow:
+        base: dict[str, object] = {"outcome": "exact", "planned_outcome": "exact",
+                                   "unmapped_acked_entries": 0, "dry_run": False,
+                                   "emitted_at": now - timedelta(seconds=30)}
+        return StatusRow(topic=ORDERS, partition=0, subscription=sub, source_cluster="A",
+                         target_cluster="B", **{**base, **kw})  # type: ignore[arg-type]
+
+    gate = readiness([
+        row("ok"),
+        row("never", outcome=None, emitted_at=None),
+        row("dry", outcome="dry-run", dry_run=True),
+        row("partial", outcome="partial", unmapped_acked_entries=12),
+        row("halted", outcome="halted"),
+        row("stale", emitted_at=now - timedelta(seconds=301)),
+    ], now, max_age_s=300)
+    reasons = {p.row.subscription: p.reasons for p in gate.partitions}
+    assert reasons == {
+        "ok": (),
+        "never": ("never synced",),
+        "dry": ("dry run: nothing acked on the target",),
+        "partial": ("last sync partial", "12 source-acked entries unmapped"),
+        "halted": ("last sync halted",),
+        "stale": ("last synced 301 s ago (more than 300 s)",),
+    }
+    assert not gate.ready
+    assert gate.not_ready() == {"ok": 0, "never": 1, "dry": 1, "partial": 1, "halted": 1,
+                                "stale": 1}
+    assert readiness([row("ok")], now, max_age_s=300).ready
+    assert not readiness([], now, max_age_s=300).ready
