@@ -124,6 +124,12 @@ class Metrics:
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
             "and the rest wait for the next batches (a growing value means markers arrive "
             "faster than the target's admin API is asked about them).", registry=r)
+        self._failover_ready = Gauge(
+            "cursorsync_failover_ready",
+            "1 when every partition of the subscription the job has synced since its start "
+            "had an exact last sync with nothing acked on the source unmapped and no dry "
+            "run (what `cursorsync status --ready` checks, with the age of each sync), "
+            "else 0.", ["subscription"], registry=r)
         self._dry_run = Gauge(
             "cursorsync_dry_run",
             "1 while the job runs in dry-run (emission.dry_run or --dry-run): it plans and "
@@ -215,6 +221,10 @@ class Metrics:
         """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
+
+    def set_failover_ready(self, subscription: str, ready: bool) -> None:
+        """Whether the subscription's partitions were all ready at their last sync."""
+        self._failover_ready.labels(subscription=subscription).set(1 if ready else 0)
 
     def set_dry_run(self, dry_run: bool) -> None:
         """Whether the job acknowledges nothing on the target."""

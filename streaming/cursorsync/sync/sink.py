@@ -84,6 +84,7 @@ class SyncMetrics(Protocol):
     def record_error(self, stage: str, count: int = 1) -> None: ...
     def observe_sync_lags(self, subscription: str, seconds: Iterable[float]) -> None: ...
     def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
+    def set_failover_ready(self, subscription: str, ready: bool) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
 
 
@@ -112,6 +113,9 @@ class SyncSink:
         self.cursors = self.repeated = 0
         #: The batch the step last ran for (written or not).
         self._ran = -1
+        #: Per subscription, the partitions (``topic#partition``) whose last row was not
+        #: ready for a failover: only those are kept, so idle partitions cost nothing here.
+        self._not_ready: dict[str, set[str]] = {}
         self.crash_after_emit: Callable[[int], None] | None = None  # tests inject a crash here
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
@@ -252,6 +256,10 @@ class SyncSink:
         if done.translate_seconds is not None:
             m.observe_translation(done.translate_seconds)
         for sub, b in _per_subscription(done, dry_run=self.step.config.dry_run).items():
+            not_ready = self._not_ready.setdefault(sub, set())
+            not_ready -= b.ready
+            not_ready |= b.not_ready
+            m.set_failover_ready(sub, not not_ready)
             for result, count in b.outcomes.items():
                 m.record_outcome(sub, result, count)
             m.record_acks(sub, kind, b.acks)
@@ -281,10 +289,15 @@ class _SubscriptionBatch:
     unmapped: dict[str, int] = field(default_factory=dict)
     rewound: int = 0
     lags: list[float] = field(default_factory=list)
+    #: Partitions (``topic#partition``) whose row says a failover now would redeliver no
+    #: more than cursorsync cannot carry over (exact, nothing unmapped, no dry run), and not.
+    ready: set[str] = field(default_factory=set)
+    not_ready: set[str] = field(default_factory=set)
 
 
 def _per_subscription(done: _Synced, *, dry_run: bool) -> dict[str, _SubscriptionBatch]:
-    """The batch's rows, and its unchanged cursors' lags, added up per subscription."""
+    """The batch's rows, and its unchanged cursors' lags, added up per subscription (an
+    unchanged cursor's readiness is as its last row said)."""
     cols = {c: done.rows.column(c).to_pylist() for c in (
         "subscription", "outcome", "dry_run", "acks_sent", "topic", "partition",
         "unmapped_acked_entries", "rewound_entries", "lag_ms")}
@@ -296,7 +309,10 @@ def _per_subscription(done: _Synced, *, dry_run: bool) -> dict[str, _Subscriptio
         result = ("dry_run" if dry else "emitted") if emitted else outcome
         b.outcomes[result] = b.outcomes.get(result, 0) + 1
         b.acks += acks
-        b.unmapped[f"{topic}#{partition}"] = unmapped
+        where = f"{topic}#{partition}"
+        b.unmapped[where] = unmapped
+        exact = outcome == "exact" and not unmapped and not dry
+        (b.ready if exact else b.not_ready).add(where)
         b.rewound += rewound
         if emitted and not dry:  # a dry run synced nothing: no lag, no last sync
             b.lags.append(lag_ms / 1000)

@@ -133,6 +133,7 @@ def exercised_metrics() -> Metrics:
     m.record_entries_ingested("source", 1)
     m.set_skipped_waiting({PartitionKey("persistent://t/n/topic", 0): 1})
     m.set_dry_run(True)
+    m.set_failover_ready("settlement", True)
     m.record_segments_written(1)
     m.record_skipped_ids(claimed=1, unclaimed=1)
     m.observe_sync_lag("settlement", 1.0)

@@ -104,3 +104,32 @@ def test_a_dry_run_is_counted_as_dry_run_and_never_as_synced(tmp_path: Path) -> 
     assert sample(metrics, "cursorsync_sync_lag_seconds_count", subscription="billing") is None
     assert sample(metrics, "cursorsync_last_successful_sync_timestamp_seconds",
                   subscription="billing") is None
+
+
+def test_failover_readiness_follows_each_partitions_last_row(tmp_path: Path) -> None:
+    """A subscription is ready for a failover once every partition it has rows for had an
+    exact last sync with nothing unmapped; a partition whose rows are not written again
+    (unchanged) keeps what its last row said."""
+    config = sink_config(tmp_path)
+    metrics = Metrics()
+    sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
+                    SyncStep(StepSettings(), None, lambda t, s: None), metrics)
+    topic = "persistent://t/n/orders"
+
+    def batch(*records: SyncRecord) -> None:
+        rows = sync_progress_rows(list(records), source_cluster="A", target_cluster="B")
+        sink._record(_Synced([], rows, None), 1.0)
+
+    def ready(sub: str) -> float | None:
+        return sample(metrics, "cursorsync_failover_ready", subscription=sub)
+
+    batch(_record(PartitionKey(topic, 0), "billing"),
+          _record(PartitionKey(topic, 1), "billing", unmapped=3),
+          _record(PartitionKey(topic, 0), "audit", result="refused"))
+    assert (ready("billing"), ready("audit")) == (0, 0)
+    batch(_record(PartitionKey(topic, 1), "billing"))  # partition 0 unchanged: still exact
+    assert ready("billing") == 1
+    batch(_record(PartitionKey(topic, 0), "audit"))
+    assert ready("audit") == 1
+    batch(_record(PartitionKey(topic, 0), "billing", result="halted"))
+    assert ready("billing") == 0
