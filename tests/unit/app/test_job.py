@@ -93,6 +93,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     sink = SyncSink.__new__(SyncSink)
     sink.metrics = Metrics()
     sink.step = SyncStep(StepSettings(cumulative=True), None, lambda t, s: None)
+    sink._not_ready = {}
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
     assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
