@@ -59,13 +59,14 @@ def status(
     now is safe to rest on (exit 0) or not (exit 1): every partition's last sync exact,
     nothing acked on the source unmapped, no dry run, the last sync recent.
     """
+    from cursorsync.app.readiness import readiness
     from cursorsync.app.render import (
         readiness_json,
         render_readiness,
         render_status_table,
         status_json,
     )
-    from cursorsync.app.status import readiness, subscription_status
+    from cursorsync.app.status import subscription_status
 
     cfg = load_config_file(config)
     with progress("status: reading tables", json_output=json_output):

@@ -6,9 +6,9 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from cursorsync.app.readiness import Readiness
 from cursorsync.app.status import (
     LookupResult,
-    Readiness,
     StatusRow,
     iso_time,
     subscription_summaries,

@@ -294,7 +294,8 @@ def test_status_shows_the_builtin_position_beside_cursorsyncs(store: TableStore)
 def test_readiness_names_every_reason_a_partition_is_not_ready() -> None:
     """The failover gate per partition: ready only when its last sync was an exact one
     (no dry run), nothing acked on the source waits unmapped, and it is recent."""
-    from cursorsync.app.status import StatusRow, readiness
+    from cursorsync.app.readiness import readiness
+    from cursorsync.app.status import StatusRow
 
     now = T0 + timedelta(minutes=10)
 
