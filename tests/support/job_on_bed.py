@@ -219,6 +219,13 @@ def run_three_clusters(bed: TestBed, spec: Any, configs: dict[tuple[str, ...], C
     from cursorsync.app.job import start_job
     from cursorsync.app.session import build_session
     from cursorsync_devtools.testbed.three_clusters import run_three_cluster_workload
+    from tests.support.spark_jvm import shut_down_jvm
+
+    # A JVM of their own: a Python data source registered on the default session (an
+    # earlier test's job) cannot be registered again on a new session, and the new session
+    # cannot see it either (DATA_SOURCE_ALREADY_EXISTS, then DATA_SOURCE_NOT_FOUND; pyspark
+    # 4.2). Each job's session here is a new one of a default session none registered on.
+    shut_down_jvm()
 
     jobs: dict[tuple[str, ...], Any] = {}
     runs: dict[tuple[str, ...], ThreeClusterRun | CursorSyncError] = {}
