@@ -317,3 +317,83 @@ def test_safe_target_acks_with_segments_too_far_apart_for_one_key_base() -> None
     segs = SegmentSet.of([Segment(3, 0, 7, 0, 5), Segment(2**40, 0, 7, 5, 5)])
     got = safe_target_acks(RangeSet.of(("3:1", "3:5"), (f"{2**40}:3", f"{2**40}:4")), segs)
     assert str(got) == "[(7:1..7:4],(7:8..7:9]]"
+
+
+# ---------------------------------------------------------------- implied gaps, worked
+
+
+def _gap_world(marker: bool) -> tuple[CursorState, TopicMapping, Ledgers]:
+    """Source 1:0..1:9, all acked. 1:0..1:2 -> 7:0..7:2 and 1:6..1:9 -> 7:4..7:7; 7:3 lies
+    between them. 1:3..1:5 are not known as unreplicated."""
+    source = CursorState(Position(1, 9), RangeSet(), Ledgers.of([(1, 10)]))
+    segments = SegmentSet.of([Segment(1, 0, 7, 0, 3), Segment(1, 6, 7, 4, 4)])
+    skips = Runs.of((7, 3, 1)) if marker else Runs()
+    return source, TopicMapping(segments, skippable=skips), Ledgers.of([(7, 8)])
+
+
+def test_a_gap_bridged_only_by_markers_is_implied_unreplicated() -> None:
+    """Two segments next to each other on the target with only a marker between: the source
+    entries between them were not replicated as data, so the plan waits for nothing."""
+    from cursorsync.core.translate import implied_unreplicated
+
+    source, mapping, target_ledgers = _gap_world(marker=True)
+    assert implied_unreplicated(mapping, target_ledgers) == RangeSet.of(("1:2", "1:5"))
+    assert not unmapped_source(source, mapping, target_ledgers)
+    plan = translate(source, mapping, CursorState(Position(7, -1), RangeSet(), target_ledgers))
+    assert plan.unmapped_acked_entries == 0 and plan.outcome == "exact"
+    assert plan.mark_delete == P("7:7")
+    # Without the target's ledger list (or with one that ends before the gap's far end)
+    # the gap says nothing.
+    assert not implied_unreplicated(mapping, None)
+    assert not implied_unreplicated(mapping, Ledgers.of([(7, 4)]))
+    assert unmapped_source(source, mapping, None) == RangeSet.of(("1:2", "1:5"))
+
+
+def test_a_gap_with_unexplained_data_between_is_not_implied() -> None:
+    from cursorsync.core.translate import implied_unreplicated
+
+    source, mapping, target_ledgers = _gap_world(marker=False)
+    assert not implied_unreplicated(mapping, target_ledgers)
+    plan = translate(source, mapping, CursorState(Position(7, -1), RangeSet(), target_ledgers))
+    assert plan.unmapped_acked_entries == 3 and plan.outcome == "partial"
+
+
+@pytest.mark.parametrize("second", [Segment(1, 8, 7, 6, 2), Segment(1, 8, 8, 0, 2)],
+                         ids=["same ledger, shorter", "next ledger, lower entry"])
+def test_replication_starts_at_the_first_mapped_target_entry(second: Segment) -> None:
+    """Markers 7:0, 7:1, then 1:5..1:7 -> 7:2..7:4 and a later segment: nothing before the
+    first mapped target entry is data, so acks before the first segment wait for nothing
+    (the first segment is the first in target order, whatever the others look like)."""
+    source = CursorState(Position(1, 9), RangeSet(), Ledgers.of([(1, 10)]))
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 8), (8, 2)]))
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 5, 7, 2, 3), second]),
+                           skippable=Runs.of((7, 0, 2)))
+    plan = translate(source, mapping, target)
+    o = oracle_translate(source.mark_delete, source.individually_deleted, source.ledgers,
+                         mapping, target.mark_delete, target.individually_deleted,
+                         target.ledgers)
+    assert plan.unmapped_acked_entries == o.unmapped_acked_entries == 0
+
+
+def test_data_in_an_earlier_target_ledger_keeps_acks_before_the_first_segment_waiting() -> None:
+    """Ledger 6 holds three unexplained entries before the markers and the first mapped
+    entry in ledger 7: they may be the copies of 1:0..1:4."""
+    source = CursorState(Position(1, 9), RangeSet(), Ledgers.of([(1, 10)]))
+    target = CursorState(Position(6, -1), RangeSet(), Ledgers.of([(6, 3), (7, 7)]))
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 5, 7, 2, 5)]),
+                           skippable=Runs.of((7, 0, 2)))
+    plan = translate(source, mapping, target)
+    assert plan.unmapped_acked_entries == 5 and plan.outcome == "partial"
+
+
+def test_monotone_judges_entries_not_how_a_ledger_end_is_written() -> None:
+    """Ledger 3 ends at 3:9, ledger 5 follows: a plan at 3:9 with (5:-1..5:1] keeps every
+    entry of a target at 5:1."""
+    ledgers = Ledgers.of([(3, 10), (5, 4)])
+    target = CursorState(Position(5, 1), RangeSet(), ledgers)
+    plan = translate(CursorState.parse("1:-1"), TopicMapping(SegmentSet()), target)
+    from dataclasses import replace
+
+    kept = replace(plan, mark_delete=P("3:9"), individually_deleted=RangeSet.parse("[(5:-1..5:1]]"))
+    assert is_monotone(kept, target)
+    assert not is_monotone(replace(kept, mark_delete=P("3:8")), target)
