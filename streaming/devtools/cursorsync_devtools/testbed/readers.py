@@ -19,31 +19,47 @@ from cursorsync_devtools.testbed.testbed import TestBed, TestBedError
 
 #: How long a Reader may wait for its next message before the read is given up.
 READ_TIMEOUT_MS = 20_000
+#: How often a stalled read is opened again after its last message.
+READER_REOPENS = 2
 
 
 def positions_by_key(bed: TestBed, cluster: str, messages: Mapping[str, int]
                      ) -> dict[str, Position]:
     """``properties["key"]`` -> entry position on ``cluster``, for every keyed message of the
-    topic partitions; ``messages``: how many keyed messages each holds (read until then)."""
+    topic partitions; ``messages``: how many keyed messages each holds (read until then).
+
+    A reader that stops short while the partition holds entries past its last message is
+    opened again after that message, up to :data:`READER_REOPENS` times (a broker just
+    restarted now and then leaves a reader's dispatch stalled)."""
     import pulsar
 
     client = bed.client(cluster)
     out: dict[str, Position] = {}
     for topic, expected in messages.items():
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        got = 0
+        got, last, reopens = 0, pulsar.MessageId.earliest, 0
+        reader = client.create_reader(topic, last)
         try:
             while got < expected:
                 try:
                     msg = reader.read_next(READ_TIMEOUT_MS)
                 except pulsar.Timeout:
+                    stored = bed.last_entry(cluster, topic)
+                    at = (None if last is pulsar.MessageId.earliest
+                          else Position(last.ledger_id(), last.entry_id()))
+                    if reopens < READER_REOPENS and (at is None or at < stored):
+                        reopens += 1
+                        reader.close()
+                        reader = client.create_reader(topic, last)
+                        continue
                     raise TestBedError(f"cluster {cluster}: {topic} gave {got} of {expected} "
-                                       f"keyed messages, then nothing for "
-                                       f"{READ_TIMEOUT_MS / 1000:.0f} s") from None
+                                       f"keyed messages (the last at {at}; the partition "
+                                       f"ends at {stored}), then nothing for "
+                                       f"{READ_TIMEOUT_MS / 1000:.0f} s, {reopens + 1} "
+                                       f"time(s)") from None
+                last = msg.message_id()
                 key = msg.properties().get("key")
                 if key is not None:
-                    mid = msg.message_id()
-                    out[key] = Position(mid.ledger_id(), mid.entry_id())
+                    out[key] = Position(last.ledger_id(), last.entry_id())
                     got += 1
         finally:
             reader.close()
