@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -179,3 +180,22 @@ def test_the_target_says_in_bulk_whether_chunks_arrived_since_the_topic_was_load
     bed.admin_call("b", "PUT", TopicName.parse(chunky).admin_path("unload"))
     assert not flag(chunky)  # asking loads it again: the flag starts false
     assert bed.internal_stats("b", chunky)["entriesAddedCounter"] == 0
+
+
+def test_the_chunk_flag_misses_a_chunked_message_whose_producer_left_before_the_stats_update(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """The broker sets ``msgChunkPublished`` at a stats update from the chunk counts of the
+    producers connected then: a chunked message whose producer closed before that update
+    never sets it. The flag is no witness that a topic holds no chunks, so classifying
+    skipped ids cannot rest on it."""
+    bed = testbed
+    (t,) = bed.create_topic(topic_name("chunk-flag-gone"))
+    send_chunked(bed, t, 1, 600 * 1024)  # its producer's process exits right after the send
+    every = float(runtime_setting(bed, "a", "statsUpdateFrequencyInSecs"))
+    (first, last), = delivered(bed, "a", t)
+    assert first < last  # a chunked message is stored on a
+    path = TopicName.parse(t).admin_path("stats")
+    deadline = time.monotonic() + every + 5
+    while time.monotonic() < deadline:  # a stats update passes
+        assert not bed.admin_call("a", "GET", path, ok=(200,)).get("msgChunkPublished")
+        time.sleep(1.0)
