@@ -20,6 +20,7 @@ import httpx
 import pulsar
 import pytest
 
+from cursorsync.core.cursor import CursorState
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.msgid import first_chunk_of
 from cursorsync.pulsar.topics import TopicName
@@ -199,3 +200,40 @@ def test_the_chunk_flag_misses_a_chunked_message_whose_producer_left_before_the_
     while time.monotonic() < deadline:  # a stats update passes
         assert not bed.admin_call("a", "GET", path, ok=(200,)).get("msgChunkPublished")
         time.sleep(1.0)
+
+
+def test_a_durable_cursor_shows_which_ids_the_broker_filtered_as_it_dispatched(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A consumer on b that acks nothing reads through a replicated subscription's markers,
+    chunked messages and plain ones: its subscription's cursor then holds as acked exactly
+    the markers, which the broker acks itself as it filters them out of dispatch, and none
+    of the chunks or messages. One internalStats request per partition then answers for
+    every id the consumer skipped."""
+    bed = testbed
+    (t,) = bed.create_topic(topic_name("filtered"))
+    consumer = send_with_snapshots(bed.client("a"), t, 3)
+    send_chunked(bed, t, 2, 600 * 1024)
+    producer = bed.client("a").create_producer(t, batching_enabled=False)
+    producer.send(b"after")
+    producer.close()
+    consumer.close()
+    bed.wait_replicated([t])
+    probe = bed.client("b").subscribe(t, "probe", consumer_type=pulsar.ConsumerType.Exclusive,
+                                      initial_position=pulsar.InitialPosition.Earliest)
+    got = []
+    try:
+        while True:
+            try:
+                got.append(probe.receive(5_000).message_id())
+            except pulsar.Timeout:
+                break
+        cursor = bed.internal_stats("b", t)["cursors"]["probe"]
+    finally:
+        probe.close()
+    assert len(got) == 3 + 2 + 1
+    markers = {pos for pos in stored(bed, "b", t)
+               if "X-Pulsar-marker-type" in raw_headers(bed, "b", t, pos)}
+    assert len(markers) >= 2
+    acked = CursorState.parse(cursor["markDeletePosition"],
+                              cursor.get("individuallyDeletedMessages") or "[]").acked()
+    assert {pos for pos in stored(bed, "b", t) if acked.contains(pos)} == markers, cursor
