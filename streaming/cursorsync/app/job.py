@@ -47,6 +47,7 @@ from cursorsync.app.streams import selection
 from cursorsync.app.topology import start_topologies
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.errors import CursorSyncError
+from cursorsync.mapping.probe_check import ProbeHoleCheck
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.sync.sink import SyncSink
 from cursorsync.tables import open_store
@@ -105,6 +106,9 @@ class RunningJob:
                 log.warning("stopping query %s: %s", getattr(q, "name", "?"), err)
         if self.emitter is not None:
             self.emitter.close()
+        check = self.mapping_sink.builder.hole_check
+        if isinstance(check, ProbeHoleCheck):
+            check.close()
         for admin in (self.admin, self.source_admin):
             if admin is not None:
                 admin.close()

@@ -73,13 +73,20 @@ def sync_sink_settings(config: Config) -> SyncSinkSettings:
 def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clients,
                  topology: TopologyWatch, live: LiveLedgers) -> MappingSink:
     """The mapping query's sink, with the checks its evidence needs."""
-    hole_check = None
-    if config.evidence.holes == "verified":
+    hole_check: Any = None
+    if config.evidence.holes in ("verified", "probe"):
         from cursorsync.mapping.hole_check import AdminHoleCheck
 
         hole_check = AdminHoleCheck(clients.target_admin,
                                     max_workers=config.target.max_concurrency,
                                     target_cluster=config.target.name)
+    if config.evidence.holes == "probe":
+        from cursorsync.mapping.probe_check import ProbeHoleCheck
+        from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
+
+        probe = DispatchProbe(clients.target.client.connect(), clients.target_admin,
+                              PROBE_SUBSCRIPTION)
+        hole_check = ProbeHoleCheck(probe, hole_check)
     anchor_read = None
     if "snapshot" in config.evidence.strategies:
         from cursorsync.mapping.anchor_read import AdminAnchorRead

@@ -39,10 +39,11 @@ from exactly the state its first run started from.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -95,6 +96,17 @@ LEDGER_END_PROBE = 32
 #: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
 #: Ids that do not exist (past a ledger's end) are not markers.
 HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
+
+
+@runtime_checkable
+class FollowsReads(Protocol):
+    """A hole check that follows the target reads (``evidence.holes: probe``): it decides
+    every candidate it is given (no per-batch budget) and hears after each batch how far
+    each partition was read, every skipped id up to there decided."""
+
+    def read_to(self, positions: Mapping[PartitionKey, Position]) -> None: ...
+
+
 #: The source's skipped ids (hole runs) and, per partition, a position to look past (the
 #: markers after the last entry a reader returned) in; the anchors found there out, and the
 #: last marker position seen past each tail (looked past next time, never again at).
@@ -224,6 +236,9 @@ class MappingBuilder:
                     out[key] = delta
         checked = self._checks_due(candidates)
         claimed, past_ends = self._claim_markers(checked, out)
+        if isinstance(self.hole_check, FollowsReads):
+            self.hole_check.read_to({key: state.last_target for key, state in self._parts.items()
+                                     if state.last_target is not None})
         anchors = self._add_anchors(source_holes, out)
         return BatchOutcome(
             out, entries_in, totals.pairs, totals.conflicts, totals.given_up_target,
@@ -330,7 +345,8 @@ class MappingBuilder:
         runs += [(key, row) for key, r in sorted(fresh.items()) for row in r.rows.tolist()]
         due: dict[PartitionKey, list[list[int]]] = {}
         wait: dict[PartitionKey, list[list[int]]] = {}
-        budget = HOLE_CHECKS_PER_BATCH
+        budget: float = (math.inf if isinstance(self.hole_check, FollowsReads)
+                         else HOLE_CHECKS_PER_BATCH)
         for key, row in runs:
             if budget > 0 or not due:
                 due.setdefault(key, []).append(row)

@@ -253,9 +253,13 @@ def test_config_is_immutable() -> None:
          "topics[0].subscriptions: 'pulsar.repl.B' is a replicator cursor, not a subscription "
          "(names starting with 'pulsar.repl.' are reserved)"),
         ("topics.0.subscriptions", ["cursorsync-mapping-source"],
-         "topics[0].subscriptions: 'cursorsync-mapping-source' is cursorsync's own mapping "
-         "subscription, not one to sync (names starting with 'cursorsync-mapping' are "
-         "reserved)"),
+         "topics[0].subscriptions: 'cursorsync-mapping-source' is one of cursorsync's own "
+         "subscriptions, not one to sync (names starting with 'cursorsync-mapping' or "
+         "'cursorsync-probe' are reserved)"),
+        ("topics.0.subscriptions", ["cursorsync-probe"],
+         "topics[0].subscriptions: 'cursorsync-probe' is one of cursorsync's own "
+         "subscriptions, not one to sync (names starting with 'cursorsync-mapping' or "
+         "'cursorsync-probe' are reserved)"),
         ("topics.0.subscriptions", ["a", "a"],
          "topics[0].subscriptions: subscription 'a' is listed twice"),
         ("clusters.source.service_url", "http://x:6650",

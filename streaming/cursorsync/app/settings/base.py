@@ -22,7 +22,7 @@ DEFAULT_SOURCE_POSITION_PROPERTY = REPL_SOURCE_POSITION_PROPERTY
 
 EvidenceStrategy = Literal["position-property", "identity", "snapshot"]
 IdentityScope = Literal["all", "batched"]
-Holes = Literal["verified", "unacked"]
+Holes = Literal["verified", "probe", "unacked"]
 IdentityField = Literal[
     "producer_name",
     "publish_time",

@@ -23,6 +23,7 @@ from cursorsync.app.settings.base import (
     _Section,
 )
 from cursorsync.core.records import RewindPolicy
+from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION
 from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SubscriptionType
 
 #: The mapping query reads each cluster on durable subscriptions named
@@ -35,10 +36,11 @@ def _check_subscriptions(names: list[str]) -> list[str]:
     for name in names:
         if not name.strip():
             raise _invalid("subscription names must not be empty")
-        if name.startswith(MAPPING_SUBSCRIPTION_PREFIX):
+        if name.startswith((MAPPING_SUBSCRIPTION_PREFIX, PROBE_SUBSCRIPTION)):
             raise _invalid(
-                f"{name!r} is cursorsync's own mapping subscription, not one to sync "
-                f"(names starting with {MAPPING_SUBSCRIPTION_PREFIX!r} are reserved)"
+                f"{name!r} is one of cursorsync's own subscriptions, not one to sync "
+                f"(names starting with {MAPPING_SUBSCRIPTION_PREFIX!r} or "
+                f"{PROBE_SUBSCRIPTION!r} are reserved)"
             )
         if name.startswith(_REPLICATOR_PREFIX):
             raise _invalid(
@@ -147,9 +149,13 @@ class EvidenceConfig(_Section):
     #: chunks of a chunked message before its last one. ``verified``: ask the target's
     #: admin API (one raw-entry request per skipped id, stopping at a run's first
     #: non-marker) and ack only markers, after the entry before them; chunked messages
-    #: are never mapped. ``unacked``: ack none (the target's markDeletePosition then
-    #: stops at the first marker). Nothing takes a skipped id for a marker unchecked: a
-    #: chunk acked that way would lose its message after a failover.
+    #: are never mapped. ``probe``: read a probe subscription (``cursorsync-probe``) through
+    #: each target partition and ask its cursor which ids the broker filtered out of
+    #: dispatch (one internalStats request per partition and batch, not per id; ids it
+    #: cannot answer are checked as with ``verified``); refused where message expiry or
+    #: backlog eviction could ack on the probe. ``unacked``: ack none (the target's
+    #: markDeletePosition then stops at the first marker). Nothing takes a skipped id for a
+    #: marker unchecked: a chunk acked that way would lose its message after a failover.
     holes: Holes = "verified"
 
     @property

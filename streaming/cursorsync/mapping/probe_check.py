@@ -1,0 +1,110 @@
+"""Skipped target ids classified by the target's probe cursors (``evidence.holes: probe``).
+
+Each target partition with skipped ids gets a probe subscription
+(:mod:`cursorsync.pulsar.dispatch_probe`), placed at the first id it is asked about. Once
+the probe has received a message past a partition's candidates, one internalStats read
+says which of them the broker filtered out of dispatch (:mod:`cursorsync.core.filtered`):
+their leading runs are claimed. What the cursor read cannot answer goes to the per-id
+check (:class:`~cursorsync.mapping.hole_check.AdminHoleCheck`): the rest of a run from a
+chunk on (one request, as there), ids the probe does not vouch for (before its place,
+on a disturbed probe), and partitions whose probe has not got that far within
+``wait_s``. So requests grow with chunked messages and restarts, not with markers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from cursorsync.core.filtered import split_filtered
+from cursorsync.core.positions import Position
+from cursorsync.core.records import BuiltinUpdate, PartitionKey
+from cursorsync.core.segments import Runs
+from cursorsync.mapping.hole_check import AdminHoleCheck
+from cursorsync.pulsar.dispatch_probe import DispatchProbe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeCheckStats:
+    """Totals since start, for logs and metrics."""
+
+    #: Ids claimed on a probe cursor's word.
+    filtered: int = 0
+    #: Ids handed to the per-id check.
+    per_id: int = 0
+    #: Ids dropped as past their ledger's end.
+    absent: int = 0
+
+
+class ProbeHoleCheck:
+    """A :data:`~cursorsync.mapping.builder.HoleCheck` on probe cursors, per id where they
+    cannot answer."""
+
+    def __init__(self, probe: DispatchProbe, per_id: AdminHoleCheck, wait_s: float = 5.0
+                 ) -> None:
+        self.probe, self.per_id, self.wait_s = probe, per_id, wait_s
+        self.stats = ProbeCheckStats()
+
+    def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        runs = {key: r for key, r in candidates.items() if len(r)}
+        topics = {key: key.concrete_topic() for key in runs}
+        for key, r in runs.items():
+            if not self.probe.is_placed(topics[key]):
+                first = r.rows[np.lexsort((r.rows[:, 1], r.rows[:, 0]))[0]]
+                self.probe.place(topics[key], Position(int(first[0]), int(first[1])))
+        wanted = {topics[key]: _last(r) for key, r in runs.items()
+                  if self.probe.vouches_after(topics[key]) is not None}
+        ready = self.probe.wait_past(wanted, self.wait_s) if wanted else set()
+        reads = self.probe.read(sorted(ready)) if ready else {}
+        claimed: dict[PartitionKey, list[Runs]] = {}
+        left: dict[PartitionKey, Runs] = {}
+        for key, r in runs.items():
+            read = reads.get(topics[key])
+            if read is None:
+                left[key] = r
+                continue
+            split = split_filtered(r, read.acked, read.own, read.sizes)
+            self.stats.filtered += split.filtered.entry_count()
+            self.stats.absent += split.absent
+            if len(split.filtered):
+                claimed.setdefault(key, []).append(split.filtered)
+            if len(split.left):
+                left[key] = split.left
+        self.stats.per_id += sum(r.entry_count() for r in left.values())
+        for key, more in (self.per_id(left) if left else {}).items():
+            claimed.setdefault(key, []).append(more)
+        return {key: _union(parts) for key, parts in claimed.items()}
+
+    def read_to(self, positions: Mapping[PartitionKey, Position]) -> None:
+        """How far the mapping has read and classified each target partition: its probe
+        acks up to there."""
+        self.probe.release({key.concrete_topic(): pos for key, pos in positions.items()})
+
+    def drain_updates(self) -> list[BuiltinUpdate]:
+        """The built-in's moves read on the way: only from ids checked one by one."""
+        return self.per_id.drain_updates()
+
+    def close(self) -> None:
+        self.probe.close()
+
+
+def _last(runs: Runs) -> Position:
+    ends = runs.rows[:, 1] + runs.rows[:, 2] - 1
+    i = np.lexsort((ends, runs.rows[:, 0]))[-1]
+    return Position(int(runs.rows[i, 0]), int(ends[i]))
+
+
+def _union(parts: list[Runs]) -> Runs:
+    rows = np.concatenate([p.rows for p in parts])
+    counts = rows[:, 2]
+    ledgers = np.repeat(rows[:, 0], counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return Runs.from_positions(ledgers, np.repeat(rows[:, 1], counts) + offsets)
+
+
+__all__ = ["ProbeCheckStats", "ProbeHoleCheck"]

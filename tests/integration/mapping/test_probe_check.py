@@ -1,0 +1,100 @@
+"""``evidence.holes: probe`` on the real brokers: the skipped ids of b's partitions claimed
+from a probe cursor give the same answer as one raw-entry request per id, for a fraction
+of the requests; where the probe cannot answer, the per-id check does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
+from cursorsync.mapping.hole_check import AdminHoleCheck
+from cursorsync.mapping.probe_check import ProbeHoleCheck
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
+from cursorsync.pulsar.topics import TopicName
+from cursorsync_devtools.testbed import TestBed
+from tests.support.replicated import send_with_snapshots
+from tests.support.skipped_ids import delivered, send_chunked, stored
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def admin_b(testbed: TestBed) -> Iterator[AdminClient]:
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
+        yield admin
+
+
+def skipped_on_b(bed: TestBed, topic: str) -> tuple[Runs, Position]:
+    """The ids a reader on b skips (between the first and the last message it returns), and
+    the last message's position."""
+    got = delivered(bed, "b", topic)
+    returned = {last for _, last in got}
+    end = max(returned)
+    ids = [p for p in stored(bed, "b", topic) if p not in returned and p < end]
+    return Runs.from_positions([p.ledger for p in ids], [p.entry for p in ids]), end
+
+
+def markers_chunks_and_messages(bed: TestBed, topic: str) -> None:
+    consumer = send_with_snapshots(bed.client("a"), topic, 3)
+    send_chunked(bed, topic, 2, 600 * 1024)
+    consumer.acknowledge(consumer.receive(10_000))  # an UPDATE marker or two
+    producer = bed.client("a").create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(b"after-%d" % i)
+    producer.close()
+    consumer.close()
+    bed.wait_replicated([topic])
+
+
+def test_the_probe_claims_what_the_per_id_check_claims_for_far_fewer_requests(
+        testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
+    (t,) = testbed.create_topic(topic_name("probe"))
+    markers_chunks_and_messages(testbed, t)
+    runs, end = skipped_on_b(testbed, t)
+    key = PartitionKey(t, -1)
+    verified = AdminHoleCheck(admin_b)
+    expected = verified({key: runs})
+    assert expected and expected[key].entry_count() >= 2  # markers to claim
+
+    probe = DispatchProbe(testbed.client("b"), admin_b, PROBE_SUBSCRIPTION)
+    per_id = AdminHoleCheck(admin_b)
+    check = ProbeHoleCheck(probe, per_id, wait_s=30.0)
+    got = check({key: runs})
+    assert got[key] == expected[key]
+    # The per-id check was asked only where a run starts with a chunk: one request each.
+    assert per_id.stats.markers == 0
+    assert per_id.stats.requests == per_id.stats.not_markers < verified.stats.requests
+    assert check.stats.filtered == expected[key].entry_count()
+    # The mapping read up to the last message: the probe acks up to there, holding nothing.
+    check.read_to({key: end})
+    wait_for("the probe subscription acked up to the last message", lambda: Position.parse(
+        testbed.internal_stats("b", t)["cursors"][PROBE_SUBSCRIPTION]["markDeletePosition"])
+        >= end, timeout_s=30)
+    check.close()
+
+
+def test_a_topic_with_a_message_ttl_is_checked_per_id(
+        testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
+    """Message expiry acks on every subscription, the probe's too: a topic with a TTL is
+    not probed, and the per-id check answers for all of its skipped ids."""
+    (t,) = testbed.create_topic(topic_name("probe-ttl"))
+    ttl = TopicName.parse(t).admin_path("messageTTL")
+    testbed.admin_call("b", "POST", ttl + "?messageTTL=3600")
+    wait_for("the TTL applied on b", lambda: testbed.admin_call(
+        "b", "GET", ttl + "?applied=true", ok=(200,)) == 3600, timeout_s=30)
+    markers_chunks_and_messages(testbed, t)
+    runs, _ = skipped_on_b(testbed, t)
+    key = PartitionKey(t, -1)
+    expected = AdminHoleCheck(admin_b)({key: runs})
+    probe = DispatchProbe(testbed.client("b"), admin_b, PROBE_SUBSCRIPTION)
+    check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=5.0)
+    assert check({key: runs}) == expected
+    assert check.stats.filtered == 0 and probe.stats.disturbed == 1
+    assert PROBE_SUBSCRIPTION not in testbed.internal_stats("b", t)["cursors"]
+    check.close()
