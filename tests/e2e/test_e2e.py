@@ -67,6 +67,18 @@ def test_failover_with_position_property_and_identity(
     assert rolled["a"] >= 2 and rolled["b"] >= 2, rolled
 
 
+def test_failover_with_skipped_ids_classified_by_the_probe(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """``evidence.holes: probe``, chunked messages among the markers: nothing lost, every
+    duplicate explained, as with one request per skipped id."""
+    r = demo(bed=testbed, spec=spec(topic_name, seed=17), work_dir=str(tmp_path),
+             holes="probe")
+    check(r)
+    for counts in r.cursorsync.values():
+        assert counts["duplicates"] == counts["partial_batch"] + counts["chunked"] + counts[
+            "acked_after_sync"]
+
+
 def test_failover_with_identity_evidence_alone(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """Brokers older than 4.0.4 stamp nothing: identity alignment maps every entry."""
@@ -93,15 +105,25 @@ def test_failover_with_snapshot_evidence_alone(
         assert ours["duplicates"] <= builtin["duplicates"] + ours["chunked"], table
 
 
+@pytest.mark.parametrize("holes", ["verified", "probe"])
 def test_markers_on_b_are_acked_so_its_mark_delete_passes_them(
-        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path, holes: str) -> None:
     """Everything acked on a, nothing foreign on b (a foreign entry is never acked, so it
     holds the markDeletePosition): b's markDeletePosition, as the sync alone leaves it,
     reaches the last message, past every snapshot marker the brokers wrote in between (the
-    hole check names them by X-Pulsar-marker-type), and b redelivers nothing. Whether one
-    of b's ledgers (they roll every 45 entries) ends in markers depends on timing; that
-    case is pinned in tests/integration/mapping/test_hole_check.py."""
-    _markers_passed(testbed, topic_name, tmp_path, seed=5)
+    hole check names them by X-Pulsar-marker-type, the probe cursor by the broker's own
+    acks), and b redelivers nothing. Whether one of b's ledgers (they roll every 45
+    entries) ends in markers depends on timing; that case is pinned in
+    tests/integration/mapping/test_hole_check.py."""
+    r = _markers_passed(testbed, topic_name, tmp_path, seed=5, holes=holes)
+    requests = r.skipped_id_requests
+    print(f"skipped-id requests with holes {holes}: {requests}")
+    if holes == "probe":  # the probe answered: markers need no request of their own (one
+        # is made per id only where the probe had not read that far within its wait)
+        assert requests["cursor-read"] > 0 and requests["raw-entry"] <= requests[
+            "cursor-read"], requests
+    else:
+        assert requests["raw-entry"] > 0 and "cursor-read" not in requests, requests
 
 
 def test_markers_checked_a_few_a_batch_are_all_checked_after_traffic_stops(
@@ -120,10 +142,10 @@ def test_markers_checked_a_few_a_batch_are_all_checked_after_traffic_stops(
 
 
 def _markers_passed(testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path,
-                    seed: int) -> None:
+                    seed: int, holes: str = "verified") -> DemoReport:
     s = spec(topic_name, hole_fraction=0.0, partial_batch_fraction=0.0, late_fraction=0.3,
              chunked_topic=None, foreign_per_partition=0, seed=seed)
-    r = demo(bed=testbed, spec=s, work_dir=str(tmp_path))
+    r = demo(bed=testbed, spec=s, work_dir=str(tmp_path), holes=holes)
     for counts in r.cursorsync.values():
         assert counts["losses"] == 0 and counts["foreign"] == 0, r.table()
     for kind, counts in r.cursorsync.items():
@@ -134,6 +156,7 @@ def _markers_passed(testbed: TestBed, topic_name: Callable[[str], str], tmp_path
                 md = r.target_marks[sub][p]  # before the failover check's consumers
                 last = last_data_entry(testbed, p)
                 assert Position.parse(md) >= last, (p, md, last)
+    return r
 
 
 

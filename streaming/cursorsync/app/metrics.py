@@ -119,6 +119,12 @@ class Metrics:
             "Entry ids the target reader skipped: claimed (markers, acked after the entry "
             "before them) or unclaimed (chunks and the like, never acked).",
             ["outcome"], registry=r)
+        self._skipped_id_requests = Counter(
+            "cursorsync_skipped_id_requests",
+            "Admin requests made to classify skipped target ids, by kind: raw-entry (one per "
+            "id, evidence.holes: verified, and what a probe cursor cannot answer) and "
+            "cursor-read (one internalStats per probed partition and batch).",
+            ["kind"], registry=r)
         self._skipped_waiting = Gauge(
             "cursorsync_skipped_target_ids_waiting",
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
@@ -221,6 +227,10 @@ class Metrics:
         """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
+
+    def record_skipped_id_requests(self, kind: str, count: int) -> None:
+        """``count`` more admin requests of ``kind`` classified skipped target ids."""
+        self._skipped_id_requests.labels(kind=kind).inc(_count(count, "count"))
 
     def set_failover_ready(self, subscription: str, ready: bool) -> None:
         """Whether the subscription's partitions were all ready at their last sync."""

@@ -85,6 +85,10 @@ class AdminHoleCheck:
         self._lock = threading.Lock()
         self._updates: list[BuiltinUpdate] = []
 
+    def requests_by_kind(self) -> dict[str, int]:
+        """Admin requests made since start, by kind."""
+        return {"raw-entry": self.stats.requests}
+
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The UPDATE markers read since the last call, in no particular order."""
         with self._lock:

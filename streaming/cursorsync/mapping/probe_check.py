@@ -85,6 +85,11 @@ class ProbeHoleCheck:
         acks up to there."""
         self.probe.release({key.concrete_topic(): pos for key, pos in positions.items()})
 
+    def requests_by_kind(self) -> dict[str, int]:
+        """Admin requests made since start, by kind (the policies' reads aside)."""
+        return {"raw-entry": self.per_id.stats.requests,
+                "cursor-read": self.probe.stats.cursor_reads}
+
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The built-in's moves read on the way: only from ids checked one by one."""
         return self.per_id.drain_updates()

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,8 +52,16 @@ class MappingMetrics(Protocol):
     def record_entries_ingested(self, cluster: str, count: int) -> None: ...
     def record_segments_written(self, count: int) -> None: ...
     def record_skipped_ids(self, claimed: int, unclaimed: int) -> None: ...
+    def record_skipped_id_requests(self, kind: str, count: int) -> None: ...
     def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class CountsRequests(Protocol):
+    """A hole check that counts the admin requests it made, by kind, since its start."""
+
+    def requests_by_kind(self) -> dict[str, int]: ...
 
 
 class MappingSink:
@@ -92,6 +100,7 @@ class MappingSink:
         self.builder = MappingBuilder(builder, hole_check=hole_check, anchor_read=anchor_read,
                                       spill=Spill(), live=live)
         self._batch: int | None = None
+        self._requests_seen: dict[str, int] = {}
         self.last_batch: int = -1
         #: Skipped target ids the last batch left for later batches to check.
         self.skipped_waiting = 0
@@ -190,4 +199,9 @@ class MappingSink:
         m.record_skipped_ids(outcome.skipped_claimed,
                              outcome.skipped_ids - outcome.skipped_claimed)
         m.set_skipped_waiting(outcome.skipped_waiting)
+        check = self.builder.hole_check
+        if isinstance(check, CountsRequests):
+            for kind, total in check.requests_by_kind().items():
+                m.record_skipped_id_requests(kind, total - self._requests_seen.get(kind, 0))
+                self._requests_seen[kind] = total
         m.observe_batch("mapping", seconds)

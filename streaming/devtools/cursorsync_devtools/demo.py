@@ -81,6 +81,8 @@ class DemoReport:
     #: stopped, before the failover check's consumers (whose dispatchers ack the markers
     #: they read) connect: what the sync alone made of b's cursors.
     target_marks: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Admin requests the mapping made to classify skipped target ids, by kind.
+    skipped_id_requests: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -116,7 +118,7 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
                 strategies: Sequence[str] | None = None, base: Config | None = None,
                 spread: bool = False, identity_scope: str | None = None,
                 backend: str | None = None, spark_conf: dict[str, str] | None = None,
-                admin_urls: dict[str, str] | None = None) -> Config:
+                admin_urls: dict[str, str] | None = None, holes: str | None = None) -> Config:
     """The embedded config with the test bed's URLs, the topics and the work dir filled in.
 
     ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say)."""
@@ -133,6 +135,8 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
         data["evidence"]["strategies"] = list(strategies)
     if identity_scope:
         data["evidence"]["identity_scope"] = identity_scope
+    if holes:
+        data["evidence"]["holes"] = holes
     if backend:
         data["tables"]["backend"] = backend
     if spark_conf:
@@ -191,6 +195,15 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
                 moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
                 done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
     return done_at - after
+
+
+def _requests(metrics: Any) -> dict[str, float]:
+    """The job's ``cursorsync_skipped_id_requests`` by kind."""
+    if metrics is None:
+        return {}
+    return {s.labels["kind"]: s.value for family in metrics.registry.collect()
+            if family.name == "cursorsync_skipped_id_requests"
+            for s in family.samples if s.name.endswith("_total")}
 
 
 def _batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
@@ -258,7 +271,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          identity_scope: str | None = None, spread: bool = False,
          backend: str | None = None, spark_conf: dict[str, str] | None = None,
          crash_sync_batch: int | None = None, timeout_s: float = 240.0,
-         admin_urls: dict[str, str] | None = None) -> DemoReport:
+         admin_urls: dict[str, str] | None = None, holes: str | None = None) -> DemoReport:
     """Test bed, job, workload, catch-up, failover check (see the module doc).
 
     ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
@@ -280,7 +293,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
         report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
                       spread=spread, backend=backend, spark_conf=spark_conf,
                       crash_sync_batch=crash_sync_batch, timeout_s=timeout_s,
-                      admin_urls=admin_urls)
+                      admin_urls=admin_urls, holes=holes)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -292,7 +305,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
 def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          identity_scope: str | None, spread: bool, backend: str | None,
          spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
-         timeout_s: float, admin_urls: dict[str, str] | None = None) -> DemoReport:
+         timeout_s: float, admin_urls: dict[str, str] | None = None,
+         holes: str | None = None) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
@@ -315,7 +329,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
     config = demo_config(bed, root, topics=topics,
                          subscriptions=[sync_subscription(k) for k in spec.subscription_types],
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
-                         backend=backend, spark_conf=spark_conf, admin_urls=admin_urls)
+                         backend=backend, spark_conf=spark_conf, admin_urls=admin_urls,
+                         holes=holes)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
@@ -374,6 +389,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         sync_batches += job.sync_sink.last_batch + 1
         mapping_batches += job.mapping_sink.last_batch + 1
         batch_seconds = _batch_seconds(job.sync_sink.metrics)
+        requests = _requests(job.sync_sink.metrics)
     finally:
         job.stop()
     marks: dict[str, dict[str, str]] = {sync_subscription(k): {} for k in
@@ -401,7 +417,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts,
-                      batch_seconds=batch_seconds, target_marks=marks)
+                      batch_seconds=batch_seconds, target_marks=marks,
+                      skipped_id_requests=requests)
 
 
 def run_demo(*, json_output: bool = False, work_dir: str | None = None,
