@@ -1,53 +1,73 @@
 """``cursorsync-dev bench partitions``: one job syncing a topic of many partitions on the real
-test bed, failover counted.
+test bed, failover counted, once per way of classifying skipped target ids.
 
 The demo's flow (:func:`cursorsync_devtools.demo.demo`) on one partitioned topic of
 ``partitions`` partitions, a Shared subscription carried by cursorsync beside its built-in
-twin. Printed: the failover counts, per-batch time of both queries (the job's own
-histogram), sync lag p50 and p99 (``sync_progress`` rows that sent acks), and ``mappings``
-rows per mapped entry, as the batches wrote them.
+twin, run once for each ``evidence.holes`` mode (``verified`` first: the baseline) on one
+test bed, each on topics of its own. Printed per mode: the failover counts, per-batch time
+of both queries (the job's own histogram), sync lag p50 and p99 (``sync_progress`` rows
+that sent acks), the admin requests made to classify skipped ids (by kind, and per second
+of the run), and ``mappings`` rows per mapped entry, as the batches wrote them.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
+#: The modes compared by default: the baseline first.
+HOLES = ("verified", "probe")
+
 
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
-                     timeout_s: float = 900.0) -> dict[str, Any]:
-    """Run the workload and the job on ``partitions`` partitions; return the figures."""
+                     timeout_s: float = 900.0, holes: Sequence[str] = HOLES) -> dict[str, Any]:
+    """Run the workload and the job on ``partitions`` partitions for each mode of
+    ``holes``, on one test bed; return the figures per mode."""
+    from cursorsync_devtools.testbed import TestBed, TestBedConfig
+
+    root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-wide-"))
+    bed = TestBed(TestBedConfig(work_dir=root / "pulsar")).start()
+    try:
+        runs = {mode: _run(bed, root / mode, partitions, entries_per_partition,
+                           produce_seconds, timeout_s, mode) for mode in holes}
+    finally:
+        bed.stop()
+        if not work_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
+            "runs": runs}
+
+
+def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
+         produce_seconds: float, timeout_s: float, holes: str) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
-    spec = WorkloadSpec(partitioned_topic="wide", partitions=partitions, plain_topic="wide-plain",
-                        chunked_topic=None, entries_per_partition=entries_per_partition,
+    spec = WorkloadSpec(partitioned_topic=f"wide-{holes}", partitions=partitions,
+                        plain_topic=f"wide-plain-{holes}", chunked_topic=None,
+                        entries_per_partition=entries_per_partition,
                         produce_seconds=produce_seconds, subscription_types=("Shared",),
                         foreign_per_partition=0)
-    root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-wide-"))
-    try:
-        report = demo(work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s)
-        store = open_store("delta-rs", str(root / "tables"))
-        progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
-        sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
-        lags = np.asarray(sent.column("lag_ms").to_numpy(), float) / 1000
-        kinds = store.read("mappings", columns=["kind"]).column("kind")
-        segments = int(pc.sum(pc.equal(kinds, "segment")).as_py() or 0)
-    finally:
-        if not work_dir:
-            shutil.rmtree(root, ignore_errors=True)
+    report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s,
+                  holes=holes)
+    store = open_store("delta-rs", str(root / "tables"))
+    progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
+    sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
+    lags = np.asarray(sent.column("lag_ms").to_numpy(), float) / 1000
+    kinds = store.read("mappings", columns=["kind"]).column("kind")
+    segments = int(pc.sum(pc.equal(kinds, "segment")).as_py() or 0)
     ours, builtin = report.cursorsync["Shared"], report.builtin["Shared"]
     messages = ours["messages"]
     return {
-        "benchmark": "partitions", "partitions": partitions,
-        "topics": report.topics, "messages": messages,
+        "holes": holes, "topics": report.topics, "messages": messages,
         "losses": ours["losses"], "duplicates": ours["duplicates"],
         "duplicates_partial_batch": ours["partial_batch"],
         "builtin_duplicates": builtin["duplicates"], "builtin_losses": builtin["losses"],
@@ -55,6 +75,10 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
         "batches": report.batch_seconds,
         "sync_lag_p50_s": round(float(np.percentile(lags, 50)), 2) if len(lags) else None,
         "sync_lag_p99_s": round(float(np.percentile(lags, 99)), 2) if len(lags) else None,
+        "skipped_id_requests": report.skipped_id_requests,
+        "skipped_id_requests_per_s": {
+            kind: round(n / report.seconds, 1) for kind, n in report.skipped_id_requests.items()
+        } if report.seconds else {},
         "mapping_rows": len(kinds), "segment_rows": segments,
         "segment_rows_per_entry": round(segments / messages, 4) if messages else None,
         "seconds": round(report.seconds, 1),

@@ -7,7 +7,8 @@ Commands::
     cursorsync-dev bench plan [--partitions P] [--active F] [--json]
     cursorsync-dev bench mapping-batch [--partitions P] [--active F] [--json]
     cursorsync-dev bench mapping-rows [--entries N] [--batch-entries B] [--json]
-    cursorsync-dev bench partitions [--partitions P] [--seconds N] [--timeout T] [--json]
+    cursorsync-dev bench partitions [--partitions P] [--seconds N] [--timeout T]
+                                    [--holes verified,probe] [--json]
     cursorsync-dev bench admin [--partitions P] [--workers W,W] [--json]
     cursorsync-dev bench failover [--seed S] [--partitions P] [--messages M] [--json]
     cursorsync-dev bench e2e [--seconds N] [--backlog N] [--evidence S,S] [--json]
@@ -239,16 +240,29 @@ def bench_partitions(
     timeout: Annotated[float, typer.Option(
         "--timeout", min=1, help="Seconds the sync may take to catch up after the workload "
         "(the failover check waits for it).")] = 900.0,
+    holes: Annotated[str, typer.Option(
+        "--holes", help="evidence.holes modes to run one after the other on one test bed, "
+        "comma-separated; the first is the baseline.")] = "verified,probe",
     json_output: JsonOption = False,
 ) -> None:
-    """One job syncing a topic of many partitions on the local test bed: failover counts,
-    per-batch time, sync lag and mapping rows per entry."""
+    """One job syncing a topic of many partitions on the local test bed, once per way of
+    classifying skipped ids: failover counts, per-batch time, sync lag, the admin requests
+    the classification made and mapping rows per entry."""
     from cursorsync_devtools.bench_partitions import bench_partitions as run_bench
 
+    modes = tuple(m.strip() for m in holes.split(",") if m.strip())
+    if not modes or set(modes) - {"verified", "probe", "unacked"}:
+        raise typer.BadParameter(f"not a list of verified, probe, unacked: {holes!r}",
+                                 param_hint="--holes")
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
-                           timeout_s=timeout)
-    print_figures(result, json_output)
+                           timeout_s=timeout, holes=modes)
+    if json_output:
+        print_figures(result, json_output)
+        return
+    rows = [(f"{mode} {name}", value) for mode, run in result["runs"].items()
+            for name, value in run.items()]
+    print_figures(result, json_output, rows)
 
 
 @bench_app.command("admin")

@@ -141,12 +141,17 @@ def test_bench_failover_bad_workload_is_a_user_error() -> None:
 def test_bench_partitions_and_mapping_rows_dispatch_and_print(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls = fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
-                        lambda *a, **k: {"partitions": a[0], "losses": 0})
+                        lambda *a, **k: {"partitions": a[0], "runs": {
+                            m: {"losses": 0} for m in k["holes"]}})
     out = invoke("bench", "partitions", "--partitions", "1000", "--seconds", "20",
                  "--timeout", "1800", "--json")
-    assert out.exit_code == 0 and json.loads(out.stdout) == {"partitions": 1000, "losses": 0}
+    assert out.exit_code == 0 and json.loads(out.stdout) == {
+        "partitions": 1000, "runs": {"verified": {"losses": 0}, "probe": {"losses": 0}}}
     assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
-                      "timeout_s": 1800.0}]
+                      "timeout_s": 1800.0, "holes": ("verified", "probe")}]
+    out = invoke("bench", "partitions", "--holes", "probe")
+    assert out.exit_code == 0 and "probe losses" in out.stdout
+    assert invoke("bench", "partitions", "--holes", "maybe").exit_code == 2
     batch = fake_module(monkeypatch, "cursorsync_devtools.bench_mapping_batch",
                         "bench_mapping_batch", lambda *a, **k: {
                             "partitions": a[0], "batches": [{"state_seconds": 0.1}]})
