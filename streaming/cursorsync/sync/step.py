@@ -139,6 +139,9 @@ class SyncStep:
         self.topology = topology
         self.live_ledgers = live_ledgers
         self.previous: dict[Key, ObservedCursor] = {}
+        #: The first observation of each cursor whose first plan waits: the ledgers it
+        #: listed show, at that plan, which gone ledgers were its topic's (trimmed).
+        self.first_seen: dict[Key, ObservedCursor] = {}
         #: Cursors halted in the tables: nothing is emitted for them.
         self.halted_keys: set[Key] = set()
         self.lookups = MarkerLookups(lookup_markers)
@@ -169,11 +172,13 @@ class SyncStep:
             t0 = time.perf_counter()
             planned = self._plan(item, target, prev, given)
             totals.translate_seconds += time.perf_counter() - t0
-            lost = self._lost(obs, prev, item.topic, planned.used, target)
+            witness = prev if prev is not None else self.first_seen.get(k)
+            lost = self._lost(obs, witness, item.topic, planned.used, target)
             if lost is None:
                 totals.unavailable += 1
                 continue  # the previous observation (or none) stays, as the evidence
             self.previous[k] = obs
+            self.first_seen.pop(k, None)
             plan = planned.plan
             if lost.entries:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
@@ -192,6 +197,10 @@ class SyncStep:
         resume = self.lookups.next_batch()
         latest = newest(observed)
         deferred = self.kept.deferred(latest, self.previous)
+        for obs in latest if deferred else ():
+            k = (obs.key, obs.subscription)
+            if k in deferred and k not in self.previous:
+                self.first_seen.setdefault(k, obs)
         work = [self.kept.sort(obs, given.version(obs.key), self.lookups.markers(obs.key),
                                self.halted_keys)
                 for obs in in_turn(latest, resume)

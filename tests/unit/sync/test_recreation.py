@@ -201,3 +201,27 @@ def test_a_cursor_observed_before_is_judged_on_its_ledgers_not_on_clocks() -> No
         step.run([ObservedCursor(KEY, "sub", before, NOW)], {KEY: MAPPING})
         (record,) = step.run([ObservedCursor(KEY, "sub", after, NOW)], {KEY: MAPPING}).records
         assert record.result == outcome, owned
+
+
+@pytest.mark.parametrize(("first_listed", "expected"), [
+    ([(5, 10), (9, 0)], "emitted"),  # ledger 5 listed with 9: the same topic, trimmed since
+    ([(5, 10)], "halted"),  # ledger 5 only: the topic now owns none that old (deleted since)
+])
+def test_a_cursor_whose_first_plan_waited_is_judged_on_its_first_observation(
+        first_listed: list[tuple[int, int]], expected: str) -> None:
+    """Two cursors, one first plan a batch: the second waits while its topic's ledger 5 is
+    trimmed. Its first observation, when it listed ledger 5, is the witness at its plan."""
+    other = PartitionKey("persistent://t/n/orders", 1)
+    emitter = _Emitter()
+    step = SyncStep(StepSettings(first_plans_per_batch=1), emitter,
+                    lambda t, s: FRESH_TARGET,
+                    source_created_at=lambda t: TopicCreation("c", (9, 10)))
+    mappings = {KEY: MAPPING, other: MAPPING}
+    first = CursorState(Position(5, 4), RangeSet(), Ledgers.of(first_listed))
+    now = CursorState(Position(9, 4), RangeSet(), Ledgers.of([(9, 5)]))
+    waited = step.run([ObservedCursor(other, "sub", first, NOW),
+                       ObservedCursor(KEY, "sub", first, NOW)], mappings)
+    assert [r.key for r in waited.records] == [KEY]  # the other one waits
+    result = step.run([ObservedCursor(other, "sub", now, NOW)], mappings)
+    (record,) = result.records
+    assert record.key == other and record.result == expected, record
