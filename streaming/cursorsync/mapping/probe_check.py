@@ -1,7 +1,8 @@
 """Skipped target ids classified by the target's probe cursors (``evidence.holes: probe``).
 
-Each target partition with skipped ids gets a probe subscription
-(:mod:`cursorsync.pulsar.dispatch_probe`), placed at the first id it is asked about. Once
+Each target partition the mapping reads gets a probe subscription
+(:mod:`cursorsync.pulsar.dispatch_probe`), placed at the first skipped id it is asked about
+or just after the first position the mapping reports, whichever comes first. Once
 the probe has received a message past a partition's candidates, one internalStats read
 says which of them the broker filtered out of dispatch (:mod:`cursorsync.core.filtered`):
 their leading runs are claimed. What the cursor read cannot answer goes to the per-id
@@ -82,8 +83,14 @@ class ProbeHoleCheck:
 
     def read_to(self, positions: Mapping[PartitionKey, Position]) -> None:
         """How far the mapping has read and classified each target partition: its probe
-        acks up to there."""
-        self.probe.release({key.concrete_topic(): pos for key, pos in positions.items()})
+        acks up to there. A partition without a probe in this process gets one placed just
+        after there, so that a probe subscription an earlier run left never holds the
+        target's retention back, and later skipped ids find the probe in place."""
+        topics = {key.concrete_topic(): pos for key, pos in positions.items()}
+        for topic, pos in topics.items():
+            if not self.probe.is_placed(topic):
+                self.probe.place(topic, Position(pos.ledger, pos.entry + 1))
+        self.probe.release(topics)
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind (the policies' reads aside)."""
