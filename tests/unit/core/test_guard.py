@@ -24,6 +24,7 @@ from cursorsync.core.guard import (
     guard,
     may_hold_entries,
 )
+from cursorsync.core.keys import MAX_KEYED_ENTRY
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -320,6 +321,29 @@ def test_source_ledgers_too_far_for_based_keys_back_nothing() -> None:
     mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 6), Segment(far, 0, 7, 6, 4)]))
     bad = check_safe(_plan("7:-1", "[(7:-1..7:9]]"), CursorState.parse("1:5"), mapping, FRESH)
     assert str(bad) == "[(7:5..7:9]]"
+
+
+def test_a_run_ending_past_the_keyed_entry_limit_covers_no_more_than_its_entries() -> None:
+    """1:0..1:4 -> 7:(M-3)..7:(M+1), the last entry id one past what a based key holds, and
+    1:5..1:8 -> 8:0..8:3, all acked. A range from 7:(M-4) to 8:3 also takes in every
+    position of ledger 7 after 7:(M+1), which nothing maps: those are refused."""
+    m = MAX_KEYED_ENTRY
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, m - 3, 5), Segment(1, 5, 8, 0, 4)]))
+    source = CursorState.parse("1:8")
+    bad = check_safe(_plan("7:-1", f"[(7:{m - 4}..8:3]]"), source, mapping, FRESH)
+    assert str(bad) == f"[(7:{m + 1}..8:-1]]"
+    exact = f"[(7:{m - 4}..7:{m + 1}],(8:-1..8:3]]"
+    assert not check_safe(_plan("7:-1", exact), source, mapping, FRESH)
+
+
+def test_acks_in_the_next_source_ledger_back_no_entry_past_the_keyed_entry_limit() -> None:
+    """2:(M-3)..2:(M+6) -> 7:0..7:9, the run's end past what a based key holds; the source
+    acked 3:0..3:4. 7:5..7:9 are copies of 2:(M+2)..2:(M+6), none of them acked."""
+    m = MAX_KEYED_ENTRY
+    mapping = TopicMapping(SegmentSet.of([Segment(2, m - 3, 7, 0, 10)]))
+    source = CursorState(P("1:-1"), RangeSet.parse("[(3:-1..3:4]]"))
+    bad = check_safe(_plan("7:-1", "[(7:4..7:9]]"), source, mapping, FRESH)
+    assert str(bad) == "[(7:4..7:9]]"
 
 
 def test_overlapping_runs_cover_no_more_than_they_hold() -> None:
