@@ -183,6 +183,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     server = metrics.serve(config.metrics) if config.metrics.enabled and serve_metrics else None
     dry = config.emission.dry_run if dry_run is None else dry_run
     metrics.set_dry_run(dry)
+    metrics.start_sync_clocks([*(s for t in config.topics for s in t.subscriptions),
+                               *(s for n in config.namespaces for s in n.subscriptions)])
     clients = Clients.open(config, dry_run=dry, emitter=emitter)
     # Evidence that does not hold on a topic's replication clusters stops the start here.
     watch = start_topologies(config, clients.source_admin, clients.target_admin)

@@ -107,6 +107,7 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.subscriptions_of = subscriptions_of
         self._waiting_subscriptions: set[str] = set()
+        self._sync_clocks: set[str] = set()
         r = self.registry
         self._entries_ingested = Counter(
             "cursorsync_mapping_entries_ingested", "Entries read by the mapping query.",
@@ -341,6 +342,17 @@ class Metrics:
     def mark_synced(self, subscription: str, at: float | None = None) -> None:
         """The subscription was synced without error at Unix time ``at`` (default: now)."""
         self._last_sync.labels(subscription=subscription).set(time.time() if at is None else at)
+        self._sync_clocks.add(subscription)
+
+    def start_sync_clocks(self, subscriptions: Iterable[str], at: float | None = None) -> None:
+        """The named subscriptions (``*`` aside) without a last sync in this process get the
+        job's start (``at``, default now) as theirs: one that is never synced after a start
+        then goes stale like one whose syncs stopped, instead of having no series."""
+        now = time.time() if at is None else at
+        for name in subscriptions:
+            if name != "*" and name not in self._sync_clocks:
+                self._last_sync.labels(subscription=name).set(now)
+                self._sync_clocks.add(name)
 
     def record_error(self, stage: str, count: int = 1) -> None:
         """``count`` failures in ``stage`` (see :data:`STAGES`); never pass a message as the

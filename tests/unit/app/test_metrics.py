@@ -266,3 +266,18 @@ def test_real_prometheus_scrapes_our_endpoint(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def test_named_subscriptions_start_their_sync_clock_at_the_jobs_start() -> None:
+    """A subscription never synced after a start has a last sync (the start), so the stale
+    alert fires for it as for one whose syncs stopped; one synced keeps its time, also
+    across an in-process restart."""
+    m = Metrics()
+    m.mark_synced("billing", at=1_700_000_500.0)
+    m.start_sync_clocks(["billing", "orders", "*"], at=1_700_000_000.0)
+    stamp = "cursorsync_last_successful_sync_timestamp_seconds"
+    assert sample(m, stamp, subscription="orders") == 1_700_000_000.0
+    assert sample(m, stamp, subscription="billing") == 1_700_000_500.0
+    m.start_sync_clocks(["orders"], at=1_700_000_900.0)  # the queries restarted
+    assert sample(m, stamp, subscription="orders") == 1_700_000_000.0
+    assert 'subscription="*"' not in m.exposition()
