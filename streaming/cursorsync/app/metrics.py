@@ -34,6 +34,7 @@ sum over topics.
 from __future__ import annotations
 
 import math
+import platform
 import re
 import threading
 import time
@@ -43,7 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import start_http_server as _start_http_server
 
 from cursorsync.app.settings import MetricsConfig
@@ -92,6 +100,20 @@ class MetricsServer:
         self.stop()
 
 
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from cursorsync import __version__
+
+    out = {"version": __version__, "python": platform.python_version()}
+    for dist in ("pyspark", "pulsar-client", "deltalake", "delta-spark"):
+        try:
+            out[dist.replace("-", "_")] = version(dist)
+        except PackageNotFoundError:
+            out[dist.replace("-", "_")] = ""
+    return out
+
+
 class Metrics:
     """All of cursorsync's metrics, in a registry of their own (safe to create many, e.g. in tests).
 
@@ -108,6 +130,13 @@ class Metrics:
         self.subscriptions_of = subscriptions_of
         self._waiting_subscriptions: set[str] = set()
         self._sync_clocks: set[str] = set()
+        # cursorsync_process_start_time_seconds shows a driver restart (the errors counter
+        # counts the job's own restarts of its queries, within one process); CPU and memory
+        # besides.
+        ProcessCollector(namespace="cursorsync", registry=self.registry)
+        versions = _versions()
+        Gauge("cursorsync_build_info", "1, labelled with the versions the job runs with.",
+              sorted(versions), registry=self.registry).labels(**versions).set(1)
         r = self.registry
         self._entries_ingested = Counter(
             "cursorsync_mapping_entries_ingested", "Entries read by the mapping query.",
