@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,7 @@ from cursorsync.core import keys as keys_mod
 from cursorsync.core.cursor import fold
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
-from cursorsync.core.ranges import RangeSet
+from cursorsync.core.ranges import RangeSet, spans
 
 P = Position.parse
 LEDGERS = [0, 3, 7]
@@ -286,3 +288,164 @@ def test_key_layout_corners() -> None:
         Ledgers.of([(3, 10), (4, 3), (2**40, 6)])) == 8 + 2 + 5
     # A ledger list with nothing in it moves nothing.
     assert near.canonical(Ledgers.of([])) == near
+
+
+# ------------------------------------- sets whose keys come late, and the edges of the API
+
+def _late(rs: RangeSet, ledger: int) -> RangeSet:
+    """The same set made by the exact-key fallback: canonical bounds whose based keys are
+    derived on first use (as results of the fallback and canonical plans are). ``ledger``
+    is past every range of ``rs``; entries past 2**32 - 2 there have no based key."""
+    wide = RangeSet.of((Position(ledger, 2**40), Position(ledger, 2**40 + 1)))
+    return (rs | wide) - wide
+
+
+#: Layouts for _late sets: ledger -1 only, a low ledger beside ledgers of the next key base,
+#: and every ledger in the next key base (where ledger -1 must still key below them all).
+LATE_LABELS = {
+    "plain": {lg: lg for lg in [-1, *LEDGERS]},
+    "low and high": {-1: -1, 0: 1, 3: 2**30 + 4, 7: 2**30 + 8},
+    "high": {-1: -1, 0: 2**30 + 1, 3: 2**30 + 4, 7: 2**30 + 8},
+}
+LATE_SETS = [
+    "[]",
+    "[(-1:0..-1:5]]",
+    "[(-1:0..-1:1],(-1:2..-1:3],(-1:4..-1:5]]",
+    "[(-1:0..-1:1],(-1:2..-1:3],(-1:4..0:2],(3:1..3:4]]",
+    "[(-1:-1..0:3],(7:0..7:2]]",
+    "[(0:0..0:2],(0:3..0:5],(3:0..3:1],(7:1..7:3]]",
+    "[(0:1..0:4],(3:0..7:2]]",
+]
+
+
+@pytest.mark.parametrize("labels", list(LATE_LABELS))
+def test_sets_keyed_late_meet_keyed_sets_like_sets(labels: str) -> None:
+    to = LATE_LABELS[labels]
+    universe = [Position(to[lg], e) for lg in [-1, *LEDGERS] for e in range(-1, 8)]
+
+    def entries(rs: RangeSet) -> set[Position]:
+        return {p for p in universe if any(lo < p <= hi for lo, hi in rs)}
+
+    sets = [_relabel(RangeSet.parse(text), to) for text in LATE_SETS]
+    others = [*sets, *(RangeSet.up_to(Position(to[lg], 1)) for lg in LEDGERS)]
+    for a in sets:
+        late = _late(a, to[7] + 1)
+        assert str(late) == str(a) and [p in late for p in universe] == [
+            p in entries(a) for p in universe]
+        for b in others:
+            for got, want in ((late | b, entries(a) | entries(b)),
+                              (late & b, entries(a) & entries(b)),
+                              (late - b, entries(a) - entries(b)),
+                              (b - late, entries(b) - entries(a))):
+                assert entries(got) == want, (str(a), str(b))
+                assert str(got) == str(RangeSet(got.bounds.copy()))
+
+
+def test_entries_too_large_for_based_keys() -> None:
+    # Entries past 2**32 - 2 have no based key: such sets keep to exact keys.
+    big = 2**40
+    across = RangeSet.of((Position(3, big), Position(5, 2)))
+    assert [p in across for p in (P("3:7"), Position(3, big + 1), P("4:0"), P("5:2"),
+                                  P("5:3"))] == [False, True, True, True, False]
+    assert across & RangeSet.up_to(P("5:0")) == RangeSet.of((Position(3, big), P("5:0")))
+    within = RangeSet.of((P("3:0"), Position(3, big)))
+    assert P("4:0") not in within and P("3:5") in within
+    assert str(within - RangeSet.up_to(P("3:5"))) == f"[(3:5..3:{big}]]"
+    # Points with small entries only: the key space still holds the bounds' entries.
+    assert across.contains_many([P("4:0"), P("6:0")]).tolist() == [True, False]
+
+
+def test_sets_in_ledger_minus_one() -> None:
+    """Ledger -1 (MIN_POSITION's) with no other: based keys of base 0."""
+    low = RangeSet.up_to(P("-1:5"))
+    assert str(low) == "[(-1:-1..-1:5]]" and P("-1:0") in low and P("0:0") not in low
+    assert RangeSet.parse("[(1:0..1:5]]").contains_many([P("-1:3"), P("1:3")]).tolist() == [
+        False, True]
+    assert low | RangeSet.parse("[(-1:7..0:1]]") == RangeSet.parse(
+        "[(-1:-1..-1:5],(-1:7..0:1]]")
+
+
+def test_up_to_at_or_below_min_position_is_empty() -> None:
+    for p in (Position(-1, -1), Position(-1, -2), Position(-2, 5)):
+        assert not RangeSet.up_to(p)
+    assert RangeSet.up_to(P("0:-1")) == RangeSet.parse("[(-1:-1..0:-1]]")
+
+
+def test_spans_gathers_each_span_in_turn() -> None:
+    assert spans(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist() == [5, 6, 9, 10, 11]
+
+
+def test_bounds_of_any_integer_dtype_are_exact() -> None:
+    # Unsigned ids (as an Arrow uint64 column holds them) past 2**53 stay exact.
+    lg = 2**53 + 1
+    got = RangeSet.entries(np.array([lg], np.uint64), np.array([5], np.uint64),
+                           np.array([3], np.uint64))
+    assert got == RangeSet.of((Position(lg, 4), Position(lg, 7)))
+    assert RangeSet(np.array([[3, 0, 3, 5], [7, 1, 7, 2]], np.int32)) == RangeSet.parse(
+        "[(3:0..3:5],(7:1..7:2]]")
+
+
+def test_equality_tells_sets_apart() -> None:
+    a = RangeSet.parse("[(1:0..1:5]]")
+    far = RangeSet.of((Position(1, 2**40), Position(1, 2**40 + 5)))  # no based keys
+    for other in (RangeSet.parse("[(1:0..1:6]]"), RangeSet.parse("[(1:1..1:5]]"),
+                  RangeSet.parse("[(1:0..1:5],(1:7..1:8]]"), RangeSet(), far):
+        assert a != other and other != a
+    assert RangeSet() != "[]" and a != str(a) and a == RangeSet.parse(str(a))
+    # Hashes spread (dict and set lookups rely on it), and equal sets hash alike.
+    assert len({hash(RangeSet.up_to(Position(1, e))) for e in range(50)}) == 50
+
+
+def test_is_canonical_rejects_what_the_constructor_would_fix() -> None:
+    def raw(*rows: tuple[int, int, int, int]) -> RangeSet:
+        return RangeSet(np.array(rows, np.int64), _canonical=True)
+
+    assert raw((1, 0, 1, 1), (1, 5, 1, 8)).is_canonical()
+    for bad in (raw((1, 5, 1, 3)), raw((1, 3, 1, 3)), raw((1, 0, 1, 3), (1, 3, 1, 5)),
+                raw((1, 0, 1, 1), (1, 5, 1, 8), (1, 7, 1, 9))):
+        assert not bad.is_canonical()
+
+
+def test_repr_shows_the_set_up_to_200_characters() -> None:
+    assert repr(RangeSet.parse("[(1:5..1:6]]")) == "RangeSet([(1:5..1:6]])"
+    head = ",".join(f"(1:{2 * i}..1:{2 * i + 1}]" for i in range(15))
+    for last in ("(1:30..1:310]", "(1:300..1:310]"):  # 200 and 201 characters
+        text = f"[{head},{last}]"
+        cut = text if len(text) < 200 else text[:200] + "..."
+        assert repr(RangeSet.parse(text)) == f"RangeSet({cut})"
+
+
+def test_contains_answers_a_boolean_per_point() -> None:
+    keyed = RangeSet.parse("[(1:0..1:5]]")
+    for rs, points in ((keyed, []), (RangeSet(), [P("1:1")]), (keyed, [P("1:1"), P("1:9")])):
+        got = rs.contains_many(points)
+        assert got.dtype == np.bool_ and got.tolist() == [p in members(rs) or (
+            rs == keyed and p == P("1:1")) for p in points]
+
+
+def test_iter_entries_without_ledgers_stays_within_one_ledger() -> None:
+    rs = RangeSet.parse("[(1:-1..1:2],(1:5..1:7]]")
+    assert [str(p) for p in rs.iter_entries()] == ["1:0", "1:1", "1:2", "1:6", "1:7"]
+    with pytest.raises(ValueError, match=re.escape("range (1:5..2:3] spans ledgers; its")):
+        list(RangeSet.parse("[(1:0..1:1],(1:5..2:3]]").iter_entries())
+
+
+def test_parse_error_names_the_range_and_the_text() -> None:
+    with pytest.raises(ValueError) as bad:
+        RangeSet.parse("[(1:5..1:6],(6:0..5:9]]")
+    assert str(bad.value) == ("range 1 of '[(1:5..1:6],(6:0..5:9]]', (6:0..5:9],"
+                              " does not end after it starts")
+    long = "[" + ",".join(f"(1:{2 * i}..1:{2 * i + 1}]" for i in range(30)) + ",(9:5..9:5]]"
+    with pytest.raises(ValueError) as bad:
+        RangeSet.parse(long)
+    assert str(bad.value) == (f"range 30 of {long[:200]!r}, (9:5..9:5],"
+                              " does not end after it starts")
+
+
+def test_unsorted_bounds_far_apart_are_sorted_and_read_only() -> None:
+    far = 2**40
+    rows = [[far, 0, far, 5], [5, 0, 5, 3], [2**30 + 5, 0, 2**30 + 5, 1], [6, 0, 6, 1]]
+    rs = RangeSet(np.array(rows, np.int64))
+    assert str(rs) == f"[(5:0..5:3],(6:0..6:1],({2**30 + 5}:0..{2**30 + 5}:1],({far}:0..{far}:5]]"
+    with pytest.raises(ValueError):
+        rs.bounds[0, 0] = 9
