@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from cursorsync.app.logs import NOISY_LOGGERS
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
@@ -23,6 +24,10 @@ pytest_plugins = ["tests.support.delta_spark"]
 
 _names = itertools.count()
 
+# No per-example deadline: on a shared 2-core machine a slow example says nothing about
+# the code, and hypothesis would fail it as flaky.
+settings.register_profile("cursorsync", deadline=None)
+settings.load_profile("cursorsync")
 
 
 @pytest.fixture(scope="session")
