@@ -103,10 +103,11 @@ def unpack(keys: I64, base: int) -> tuple[I64, I64]:
 def rebase(keys: I64, base: int, to: int) -> I64:
     """The same positions (sorted keys) as keys of base ``to`` (<= ``base``); ledger -1
     stays at 0."""
-    if to == base:
+    first = int(np.searchsorted(keys, 1 << ENTRY_BITS))
+    if to == base or first == len(keys):  # nothing to move (a far base may not fit int64)
         return keys
     out = keys.copy()
-    out[int(np.searchsorted(keys, 1 << ENTRY_BITS)):] += (base - to) << ENTRY_BITS
+    out[first:] += (base - to) << ENTRY_BITS
     return out
 
 

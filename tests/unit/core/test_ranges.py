@@ -449,3 +449,14 @@ def test_unsorted_bounds_far_apart_are_sorted_and_read_only() -> None:
     assert str(rs) == f"[(5:0..5:3],(6:0..6:1],({2**30 + 5}:0..{2**30 + 5}:1],({far}:0..{far}:5]]"
     with pytest.raises(ValueError):
         rs.bounds[0, 0] = 9
+
+
+def test_a_set_of_ledger_minus_one_alone_meets_a_set_keyed_far_from_it() -> None:
+    """A set holding positions of ledger -1 only, keyed with a base far above another
+    set's: nothing of it moves to the other base, and the algebra answers as for sets."""
+    far = 2**40
+    low = RangeSet.up_to(Position(far, 5)) - RangeSet.parse(f"[(-1:5..{far}:5]]")
+    assert str(low) == "[(-1:-1..-1:5]]"
+    other = RangeSet.parse("[(3:0..3:1]]")
+    assert str(low | other) == "[(-1:-1..-1:5],(3:0..3:1]]"
+    assert not (low & other) and other - low == other and low - other == low
