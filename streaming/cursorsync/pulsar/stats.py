@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -120,6 +121,11 @@ def _optional(topic: str, doc: Mapping[str, Any], name: str, kind: type,
     return None if doc.get(name) is None else _field(topic, doc, name, kind, where)
 
 
+#: A read position the broker writes with its ack set: ``7326:1 (ackSet is null)`` (a cursor
+#: whose consumer seeks or acks by message id, as the probe's does).
+_ANNOTATED = re.compile(r"(-?\d+:-?\d+) \(ackSet [^()]*\)")
+
+
 def _position(topic: str, text: str, where: str) -> Position:
     try:
         return Position.parse(text)
@@ -185,6 +191,8 @@ def parse_cursor(topic: str, name: str, doc: Mapping[str, Any], ledgers: Ledgers
             f"{topic}: field {where}.individuallyDeletedMessages is malformed: {shown!r} ({e})"
         ) from e
     rp_text = _optional(topic, doc, "readPosition", str, where)
+    if rp_text is not None and (annotated := _ANNOTATED.fullmatch(rp_text)):
+        rp_text = annotated[1]
     read_position = (None if rp_text is None
                      else _position(topic, rp_text, f"{where}.readPosition"))
     props = doc.get("properties")

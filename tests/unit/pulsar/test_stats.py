@@ -167,6 +167,20 @@ def test_empty_topic_and_missing_idm() -> None:
     assert s.subscriptions["s"].state.individually_deleted == RangeSet()
 
 
+def test_a_read_position_written_with_its_ack_set_is_read() -> None:
+    """Pulsar 4.0.8 writes the read position of a cursor whose consumer seeks or acks by
+    message id (the probe's) with its ack set: ``7326:1 (ackSet is null)``."""
+    doc = {"entriesAddedCounter": 2, "lastConfirmedEntry": "7326:1", "ledgers": [
+        {"ledgerId": 7326, "entries": 0, "size": 0, "offloaded": False}],
+        "cursors": {"cursorsync-probe": {"markDeletePosition": "7326:0",
+                                         "readPosition": "7326:1 (ackSet is null)"}}}
+    s = parse_internal_stats(TOPIC, doc)
+    assert s.subscriptions["cursorsync-probe"].read_position == Position(7326, 1)
+    doc["cursors"]["cursorsync-probe"]["readPosition"] = "7326:1 (something else)"
+    with pytest.raises(MalformedAdminOutputError, match="readPosition"):
+        parse_internal_stats(TOPIC, doc)
+
+
 @pytest.mark.parametrize(("mutate", "field"), [
     (lambda d: d.pop("ledgers"), "ledgers"),
     (lambda d: d.pop("lastConfirmedEntry"), "lastConfirmedEntry"),
