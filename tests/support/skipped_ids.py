@@ -73,3 +73,20 @@ def send_chunked(bed: TestBed, topic: str, count: int, size: int) -> list[Positi
 def runtime_setting(bed: TestBed, cluster: str, name: str) -> str:
     conf = bed.admin_call(cluster, "GET", "/admin/v2/brokers/configuration/runtime", ok=(200,))
     return str(conf[name])
+
+
+def markers_chunks_and_messages(bed: TestBed, topic: str, *, updates: bool = False) -> None:
+    """On a, then replicated to b: a replicated Shared subscription's markers around three
+    messages, two chunked messages, and one plain message after them. ``updates``: one
+    message acked as well (an UPDATE marker or two)."""
+    from tests.support.replicated import send_with_snapshots
+
+    consumer = send_with_snapshots(bed.client("a"), topic, 3)
+    send_chunked(bed, topic, 2, 600 * 1024)
+    if updates:
+        consumer.acknowledge(consumer.receive(10_000))
+    producer = bed.client("a").create_producer(topic, batching_enabled=False)
+    producer.send(b"after")
+    producer.close()
+    consumer.close()
+    bed.wait_replicated([topic])

@@ -19,7 +19,14 @@ from cursorsync.core.cursor import CursorState
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.replicated import send_with_snapshots
-from tests.support.skipped_ids import delivered, raw_headers, runtime_setting, send_chunked, stored
+from tests.support.skipped_ids import (
+    delivered,
+    markers_chunks_and_messages,
+    raw_headers,
+    runtime_setting,
+    send_chunked,
+    stored,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -33,13 +40,7 @@ def test_a_continuous_read_skips_only_markers_and_the_chunks_inside_a_delivered_
     reader did return (a chunked message's id names both). Nothing else is skipped."""
     bed = testbed
     (t,) = bed.create_topic(topic_name("skips"))
-    consumer = send_with_snapshots(bed.client("a"), t, 3)
-    send_chunked(bed, t, 2, 600 * 1024)
-    producer = bed.client("a").create_producer(t, batching_enabled=False)
-    producer.send(b"after")
-    producer.close()
-    consumer.close()
-    bed.wait_replicated([t])
+    markers_chunks_and_messages(bed, t)
     got = delivered(bed, "b", t)
     spans = [(f, last) for f, last in got if f != last]
     assert len(spans) == 2, got
@@ -135,13 +136,7 @@ def test_a_durable_cursor_shows_which_ids_the_broker_filtered_as_it_dispatched(
     every id the consumer skipped."""
     bed = testbed
     (t,) = bed.create_topic(topic_name("filtered"))
-    consumer = send_with_snapshots(bed.client("a"), t, 3)
-    send_chunked(bed, t, 2, 600 * 1024)
-    producer = bed.client("a").create_producer(t, batching_enabled=False)
-    producer.send(b"after")
-    producer.close()
-    consumer.close()
-    bed.wait_replicated([t])
+    markers_chunks_and_messages(bed, t)
     probe = bed.client("b").subscribe(t, "probe", consumer_type=pulsar.ConsumerType.Exclusive,
                                       initial_position=pulsar.InitialPosition.Earliest)
     got = []

@@ -17,8 +17,7 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
-from tests.support.replicated import send_with_snapshots
-from tests.support.skipped_ids import delivered, send_chunked, stored
+from tests.support.skipped_ids import delivered, markers_chunks_and_messages, stored
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -40,22 +39,10 @@ def skipped_on_b(bed: TestBed, topic: str) -> tuple[Runs, Position]:
     return Runs.from_positions([p.ledger for p in ids], [p.entry for p in ids]), end
 
 
-def markers_chunks_and_messages(bed: TestBed, topic: str) -> None:
-    consumer = send_with_snapshots(bed.client("a"), topic, 3)
-    send_chunked(bed, topic, 2, 600 * 1024)
-    consumer.acknowledge(consumer.receive(10_000))  # an UPDATE marker or two
-    producer = bed.client("a").create_producer(topic, batching_enabled=False)
-    for i in range(3):
-        producer.send(b"after-%d" % i)
-    producer.close()
-    consumer.close()
-    bed.wait_replicated([topic])
-
-
 def test_the_probe_claims_what_the_per_id_check_claims_for_far_fewer_requests(
         testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
     (t,) = testbed.create_topic(topic_name("probe"))
-    markers_chunks_and_messages(testbed, t)
+    markers_chunks_and_messages(testbed, t, updates=True)
     runs, end = skipped_on_b(testbed, t)
     key = PartitionKey(t, -1)
     verified = AdminHoleCheck(admin_b)
@@ -88,7 +75,7 @@ def test_a_topic_with_a_message_ttl_is_checked_per_id(
     testbed.admin_call("b", "POST", ttl + "?messageTTL=3600")
     wait_for("the TTL applied on b", lambda: testbed.admin_call(
         "b", "GET", ttl + "?applied=true", ok=(200,)) == 3600, timeout_s=30)
-    markers_chunks_and_messages(testbed, t)
+    markers_chunks_and_messages(testbed, t, updates=True)
     runs, _ = skipped_on_b(testbed, t)
     key = PartitionKey(t, -1)
     expected = AdminHoleCheck(admin_b)({key: runs})
