@@ -153,8 +153,10 @@ def test_a_ledger_made_with_the_same_id_on_a_and_c_makes_c_s_stamps_name_a_s_ent
     """The three-cluster workload's set-up (``TestBed.align_ledger_ids``, then each topic
     partition loaded on a and on c in turn): the partitions' first ledgers have the same
     id on a and c, so each stamp c writes on its first 50 entries names an entry a holds
-    in the same partition: mostly another message than the stamped one (the same one only
-    where a happens to hold c's copy at c's own position)."""
+    in the same partition. Which message a holds there depends on how the copies
+    interleaved: another one than the stamped message, or c's copy itself where a and c
+    took the copies in the same order (so every stamp may look right); either way a
+    position on a the stamp does not vouch for."""
     bed = three_testbed
     bed.align_ledger_ids("c", "a")
     parts = bed.create_topic(topic_name("aligned"), partitions=2)
@@ -165,13 +167,7 @@ def test_a_ledger_made_with_the_same_id_on_a_and_c_makes_c_s_stamps_name_a_s_ent
     for p in parts:
         stamps = {s: k for s, k in c_stamps_on_b(bed, p).items() if s.ledger == first[p]["a"]}
         assert len(stamps) == 15, (p, first[p], sorted(stamps))
-        other = []
         for stamp, key in stamps.items():
             r = raw_entry(bed, "a", p, stamp)
-            assert r.status_code == 200, (p, stamp, r.text)
-            held = json.loads(r.headers["X-Pulsar-PROPERTY"])["key"]
-            if held != key:
-                other.append((stamp, key, held))
-        # Which message a holds at a stamp depends on how the copies interleaved; one
-        # stamp naming another message is what makes a stamp unusable as a's position.
-        assert other, (p, sorted(stamps.items()))
+            assert r.status_code == 200, (p, stamp, key, r.text)  # a holds an entry there
+            assert json.loads(r.headers["X-Pulsar-PROPERTY"])["key"]
