@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class ProbeHoleCheck:
         self.stats.per_id += sum(r.entry_count() for r in left.values())
         for key, more in (self.per_id(left) if left else {}).items():
             claimed.setdefault(key, []).append(more)
-        return {key: _union(parts) for key, parts in claimed.items()}
+        return {key: reduce(Runs.union, parts) for key, parts in claimed.items()}
 
     def read_to(self, positions: Mapping[PartitionKey, Position]) -> None:
         """How far the mapping has read and classified each target partition: its probe
@@ -109,14 +110,6 @@ def _last(runs: Runs) -> Position:
     ends = runs.rows[:, 1] + runs.rows[:, 2] - 1
     i = np.lexsort((ends, runs.rows[:, 0]))[-1]
     return Position(int(runs.rows[i, 0]), int(ends[i]))
-
-
-def _union(parts: list[Runs]) -> Runs:
-    rows = np.concatenate([p.rows for p in parts])
-    counts = rows[:, 2]
-    ledgers = np.repeat(rows[:, 0], counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return Runs.from_positions(ledgers, np.repeat(rows[:, 1], counts) + offsets)
 
 
 __all__ = ["ProbeCheckStats", "ProbeHoleCheck"]

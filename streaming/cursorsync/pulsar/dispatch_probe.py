@@ -82,7 +82,7 @@ def dispatch_hazards(admin: AdminClient, topic: str) -> list[str]:
     out = []
     ttl = admin.get_json(t.admin_path("messageTTL") + "?applied=true", f"message TTL of {t}",
                          missing_ok=True, none_if=unknown)
-    if ttl is None or not isinstance(ttl, int):
+    if not isinstance(ttl, int):
         out.append("its message TTL cannot be read (topic policies off)")
     elif ttl > 0:
         out.append(f"a message TTL of {ttl} s")
