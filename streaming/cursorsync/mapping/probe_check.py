@@ -15,8 +15,9 @@ on a disturbed probe), and partitions whose probe has not got that far within
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 import numpy as np
@@ -30,6 +31,9 @@ from cursorsync.pulsar.dispatch_probe import DispatchProbe
 
 log = logging.getLogger(__name__)
 
+#: The steps of a probe check whose time is kept (:attr:`ProbeCheckStats.seconds`).
+STEPS = ("place", "wait", "read", "per-id", "release")
+
 
 @dataclass
 class ProbeCheckStats:
@@ -41,6 +45,30 @@ class ProbeCheckStats:
     per_id: int = 0
     #: Ids dropped as past their ledger's end.
     absent: int = 0
+    #: Seconds spent, by step: placing probes, waiting for them, reading their cursors,
+    #: the per-id check, acking the probes.
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
+
+
+
+class _Clock:
+    """Adds the time of each step to a batch's and to the totals."""
+
+    def __init__(self, totals: dict[str, float]) -> None:
+        self.totals, self.batch = totals, dict.fromkeys(STEPS, 0.0)
+        self._at = time.monotonic()
+
+    def step(self, name: str) -> None:
+        now = time.monotonic()
+        self.batch[name] += now - self._at
+        self.totals[name] += now - self._at
+        self._at = now
+
+    def skip(self) -> None:
+        self._at = time.monotonic()
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.2f} s" for k, v in self.batch.items() if v >= 0.005)
 
 
 class ProbeHoleCheck:
@@ -53,16 +81,22 @@ class ProbeHoleCheck:
         self.stats = ProbeCheckStats()
 
     def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        clock = _Clock(self.stats.seconds)
         runs = {key: r for key, r in candidates.items() if len(r)}
         topics = {key: key.concrete_topic() for key in runs}
+        places: dict[str, Position] = {}
         for key, r in runs.items():
             if not self.probe.is_placed(topics[key]):
                 first = r.rows[np.lexsort((r.rows[:, 1], r.rows[:, 0]))[0]]
-                self.probe.place(topics[key], Position(int(first[0]), int(first[1])))
+                places[topics[key]] = Position(int(first[0]), int(first[1]))
+        self.probe.place_all(places)
+        clock.step("place")
         wanted = {topics[key]: _last(r) for key, r in runs.items()
                   if self.probe.vouches_after(topics[key]) is not None}
         ready = self.probe.wait_past(wanted, self.wait_s) if wanted else set()
+        clock.step("wait")
         reads = self.probe.read(sorted(ready)) if ready else {}
+        clock.step("read")
         claimed: dict[PartitionKey, list[Runs]] = {}
         left: dict[PartitionKey, Runs] = {}
         for key, r in runs.items():
@@ -77,9 +111,14 @@ class ProbeHoleCheck:
                 claimed.setdefault(key, []).append(split.filtered)
             if len(split.left):
                 left[key] = split.left
-        self.stats.per_id += sum(r.entry_count() for r in left.values())
+        per_id = sum(r.entry_count() for r in left.values())
+        self.stats.per_id += per_id
+        clock.skip()
         for key, more in (self.per_id(left) if left else {}).items():
             claimed.setdefault(key, []).append(more)
+        clock.step("per-id")
+        log.info("probe check of %d partitions: %d placed, %d probes read, %d ids to the "
+                 "per-id check (%s)", len(runs), len(places), len(reads), per_id, clock)
         return {key: reduce(Runs.union, parts) for key, parts in claimed.items()}
 
     def read_to(self, positions: Mapping[PartitionKey, Position]) -> None:
@@ -87,11 +126,17 @@ class ProbeHoleCheck:
         acks up to there. A partition without a probe in this process gets one placed just
         after there, so that a probe subscription an earlier run left never holds the
         target's retention back, and later skipped ids find the probe in place."""
+        clock = _Clock(self.stats.seconds)
         topics = {key.concrete_topic(): pos for key, pos in positions.items()}
-        for topic, pos in topics.items():
-            if not self.probe.is_placed(topic):
-                self.probe.place(topic, Position(pos.ledger, pos.entry + 1))
+        places = {topic: Position(pos.ledger, pos.entry + 1) for topic, pos in topics.items()
+                  if not self.probe.is_placed(topic)}
+        self.probe.place_all(places)
+        clock.step("place")
         self.probe.release(topics)
+        clock.step("release")
+        if places:
+            log.info("probes placed on %d partitions after what the mapping read (%s)",
+                     len(places), clock)
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind (the policies' reads aside)."""
@@ -112,4 +157,4 @@ def _last(runs: Runs) -> Position:
     return Position(int(runs.rows[i, 0]), int(ends[i]))
 
 
-__all__ = ["ProbeCheckStats", "ProbeHoleCheck"]
+__all__ = ["STEPS", "ProbeCheckStats", "ProbeHoleCheck"]

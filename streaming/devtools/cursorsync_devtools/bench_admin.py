@@ -11,6 +11,10 @@ request (its process group's, from ``/proc``, less what it spends idle) and the 
 (this process's). Then the same cursors in one ``partitioned-internalStats`` request, for
 comparison.
 
+Probe placement (``evidence.holes: probe``): a probe subscription placed on every
+partition, one after another (the baseline) and PLACE_WORKERS at a time, each on a
+subscription of its own; seconds and the broker's CPU per partition.
+
 Source poll: ``pulsar-cursors`` polls the topic with nothing changed since its previous
 poll, reading every partition's internalStats each poll (the baseline) and with its topic
 stats asked first; seconds, partitions read and the broker's CPU per partition.
@@ -94,12 +98,13 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
     source_poll = {
         label: _poll(bed, topic, polls / label, age, pid, idle, repeat, partitions)
         for label, age in (("every_poll", 0), ("stats_first", 600_000))}
+    placement = _place_probes(bed, names, pid, idle)
     return {"benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
             "requests_per_round": partitions, "rounds": repeat, "by_workers": rows,
             "partitioned_internal_stats_seconds": whole["seconds"],
             "partitioned_internal_stats_broker_cpu_ms": whole["broker_cpu_ms_per_request"],
             "partitioned_internal_stats_reader_cpu_ms": whole["reader_cpu_ms_per_request"],
-            "source_poll": source_poll,
+            "source_poll": source_poll, "probe_placement": placement,
             "broker_idle_cpu_ms_per_s": round(1000 * idle, 1)}
 
 
@@ -117,6 +122,33 @@ def _poll(bed: Any, topic: str, state: Path, max_age_ms: int, pid: int | None, i
     return {"seconds": got["seconds"], "partitions_read": reader.partitions_read,
             "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
             "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
+
+
+def _place_probes(bed: Any, names: list[str], pid: int | None, idle: float
+                  ) -> dict[str, dict[str, float]]:
+    """Probes placed on every partition of ``names`` after their last entry, one after
+    another and then side by side, each way on a subscription of its own."""
+    from cursorsync.core.positions import Position
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
+    from cursorsync.pulsar.dispatch_probe import PLACE_WORKERS, DispatchProbe
+
+    out = {}
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
+        places = {n: Position(0, 0) for n in names}
+        for label, workers in (("one_at_a_time", 1), (f"{PLACE_WORKERS}_at_a_time",
+                                                        PLACE_WORKERS)):
+            probe = DispatchProbe(bed.client(CLUSTER), admin, f"bench-probe-{workers}")
+
+            def place(probe: DispatchProbe = probe, workers: int = workers) -> None:
+                probe.place_all(places, workers)
+
+            try:
+                got = _timed(place, pid, idle, 1, len(names))
+            finally:
+                probe.close()
+            out[label] = {"seconds": got["seconds"], "partitions_per_s": got["requests_per_s"],
+                          "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"]}
+    return out
 
 
 def _timed(fn: Callable[[], object], pid: int | None, idle: float, repeat: int,

@@ -289,11 +289,14 @@ def bench_admin(
 
     with progress(f"bench admin: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, workers=counts)
-    rows = [(k, v) for k, v in result.items() if k not in ("by_workers", "source_poll")]
+    rows = [(k, v) for k, v in result.items()
+            if k not in ("by_workers", "source_poll", "probe_placement")]
     rows += [(f"target reads, {r['workers']} threads: {k}", v) for r in result["by_workers"]
              for k, v in r.items() if k != "workers"]
     rows += [(f"source poll, {label}: {k}", v) for label, r in result["source_poll"].items()
              for k, v in r.items()]
+    rows += [(f"probe placement, {label.replace('_', ' ')}: {k}", v)
+             for label, r in result["probe_placement"].items() for k, v in r.items()]
     print_figures(result, json_output, rows)
 
 

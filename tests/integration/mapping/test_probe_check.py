@@ -85,3 +85,29 @@ def test_a_topic_with_a_message_ttl_is_checked_per_id(
     assert check.stats.filtered == 0 and probe.stats.disturbed == 1
     assert PROBE_SUBSCRIPTION not in testbed.internal_stats("b", t)["cursors"]
     check.close()
+
+
+def test_the_probes_of_many_partitions_are_placed_at_once_each_where_it_was_asked(
+        testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
+    """Placing probes is a subscribe and a seek per partition; they run side by side, and
+    each partition's probe still starts just after the position the mapping read to."""
+    partitions = testbed.create_topic(topic_name("probe-wide"), partitions=12)
+    producer = testbed.client("b").create_producer(
+        str(TopicName.parse(partitions[0]).base), batching_enabled=False)
+    for i in range(36):
+        producer.send(f"m{i}".encode(), partition_key=str(i))
+    producer.close()
+    ends = {PartitionKey(str(TopicName.parse(t).base), i): testbed.last_entry("b", t)
+            for i, t in enumerate(partitions)}
+    assert all(pos.entry >= 0 for pos in ends.values())
+    probe = DispatchProbe(testbed.client("b"), admin_b, PROBE_SUBSCRIPTION)
+    check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=5.0)
+    check.read_to(ends)
+    assert probe.stats.seeks == len(partitions)
+    assert check.stats.seconds["place"] > 0
+    for key, pos in ends.items():
+        topic = key.concrete_topic()
+        assert probe.vouches_after(topic) == pos
+        cursor = testbed.internal_stats("b", topic)["cursors"][PROBE_SUBSCRIPTION]
+        assert Position.parse(cursor["markDeletePosition"]) == pos, topic
+    check.close()

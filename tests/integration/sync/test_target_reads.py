@@ -64,7 +64,8 @@ def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
 def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     """The benchmark reads every partition's cursor at each thread count (it raises if one
     read fails) and in one partitioned request, and polls with and without the topic stats
-    first: the second reads none of the partitions nothing changed on."""
+    first: the second reads none of the partitions nothing changed on; it places a probe
+    on every partition one after another and side by side."""
     from cursorsync_devtools.bench_admin import bench_admin
 
     r = bench_admin(20, workers=(1, 4), repeat=2, bed=testbed, work_dir=str(tmp_path))
@@ -73,3 +74,6 @@ def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     assert r["requests_per_round"] == 20 and r["partitioned_internal_stats_seconds"] > 0
     assert r["source_poll"]["every_poll"]["partitions_read"] == 20
     assert r["source_poll"]["stats_first"]["partitions_read"] == 0
+    placed = r["probe_placement"]
+    assert set(placed) == {"one_at_a_time", "16_at_a_time"}
+    assert all(p["seconds"] > 0 for p in placed.values())
