@@ -67,6 +67,12 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         assert figures["min_s"] <= figures["p50_s"] <= figures["p99_s"] <= figures["max_s"]
     # b never acks an entry before a did.
     assert lag["cursorsync"]["min_s"] >= 0, lag
+    # The job's tables time every step for most entries; each stage takes no negative time
+    # (every row is written after the step before it), and they add up to the lag.
+    stages = lag["cursorsync_stages"]
+    assert stages["with_every_time"] > 0.9 * lag["cursorsync"]["covered"], stages
+    for name in ("source poll", "mapping", "sync"):
+        assert stages[name]["p50_s"] >= 0, stages
 
     failover = out["failover"]
     assert failover["cursorsync"]["losses"] == 0, failover
@@ -76,6 +82,7 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
     for p in out["phases"]:
         assert p["seconds"] >= 0 and p["cpu_s"].keys() >= {"driver", "broker a", "broker b"}
     text = table(out)
-    for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "FAILOVER TO b",
+    for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "CURSORSYNC LAG BY STAGE",
+                    "FAILOVER TO b",
                     "CPU-S BY PHASE"):
         assert heading in text

@@ -47,6 +47,7 @@ from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
+from cursorsync_devtools.testbed.lag_stages import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
         mapping = mapping_figures(job, recorder.done()[:covered + 1], t0, cpu0,
                                    report["backlog"]["entries"], config.target.name)
         with phase("live"):
-            result, lag = _live(bed, job, spec)
+            result, lag = _live(bed, job, spec, config)
     finally:
         if job is not None:
             job.stop()
@@ -292,8 +293,9 @@ def spark_cores(master: str) -> int:
     return int(inside) if inside.isdigit() else 2
 
 
-def _live(bed: Any, job: Any, spec: E2ESpec) -> tuple[Any, dict[str, Any]]:
-    """The live workload, b's cursors polled meanwhile and until they cover it; the lags."""
+def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str, Any]]:
+    """The live workload, b's cursors polled meanwhile and until they cover it; the lags,
+    and cursorsync's split by stage."""
     from cursorsync.app.job import query_failure
     from cursorsync_devtools.testbed.lag import CursorPoller, lag_of, run_live, uncovered
     from cursorsync_devtools.testbed.workload import verify_source_cursors
@@ -330,7 +332,20 @@ def _live(bed: Any, job: Any, spec: E2ESpec) -> tuple[Any, dict[str, Any]]:
     for name, sub in (("cursorsync", SYNC), ("builtin", BUILTIN)):
         lag[name] = lag_of(result, sub, on_b, poller.changes,
                            individual=individual[sub]).figures()
+    lag["cursorsync_stages"] = _stages(config, result, on_b, poller.changes, bed.topic(live.topic))
     return result, lag
+
+
+def _stages(config: Any, result: Any, on_b: Mapping[str, Position], changes: Any,
+            topic: str) -> dict[str, Any]:
+    """cursorsync's lag by stage, from the rows its tables hold of the live topic."""
+    from cursorsync.tables import RowFilter, open_store
+    from cursorsync_devtools.testbed.lag_stages import entry_times, figures
+
+    store = open_store(config.tables.backend, config.tables.path)
+    rows = RowFilter(topics=(topic,))
+    return figures(entry_times(result, SYNC, on_b, changes, store.read("cursor_states", rows),
+                               store.read("mappings", rows), store.read("sync_progress", rows)))
 
 
 def _on_target(bed: Any, messages: Mapping[str, int]) -> dict[str, Position]:
@@ -428,6 +443,14 @@ def table(report: Mapping[str, Any]) -> str:
         (("p50", "p50_s"), ("p99", "p99_s"), ("max", "max_s"), ("min", "min_s"))
     ] + [("entries covered", cs["covered"], bi["covered"]),
          ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
+    st = lag.get("cursorsync_stages") or {}
+    stages = format_table(("CURSORSYNC LAG BY STAGE", "P50", "P99"), [
+        (name, _s(st[name]["p50_s"]), _s(st[name]["p99_s"]))
+        for name in (*STAGES, "lag") if st.get(name)], right=(1, 2))
+    stages += (f"\n{st.get('with_every_time', 0):,} of {st.get('entries', 0):,} entries with "
+               "every step's time: source poll = ack on a -> the job's cursor_states row; "
+               "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
+               "it; target = -> b's cursor polled covering it")
     live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
             f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
             f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
@@ -443,7 +466,7 @@ def table(report: Mapping[str, Any]) -> str:
         (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
         for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
-                        lags + "\n" + live, failover, phases))
+                        lags + "\n" + live, stages, failover, phases))
 
 
 def _plural(n: int, noun: str) -> str:
