@@ -61,6 +61,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
+    from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
     spec = WorkloadSpec(partitioned_topic=f"wide-{holes}", partitions=partitions,
@@ -68,8 +69,11 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         entries_per_partition=entries_per_partition,
                         produce_seconds=produce_seconds, subscription_types=("Shared",),
                         foreign_per_partition=0)
+    cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
+    before = cpu.sample()
     report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s,
                   holes=holes)
+    used = CpuSampler.diff(before, cpu.sample())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
     sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
@@ -94,4 +98,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         "mapping_rows": len(kinds), "segment_rows": segments,
         "segment_rows_per_entry": round(segments / messages, 4) if messages else None,
         "seconds": round(report.seconds, 1),
+        # The whole run's (workload, sync, failover): the brokers' share is the load
+        # cursorsync adds to theirs, beside the other mode's in the same run.
+        "cpu_s": {group: round(s, 1) for group, s in used.items()},
     }

@@ -260,8 +260,9 @@ def bench_partitions(
     if json_output:
         print_figures(result, json_output)
         return
-    rows = [(f"{mode} {name}", value) for mode, run in result["runs"].items()
-            for name, value in run.items()]
+    rows = [(f"{mode} {name}{f' {part}' if part else ''}", v)
+            for mode, run in result["runs"].items() for name, value in run.items()
+            for part, v in (value.items() if isinstance(value, dict) else [("", value)])]
     print_figures(result, json_output, rows)
 
 

@@ -149,8 +149,13 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
         "partitions": 1000, "runs": {"verified": {"losses": 0}, "probe": {"losses": 0}}}
     assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
                       "timeout_s": 1800.0, "holes": ("verified", "probe")}]
+    calls.clear()
+    fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
+                lambda *a, **k: {"partitions": a[0], "runs": {
+                    m: {"losses": 0, "cpu_s": {"broker b": 12.5}} for m in k["holes"]}})
     out = invoke("bench", "partitions", "--holes", "probe")
     assert out.exit_code == 0 and "probe losses" in out.stdout
+    assert "probe cpu_s broker b" in out.stdout and "12.5" in out.stdout
     assert invoke("bench", "partitions", "--holes", "maybe").exit_code == 2
     batch = fake_module(monkeypatch, "cursorsync_devtools.bench_mapping_batch",
                         "bench_mapping_batch", lambda *a, **k: {
