@@ -106,6 +106,9 @@ class MappingSink:
         self.skipped_waiting = 0
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
+        #: Tests inject a crash here: after the builder's work (skipped ids checked, probes
+        #: acked), before the batch's rows are written.
+        self.crash_after_process: Callable[[int, BatchOutcome], None] | None = None
 
     def _state_file(self, batch_id: int, suffix: str = ".arrow") -> Path:
         return self.state_dir / f"builder-{batch_id}{suffix}"
@@ -143,6 +146,8 @@ class MappingSink:
         if self.topology is not None and table.num_rows:
             self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)
+        if self.crash_after_process is not None:
+            self.crash_after_process(batch_id, outcome)
         self._write(outcome, batch_id)
         self._keep_state(batch_id)
         self.skipped_waiting = sum(outcome.skipped_waiting.values())

@@ -73,7 +73,10 @@ class DemoReport:
     mapping_batches: int
     seconds: float
     workload: dict[str, Any] = field(default_factory=dict)
+    #: Restarts of the job from its checkpoints, and how many of them a crash the caller
+    #: asked for caused (``crash_sync_batch``, ``crash_mapping_claims``).
     restarts: int = 0
+    injected_crashes: int = 0
     #: Per query (mapping, sync): batches, mean seconds, and the histogram bucket that
     #: holds the 99th percentile (from the job's own metrics).
     batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -270,14 +273,16 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          spec: Any = None, strategies: Sequence[str] | None = None,
          identity_scope: str | None = None, spread: bool = False,
          backend: str | None = None, spark_conf: dict[str, str] | None = None,
-         crash_sync_batch: int | None = None, timeout_s: float = 240.0,
+         crash_sync_batch: int | None = None, crash_mapping_claims: bool = False,
+         timeout_s: float = 240.0,
          admin_urls: dict[str, str] | None = None, holes: str | None = None) -> DemoReport:
     """Test bed, job, workload, catch-up, failover check (see the module doc).
 
     ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
     None starts one and stops it at the end. ``crash_sync_batch``: kill the sync query in
     that batch after emitting and before writing its tables, then start the job again
-    from its checkpoint.
+    from its checkpoint. ``crash_mapping_claims``: the same for the mapping query, in its
+    first batch that claimed skipped ids (checked, probes acked, nothing written).
     """
     from cursorsync_devtools.testbed import PULSAR_VERSION, TestBed, TestBedConfig
     from cursorsync_devtools.testbed.workload import WorkloadSpec
@@ -292,7 +297,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     try:
         report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
                       spread=spread, backend=backend, spark_conf=spark_conf,
-                      crash_sync_batch=crash_sync_batch, timeout_s=timeout_s,
+                      crash_sync_batch=crash_sync_batch,
+                      crash_mapping_claims=crash_mapping_claims, timeout_s=timeout_s,
                       admin_urls=admin_urls, holes=holes)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
@@ -305,7 +311,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
 def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          identity_scope: str | None, spread: bool, backend: str | None,
          spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
-         timeout_s: float, admin_urls: dict[str, str] | None = None,
+         timeout_s: float, crash_mapping_claims: bool = False,
+         admin_urls: dict[str, str] | None = None,
          holes: str | None = None) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
@@ -338,12 +345,21 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                for k in spec.subscription_types] if spec.builtin else []
     job = start_job(config)
     restarts = sync_batches = mapping_batches = 0
+    crashed: list[int] = []
     try:
         if crash_sync_batch is not None:
             def crash(batch_id: int) -> None:
-                if batch_id == crash_sync_batch:
+                if batch_id == crash_sync_batch and not crashed:
+                    crashed.append(batch_id)
                     raise _InjectedCrash(f"injected crash in sync batch {batch_id}")
             job.sync_sink.crash_after_emit = crash
+        if crash_mapping_claims:
+            def crash_mapping(batch_id: int, outcome: Any) -> None:
+                if not crashed and outcome.skipped_claimed:
+                    crashed.append(batch_id)
+                    raise _InjectedCrash(f"injected crash in mapping batch {batch_id}, after "
+                                         f"{outcome.skipped_claimed} skipped ids were claimed")
+            job.mapping_sink.crash_after_process = crash_mapping
         def next_batch(timeout: float) -> None:
             """One more batch; a failed query is restarted as ``cursorsync run`` does."""
             nonlocal job, restarts, sync_batches, mapping_batches
@@ -416,7 +432,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       cursorsync=ours, builtin=builtin, sync_caught_up_s=caught,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
-                      workload=result.to_dict(), restarts=restarts,
+                      workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
                       batch_seconds=batch_seconds, target_marks=marks,
                       skipped_id_requests=requests)
 
