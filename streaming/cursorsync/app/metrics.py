@@ -12,6 +12,7 @@ Every metric is named ``cursorsync_*``. What each one answers:
   emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
 - ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
 - ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
+- ``cursorsync_halted_partitions{subscription,cause}``: partitions halted now, by cause.
 - ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
 - ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
 - ``cursorsync_last_successful_sync_timestamp_seconds{subscription}``: alert when it stalls.
@@ -205,6 +206,12 @@ class Metrics:
             "cursorsync_rewound_entries",
             "Entries seen acked on the source that later became unacked (a rewind).",
             ["subscription"], registry=r)
+        self._halted = Gauge(
+            "cursorsync_halted_partitions",
+            "Topic partitions whose sync of the subscription is halted now (the halts table), "
+            "by cause: source_rewind, topic_recreated, target_reset, first_sync, unknown.",
+            ["subscription", "cause"], registry=r)
+        self._halted_labels: set[tuple[str, str]] = set()
         self._translation = Histogram(
             "cursorsync_translation_seconds", "Time of one translation of one cursor.",
             buckets=TRANSLATION_BUCKETS, registry=r)
@@ -343,6 +350,15 @@ class Metrics:
     def record_rewound(self, subscription: str, entries: int) -> None:
         """A source rewind un-acked ``entries`` entries (acks on the target stay)."""
         self._rewound.labels(subscription=subscription).inc(_count(entries, "entries"))
+
+    def set_halted(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Partitions halted now per (subscription, cause); a pair no longer halted reads 0."""
+        with self._lock:
+            for sub, cause in self._halted_labels - counts.keys():
+                self._halted.labels(subscription=sub, cause=cause).set(0)
+            for (sub, cause), n in counts.items():
+                self._halted.labels(subscription=sub, cause=cause).set(_count(n, "count"))
+            self._halted_labels |= counts.keys()
 
     def observe_translation(self, seconds: float) -> None:
         self._translation.observe(max(0.0, seconds))

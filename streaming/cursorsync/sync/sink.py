@@ -22,8 +22,19 @@ import pyarrow.compute as pc
 from cursorsync import gc_pause
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.sync.executors import ExecutorSettings
-from cursorsync.sync.halts import HaltedKeys, new_halts, read_halts, record_halts
+from cursorsync.sync.halts import (
+    HaltCause,
+    HaltedKeys,
+    HaltKey,
+    cause_of,
+    halt_cause,
+    halted_counts,
+    new_halts,
+    read_halt_causes,
+    record_halts,
+)
 from cursorsync.sync.idle_store import IdleStore
+from cursorsync.sync.kept_plans import newest
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import stable_hash
 from cursorsync.sync.step import StepResult, SyncStep
@@ -86,6 +97,7 @@ class SyncMetrics(Protocol):
     def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
     def set_failover_ready(self, subscription: str, ready: bool) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
+    def set_halted(self, counts: Mapping[tuple[str, str], int]) -> None: ...
 
 
 class SyncSink:
@@ -139,7 +151,8 @@ class SyncSink:
         t0 = time.perf_counter()
         self.timings = {}
         src, tgt = self.settings.source_cluster, self.settings.target_cluster
-        known = read_halts(self.store, source_cluster=src, target_cluster=tgt)
+        causes = read_halt_causes(self.store, source_cluster=src, target_cluster=tgt)
+        known = set(causes)
         self.timings["halts"] = time.perf_counter() - t0
         done = (self._on_executors(df, batch_id, self.settings.executors)
                 if self.settings.executors is not None else self._on_driver(df, batch_id, known))
@@ -147,10 +160,11 @@ class SyncSink:
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
         t_write = time.perf_counter()
-        fresh = new_halts(rows, known)
+        fresh = new_halts(rows, known, lambda keys: self._halt_causes(keys, obs, batch_id))
         if fresh:
             record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
                          app_id=SYNC_APP, batch_id=batch_id)
+            causes.update({(h.key, h.subscription): cause_of(h.reason) for h in fresh})
         skip = done.unchanged
         written = [o for o in obs if (o.key, o.subscription) not in skip] if skip else obs
         self.store.append("cursor_states", cursor_state_rows(
@@ -163,6 +177,7 @@ class SyncSink:
         self.timings["write"] = t_metrics - t_write
         if self.metrics:
             self._record(done, t_metrics - t0)
+            self.metrics.set_halted(halted_counts(causes))
             self.timings["metrics"] = time.perf_counter() - t_metrics
         if self.after_batch is not None:
             self.after_batch()
@@ -177,6 +192,17 @@ class SyncSink:
                   len(obs) - self._observations.taken_again, self._observations.taken_again)
         log.debug("sync batch %d: %d idle cursors repeated in bulk, %d kept in columns",
                   batch_id, self.repeated, len(self.idle))
+
+    def _halt_causes(self, keys: set[HaltKey], obs: list[ObservedCursor], batch_id: int
+                     ) -> dict[HaltKey, HaltCause]:
+        """The causes of a batch's new halts: each cursor's source now, against its last
+        state before the batch in ``cursor_states`` (read for these cursors alone)."""
+        now = newest(o for o in obs if (o.key, o.subscription) in keys)
+        before = previous_states(self.store, now, batch_id, **self.clusters)
+        rewind_halts = self.step.config.rewind_policy == "halt"
+        found = {(o.key, o.subscription): o.state for o in now}
+        return {k: halt_cause(found.get(k), before[k].state if k in before else None,
+                              rewind_halts=rewind_halts) for k in keys}
 
     def _on_driver(self, df: Any, batch_id: int, known: HaltedKeys) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""

@@ -281,3 +281,20 @@ def test_named_subscriptions_start_their_sync_clock_at_the_jobs_start() -> None:
     m.start_sync_clocks(["orders"], at=1_700_000_900.0)  # the queries restarted
     assert sample(m, stamp, subscription="orders") == 1_700_000_000.0
     assert 'subscription="*"' not in m.exposition()
+
+
+def test_halted_partitions_by_cause_fall_to_zero_when_resumed() -> None:
+    """The halts as the table holds them each batch: a (subscription, cause) no longer
+    halted reads 0, so an alert on it resolves."""
+    m = Metrics()
+    halted = "cursorsync_halted_partitions"
+    m.set_halted({("billing", "source_rewind"): 2, ("billing", "target_reset"): 1})
+    assert sample(m, halted, subscription="billing", cause="source_rewind") == 2
+    assert sample(m, halted, subscription="billing", cause="target_reset") == 1
+    m.set_halted({("billing", "source_rewind"): 1})
+    assert sample(m, halted, subscription="billing", cause="source_rewind") == 1
+    assert sample(m, halted, subscription="billing", cause="target_reset") == 0
+    m.set_halted({})
+    assert sample(m, halted, subscription="billing", cause="source_rewind") == 0
+    with pytest.raises(ValueError, match="count must be >= 0"):
+        m.set_halted({("billing", "unknown"): -1})

@@ -26,15 +26,26 @@ ALERTS = {
     "CursorSyncHoleChecksBehind",
     "CursorSyncGuardRefusals", "CursorSyncHalted", "CursorSyncEmissionErrors",
     "CursorSyncQueryFailures", "CursorSyncRestarts", "CursorSyncDown", "CursorSyncDryRun",
+    "CursorSyncDriverRestarts", "CursorSyncMetricsMissing", "CursorSyncTableMaintenanceOverdue",
 }
 #: Labels Prometheus adds to every scraped series (the ServiceMonitor's target labels),
 #: and a histogram bucket's bound.
 TARGET_LABELS = {"namespace", "job", "instance", "pod", "service", "container", "endpoint"}
 
 
+#: The values the promtool unit tests' rules are rendered with: the chart's defaults, with a
+#: config that names subscriptions settlement and fraud-scoring (and "*" on a namespace).
+RULE_VALUES: dict[str, Any] = {
+    "prometheusRule.enabled": True,
+    "config.topics": [{"topic": "persistent://payments/geo/orders",
+                       "subscriptions": ["settlement", "fraud-scoring"]}],
+    "config.namespaces": [{"namespace": "payments/geo", "subscriptions": ["*", "settlement"]}],
+}
+
+
 @pytest.fixture(scope="module")
 def default_rules() -> list[dict[str, Any]]:
-    return ht.render(set_values={"prometheusRule.enabled": True})
+    return ht.render(set_values=RULE_VALUES)
 
 
 def write_rules(manifests: list[dict[str, Any]], directory: Path) -> Path:
@@ -60,7 +71,8 @@ def test_promtool_checks_the_rendered_rules(case: str, tmp_path: Path) -> None:
     rules = write_rules(manifests, tmp_path)
     result = run_promtool("check", "rules", rules, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+    assert f"SUCCESS: {len(ht.alerts(manifests))} rules found" in result.stdout
+    assert {a["alert"] for a in ht.alerts(manifests)} == ALERTS
 
 
 def test_promtool_unit_tests_pass(default_rules: list[dict[str, Any]], tmp_path: Path) -> None:
@@ -105,6 +117,56 @@ def test_thresholds_severities_and_selection_come_from_values() -> None:
     assert lag["labels"] == {"severity": "info", "team": "payments"}
 
 
+def _halted_rules(manifests: list[dict[str, Any]]) -> dict[str, str]:
+    """CursorSyncHalted's rules: severity -> the cause matcher of its expression."""
+    out = {}
+    for rule in ht.alerts(manifests):
+        if rule["alert"] == "CursorSyncHalted":
+            found = re.search(r'cause(=~|!~)"([^"]*)"', rule["expr"])
+            out[rule["labels"]["severity"]] = "".join(found.groups()) if found else ""
+    return out
+
+
+def test_halt_severities_come_from_the_cause() -> None:
+    """A rule per severity: the causes values.yaml lists at theirs, any other cause (unknown)
+    at alerts.halted.severity."""
+    default = ht.render(set_values={"prometheusRule.enabled": True})
+    assert _halted_rules(default) == {"critical": "!~first_sync|target_reset",
+                                      "warning": "=~first_sync|target_reset"}
+    moved = ht.render(set_values={"prometheusRule.enabled": True, "alerts.halted": {
+        "severity": "warning", "causes": {"target_reset": "info"}}})
+    assert _halted_rules(moved) == {
+        "warning": "!~source_rewind|target_reset|topic_recreated",
+        "critical": "=~source_rewind|topic_recreated", "info": "=~target_reset"}
+    same = ht.render(set_values={"prometheusRule.enabled": True, "alerts.halted.causes": {
+        "target_reset": "critical", "first_sync": "critical"}})
+    assert _halted_rules(same) == {"critical": ""}
+
+
+def test_maintenance_overdue_follows_the_configs_interval() -> None:
+    def expr(**values: Any) -> str:
+        manifests = ht.render(set_values={"prometheusRule.enabled": True, **values})
+        (rule,) = [a for a in ht.alerts(manifests)
+                   if a["alert"] == "CursorSyncTableMaintenanceOverdue"]
+        return str(rule["expr"])
+
+    default = expr()
+    assert default.count("> 10800 and") == 4 and "[7200s]" in default
+    assert set(re.findall(r'table="(\w+)"', default)) == {
+        "mappings", "builtin_updates", "cursor_states", "sync_progress"}
+    shorter = expr(**{"config.tables.maintenance_interval_s": 600,
+                      "alerts.maintenanceOverdue.intervals": 4})
+    assert shorter.count("> 2400 and") == 4 and "[1800s]" in shorter
+
+
+def test_missing_series_are_those_of_the_configs_subscriptions(
+        default_rules: list[dict[str, Any]]) -> None:
+    (rule,) = [a for a in ht.alerts(default_rules) if a["alert"] == "CursorSyncMetricsMissing"]
+    named = re.findall(r'"subscription", "([^"]*)", "", ""', rule["expr"])
+    assert named == ["fraud-scoring", "settlement"]  # once each, "*" left out
+    assert "cursorsync_build_info" in rule["expr"]
+
+
 def test_every_alert_links_its_runbook(default_rules: list[dict[str, Any]]) -> None:
     base = yaml.safe_load((ht.CHART / "values.yaml").read_text(encoding="utf-8"))[
         "alerts"]["runbookBaseUrl"]
@@ -141,6 +203,7 @@ def exercised_metrics() -> Metrics:
     m.record_outcome("settlement", "emitted")
     m.set_unmapped_acked("settlement", "persistent://t/n/topic#0", 1)
     m.record_rewound("settlement", 1)
+    m.set_halted({("settlement", "source_rewind"): 1})
     m.observe_translation(0.001)
     m.observe_batch("sync", 1.0)
     m.mark_synced("settlement")
@@ -253,7 +316,7 @@ def test_the_dashboard_shows_what_operators_look_at() -> None:
                    "cursorsync_last_successful_sync_timestamp_seconds",
                    "cursorsync_batch_duration_seconds_bucket",
                    "cursorsync_mapping_entries_ingested_total", "cursorsync_errors_total",
-                   "cursorsync_query_input_rows_per_second"):
+                   "cursorsync_query_input_rows_per_second", "cursorsync_halted_partitions"):
         assert metric in shown, metric
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
