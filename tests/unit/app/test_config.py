@@ -421,6 +421,19 @@ def test_unset_env_var_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_empty_env_var_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable set to the empty string is no token: refused as an unset one is, unless
+    the reference gives a default (``${NAME:-}`` allows empty on purpose)."""
+    monkeypatch.setenv("CS_EMPTY", "")
+    problems = problems_of(with_change("clusters.target.auth", {"token": "${CS_EMPTY}"}))
+    assert problems == (
+        "clusters.target.auth.token: environment variable CS_EMPTY is set but empty "
+        "(write ${CS_EMPTY:-default} to give a default)",
+    )
+    config = parse_config(with_change("spark.app_name", "cs${CS_EMPTY:-}"))
+    assert config.spark.app_name == "cs"
+
+
 def test_env_value_cannot_change_structure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CS_EVIL", "x\nspark: {}")
     config = parse_config(with_change("spark.app_name", "${CS_EVIL}"))
