@@ -149,8 +149,9 @@ def cli_state() -> _State:
 
 
 def _error_line(message: str) -> None:
-    """The one ``error: ...`` line of a failure, on stderr."""
-    typer.echo(f"error: {' '.join(message.splitlines()) or 'failed'}", err=True)
+    """The one ``error: ...`` line of a failure, on stderr (a config's several problems
+    follow it, one indented line each)."""
+    typer.echo(f"error: {message.rstrip() or 'failed'}", err=True)
 
 
 def fail(message: str, exc: BaseException | None = None,
@@ -169,8 +170,9 @@ def report(exc: Exception) -> NoReturn:
         fail(str(exc), exc)
     if isinstance(exc, OSError) and exc.strerror:
         what = exc.strerror + (f": {exc.filename!r}" if exc.filename is not None else "")
-    else:
-        what = str(exc) or "(no message)"
+    else:  # its first line: a Py4J error's text carries the whole Java stack trace
+        what = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                    "(no message)")
     fail(f"{type(exc).__name__}: {what} (unexpected; `cursorsync --log-level debug ...` "
          "prints the traceback)", exc)
 

@@ -143,6 +143,33 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_only_when_debugging(
     assert debug.stderr.splitlines()[-1].startswith("error: KeyError: 'spark.master'")
 
 
+def test_an_unexpected_error_of_many_lines_shows_its_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Py4J error's text is the whole Java stack trace."""
+    def java(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("An error occurred while calling o42.start.\n"
+                           ": java.io.IOException: No FileSystem for scheme: s3a\n"
+                           "\tat org.apache.hadoop.fs.FileSystem.getFileSystemClass")
+
+    fake_module(monkeypatch, "cursorsync.app.job", "run_job", java)
+    out = invoke("--log-level", "warning", "run", "-c", CONFIG)
+    assert out.exit_code == 2
+    assert one_error_line(out).startswith(
+        "error: RuntimeError: An error occurred while calling o42.start. (unexpected;")
+
+
+def test_a_config_with_several_problems_lists_them_under_one_error_line(
+        tmp_path: Path) -> None:
+    path = write_config(tmp_path, **{"clusters.source": {"colour": "red"},
+                                     "emission": {"mode": "fast"}})
+    out = invoke("status", "-c", str(path))
+    assert out.exit_code == 2 and out.stdout == ""
+    first, *rest = out.stderr.splitlines()
+    assert first == f"error: invalid configuration {path}: 2 problems"
+    assert [line.split(":")[0] for line in rest] == [
+        "  clusters.source.colour", "  emission.mode"]
+
+
 def test_an_os_error_names_its_file(monkeypatch: pytest.MonkeyPatch) -> None:
     def unreadable(*args: Any, **kwargs: Any) -> None:
         raise PermissionError(13, "Permission denied", "/ckpt/sync/offsets/7")
