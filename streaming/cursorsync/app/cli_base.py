@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+
+# typer 0.29 carries its own copy of click (pyproject pins typer), whose exceptions these
+# are; the click package's would never match.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
