@@ -52,3 +52,17 @@ class MalformedAdminOutputError(AdminUnavailableError):
 class TopicNotFoundError(AdminError):
     """A configured topic does not exist (any more) on the named cluster."""
 
+
+
+class EndpointError(CursorSyncError, OSError):
+    """An endpoint cursorsync serves cannot be opened (its port taken, or not one the
+    process may bind); names the host and port. An OSError too, for callers that catch
+    those."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+class RunIncompleteError(CursorSyncError):
+    """``cursorsync run --once`` ended before its queries completed the batches it waits
+    for."""

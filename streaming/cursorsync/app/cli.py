@@ -3,17 +3,19 @@
 Commands::
 
     cursorsync run -c FILE [--dry-run | --no-dry-run] [--once] [--skip-check]
-    cursorsync check -c FILE
-    cursorsync status -c FILE [--topic T] [--subscription S] [--json]
+    cursorsync check -c FILE [--json]
+    cursorsync status -c FILE [--topic T] [--subscription S] [--json] [--ready [--max-age S]]
     cursorsync lookup -c FILE TOPIC LEDGER:ENTRY [--partition I] [--json]
-    cursorsync resume -c FILE --topic T --subscription S
+    cursorsync resume -c FILE --topic T --subscription S [--json]
 
-Global options (before the command): ``--log-level``, ``--log-json``, ``--version``.
+Global options (before the command): ``--log-level``, ``--log-json / --no-log-json``,
+``--version``.
 
-Exit status: 0 on success; 2 for anything the user can fix (any
-:class:`~cursorsync.errors.CursorSyncError`), one ``error: ...`` line on stderr
-(a traceback only with ``--log-level debug``); 1 when ``lookup`` finds the
-position unmapped. Spark is imported only by the commands that need it.
+Results go to stdout, logs and diagnostics to stderr. Exit status: 0 done; 1 the answer
+is no (``status --ready`` not ready, ``lookup`` not mapped); 2 any error, said in one
+``error: ...`` line on stderr (a traceback only with ``--log-level debug``); 130
+interrupted (see :mod:`cursorsync.app.cli_base`). Spark is imported only by the commands
+that need it.
 
 The demo and the benchmarks are not here: they are the development tools' command line,
 ``cursorsync-dev``, in a distribution of their own.

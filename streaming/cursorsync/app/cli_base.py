@@ -1,5 +1,12 @@
 """The ``cursorsync`` command line's plumbing: the Typer app, the global options, the
-error handling every command shares, and the lazy loading of heavy modules."""
+error handling every command shares, and the lazy loading of heavy modules.
+
+The contract every command keeps: results on stdout, logs and diagnostics on stderr;
+exit status 0 when it did what was asked, 1 when the answer is no (``status --ready``
+not ready, ``lookup`` not mapped), 2 on any error (a bad option, a bad config, an
+unreachable cluster, a busy port, anything unexpected), with exactly one ``error: ...``
+line on stderr, and its traceback only with ``--log-level debug``; 130 when interrupted.
+"""
 
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
+# typer 0.29 carries its own copy of click (pyproject pins typer), whose exceptions these
+# are; the click package's would never match.
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
+
 from cursorsync.app.logs import configure_logging
 from cursorsync.errors import CursorSyncError
 
@@ -30,9 +42,10 @@ R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
-#: Exit status for errors the user can act on (same as a command-line usage error).
+#: Exit status of every error: one the user can act on, a usage error (as click's), an
+#: environment that fails the command, anything unexpected.
 EXIT_USER_ERROR = 2
-#: Exit status when a query found nothing / a check failed (lookup).
+#: Exit status when the answer is no: not ready (status --ready), not mapped (lookup).
 EXIT_NOT_FOUND = 1
 EXIT_INTERRUPTED = 130
 
@@ -59,11 +72,69 @@ class _State:
         return self.log_level == LogLevel.debug.value
 
 
+def examples(*lines: str) -> str:
+    """A command's help epilog: example command lines, kept as written (``\\b`` stops
+    click from rewrapping them)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+class _Group(TyperGroup):
+    """The command group, with every failure click itself reports (a usage error, a bad
+    option value) as one ``error: ...`` line too, and anything a command lets escape as
+    one line rather than a traceback."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode,
+                                windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False,
+                                windows_expand_args, **extra)
+        except NoArgsIsHelpError as exc:
+            exc.show()
+            _error_line("no command given")
+            sys.exit(EXIT_USER_ERROR)
+        except UsageError as exc:
+            _error_line(_usage_message(exc))
+            sys.exit(EXIT_USER_ERROR)
+        except ClickException as exc:
+            _error_line(exc.format_message())
+            sys.exit(exc.exit_code or EXIT_USER_ERROR)
+        except typer.Abort:
+            _error_line("aborted")
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # escaped a command, or from the global options
+            try:
+                report(exc)
+            except typer.Exit as done:
+                code = done.exit_code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(exc: UsageError) -> str:
+    """Click's message in one line, with where the usage is (click prints three lines)."""
+    text = " ".join(exc.format_message().split())
+    message = (text[:1].lower() + text[1:]).rstrip(".")
+    bad = message.removeprefix("no such command ").strip("'\"")
+    if message.startswith("no such command") and bad.lower() in _BOOL_WORDS:
+        message += " (flags take no value: write --flag or --no-flag, not --flag true)"
+    path = exc.ctx.command_path if exc.ctx is not None else "cursorsync"
+    return f"{message} (`{path} --help` shows the usage)"
+
+
+_BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
 app = typer.Typer(
     name="cursorsync",
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: no boxes, no <bool> beside flags, and examples kept as written.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -80,26 +151,50 @@ def cli_state() -> _State:
     return _STATE.get() or _State()
 
 
-def fail(message: str, exc: BaseException | None = None) -> NoReturn:
-    """Print ``error: <message>`` (and the traceback when debugging) and exit 2."""
+def _error_line(message: str) -> None:
+    """The one ``error: ...`` line of a failure, on stderr (a config's several problems
+    follow it, one indented line each)."""
+    typer.echo(f"error: {message.rstrip() or 'failed'}", err=True)
+
+
+def fail(message: str, exc: BaseException | None = None,
+         code: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``error: <message>`` (and the traceback when debugging) and exit ``code``."""
     if exc is not None and cli_state().debug:
         traceback.print_exception(exc, file=sys.stderr)
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USER_ERROR)
+    _error_line(message)
+    raise typer.Exit(code)
+
+
+def report(exc: Exception) -> NoReturn:
+    """Fail with an exception's one line: ours say what to fix; anything else is named by
+    its type (an OSError by its file too), with where to find more."""
+    if isinstance(exc, CursorSyncError):
+        fail(str(exc), exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        what = exc.strerror + (f": {exc.filename!r}" if exc.filename is not None else "")
+    else:  # its first line: a Py4J error's text carries the whole Java stack trace
+        what = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                    "(no message)")
+    fail(f"{type(exc).__name__}: {what} (unexpected; `cursorsync --log-level debug ...` "
+         "prints the traceback)", exc)
 
 
 def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn our errors into ``error: ...`` + exit 2, and Ctrl-C into exit 130."""
+    """Turn every error into one ``error: ...`` line and exit 2, and Ctrl-C into exit 130;
+    typer's and click's own exits pass."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except CursorSyncError as exc:
-            fail(str(exc), exc)
+        except (typer.Exit, typer.Abort, ClickException):
+            raise
         except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
+            _error_line("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            report(exc)
 
     return wrapper
 
@@ -152,7 +247,8 @@ ConfigOption = Annotated[
         help="The YAML config (conf/embedded.yaml and conf/production.example.yaml are examples).",
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print the result as one JSON document (the shapes: docs/operation.md).")]
 LogLevelOption = Annotated[
     LogLevel | None,
     typer.Option(
@@ -162,7 +258,10 @@ LogLevelOption = Annotated[
     ),
 ]
 LogJsonOption = Annotated[
-    bool | None, typer.Option("--log-json", help="Log one JSON object per line (on stderr).")
+    bool | None,
+    typer.Option("--log-json/--no-log-json", show_default=False,
+                 help="Log one JSON object per line, or plain lines (on stderr; `run` "
+                      "defaults to the config's logging.json, the others to plain)."),
 ]
 
 
@@ -175,7 +274,12 @@ def apply_global_options(ctx: typer.Context, log_level: LogLevel | None,
     configure_logging(state.log_level or "warning", json=bool(log_json))
 
 
-@app.callback()
+@app.callback(epilog=examples(
+    "cursorsync check -c cursorsync.yaml",
+    "cursorsync run -c cursorsync.yaml",
+    "CURSORSYNC_CONFIG=cursorsync.yaml cursorsync status --ready --json",
+    "cursorsync --log-level debug --log-json run -c cursorsync.yaml --once",
+))
 def _global_options(
     ctx: typer.Context,
     log_level: LogLevelOption = None,
@@ -188,8 +292,10 @@ def _global_options(
 ) -> None:
     """Keep geo-replicated Pulsar subscriptions in step across two clusters.
 
-    Results go to stdout, logs and errors to stderr. Exit status 2 means an error
-    you can fix (the message says what); see each command's help for 1.
+    Results go to stdout; logs, progress and errors to stderr. Exit status: 0 done;
+    1 the answer is no (status --ready: not ready; lookup: not mapped); 2 an error,
+    said in one `error: ...` line (--log-level debug adds its traceback); 130
+    interrupted.
     """
     apply_global_options(ctx, log_level, log_json)
 

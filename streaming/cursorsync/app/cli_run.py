@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cursorsync.app.cli_base import (
     ConfigOption,
+    JsonOption,
     app,
     cli_state,
+    examples,
+    fail,
     load_config_file,
     load_lazily,
     user_errors,
@@ -18,29 +21,52 @@ from cursorsync.app.cli_base import (
 from cursorsync.app.logs import configure_logging
 from cursorsync.app.settings import Config
 
+if TYPE_CHECKING:
+    from cursorsync.app.preflight import Finding
+
 log = logging.getLogger(__name__)
 
 
-@app.command()
+@app.command(
+    short_help="Run the sync job (the Spark application).",
+    epilog=examples(
+        "cursorsync run -c cursorsync.yaml",
+        "cursorsync run -c cursorsync.yaml --dry-run",
+        "cursorsync run -c cursorsync.yaml --once   # what is there now, then stop",
+        "cursorsync --log-level debug run -c cursorsync.yaml --skip-check",
+    ),
+)
 @user_errors
 def run(
     config: ConfigOption,
     dry_run: Annotated[
         bool | None,
-        typer.Option("--dry-run/--no-dry-run",
+        typer.Option("--dry-run/--no-dry-run", show_default=False,
                      help="Override emission.dry_run: translate and record, but send no acks."),
     ] = None,
     once: Annotated[
-        bool, typer.Option("--once", help="Process what is available now, then stop."),
+        bool, typer.Option("--once", help="Process what is available now, then stop; exit 2 "
+                           "when two batches do not complete in 10 minutes."),
     ] = False,
     skip_check: Annotated[
         bool, typer.Option("--skip-check", help="Start without the preflight (`check`)."),
     ] = False,
 ) -> None:
-    """Run the sync job (the Spark application) with a config file, after the preflight."""
+    """Run the sync job (the Spark application) with a config file, after the preflight.
+
+    The preflight's findings other than ok go to stderr; a problem stops the job before
+    Spark starts (exit 2). The job runs until SIGTERM or Ctrl-C, or with --once until
+    each query completed two batches.
+    """
     cfg = load_config_file(config)
     if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
-        _preflight(cfg, quiet=True)
+        findings = _findings(cfg)
+        shown = [f for f in findings if f.status != "ok"]
+        if shown:
+            from cursorsync.app.preflight import render
+
+            typer.echo(render(shown), err=True)
+        _stop_on_problems(findings, "; nothing was started")
     state = cli_state()
     configure_logging(
         state.log_level or cfg.logging.level,
@@ -52,13 +78,29 @@ def run(
     run_job(cfg, once=once, dry_run_override=dry_run)
 
 
-@app.command()
+@app.command(
+    short_help="The preflight: reach everything the job needs.",
+    epilog=examples(
+        "cursorsync check -c cursorsync.yaml",
+        "cursorsync check -c cursorsync.yaml --json | jq '.findings[] | "
+        "select(.status != \"ok\")'",
+    ),
+)
 @user_errors
-def check(config: ConfigOption) -> None:
+def check(config: ConfigOption, json_output: JsonOption = False) -> None:
     """The preflight: both clusters' admin APIs and brokers with the configured auth, the
-    topics and subscriptions, single-entry reads, the tables path. One line per check;
-    exit 2 on any problem."""
-    _preflight(load_config_file(config), quiet=False)
+    topics and subscriptions, single-entry reads, the tables path.
+
+    One line per check on stdout (ok, warning or problem, naming the thing), or with
+    --json one document: {"ok", "problems", "warnings", "findings": [{"status", "what",
+    "detail"}]}. Exit status 0 when nothing is a problem, 2 otherwise (with one error
+    line on stderr).
+    """
+    from cursorsync.app.preflight import findings_json, render
+
+    findings = _findings(load_config_file(config))
+    typer.echo(findings_json(findings) if json_output else render(findings))
+    _stop_on_problems(findings, "")
 
 
 def _resolved(cfg: Config) -> bool:
@@ -68,18 +110,17 @@ def _resolved(cfg: Config) -> bool:
                for key in ("service_url", "admin_url"))
 
 
-def _preflight(cfg: Config, *, quiet: bool) -> None:
-    """Print the findings (only the bad ones when ``quiet``); exit 2 on a problem."""
+def _findings(cfg: Config) -> list[Finding]:
     from cursorsync.app.preflight import check as run_checks
-    from cursorsync.app.preflight import problems, render
 
     cfg.require_resolved()
-    findings = run_checks(cfg)
+    return run_checks(cfg)
+
+
+def _stop_on_problems(findings: list[Finding], after: str) -> None:
+    """One error line and exit 2 when a finding is a problem."""
+    from cursorsync.app.preflight import problems
+
     bad = problems(findings)
-    shown = [f for f in findings if f.status != "ok"] if quiet else findings
-    if shown:
-        typer.echo(render(shown), err=bool(bad))
     if bad:
-        typer.echo(f"error: the preflight found {len(bad)} problem(s); nothing was started",
-                   err=True)
-        raise typer.Exit(2)
+        fail(f"the preflight found {len(bad)} problem(s){after}")

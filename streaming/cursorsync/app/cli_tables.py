@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from cursorsync.app.cli_base import (
     ConfigOption,
     JsonOption,
     app,
+    examples,
     load_config_file,
     query_store,
     user_errors,
@@ -29,17 +31,26 @@ READY_AGE_FACTOR = 2
 READY_MIN_AGE_S = 120.0
 
 
-@app.command()
+@app.command(
+    short_help="Where each subscription stands; the failover gate (--ready).",
+    epilog=examples(
+        "cursorsync status -c cursorsync.yaml",
+        "cursorsync status -c cursorsync.yaml -s billing --json",
+        "cursorsync status -c cursorsync.yaml -s billing --ready   # exit 0 ready, 1 not",
+        "cursorsync status -c cursorsync.yaml --ready --json --max-age 300",
+    ),
+)
 @user_errors
 def status(
     config: ConfigOption,
     topic: Annotated[
         str | None,
-        typer.Option("--topic", "-t",
+        typer.Option("--topic", "-t", metavar="TOPIC",
                      help="Only this topic (all its partitions) or one <topic>-partition-N."),
     ] = None,
     subscription: Annotated[
-        str | None, typer.Option("--subscription", "-s", help="Only this subscription.")
+        str | None, typer.Option("--subscription", "-s", metavar="NAME",
+                                 help="Only this subscription.")
     ] = None,
     json_output: JsonOption = False,
     ready: Annotated[
@@ -86,7 +97,15 @@ def status(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(
+    short_help="Translate a source position to the target's.",
+    epilog=examples(
+        "cursorsync lookup -c cursorsync.yaml persistent://tenant/ns/orders-partition-3 "
+        "1042:17",
+        "cursorsync lookup -c cursorsync.yaml persistent://tenant/ns/orders 1042:17 -p 3 "
+        "--json",
+    ),
+)
 @user_errors
 def lookup(
     config: ConfigOption,
@@ -98,7 +117,7 @@ def lookup(
                                             help="A source position, e.g. 123:45.")],
     partition: Annotated[
         int | None,
-        typer.Option("--partition", "-p", min=-1,
+        typer.Option("--partition", "-p", min=-1, metavar="N",
                      help="Partition index (instead of a -partition-N suffix)."),
     ] = None,
     json_output: JsonOption = False,
@@ -123,23 +142,34 @@ def lookup(
         raise typer.Exit(EXIT_NOT_FOUND)
 
 
-@app.command()
+@app.command(
+    short_help="Clear a halt after a source rewind.",
+    epilog=examples(
+        "cursorsync resume -c cursorsync.yaml --topic persistent://tenant/ns/orders "
+        "--subscription billing",
+        "cursorsync resume -c cursorsync.yaml -t persistent://tenant/ns/orders-partition-3 "
+        "-s billing --json",
+    ),
+)
 @user_errors
 def resume(
     config: ConfigOption,
     topic: Annotated[
-        str, typer.Option("--topic", "-t", help="The topic (all its partitions) or one "
-                          "<topic>-partition-N.")
+        str, typer.Option("--topic", "-t", metavar="TOPIC", help="The topic (all its "
+                          "partitions) or one <topic>-partition-N.")
     ],
-    subscription: Annotated[str, typer.Option("--subscription", "-s",
+    subscription: Annotated[str, typer.Option("--subscription", "-s", metavar="NAME",
                                               help="The halted subscription.")],
+    json_output: JsonOption = False,
 ) -> None:
     """Clear a halt: a subscription's sync goes on after a source rewind.
 
     The sync of a subscription halts when its source cursor moves back (rewind_policy
     halt) and stays halted, across restarts, until this clears it. Reset the target
     cursor first if the target must follow the source back: acks already sent cannot be
-    taken back. Exit status 2 when nothing is halted for the topic and subscription.
+    taken back. Prints each partition resumed, or with --json {"resumed": [{"topic",
+    "partition", "subscription"}]}. Exit status 2 when nothing is halted for the topic
+    and subscription.
     """
     from cursorsync.sync.halts import resume as resume_halts
     from cursorsync.tables import open_reader
@@ -149,5 +179,10 @@ def resume(
     resumed = resume_halts(store, source_cluster=cfg.clusters.source.name,
                            target_cluster=cfg.clusters.target.name, topic=topic,
                            subscription=subscription, operator="cursorsync resume")
+    if json_output:
+        typer.echo(json.dumps({"resumed": [
+            {"topic": r.key.concrete_topic(), "partition": r.key.partition,
+             "subscription": r.subscription} for r in resumed]}, indent=2))
+        return
     for r in resumed:
         typer.echo(f"resumed {r.key.concrete_topic()} {r.subscription}")

@@ -46,7 +46,7 @@ from cursorsync.app.settings import Config
 from cursorsync.app.streams import selection
 from cursorsync.app.topology import start_topologies
 from cursorsync.core.retention import LiveLedgers
-from cursorsync.errors import CursorSyncError
+from cursorsync.errors import CursorSyncError, RunIncompleteError
 from cursorsync.mapping.probe_check import ProbeHoleCheck
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.sync.sink import SyncSink
@@ -235,6 +235,8 @@ MAX_RESTARTS = 5
 #: Backoff before restart n (1-based): RESTART_BACKOFF_S * 2**(n-1), at most 60 s.
 RESTART_BACKOFF_S = 2.0
 MAX_BACKOFF_S = 60.0
+#: How long ``run --once`` waits for its two batches before it fails.
+ONCE_TIMEOUT_S = 600.0
 
 
 def restart(job: RunningJob, config: Config, failure: QueryFailedError, attempt: int, *,
@@ -302,8 +304,11 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
     previous_handler = _stop_on_sigterm()
     try:
         if once:
-            if not job.wait_batches(2, timeout_s=600):
-                log.warning("--once: the queries did not complete two batches in 10 minutes")
+            if not job.wait_batches(2, timeout_s=ONCE_TIMEOUT_S):
+                raise RunIncompleteError(
+                    f"run --once: the queries did not complete two batches in "
+                    f"{ONCE_TIMEOUT_S:g} s; the batches they completed are kept, and the "
+                    "next run goes on from there")
             return
         while not (stop_event and stop_event.is_set()):
             failure = failure_of(job)

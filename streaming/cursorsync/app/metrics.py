@@ -57,6 +57,7 @@ from prometheus_client.exposition import start_http_server as _start_http_server
 
 from cursorsync.app.settings import MetricsConfig
 from cursorsync.core.records import PartitionKey
+from cursorsync.errors import EndpointError
 
 AckKind = Literal["cumulative", "individual"]
 ACK_KINDS: tuple[AckKind, ...] = ("cumulative", "individual")
@@ -456,8 +457,9 @@ class Metrics:
         try:
             httpd, thread = _start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            raise OSError(
-                exc.errno, f"cannot serve metrics on {host}:{port}: {exc.strerror}"
+            raise EndpointError(
+                exc.errno, f"cannot serve metrics on {host}:{port} (metrics.host, "
+                f"metrics.port): {exc.strerror or exc}"
             ) from exc
         return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
 

@@ -9,12 +9,14 @@ cluster is one line, not a Spark traceback after several seconds.
 from __future__ import annotations
 
 import contextlib
+import json
+import socket
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from cursorsync.app.connect import admin_config, client_settings
 from cursorsync.app.settings import ClusterConfig, Config
@@ -79,6 +81,17 @@ def problems(findings: list[Finding]) -> list[Finding]:
 
 def render(findings: list[Finding]) -> str:
     return "\n".join(f.line() for f in findings)
+
+
+def findings_json(findings: list[Finding]) -> str:
+    """``check --json``: whether nothing is a problem, the counts, and every finding."""
+    return json.dumps({
+        "ok": not problems(findings),
+        "problems": len(problems(findings)),
+        "warnings": sum(f.status == "warning" for f in findings),
+        "findings": [{"status": f.status, "what": f.what, "detail": f.detail}
+                     for f in findings],
+    }, indent=2)
 
 
 def _quick(cluster: ClusterConfig) -> AdminClient:
@@ -155,8 +168,13 @@ def _topics(admin: AdminClient, config: Config, role: str, name: str,
 
 
 def _broker(cluster: ClusterConfig, name: str, topic: TopicName | None) -> Finding:
-    """A client with the configured auth asks the broker for a topic's partitions."""
+    """A client with the configured auth asks the broker for a topic's partitions, once
+    a broker of the service URL takes a TCP connection: the client retries a refused one
+    until its timeout and then says only "TimeOut"."""
     what = f"{name} broker {cluster.service_url}"
+    unreachable = _no_connection(cluster.service_url)
+    if unreachable:
+        return Finding("problem", what, unreachable)
     settings = replace(client_settings(cluster), operation_timeout_s=int(TIMEOUT_S),
                        connection_timeout_ms=int(TIMEOUT_S * 1000))
     client: Any = None
@@ -164,12 +182,54 @@ def _broker(cluster: ClusterConfig, name: str, topic: TopicName | None) -> Findi
         client = settings.connect()
         client.get_topic_partitions(str(topic.base if topic else "persistent://public/default/x"))
     except Exception as err:  # pulsar's own errors (Timeout, ConnectError, AuthenticationError)
-        return Finding("problem", what, f"{type(err).__name__}: {err}")
+        detail = f"{type(err).__name__}: {err}"
+        if type(err).__name__ == "Timeout":
+            detail = (f"the broker took the connection but gave no answer in {TIMEOUT_S:.0f} s "
+                      f"({detail}; is it a Pulsar broker, with TLS as the URL's scheme says?)")
+        return Finding("problem", what, detail)
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
     return Finding("ok", what)
+
+
+def endpoints(service_url: str) -> list[tuple[str, int] | str]:
+    """Each host and port a service URL names (``pulsar://h1:6650,h2:6650``; without a
+    port, 6650, or 6651 for pulsar+ssl), or why an item is none."""
+    scheme, _, hosts = service_url.partition("://")
+    default_port = 6651 if scheme == "pulsar+ssl" else 6650
+    out: list[tuple[str, int] | str] = []
+    for hostport in hosts.rstrip("/").split(","):
+        try:
+            parts = urlsplit(f"//{hostport.strip()}")
+            out.append((parts.hostname or "", parts.port or default_port))
+        except ValueError as err:
+            out.append(f"{hostport!r} is not host:port ({err})")
+    return out
+
+
+def _no_connection(service_url: str) -> str:
+    """Why no broker of ``service_url`` takes a TCP connection, or "" when one does."""
+    failures = []
+    for endpoint in endpoints(service_url):
+        if isinstance(endpoint, str):
+            failures.append(endpoint)
+            continue
+        host, port = endpoint
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            with socket.create_connection((host, port), timeout=TIMEOUT_S):
+                return ""
+        except ConnectionRefusedError:
+            failures.append(f"connection refused by {where}")
+        except socket.gaierror as err:
+            failures.append(f"cannot resolve {host!r} ({err.strerror})")
+        except TimeoutError:
+            failures.append(f"no connection to {where} in {TIMEOUT_S:.0f} s")
+        except OSError as err:
+            failures.append(f"cannot connect to {where}: {err.strerror or err}")
+    return "; ".join(failures)
 
 
 def _raw_entries(admin: AdminClient, name: str, topic: TopicName, why: str) -> Finding:

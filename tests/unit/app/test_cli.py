@@ -68,7 +68,8 @@ def test_help_lists_every_command() -> None:
         "run", "check", "status", "lookup", "resume"}
     for gone in ("demo", "bench"):
         out = invoke(gone)
-        assert out.exit_code == 2 and "No such command" in out.stderr, out.output
+        assert out.exit_code == 2, out.output
+        assert out.stderr.startswith(f"error: no such command '{gone}'"), out.stderr
 
 
 @pytest.mark.parametrize(("command", "words"), [
@@ -251,6 +252,27 @@ def test_lookup_exit_status_follows_the_outcome(tables: Path) -> None:
     assert unknown.exit_code == 1 and "unknown-topic" in unknown.stdout
     bad = invoke("lookup", "-c", CONFIG, ORDERS, "3-5")
     assert bad.exit_code == 2 and bad.stderr.startswith("error: malformed position")
+
+
+def test_resume_json(tables: Path) -> None:
+    """What was resumed, per partition; nothing halted is an error (exit 2, one line)."""
+    from cursorsync.core.records import HaltRecord
+    from cursorsync.sync.halts import record_halts
+
+    store = open_store("delta-rs", str(tables / "tables"))
+    halts = [HaltRecord(PartitionKey(ORDERS, p), "billing", True, "source rewound", 3, NOW)
+             for p in (0, 1)]
+    record_halts(store, halts, source_cluster="a", target_cluster="b", app_id="s", batch_id=0)
+    args = ["resume", "-c", CONFIG, "-t", ORDERS, "-s", "billing", "--json"]
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"resumed": [
+        {"topic": f"{ORDERS}-partition-{p}", "partition": p, "subscription": "billing"}
+        for p in (0, 1)]}
+    again = invoke(*args)
+    assert again.exit_code == 2 and again.stdout == ""
+    assert again.stderr.startswith("error: nothing is halted for subscription 'billing'")
+    assert again.stderr.count("\n") == 1
 
 
 # ------------------------------------------------------------------ logging, progress

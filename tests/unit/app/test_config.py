@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from cursorsync.app.settings import (
     Config,
     ConfigValidationError,
     NamespaceSpec,
+    TlsConfig,
     load_config,
     load_config_text,
     parse_config,
@@ -421,6 +425,19 @@ def test_unset_env_var_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_empty_env_var_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable set to the empty string is no token: refused as an unset one is, unless
+    the reference gives a default (``${NAME:-}`` allows empty on purpose)."""
+    monkeypatch.setenv("CS_EMPTY", "")
+    problems = problems_of(with_change("clusters.target.auth", {"token": "${CS_EMPTY}"}))
+    assert problems == (
+        "clusters.target.auth.token: environment variable CS_EMPTY is set but empty "
+        "(write ${CS_EMPTY:-default} to give a default)",
+    )
+    config = parse_config(with_change("spark.app_name", "cs${CS_EMPTY:-}"))
+    assert config.spark.app_name == "cs"
+
+
 def test_env_value_cannot_change_structure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CS_EVIL", "x\nspark: {}")
     config = parse_config(with_change("spark.app_name", "${CS_EVIL}"))
@@ -511,3 +528,59 @@ def test_holes_default_is_verified_and_nothing_claims_skipped_ids_unchecked() ->
     assert not none.claims_holes
     assert any("evidence.holes" in p for p in problems_of(with_change("evidence.holes", "markers")))
     assert any("evidence.holes" in p for p in problems_of(with_change("evidence.holes", "guess")))
+
+
+# --------------------------------------------------------------------------- TLS files
+
+
+@pytest.fixture(scope="module")
+def pem_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate and its unencrypted key, made by openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    where = tmp_path_factory.mktemp("pem")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=cursorsync-test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_tls_files_that_work_pass(pem_pair: tuple[Path, Path]) -> None:
+    cert, key = pem_pair
+    TlsConfig(ca_file=str(cert), cert_file=str(cert), key_file=str(key)).check_files("a")
+    TlsConfig(allow_insecure=True).check_files("a")
+
+
+def test_tls_files_that_do_not_are_named(pem_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """The TLS libraries say "No such file or directory" or "PEM lib", naming nothing."""
+    cert, key = pem_pair
+    missing = str(tmp_path / "ca.pem")
+    cases = [
+        (TlsConfig(ca_file=missing),
+         f"cluster b: auth.tls.ca_file: cannot read '{missing}': No such file or directory"),
+        (TlsConfig(cert_file=str(cert), key_file=str(tmp_path)),
+         f"cluster b: auth.tls.key_file: cannot read '{tmp_path}': Is a directory"),
+        (TlsConfig(ca_file=str(key)),
+         f"cluster b: auth.tls.ca_file: '{key}' holds no PEM certificate ("),
+        (TlsConfig(cert_file=str(cert), key_file=str(cert)),
+         f"cluster b: auth.tls.cert_file, key_file: '{cert}' and '{cert}' are not a PEM "
+         "certificate and its private key, unencrypted ("),
+    ]
+    for tls, message in cases:
+        with pytest.raises(ConfigError) as info:
+            tls.check_files("b")
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_missing_tls_file_fails_the_connection_settings(tmp_path: Path) -> None:
+    """Every client and admin client is configured through app.connect, so each names it."""
+    from cursorsync.app.connect import admin_config, client_settings
+
+    missing = tmp_path / "client.pem"
+    config = parse_config(with_change("clusters.target.auth", {"tls": {
+        "cert_file": str(missing), "key_file": str(missing)}}))
+    for settings in (admin_config, client_settings):
+        with pytest.raises(ConfigError, match=rf"cluster B: auth\.tls\.cert_file: cannot read "
+                                              rf"'{re.escape(str(missing))}'"):
+            settings(config.target)

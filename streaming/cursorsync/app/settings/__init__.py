@@ -17,7 +17,8 @@ Environment variables
 String values (never keys) may reference environment variables, so secrets
 stay out of the file:
 
-* ``${NAME}``: the value of ``NAME``; an error naming the key if it is unset.
+* ``${NAME}``: the value of ``NAME``; an error naming the key and the variable if it is
+  unset or empty.
 * ``${NAME:-default}``: the value of ``NAME``, or ``default`` if unset or empty.
 * ``$$``: a literal ``$``. A ``$`` not followed by ``{`` or ``$`` is kept as is
   (regular expressions can end with ``$``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Self
 
@@ -30,6 +31,41 @@ class TlsConfig(_Section):
         if (self.cert_file is None) != (self.key_file is None):
             raise _invalid("cert_file and key_file must be given together (mutual TLS)")
         return self
+
+    def check_files(self, cluster: str) -> None:
+        """Fail naming the key and the file when a TLS file cannot be read or holds no PEM
+        certificate (or key): the TLS libraries say only "No such file or directory", or
+        the Pulsar client "AuthenticationError". Read when a connection is configured, not
+        when the config is, so commands that reach no cluster need no certificates."""
+        where = f"cluster {cluster}: auth.tls"
+        for key, path in (("ca_file", self.ca_file), ("cert_file", self.cert_file),
+                          ("key_file", self.key_file)):
+            if path is not None:
+                _readable(f"{where}.{key}", path)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=self.ca_file)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"{where}.ca_file: {self.ca_file!r} holds no PEM certificate "
+                              f"({exc})") from None
+        try:
+            if self.cert_file is not None and self.key_file is not None:
+                # No password: neither client takes one, and OpenSSL would ask the
+                # terminal for an encrypted key's.
+                context.load_cert_chain(self.cert_file, self.key_file, password=b"")
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(
+                f"{where}.cert_file, key_file: {self.cert_file!r} and {self.key_file!r} are "
+                f"not a PEM certificate and its private key, unencrypted ({exc})") from None
+
+
+def _readable(key: str, path: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path!r}: {exc.strerror or exc}") from None
 
 
 class AuthConfig(_Section):

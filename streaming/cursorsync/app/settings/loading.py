@@ -108,16 +108,19 @@ def _expand_string(text: str, loc: Loc, problems: list[tuple[str, Loc]]) -> str:
             return "$"
         name, default = match.group(1), match.group(2)
         found = os.environ.get(name)
-        if found is None or (found == "" and default is not None):
-            if default is not None:
-                return default
-            problems.append((
-                f"{format_loc(loc)}: environment variable {name} is not set "
-                f"(write ${{{name}:-default}} to give a default)",
-                loc,
-            ))
-            return ""
-        return found
+        if found:
+            return found
+        if default is not None:
+            return default
+        # Set but empty is refused as unset is: an empty token or URL is never what a
+        # deployment meant, and would fail later, far from the variable that caused it.
+        state = "is not set" if found is None else "is set but empty"
+        problems.append((
+            f"{format_loc(loc)}: environment variable {name} {state} "
+            f"(write ${{{name}:-default}} to give a default)",
+            loc,
+        ))
+        return ""
 
     return _ENV_RE.sub(substitute, text)
 
