@@ -11,6 +11,8 @@ Every metric is named ``cursorsync_*``. What each one answers:
 - ``cursorsync_sync_outcomes_total{subscription,result}``: what became of each plan:
   emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
 - ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
+- ``cursorsync_redelivery_forecast_messages{subscription,cause}``: messages a failover now
+  would deliver again, as far as the sync knows them (see the metric's help).
 - ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
 - ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
 - ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
@@ -201,6 +203,16 @@ class Metrics:
             "cursorsync_unmapped_acked_entries",
             "Entries acked on the source that no segment maps yet (summed over topics).",
             ["subscription"], registry=r)
+        self._forecast = Gauge(
+            "cursorsync_redelivery_forecast_messages",
+            "Messages a failover now would deliver again on the target, by cause, as the sync "
+            "knows them at each batch (summed over topics). acked_unmapped: entries acked on "
+            "the source whose target copy is unknown (chunked messages' entries among them), "
+            "one message counted per entry: a floor where entries are batches. Acks since the "
+            "last sync are none at the moment of a sync, and partially acked batches show in "
+            "no broker statistic, so neither has a series here: `cursorsync status "
+            "--forecast` reads the source for them, and for the messages per entry.",
+            ["subscription", "cause"], registry=r)
         self._rewound = Counter(
             "cursorsync_rewound_entries",
             "Entries seen acked on the source that later became unacked (a rewind).",
@@ -242,6 +254,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._unmapped_by_topic: dict[str, dict[str, int]] = {}
         self._unmapped_total: dict[str, int] = {}
+        self._forecast_parts: dict[tuple[str, str], dict[str, int]] = {}
 
     # ------------------------------------------------------------------ mapping
 
@@ -339,6 +352,17 @@ class Metrics:
                     per_topic.pop(topic, None)
             self._unmapped_total[subscription] = total
             self._unmapped.labels(subscription=subscription).set(total)
+
+    def set_redelivery_forecast(self, subscription: str, cause: str,
+                                messages: Mapping[str, int]) -> None:
+        """The forecast messages of one cause per topic partition (a batch's; partitions not
+        named keep their last figure); the gauge shows the sum."""
+        counts = {part: _count(n, "messages") for part, n in messages.items()}
+        with self._lock:
+            parts = self._forecast_parts.setdefault((subscription, cause), {})
+            parts.update(counts)
+            self._forecast.labels(subscription=subscription, cause=cause).set(
+                sum(parts.values()))
 
     def record_rewound(self, subscription: str, entries: int) -> None:
         """A source rewind un-acked ``entries`` entries (acks on the target stay)."""
