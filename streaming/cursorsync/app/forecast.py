@@ -223,7 +223,7 @@ def questions(src: Sources) -> Questions:
     ledgers = src.now.ledgers if src.now is not None else (
         src.last.ledgers if src.last is not None else None)
     unmapped = None
-    if src.last is not None and src.mapping is not None:
+    if src.last is not None and src.mapping is not None and len(src.mapping.segments):
         state = CursorState(src.last.mark_delete, src.last.individually_deleted, ledgers)
         unmapped = unmapped_source(state, src.mapping, src.target_ledgers)
     since = unacked = None
@@ -244,8 +244,8 @@ def partition_forecast(row: StatusRow, src: Sources, q: Questions,
         first = unknown(synced, at_least=row.unmapped_acked_entries or 0)
     elif q.unmapped is None:
         n = row.unmapped_acked_entries or 0
-        first = NOTHING if not n else unknown("no cursor state or mapping recorded",
-                                               entries=n, at_least=n)
+        first = unknown("no cursor state or segment recorded (acks from snapshot anchors "
+                        "alone are not followed)", entries=n or None, at_least=n)
     else:
         first = _acked(q, q.unmapped, facts, src)
     second = (unknown(_since_unread(src)) if q.since is None

@@ -152,6 +152,16 @@ def test_a_last_sync_that_says_nothing_of_the_target_leaves_it_unknown(
     assert f.causes["chunks"].basis == "unknown"
 
 
+def test_a_partition_without_segments_is_unknown_not_nothing() -> None:
+    """Snapshot anchors alone map no entry: what they did not carry is not counted."""
+    src, facts = _world()
+    src = replace(src, mapping=TopicMapping(SegmentSet.of([])))
+    f = partition_forecast(_row(unmapped_acked_entries=0), src, questions(src), facts)
+    assert f.causes["acked_unmapped"].basis == "unknown"
+    assert "snapshot anchors" in f.causes["acked_unmapped"].why
+    assert f.causes["acked_since_sync"] == Figure(3, 4, "exact")
+
+
 def test_figures_add_up_to_the_worst_basis() -> None:
     exact, bound = Figure(2, 4, "exact"), Figure(1, 3, "bound", "b")
     assert exact + NOTHING == exact
