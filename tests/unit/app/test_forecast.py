@@ -213,7 +213,8 @@ def store(tmp_path: Path) -> TableStore:
     key = PartitionKey(ORDERS, -1)
     clusters = {"source_cluster": "a", "target_cluster": "b"}
     s.append("mappings", mapping_rows(key, TopicMapping(SegmentSet.of(
-        [Segment(1, 0, 5, 0, 10)])), written_at=T0, **clusters), app_id="m", batch_id=0)
+        [Segment(1, 0, 5, 0, 10)])), source_cluster="a", target_cluster="b", written_at=T0),
+        app_id="m", batch_id=0)
     s.append("cursor_states", cursor_state_rows([
         ObservedCursor(key, "billing", CursorState(P("1:3"), RangeSet(), LEDGERS), T0),
         ObservedCursor(key, "billing", CursorState(P("1:14"), RangeSet(), LEDGERS),

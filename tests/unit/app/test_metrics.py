@@ -290,7 +290,7 @@ def test_redelivery_forecast_sums_partitions_per_subscription_and_cause(
     """The gauge adds up each partition's last figure; the sync sink feeds it the unmapped
     acked entries of its rows (one message each at least), per subscription."""
     from cursorsync.app.queries import sync_sink_settings
-    from cursorsync.core.cursor import AckPlan
+    from cursorsync.core.cursor import AckPlan, Outcome
     from cursorsync.core.positions import Position
     from cursorsync.core.ranges import RangeSet
     from cursorsync.core.records import PartitionKey, SyncRecord
@@ -317,7 +317,7 @@ def test_redelivery_forecast_sums_partitions_per_subscription_and_cause(
         return sync_progress_rows([SyncRecord(
             PartitionKey("persistent://t/n/orders", p), sub,
             AckPlan(Position(7, 9), RangeSet(), RangeSet(), Position(7, 9), n, 0, 0, 0,
-                    "partial" if n else "exact"), 0, False, now, now, "emitted")
+                    Outcome.PARTIAL if n else Outcome.EXACT), 0, False, now, now)
             for (sub, p), n in unmapped.items()], source_cluster="A", target_cluster="B")
 
     sink._record(_Synced([], rows({("audit", 0): 4, ("audit", 1): 6, ("ledger", 0): 0}), None),
