@@ -6,7 +6,8 @@ partitioned, a plain and a chunked topic while the workload produces and acks on
 Pulsar's replicated subscriptions on beside it. After failover every delivery on b is
 counted. cursorsync may redeliver only the acked messages of partially acked batches,
 of chunked messages (never mapped) and acks newer than the last completed sync (each
-counted apart); it loses nothing and acks no foreign message.
+counted apart); it loses nothing and acks no foreign message. What it redelivers of each
+kind agrees with its redelivery forecast, taken when the job stopped (printed beside).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from cursorsync.core.positions import Position
 from cursorsync_devtools.demo import DemoReport, demo
 from cursorsync_devtools.testbed import TestBed
+from cursorsync_devtools.testbed.failover import forecast_misses
 from cursorsync_devtools.testbed.workload import WorkloadSpec, sync_subscription
 from tests.support.job_on_bed import last_data_entry
 
@@ -35,8 +37,19 @@ def spec(topic_name: Callable[[str], str], **kwargs: Any) -> WorkloadSpec:
     return WorkloadSpec(**{**base, **kwargs})
 
 
+def check_forecast(report: DemoReport) -> None:
+    """Each kind of redelivery measured agrees with the forecast: equal where it is exact,
+    at most its bound; and nothing lost."""
+    table = report.table()
+    print(table)
+    for kind, ours in report.cursorsync.items():
+        assert not forecast_misses(ours, report.forecast[kind]), (
+            forecast_misses(ours, report.forecast[kind]), table)
+
+
 def check(report: DemoReport) -> None:
     """The rule and the promise, for every subscription type."""
+    check_forecast(report)
     for kind, ours in report.cursorsync.items():
         builtin = report.builtin[kind]
         table = report.table()
@@ -97,6 +110,7 @@ def test_failover_with_snapshot_evidence_alone(
     r = demo(bed=testbed, spec=spec(topic_name, seed=29), work_dir=str(tmp_path),
              strategies=["snapshot"])
     assert r.evidence == ["snapshot"]
+    check_forecast(r)
     table = r.table()
     for kind, ours in r.cursorsync.items():
         builtin = r.builtin[kind]
@@ -146,6 +160,7 @@ def _markers_passed(testbed: TestBed, topic_name: Callable[[str], str], tmp_path
     s = spec(topic_name, hole_fraction=0.0, partial_batch_fraction=0.0, late_fraction=0.3,
              chunked_topic=None, foreign_per_partition=0, seed=seed)
     r = demo(bed=testbed, spec=s, work_dir=str(tmp_path), holes=holes)
+    check_forecast(r)
     for counts in r.cursorsync.values():
         assert counts["losses"] == 0 and counts["foreign"] == 0, r.table()
     for kind, counts in r.cursorsync.items():

@@ -63,12 +63,18 @@ def status(
             help="With --ready: the oldest last sync a partition may have (default: twice "
                  "the interval at which the job writes an unchanged cursor's rows).")
     ] = None,
+    forecast: Annotated[
+        bool, typer.Option("--forecast", help="The redelivery forecast: messages a failover "
+                           "now would deliver again, per cause, each exact, a bound or "
+                           "unknown; reads the source cursors and entries now.")
+    ] = False,
 ) -> None:
     """Where each subscription stands: source cursor, target cursor, lag, mapping coverage.
 
     Reads the Delta tables only (no Spark, no broker). With --ready: whether failing over
     now is safe to rest on (exit 0) or not (exit 1): every partition's last sync exact,
-    nothing acked on the source unmapped, no dry run, the last sync recent.
+    nothing acked on the source unmapped, no dry run, the last sync recent. With
+    --forecast: how many messages each subscription would get again if it failed over now.
     """
     from cursorsync.app.readiness import readiness
     from cursorsync.app.render import (
@@ -79,12 +85,25 @@ def status(
     )
     from cursorsync.app.status import subscription_status
 
+    if ready and forecast:
+        from cursorsync.errors import ConfigError
+
+        raise ConfigError("status: give --ready or --forecast, not both")
     cfg = load_config_file(config)
+    store = query_store(cfg)
     with progress("status: reading tables", json_output=json_output):
         rows = subscription_status(
-            query_store(cfg), topic=topic, subscription=subscription,
+            store, topic=topic, subscription=subscription,
             source_cluster=cfg.clusters.source.name, target_cluster=cfg.clusters.target.name,
         )
+    if forecast:
+        from cursorsync.app.forecast_read import forecast_now
+        from cursorsync.app.render import forecast_json, render_forecast
+
+        with progress("status: reading the source", json_output=json_output):
+            parts = forecast_now(store, rows, cfg)
+        typer.echo(forecast_json(parts) if json_output else render_forecast(parts))
+        return
     if not ready:
         typer.echo(status_json(rows) if json_output else render_status_table(rows))
         return

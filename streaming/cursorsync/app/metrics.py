@@ -11,6 +11,8 @@ Every metric is named ``cursorsync_*``. What each one answers:
 - ``cursorsync_sync_outcomes_total{subscription,result}``: what became of each plan:
   emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
 - ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
+- ``cursorsync_redelivery_forecast_messages{subscription,cause}``: messages a failover now
+  would deliver again, as far as the sync knows them (see the metric's help).
 - ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
 - ``cursorsync_halted_partitions{subscription,cause}``: partitions halted now, by cause.
 - ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
@@ -41,9 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Literal
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -53,11 +53,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.exposition import start_http_server as _start_http_server
 
+from cursorsync.app.metrics_server import MetricsServer, serve_registry
 from cursorsync.app.settings import MetricsConfig
 from cursorsync.core.records import PartitionKey
-from cursorsync.errors import EndpointError
 
 AckKind = Literal["cumulative", "individual"]
 ACK_KINDS: tuple[AckKind, ...] = ("cumulative", "individual")
@@ -73,33 +72,6 @@ _STAGE_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 LAG_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 TRANSLATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-
-
-@dataclass(frozen=True)
-class MetricsServer:
-    """A running /metrics HTTP endpoint; ``stop()`` it (or use it as a context manager)."""
-
-    host: str
-    port: int
-    _httpd: WSGIServer = field(repr=False)
-    _thread: threading.Thread = field(repr=False)
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop serving and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout_s)
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _versions() -> dict[str, str]:
@@ -203,6 +175,16 @@ class Metrics:
             "cursorsync_unmapped_acked_entries",
             "Entries acked on the source that no segment maps yet (summed over topics).",
             ["subscription"], registry=r)
+        self._forecast = Gauge(
+            "cursorsync_redelivery_forecast_messages",
+            "Messages a failover now would deliver again on the target, by cause, as the sync "
+            "knows them at each batch (summed over topics). acked_unmapped: entries acked on "
+            "the source whose target copy is unknown (chunked messages' entries among them), "
+            "one message counted per entry: a floor where entries are batches. Acks since the "
+            "last sync are none at the moment of a sync, and partially acked batches show in "
+            "no broker statistic, so neither has a series here: `cursorsync status "
+            "--forecast` reads the source for them, and for the messages per entry.",
+            ["subscription", "cause"], registry=r)
         self._rewound = Counter(
             "cursorsync_rewound_entries",
             "Entries seen acked on the source that later became unacked (a rewind).",
@@ -250,6 +232,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._unmapped_by_topic: dict[str, dict[str, int]] = {}
         self._unmapped_total: dict[str, int] = {}
+        self._forecast_parts: dict[tuple[str, str], dict[str, int]] = {}
 
     # ------------------------------------------------------------------ mapping
 
@@ -347,6 +330,17 @@ class Metrics:
                     per_topic.pop(topic, None)
             self._unmapped_total[subscription] = total
             self._unmapped.labels(subscription=subscription).set(total)
+
+    def set_redelivery_forecast(self, subscription: str, cause: str,
+                                messages: Mapping[str, int]) -> None:
+        """The forecast messages of one cause per topic partition (a batch's; partitions not
+        named keep their last figure); the gauge shows the sum."""
+        counts = {part: _count(n, "messages") for part, n in messages.items()}
+        with self._lock:
+            parts = self._forecast_parts.setdefault((subscription, cause), {})
+            parts.update(counts)
+            self._forecast.labels(subscription=subscription, cause=cause).set(
+                sum(parts.values()))
 
     def record_rewound(self, subscription: str, entries: int) -> None:
         """A source rewind un-acked ``entries`` entries (acks on the target stay)."""
@@ -454,14 +448,7 @@ class Metrics:
 
     def start_http_server(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
         """Serve /metrics on host:port (port 0 = any free port; see ``MetricsServer.port``)."""
-        try:
-            httpd, thread = _start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            raise EndpointError(
-                exc.errno, f"cannot serve metrics on {host}:{port} (metrics.host, "
-                f"metrics.port): {exc.strerror or exc}"
-            ) from exc
-        return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
+        return serve_registry(self.registry, port, host)
 
     def serve(self, config: MetricsConfig) -> MetricsServer | None:
         """Start the endpoint the config asks for, or nothing when ``metrics.port`` is 0."""

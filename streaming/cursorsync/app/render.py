@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from cursorsync.app.forecast import CAUSES, Figure, PartitionForecast, by_subscription
 from cursorsync.app.readiness import Readiness
 from cursorsync.app.status import (
     LookupResult,
@@ -90,6 +91,45 @@ def readiness_json(gate: Readiness) -> str:
     return json.dumps(gate.to_dict(), indent=2)
 
 
+_FORECAST_CAUSES = ("ACKED_UNMAPPED", "ACKED_SINCE_SYNC", "PARTIAL_BATCHES", "CHUNKS")
+
+
+def render_forecast(parts: Sequence[PartitionForecast]) -> str:
+    """Messages a failover now would deliver again, per partition and cause, then per
+    subscription, then why each figure that is not exact is a bound or unknown."""
+    if not parts:
+        return "no subscriptions recorded (no sync_progress or cursor_states rows match)"
+    right = range(2, 3 + len(CAUSES))
+    table = format_table(("TOPIC", "SUBSCRIPTION", *_FORECAST_CAUSES, "TOTAL"), [
+        (p.row.key.concrete_topic(), p.row.subscription,
+         *(forecast_cell(p.causes[c]) for c in CAUSES), forecast_cell(p.total))
+        for p in parts], right=right)
+    subs = by_subscription(parts)
+    summary = format_table(("SUBSCRIPTION", "PARTITIONS", *_FORECAST_CAUSES, "TOTAL"), [
+        (s.subscription, s.partitions, *(forecast_cell(s.causes[c]) for c in CAUSES),
+         forecast_cell(s.total)) for s in subs], right=range(1, 3 + len(CAUSES)))
+    notes = dict.fromkeys(f"  {c}: {f.why}" for p in parts for c in CAUSES
+                          if (f := p.causes[c]).why)
+    legend = ("messages a failover now delivers again: N exactly, <=N at most, >=N at least "
+              "(not all known), ? unknown")
+    return "\n".join([legend, "", table, "", summary, *(["", "why:", *notes] if notes else [])])
+
+
+def forecast_cell(f: Figure) -> str:
+    """A figure's messages: ``12`` exact, ``<=12`` a bound, ``>=12`` or ``?`` unknown."""
+    if f.basis == "exact":
+        return str(f.messages)
+    if f.basis == "bound":
+        return f"<={f.messages}"
+    return f">={f.at_least}" if f.at_least else "?"
+
+
+def forecast_json(parts: Sequence[PartitionForecast]) -> str:
+    """``{"subscriptions": [...], "partitions": [...]}``, each with its causes' figures."""
+    return json.dumps({"subscriptions": [s.to_dict() for s in by_subscription(parts)],
+                       "partitions": [p.to_dict() for p in parts]}, indent=2)
+
+
 def render_lookup_table(result: LookupResult) -> str:
     """Aligned ``field  value`` lines; absent values are left out."""
     seg = result.segment
@@ -127,8 +167,11 @@ def _cell(value: object) -> str:
 
 
 __all__ = [
+    "forecast_cell",
+    "forecast_json",
     "format_table",
     "lookup_json",
+    "render_forecast",
     "render_lookup_table",
     "render_status_table",
     "status_json",

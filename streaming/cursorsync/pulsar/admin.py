@@ -431,6 +431,8 @@ class RawEntry:
     chunk_id: int | None = None
     num_chunks: int | None = None
     body: bytes | None = None
+    #: Messages in the entry: a batch's size (``X-Pulsar-num-batch-message``), else 1.
+    messages: int = 1
 
     @property
     def is_marker(self) -> bool:
@@ -476,7 +478,7 @@ def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
     return RawEntry(marker_type,
                     _header_int(what, resp, "X-Pulsar-chunk-id"),
                     _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"),
-                    body)
+                    body, _header_int(what, resp, "X-Pulsar-num-batch-message") or 1)
 
 
 #: What the broker's 500 for an id past the last entry of the open ledger, and of a closed

@@ -11,9 +11,11 @@
 4. The job runs until its own progress says it has caught up with the last ack
    on a; the built-in's cursors on b until they stop moving. Both times are
    reported.
-5. Failover: the job stops, a consumer attaches to each subscription on b and
-   every delivery is counted (:mod:`cursorsync_devtools.testbed.failover`), for cursorsync
-   and for Pulsar's built-in side by side, as measured.
+5. Failover: the job stops, cursorsync's redelivery forecast is taken (what
+   ``cursorsync status --forecast`` prints), a consumer attaches to each subscription on b
+   and every delivery is counted (:mod:`cursorsync_devtools.testbed.failover`), for
+   cursorsync and for Pulsar's built-in side by side, as measured, each explained kind
+   beside its forecast.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ TABLE_ROWS = (
 )
 
 
+#: Below each measured kind, what the forecast said of it (cursorsync's columns only).
+FORECAST_ROW = "    forecast before failover"
+
+
 class DemoError(CursorSyncError):
     """The demo could not complete; the message says which step and why."""
 
@@ -86,6 +92,9 @@ class DemoReport:
     target_marks: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Admin requests the mapping made to classify skipped target ids, by kind.
     skipped_id_requests: dict[str, float] = field(default_factory=dict)
+    #: Per subscription type, cursorsync's redelivery forecast taken when the job stopped,
+    #: by cause (``Figure.to_dict``).
+    forecast: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -97,12 +106,18 @@ class DemoReport:
         return sum(counts[name] for counts in side.values())
 
     def table(self) -> str:
+        from cursorsync.app.render import forecast_cell
+        from cursorsync_devtools.testbed.failover import FORECAST_CAUSES, figure_of
+
         kinds = sorted(self.cursorsync)
         head = [""] + [f"cursorsync {k}" for k in kinds] + [f"built-in {k}" for k in kinds]
         rows = [head]
         for name, label in TABLE_ROWS:
             rows.append([label] + [str(self.cursorsync[k][name]) for k in kinds]
                         + [str(self.builtin[k][name]) for k in kinds])
+            if name in FORECAST_CAUSES and self.forecast:
+                rows.append([FORECAST_ROW] + [forecast_cell(figure_of(
+                    self.forecast[k][FORECAST_CAUSES[name]])) for k in kinds] + [""] * len(kinds))
         settled = (f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
                    else "no move")
         rows.append(["b's cursor last moved, after the last ack"]
@@ -415,6 +430,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         for sub, found in marks.items():
             if sub in cursors:
                 found[p] = cursors[sub]["markDeletePosition"]
+    forecast = taken_forecast(config, {sync_subscription(k): k for k in spec.subscription_types})
     settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
     checks: list[tuple[str, str, float | None]] = [
         (kind, sync_subscription(kind), result.last_ack_at) for kind in spec.subscription_types]
@@ -434,7 +450,25 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
                       batch_seconds=batch_seconds, target_marks=marks,
-                      skipped_id_requests=requests)
+                      skipped_id_requests=requests, forecast=forecast)
+
+
+def taken_forecast(config: Config, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``cursorsync status --forecast`` for the subscriptions (name -> subscription type):
+    per type, each cause's figure over the subscription's partitions."""
+    from cursorsync.app.forecast import by_subscription
+    from cursorsync.app.forecast_read import forecast_now
+    from cursorsync.app.status import subscription_status
+    from cursorsync.tables import open_reader
+
+    store = open_reader(config.tables.path, storage_options=dict(config.tables.storage_options))
+    rows = [r for r in subscription_status(store, source_cluster=config.source.name,
+                                           target_cluster=config.target.name)
+            if r.subscription in kinds]
+    subs = by_subscription(forecast_now(store, rows, config))
+    out = {kinds[s.subscription]: s.to_dict()["causes"] for s in subs}
+    log.info("demo: redelivery forecast before failover: %s", json.dumps(out))
+    return out
 
 
 def run_demo(*, json_output: bool = False, work_dir: str | None = None,

@@ -6,7 +6,9 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -298,3 +300,46 @@ def test_halted_partitions_by_cause_fall_to_zero_when_resumed() -> None:
     assert sample(m, halted, subscription="billing", cause="source_rewind") == 0
     with pytest.raises(ValueError, match="count must be >= 0"):
         m.set_halted({("billing", "unknown"): -1})
+
+
+def test_redelivery_forecast_sums_partitions_per_subscription_and_cause(
+        tmp_path: Path) -> None:
+    """The gauge adds up each partition's last figure; the sync sink feeds it the unmapped
+    acked entries of its rows (one message each at least), per subscription."""
+    from cursorsync.app.queries import sync_sink_settings
+    from cursorsync.core.cursor import AckPlan, Outcome
+    from cursorsync.core.positions import Position
+    from cursorsync.core.ranges import RangeSet
+    from cursorsync.core.records import PartitionKey, SyncRecord
+    from cursorsync.sync.sink import SyncSink, _Synced
+    from cursorsync.sync.step import StepSettings, SyncStep
+    from cursorsync.tables import open_store
+    from cursorsync.tables.rows import sync_progress_rows
+    from tests.support.sink_world import sink_config
+
+    m = Metrics()
+    name = "cursorsync_redelivery_forecast_messages"
+    m.set_redelivery_forecast("billing", "chunks", {"t#0": 3, "t#1": 4})
+    m.set_redelivery_forecast("billing", "chunks", {"t#0": 1})
+    assert sample(m, name, subscription="billing", cause="chunks") == 5
+    with pytest.raises(ValueError, match="messages must be >= 0"):
+        m.set_redelivery_forecast("billing", "chunks", {"t#0": -1})
+
+    config = sink_config(tmp_path)
+    sink = SyncSink(sync_sink_settings(config), open_store("delta-rs", config.tables.path),
+                    SyncStep(StepSettings(), None, lambda t, s: None), m)
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+
+    def rows(unmapped: dict[tuple[str, int], int]) -> Any:
+        return sync_progress_rows([SyncRecord(
+            PartitionKey("persistent://t/n/orders", p), sub,
+            AckPlan(Position(7, 9), RangeSet(), RangeSet(), Position(7, 9), n, 0, 0, 0,
+                    Outcome.PARTIAL if n else Outcome.EXACT), 0, False, now, now)
+            for (sub, p), n in unmapped.items()], source_cluster="A", target_cluster="B")
+
+    sink._record(_Synced([], rows({("audit", 0): 4, ("audit", 1): 6, ("ledger", 0): 0}), None),
+                 0.1)
+    assert sample(m, name, subscription="audit", cause="acked_unmapped") == 10
+    assert sample(m, name, subscription="ledger", cause="acked_unmapped") == 0
+    sink._record(_Synced([], rows({("audit", 1): 0}), None), 0.1)  # partition 0 stays
+    assert sample(m, name, subscription="audit", cause="acked_unmapped") == 4

@@ -204,6 +204,7 @@ def exercised_metrics() -> Metrics:
     m.set_unmapped_acked("settlement", "persistent://t/n/topic#0", 1)
     m.record_rewound("settlement", 1)
     m.set_halted({("settlement", "source_rewind"): 1})
+    m.set_redelivery_forecast("settlement", "acked_unmapped", {"persistent://t/n/topic#0": 1})
     m.observe_translation(0.001)
     m.observe_batch("sync", 1.0)
     m.mark_synced("settlement")

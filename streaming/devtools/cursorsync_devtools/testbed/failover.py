@@ -14,6 +14,10 @@ twice). Then, per message:
 * **lost**: not acked on a, and never delivered on b. For anyone, a disaster.
 * **foreign** messages (produced on b only) must all be delivered: nobody
   acked them on a, so nobody may ack them on b.
+
+The redelivery forecast taken before the failover (``cursorsync status --forecast``)
+names a cause for each explained kind; :func:`forecast_misses` checks the counts against
+it: equal where it is exact, at most its bound, at least its floor where unknown.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import pulsar
 
+from cursorsync.app.forecast import Figure
 from cursorsync_devtools.testbed.acking import consumer_type
 from cursorsync_devtools.testbed.testbed import TestBed
 from cursorsync_devtools.testbed.workload import WorkloadResult
@@ -67,6 +72,28 @@ class FailoverCounts:
 
     def to_dict(self) -> dict[str, int]:
         return {**asdict(self), "foreign_acked": self.foreign_acked}
+
+
+#: The forecast cause (cursorsync.app.forecast.CAUSES) that predicts each counted kind: a
+#: duplicate the count cannot explain is an acked entry whose copy the sync left unacked.
+FORECAST_CAUSES = {"partial_batch": "partial_batches", "chunked": "chunks",
+                   "acked_after_sync": "acked_since_sync", "unexplained": "acked_unmapped"}
+
+
+def forecast_misses(counts: dict[str, int], forecast: dict[str, dict[str, Any]]) -> list[str]:
+    """Where the counts (:meth:`FailoverCounts.to_dict`) disagree with a subscription's
+    forecast (its causes' ``Figure.to_dict``), one sentence each; and any loss."""
+    misses = [f"{counts['losses']} lost"] if counts["losses"] else []
+    for kind, cause in FORECAST_CAUSES.items():
+        if not figure_of(forecast[cause]).covers(counts[kind]):
+            misses.append(f"{kind}: {counts[kind]} measured, forecast {cause} "
+                          f"{forecast[cause]}")
+    return misses
+
+
+def figure_of(d: dict[str, Any]) -> Figure:
+    """A forecast figure back from its JSON form."""
+    return Figure(d["entries"], d["messages"], d["basis"], d["why"] or "", d["at_least"] or 0)
 
 
 def drain(bed: TestBed, topic: str, subscription: str, kind: str) -> list[Any]:
