@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import sys
-import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
-from cursorsync.app.logs import configure_logging
+from cursorsync.app.logs import configure_logging, echo
 from cursorsync.errors import CursorSyncError
 
 if TYPE_CHECKING:
@@ -82,9 +80,7 @@ def cli_state() -> _State:
 
 def fail(message: str, exc: BaseException | None = None) -> NoReturn:
     """Print ``error: <message>`` (and the traceback when debugging) and exit 2."""
-    if exc is not None and cli_state().debug:
-        traceback.print_exception(exc, file=sys.stderr)
-    typer.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", level="error", exc=exc if cli_state().debug else None)
     raise typer.Exit(EXIT_USER_ERROR)
 
 
@@ -98,7 +94,7 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except CursorSyncError as exc:
             fail(str(exc), exc)
         except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
+            echo("interrupted", level="warning")
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper

@@ -15,7 +15,7 @@ from cursorsync.app.cli_base import (
     load_lazily,
     user_errors,
 )
-from cursorsync.app.logs import configure_logging
+from cursorsync.app.logs import LevelName, configure_logging, echo
 from cursorsync.app.settings import Config
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,13 @@ def run(
 ) -> None:
     """Run the sync job (the Spark application) with a config file, after the preflight."""
     cfg = load_config_file(config)
-    if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
-        _preflight(cfg, quiet=True)
     state = cli_state()
     configure_logging(
         state.log_level or cfg.logging.level,
         json=cfg.logging.json_format if state.log_json is None else state.log_json,
     )
+    if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
+        _preflight(cfg, quiet=True)
     run_job = load_lazily("cursorsync.app.job", "run_job", "cursorsync run")
     log.info("starting cursorsync job", extra={"config": str(config), "once": once,
                                                "dry_run_override": dry_run})
@@ -68,18 +68,22 @@ def _resolved(cfg: Config) -> bool:
                for key in ("service_url", "admin_url"))
 
 
+#: The log level a finding's line has in JSON logs.
+_FINDING_LEVEL: dict[str, LevelName] = {"ok": "info", "warning": "warning", "problem": "error"}
+
+
 def _preflight(cfg: Config, *, quiet: bool) -> None:
     """Print the findings (only the bad ones when ``quiet``); exit 2 on a problem."""
     from cursorsync.app.preflight import check as run_checks
-    from cursorsync.app.preflight import problems, render
+    from cursorsync.app.preflight import problems
 
     cfg.require_resolved()
     findings = run_checks(cfg)
     bad = problems(findings)
     shown = [f for f in findings if f.status != "ok"] if quiet else findings
-    if shown:
-        typer.echo(render(shown), err=bool(bad))
+    for f in shown:
+        echo(f.line(), err=bool(bad), level=_FINDING_LEVEL[f.status], status=f.status)
     if bad:
-        typer.echo(f"error: the preflight found {len(bad)} problem(s); nothing was started",
-                   err=True)
+        echo(f"error: the preflight found {len(bad)} problem(s); nothing was started",
+             level="error")
         raise typer.Exit(2)
