@@ -240,3 +240,21 @@ def test_the_run_preflight_follows_the_configs_json_setting(tmp_path: Path) -> N
     records = json_lines(out.stdout + out.stderr)
     assert records[-1]["msg"].startswith("error: the preflight found 2 problem(s)")
     assert load_config(config).logging.json_format
+
+
+# ------------------------------------------------------------------ the Spark JVM
+
+
+def test_the_session_picks_the_json_appender_of_our_log4j_file_when_logs_are_json(
+        back_to_text: None) -> None:
+    from cursorsync.app.session import LOG4J_APPENDER_PROPERTY, driver_java_options
+
+    cfg = load_config(EMBEDDED_CONFIG_PATH)
+    flag = f"-D{LOG4J_APPENDER_PROPERTY}=json"
+    assert flag in driver_java_options(cfg, json_logs=True).split()
+    assert flag not in driver_java_options(cfg, json_logs=False).split()
+    configure_logging("warning", json=True)
+    assert flag in driver_java_options(cfg).split()  # follows our own logs
+    log4j = Path(driver_java_options(cfg).split()[0].split("=", 1)[1]).read_text()
+    assert f"${{sys:{LOG4J_APPENDER_PROPERTY}:-console}}" in log4j
+    assert "appender.json.layout.type = JsonTemplateLayout" in log4j
