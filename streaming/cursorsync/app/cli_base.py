@@ -15,7 +15,6 @@ import functools
 import importlib
 import logging
 import sys
-import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from cursorsync.app.logs import configure_logging
+from cursorsync.app.logs import configure_logging, echo
 from cursorsync.errors import CursorSyncError
 
 if TYPE_CHECKING:
@@ -151,18 +150,17 @@ def cli_state() -> _State:
     return _STATE.get() or _State()
 
 
-def _error_line(message: str) -> None:
+def _error_line(message: str, exc: BaseException | None = None) -> None:
     """The one ``error: ...`` line of a failure, on stderr (a config's several problems
-    follow it, one indented line each)."""
-    typer.echo(f"error: {message.rstrip() or 'failed'}", err=True)
+    follow it, one indented line each); with JSON logs, one JSON object per line, the
+    traceback in the first when debugging."""
+    echo(f"error: {message.rstrip() or 'failed'}", level="error", exc=exc)
 
 
 def fail(message: str, exc: BaseException | None = None,
          code: int = EXIT_USER_ERROR) -> NoReturn:
     """Print ``error: <message>`` (and the traceback when debugging) and exit ``code``."""
-    if exc is not None and cli_state().debug:
-        traceback.print_exception(exc, file=sys.stderr)
-    _error_line(message)
+    _error_line(message, exc if cli_state().debug else None)
     raise typer.Exit(code)
 
 

@@ -18,7 +18,7 @@ from cursorsync.app.cli_base import (
     load_lazily,
     user_errors,
 )
-from cursorsync.app.logs import configure_logging
+from cursorsync.app.logs import LevelName, configure_logging, echo
 from cursorsync.app.settings import Config
 
 if TYPE_CHECKING:
@@ -59,19 +59,15 @@ def run(
     each query completed two batches.
     """
     cfg = load_config_file(config)
-    if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
-        findings = _findings(cfg)
-        shown = [f for f in findings if f.status != "ok"]
-        if shown:
-            from cursorsync.app.preflight import render
-
-            typer.echo(render(shown), err=True)
-        _stop_on_problems(findings, "; nothing was started")
     state = cli_state()
     configure_logging(
         state.log_level or cfg.logging.level,
         json=cfg.logging.json_format if state.log_json is None else state.log_json,
     )
+    if not skip_check and _resolved(cfg):  # the job itself names an unresolved URL
+        findings = _findings(cfg)
+        _show([f for f in findings if f.status != "ok"], err=True)
+        _stop_on_problems(findings, "; nothing was started")
     run_job = load_lazily("cursorsync.app.job", "run_job", "cursorsync run")
     log.info("starting cursorsync job", extra={"config": str(config), "once": once,
                                                "dry_run_override": dry_run})
@@ -96,10 +92,13 @@ def check(config: ConfigOption, json_output: JsonOption = False) -> None:
     "detail"}]}. Exit status 0 when nothing is a problem, 2 otherwise (with one error
     line on stderr).
     """
-    from cursorsync.app.preflight import findings_json, render
+    from cursorsync.app.preflight import findings_json
 
     findings = _findings(load_config_file(config))
-    typer.echo(findings_json(findings) if json_output else render(findings))
+    if json_output:
+        typer.echo(findings_json(findings))
+    else:
+        _show(findings, err=False)
     _stop_on_problems(findings, "")
 
 
@@ -108,6 +107,16 @@ def _resolved(cfg: Config) -> bool:
 
     return all(getattr(c, key) != EMBEDDED for c in (cfg.source, cfg.target)
                for key in ("service_url", "admin_url"))
+
+
+#: The log level a finding's line has in JSON logs.
+_FINDING_LEVEL: dict[str, LevelName] = {"ok": "info", "warning": "warning", "problem": "error"}
+
+
+def _show(findings: list[Finding], *, err: bool) -> None:
+    """One line per finding (one JSON object each with JSON logs)."""
+    for f in findings:
+        echo(f.line(), err=err, level=_FINDING_LEVEL[f.status], status=f.status)
 
 
 def _findings(cfg: Config) -> list[Finding]:

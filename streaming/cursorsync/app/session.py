@@ -8,16 +8,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cursorsync.app.logs import json_output, relay_output
 from cursorsync.app.settings import Config
 
 #: Our log4j2 file goes here; options configured under spark.conf are added to it.
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
-def driver_java_options(config: Config) -> str:
-    """Our quiet log4j2 file, plus whatever spark.conf adds (not replaced by it)."""
+#: The system property our log4j2 file reads to pick its appender (``json`` or ``console``).
+LOG4J_APPENDER_PROPERTY = "cursorsync.log4j.appender"
+
+
+def driver_java_options(config: Config, *, json_logs: bool | None = None) -> str:
+    """Our quiet log4j2 file, plus whatever spark.conf adds (not replaced by it).
+
+    ``json_logs`` (default: whatever cursorsync's own logs are, see
+    :func:`cursorsync.app.logs.json_output`) picks the file's JSON layout."""
     log4j = Path(__file__).with_name("log4j2.properties")
-    return " ".join(filter(None, (f"-Dlog4j2.configurationFile={log4j}",
+    json_logs = json_output() if json_logs is None else json_logs
+    appender = f"-D{LOG4J_APPENDER_PROPERTY}=json" if json_logs else ""
+    return " ".join(filter(None, (f"-Dlog4j2.configurationFile={log4j}", appender,
                                   config.spark.conf.get(DRIVER_JAVA_OPTIONS))))
 
 
@@ -67,28 +77,47 @@ def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.appName(config.spark.app_name)
+    conf: dict[str, Any] = {"spark.app.name": config.spark.app_name}
     master = master_of(config)
     if master is not None:
-        b = b.master(master)
+        conf["spark.master"] = master
     python = local_worker_python(master, os.environ)
     if python is not None:
         os.environ[WORKER_PYTHON_ENV] = python  # before the JVM starts, which reads it
-    b = (b
-         .config(DRIVER_JAVA_OPTIONS, driver_java_options(config))
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.python.worker.reuse", "true")
-         .config("spark.sql.streaming.metricsEnabled", "true"))
+    conf.update({
+        DRIVER_JAVA_OPTIONS: driver_java_options(config),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.metricsEnabled": "true",
+    })
     if config.tables.backend == "delta-spark":
         from cursorsync.tables.delta_spark import DELTA_SPARK_CONF
 
-        for k, v in DELTA_SPARK_CONF.items():
-            b = b.config(k, v)
-    for k, v in config.spark.conf.items():
-        if k != DRIVER_JAVA_OPTIONS:
-            b = b.config(k, v)
-    spark = b.getOrCreate()
+        conf.update(DELTA_SPARK_CONF)
+    conf.update({k: v for k, v in config.spark.conf.items() if k != DRIVER_JAVA_OPTIONS})
+    if json_output():
+        _start_jvm_relayed(conf)
+    spark = SparkSession.builder.config(map=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _start_jvm_relayed(conf: dict[str, Any]) -> None:
+    """Start the JVM this process launches itself (not spark-submit's) with its output
+    relayed through :func:`cursorsync.app.logs.relay_output`, so that what it writes
+    outside log4j (the launcher's warnings, its Python workers' output) is JSON too.
+    Nothing to do when a JVM runs already: it is the one the session will use."""
+    from subprocess import PIPE, STDOUT
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if launched_by_spark_submit() or getattr(SparkContext, "_gateway", None) is not None:
+        return
+    spark_conf = SparkConf(loadDefaults=False).setAll([(k, str(v)) for k, v in conf.items()])
+    gateway = launch_gateway(  # type: ignore[no-untyped-call]
+        spark_conf, popen_kwargs={"stdout": PIPE, "stderr": STDOUT})
+    relay_output(gateway.proc.stdout)
+    SparkContext(conf=spark_conf, gateway=gateway)
