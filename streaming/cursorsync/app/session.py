@@ -73,6 +73,79 @@ def local_worker_python(master: str | None, environ: Mapping[str, str]) -> str |
     return sys.executable
 
 
+#: Where ``tables.storage_options`` (delta-rs's option names) say how to reach S3, the same
+#: settings for Spark's s3a (checkpoints, delta-spark's tables): one place for both engines.
+_S3A_ENDPOINT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_S3A_REGION = ("AWS_REGION", "AWS_DEFAULT_REGION")
+S3A_CREDENTIALS_PROVIDER = "spark.hadoop.fs.s3a.aws.credentials.provider"
+#: Hadoop's default credential chain plus web identity (a Kubernetes service account's
+#: IAM role): the sources delta-rs reads too (the AWS_* environment variables, web
+#: identity, the container's and the instance's credentials), in the same order.
+S3A_CREDENTIAL_CHAIN = ",".join((
+    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
+    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+    "software.amazon.awssdk.auth.credentials.WebIdentityTokenFileCredentialsProvider",
+    "org.apache.hadoop.fs.s3a.auth.IAMInstanceCredentialsProvider",
+))
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1", "yes")
+
+
+def s3a_conf(storage_options: Mapping[str, str]) -> dict[str, str]:
+    """Spark's s3a settings saying what ``tables.storage_options`` says to delta-rs.
+
+    The endpoint and region carry over; so does the addressing, which in delta-rs is
+    path-style (``bucket`` in the path) unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST is true,
+    and AWS_ALLOW_HTTP for an endpoint given without its scheme. Credentials are never
+    options: both engines read them from the environment."""
+    options = {k.upper(): v for k, v in storage_options.items()}
+    conf: dict[str, str] = {}
+    endpoint = next((options[k] for k in _S3A_ENDPOINT if options.get(k)), None)
+    region = next((options[k] for k in _S3A_REGION if options.get(k)), None)
+    if endpoint is not None:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+    if region is not None:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    if endpoint is not None or "AWS_VIRTUAL_HOSTED_STYLE_REQUEST" in options:
+        virtual = _true(options.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"))
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "false" if virtual else "true"
+    if "AWS_ALLOW_HTTP" in options:
+        ssl = not _true(options["AWS_ALLOW_HTTP"])
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "true" if ssl else "false"
+    return conf
+
+
+def uses_s3a(config: Config) -> bool:
+    """Whether Spark writes to ``s3a://``: the checkpoints, or delta-spark's tables."""
+    paths = [config.spark.checkpoint_dir]
+    if config.tables.backend == "delta-spark":
+        paths.append(config.tables.path)
+    return any(p.startswith("s3a://") for p in paths)
+
+
+def _submitted_conf() -> Mapping[str, str]:
+    """The Spark conf spark-submit gave this driver (the chart's sparkConf and hadoopConf);
+    nothing when spark-submit did not start it."""
+    if not launched_by_spark_submit():
+        return {}
+    from pyspark import SparkConf
+
+    return dict(SparkConf().getAll())
+
+
+def object_store_conf(config: Config) -> dict[str, str]:
+    """The s3a settings the job adds to its session: those of ``tables.storage_options``,
+    and, when it uses s3a and nobody named one, the credential chain delta-rs follows."""
+    conf = s3a_conf(config.tables.storage_options)
+    if (uses_s3a(config) and S3A_CREDENTIALS_PROVIDER not in config.spark.conf
+            and S3A_CREDENTIALS_PROVIDER not in _submitted_conf()):
+        conf[S3A_CREDENTIALS_PROVIDER] = S3A_CREDENTIAL_CHAIN
+    return conf
+
+
 def build_session(config: Config) -> Any:
     """A SparkSession from the config (Delta extension only when the backend needs it)."""
     from pyspark.sql import SparkSession
@@ -96,6 +169,7 @@ def build_session(config: Config) -> Any:
         from cursorsync.tables.delta_spark import DELTA_SPARK_CONF
 
         conf.update(DELTA_SPARK_CONF)
+    conf.update(object_store_conf(config))
     conf.update({k: v for k, v in config.spark.conf.items() if k != DRIVER_JAVA_OPTIONS})
     if json_output():
         _start_jvm_relayed(conf)

@@ -9,6 +9,11 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from cursorsync.app.settings.base import LogLevel, TableBackend, _invalid, _Section
 
+#: Credentials are read from the environment by Spark's s3a and delta-rs alike; one given
+#: as a storage option would reach delta-rs alone.
+_CREDENTIAL_OPTIONS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                       "ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN")
+
 
 class TablesConfig(_Section):
     """Where the Delta tables live and which writer writes them."""
@@ -40,6 +45,18 @@ class TablesConfig(_Section):
                 f"{value!r}: delta-rs does not understand s3a:// (a Hadoop scheme); "
                 "use s3:// with delta-rs, or backend delta-spark"
             )
+        return value
+
+    @field_validator("storage_options")
+    @classmethod
+    def _no_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key.upper() in _CREDENTIAL_OPTIONS:
+                raise _invalid(
+                    f"{key!r} is a credential: set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and "
+                    "AWS_SESSION_TOKEN) in the environment instead, where Spark's s3a and "
+                    "delta-rs both read them"
+                )
         return value
 
     def table_uri(self, table: str) -> str:
