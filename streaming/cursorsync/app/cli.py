@@ -28,6 +28,7 @@ from __future__ import annotations
 # isort: off
 from cursorsync.app import cli_run
 from cursorsync.app import cli_tables
+from cursorsync.app import cli_migrate  # noqa: F401 (registers `migrate`)
 # isort: on
 from cursorsync.app.cli_base import CONFIG_ENV, app
 

@@ -67,6 +67,9 @@ class DeltaRsStore(TableStore):
             raise TableSchemaError(f"table {table} does not exist at {self.uri(table)}")
         return dt
 
+    def delta_log(self, table: TableName) -> DeltaTable | None:
+        return self._open(table)
+
     def exists(self, table: TableName) -> bool:
         return DeltaTable.is_deltatable(self.uri(table), storage_options=self._storage or None)
 

@@ -194,6 +194,9 @@ class DeltaSparkStore(TableStore):
         except TableNotFoundError:
             return None
 
+    def delta_log(self, table: TableName) -> DeltaTable | None:
+        return self._log(table)
+
     def _path(self, table: TableName) -> str:
         return "`" + self.uri(table).replace("`", "``") + "`"
 

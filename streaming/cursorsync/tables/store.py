@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +38,9 @@ from cursorsync.tables.schema import (
     topic_bucket,
     topic_buckets,
 )
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 class TableWriteError(CursorSyncError):
@@ -269,11 +272,18 @@ class TableStore(ABC):
         """Whether the table has been created."""
 
     def ensure(self, table: TableName) -> None:
-        """Create the table from its schema file if absent; fail if it exists but differs.
+        """Create the table from its schema file if absent; bring it to its schema file's
+        version where that is done in place (:mod:`cursorsync.tables.migrate`); fail if it
+        differs otherwise.
 
         TableWriteError names the table and where when the engine cannot."""
+        from cursorsync.tables.migrate import upgrade
+
         try:
+            upgrade(self, table)
             self._ensure(table)
+            # Once more for a table just created: record its version.
+            upgrade(self, table)
         except CursorSyncError:
             raise
         except Exception as err:
@@ -287,6 +297,11 @@ class TableStore(ABC):
     def ensure_all(self) -> None:
         for table in TABLES:
             self.ensure(table)
+
+    @abstractmethod
+    def delta_log(self, table: TableName) -> DeltaTable | None:
+        """The table's Delta log through delta-rs, whichever backend writes it (None when
+        there is no table): what schema migrations read and change."""
 
     @abstractmethod
     def stored_schema(self, table: TableName) -> pa.Schema:
