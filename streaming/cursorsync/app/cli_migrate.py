@@ -7,10 +7,21 @@ from typing import Annotated
 
 import typer
 
-from cursorsync.app.cli_base import ConfigOption, app, load_config_file, query_store, user_errors
+from cursorsync.app.cli_base import (
+    ConfigOption,
+    app,
+    examples,
+    load_config_file,
+    query_store,
+    user_errors,
+)
 
 
-@app.command()
+@app.command(
+    short_help="Bring the tables to this release's schema (the job stopped).",
+    epilog=examples("cursorsync migrate -c cursorsync.yaml --dry-run",
+                    "cursorsync migrate -c cursorsync.yaml"),
+)
 @user_errors
 def migrate(
     config: ConfigOption,
@@ -24,12 +35,7 @@ def migrate(
     and rewrites the tables whose rows need converting (a column widened, a new topic
     bucket count), one commit each. Plans every table before changing any: a table nothing
     migrates (a column dropped, a version newer than this release's) changes none.
-
-    Examples:
-
-        cursorsync migrate -c cursorsync.yaml --dry-run
-
-        cursorsync migrate -c cursorsync.yaml
+    Exit status 0 when done, 2 when a table cannot be migrated (nothing changed).
     """
     from cursorsync.tables import TABLES
     from cursorsync.tables.migrate import TableVersionError, plan
