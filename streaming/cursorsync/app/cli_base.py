@@ -171,6 +171,9 @@ def report(exc: Exception) -> NoReturn:
         fail(str(exc), exc)
     if isinstance(exc, OSError) and exc.strerror:
         what = exc.strerror + (f": {exc.filename!r}" if exc.filename is not None else "")
+    elif isinstance(exc, OSError):  # a storage engine's (delta-rs, pyarrow): its lines say
+        # what was refused and where, so all of them, as one
+        what = " ".join(str(exc).split())[:1000] or "(no message)"
     else:  # its first line: a Py4J error's text carries the whole Java stack trace
         what = next((line.strip() for line in str(exc).splitlines() if line.strip()),
                     "(no message)")
