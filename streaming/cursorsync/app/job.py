@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from cursorsync.app.checkpoint_match import bind_checkpoints
+from cursorsync.app.lease import Lease, held
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.queries import Clients, mapping_sink, start_queries, sync_sink
 from cursorsync.app.session import RESTARTABLE_CONF, build_session
@@ -296,7 +297,17 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
     batches.
 
     A query that fails is restarted with the other from the checkpoints (:func:`restart`).
+    The tables' lease is held throughout (:mod:`cursorsync.app.lease`): a job already on
+    them refuses this one, and a lease lost stops it.
     """
+    with held(config.tables.path, "cursorsync run",
+              storage_options=config.tables.storage_options or None) as lease:
+        _run(config, lease, once=once, dry_run_override=dry_run_override,
+             stop_event=stop_event)
+
+
+def _run(config: Config, lease: Lease, *, once: bool, dry_run_override: bool | None,
+         stop_event: threading.Event | None) -> None:
     metrics = Metrics(subscriptions_of=selection(config).subscriptions_of)
     server = metrics.serve(config.metrics) if config.metrics.enabled else None
     job = start_job(config, dry_run=dry_run_override, metrics=metrics, serve_metrics=False)
@@ -311,6 +322,7 @@ def run_job(config: Config, *, once: bool = False, dry_run_override: bool | None
                     "next run goes on from there")
             return
         while not (stop_event and stop_event.is_set()):
+            lease.check()
             failure = failure_of(job)
             if failure is None:
                 if job.sync_sink.last_batch >= 0:
