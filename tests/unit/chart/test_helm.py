@@ -170,6 +170,22 @@ def test_state_on_the_volume_renders() -> None:
     assert {"name": "state", "persistentVolumeClaim": {"claimName": "state"}} in volumes
 
 
+def test_suspending_stops_the_job_and_keeps_its_service_and_alerts(
+        full: list[dict[str, Any]]) -> None:
+    """A failover suspends the application (`helm upgrade --set suspend=true`): the
+    SparkApplication says so and every other resource renders as before."""
+    suspended = ht.render([ht.FULL_VALUES], set_values={"suspend": True})
+    assert ht.spark_application(suspended)["spec"]["suspend"] is True
+    assert ht.spark_application(full)["spec"]["suspend"] is False
+    assert ht.spark_application(ht.render())["spec"]["suspend"] is False
+    assert [m for m in suspended if m["kind"] != "SparkApplication"] == [
+        m for m in full if m["kind"] != "SparkApplication"]
+    for manifest in suspended:
+        ht.validate_manifest(manifest)
+    with pytest.raises(ht.helm().HelmValuesError, match="schema"):
+        ht.render(set_values={"suspend": "yes"})
+
+
 def _object_keys(schema: dict[str, Any], node: dict[str, Any], path: str,
                  out: dict[str, set[str]]) -> None:
     """Every object's property names in a JSON schema, by key path (refs followed)."""
