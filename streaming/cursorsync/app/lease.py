@@ -220,15 +220,22 @@ class Lease:
 
     # -- the lease's life
 
+    def _refuse_held(self, found: LeaseRecord | None) -> None:
+        if found is not None and found.holder != self.holder and found.live(self._now()):
+            raise LeaseHeldError(
+                f"the tables at {self.uri.rsplit('/', 1)[0]} are in use by "
+                f"{found.describe()}: one job at a time on a set of tables; stop it, or "
+                f"wait until its lease expires")
+
+    def refuse_if_held(self) -> None:
+        """Raise :class:`LeaseHeldError` as :meth:`acquire` would, writing nothing."""
+        self._refuse_held(self.current())
+
     def acquire(self) -> LeaseRecord:
         """Take the lease, or raise :class:`LeaseHeldError` naming its live holder."""
         for _ in range(ATTEMPTS):
             dt, found = self._read()
-            if found is not None and found.holder != self.holder and found.live(self._now()):
-                raise LeaseHeldError(
-                    f"the tables at {self.uri.rsplit('/', 1)[0]} are in use by "
-                    f"{found.describe()}: one job at a time on a set of tables; stop it, or "
-                    f"wait until its lease expires")
+            self._refuse_held(found)
             mine = self._fresh()
             if self._commit(dt, mine):
                 if found is not None and found.released_at is None and found.holder != self.holder:
@@ -320,7 +327,12 @@ class Lease:
                 log.warning("lease not renewed, trying again in %.0f s: %s", self.renew_s, err)
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` once the lease is lost (the job then stops)."""
+        """Raise :class:`LeaseLostError` once the lease is lost (the job then stops): found
+        so by a renewal, or past its expiry with no renewal in (a renewal hanging on the
+        storage counts as none)."""
+        record = self.record
+        if self._lost is None and record is not None and self._now() >= record.expires_at:
+            self._lost = f"the lease on {self.uri} expired at {_iso(record.expires_at)} unrenewed"
         if self._lost is not None:
             raise LeaseLostError(f"{self._lost}; this job stops (another may be writing the "
                                  "tables)")
