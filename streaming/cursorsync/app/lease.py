@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from cursorsync.errors import CursorSyncError
@@ -181,7 +181,9 @@ class Lease:
         except (DeltaError, OSError) as err:
             raise LeaseError(f"lease table {self.uri} cannot be read: {err}") from err
         try:
-            rows = dt.to_pyarrow_table()
+            # Not to_pyarrow_table(): its scan threads can abort the process at its exit.
+            rows = pa.table(QueryBuilder().register("lease", dt)
+                            .execute("SELECT * FROM lease").read_all())
         except (DeltaError, OSError) as err:
             raise LeaseError(f"lease table {self.uri} cannot be read: {err}") from err
         return dt, LeaseRecord.parse(rows, self.uri)
