@@ -29,6 +29,7 @@ from __future__ import annotations
 from cursorsync.app import cli_run
 from cursorsync.app import cli_tables
 from cursorsync.app import cli_migrate  # noqa: F401 (registers `migrate`)
+from cursorsync.app import cli_retire  # noqa: F401 (registers `retire`)
 # isort: on
 from cursorsync.app.cli_base import CONFIG_ENV, app
 
