@@ -65,7 +65,7 @@ def test_help_lists_every_command() -> None:
         assert word in out.stdout
     # The demo and the benchmarks are the development tools' (cursorsync-dev), not the product's.
     assert set(typer.main.get_group(cli.app).commands) == {
-        "run", "check", "status", "lookup", "resume", "migrate"}
+        "run", "check", "status", "lookup", "resume", "migrate", "retire"}
     for gone in ("demo", "bench"):
         out = invoke(gone)
         assert out.exit_code == 2, out.output
