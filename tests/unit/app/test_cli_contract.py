@@ -24,7 +24,7 @@ from cursorsync.app.settings import EMBEDDED_CONFIG_PATH
 from tests.support.processes import fake_module
 
 CONFIG = str(EMBEDDED_CONFIG_PATH)
-COMMANDS = ("run", "check", "status", "lookup", "resume", "migrate")
+COMMANDS = ("run", "check", "status", "lookup", "resume", "migrate", "retire")
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
