@@ -72,10 +72,13 @@ def unreachable_clusters(port: int) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------ run
 
 
-def test_run_once_that_times_out_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_once_that_times_out_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
     """--once waits for two batches of each query; when they do not come in time, the run
     failed, whatever it did meanwhile."""
     import cursorsync.app.job as job_module
+
+    monkeypatch.chdir(tmp_path)  # the job's lease goes under the config's relative tables.path
 
     class Idle:  # a query that runs no batch: its trigger is always busy
         name = "cursorsync-sync"
