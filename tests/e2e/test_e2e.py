@@ -185,15 +185,15 @@ def test_killed_mid_batch_and_restarted_from_its_checkpoint(
     check(r)
 
 
-@pytest.mark.parametrize("holes", ["verified", "probe"])
-def test_mapping_killed_after_claiming_skipped_ids_and_restarted(
-        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path, holes: str) -> None:
-    """The mapping query dies in the middle of a run of skipped ids: they are checked (the
-    probe acked past them) and nothing is written. The job restarts from its checkpoint and
-    the batch is read again, its ids now before the new process's probe: nothing lost,
-    every duplicate explained."""
+def test_mapping_killed_after_its_probe_claimed_skipped_ids_and_restarted(
+        testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The mapping query dies in the middle of a run of skipped ids: the probe acked past
+    them and nothing is written. The job restarts from its checkpoint and the batch is read
+    again, its ids now before the new process's probe (placed again, at the first of them):
+    nothing lost, every duplicate explained. (With ``verified`` a replayed check is the same
+    raw-entry reads again: nothing carries over.)"""
     r = demo(bed=testbed, spec=spec(topic_name, seed=19), work_dir=str(tmp_path),
-             crash_mapping_claims=True, holes=holes)
+             crash_mapping_claims=True, holes="probe")
     # A loaded machine may add restarts of its own (a Python worker slow to start).
     assert r.injected_crashes == 1 and r.restarts >= 1, r.table()
     check(r)
