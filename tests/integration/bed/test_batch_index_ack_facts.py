@@ -23,7 +23,9 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed, TestBedConfig
 
-pytestmark = pytest.mark.integration
+# A test bed of its own (batch-index acks on): facts for the forecast and issue 38, kept out
+# of the default run for CI's time (CURSORSYNC_SLOW=1 runs them).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BATCH = 5
 
