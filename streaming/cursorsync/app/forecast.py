@@ -94,6 +94,14 @@ class Figure:
 NOTHING = Figure(0, 0, "exact")
 
 
+def added(figures: Iterable[Figure]) -> Figure:
+    """Figures added up (NOTHING when there are none)."""
+    out = NOTHING
+    for f in figures:
+        out = out + f
+    return out
+
+
 def _plus(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a + b
 
@@ -129,10 +137,7 @@ class PartitionForecast:
 
     @property
     def total(self) -> Figure:
-        out = NOTHING
-        for c in CAUSES:
-            out = out + self.causes[c]
-        return out
+        return added(self.causes[c] for c in CAUSES)
 
     def to_dict(self) -> dict[str, Any]:
         r = self.row
@@ -153,10 +158,7 @@ class SubscriptionForecast:
 
     @property
     def total(self) -> Figure:
-        out = NOTHING
-        for c in CAUSES:
-            out = out + self.causes[c]
-        return out
+        return added(self.causes[c] for c in CAUSES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"subscription": self.subscription, "partitions": self.partitions,
@@ -171,9 +173,7 @@ def by_subscription(parts: Iterable[PartitionForecast]) -> list[SubscriptionFore
         groups.setdefault(p.row.subscription, []).append(p)
     out = []
     for sub in sorted(groups):
-        causes = {c: NOTHING for c in CAUSES}
-        for p in groups[sub]:
-            causes = {c: causes[c] + p.causes[c] for c in CAUSES}
+        causes = {c: added(p.causes[c] for p in groups[sub]) for c in CAUSES}
         out.append(SubscriptionForecast(sub, len(groups[sub]), causes))
     return out
 
