@@ -179,13 +179,13 @@ class Lease:
         except TableNotFoundError:
             return None, None
         except (DeltaError, OSError) as err:
-            raise LeaseError(f"lease table {self.uri} cannot be read: {err}") from err
+            raise LeaseError(f"lease table {self.uri} cannot be read: {_one_line(err)}") from err
         try:
             # Not to_pyarrow_table(): its scan threads can abort the process at its exit.
             rows = pa.table(QueryBuilder().register("lease", dt)
                             .execute("SELECT * FROM lease").read_all())
         except (DeltaError, OSError) as err:
-            raise LeaseError(f"lease table {self.uri} cannot be read: {err}") from err
+            raise LeaseError(f"lease table {self.uri} cannot be read: {_one_line(err)}") from err
         return dt, LeaseRecord.parse(rows, self.uri)
 
     def current(self) -> LeaseRecord | None:
@@ -210,9 +210,9 @@ class Lease:
         except DeltaError as err:
             if dt is None and "already exists" in str(err):
                 return False  # another process created it first
-            raise LeaseError(f"lease table {self.uri} cannot be written: {err}") from err
+            raise LeaseError(f"lease table {self.uri} cannot be written: {_one_line(err)}") from err
         except OSError as err:
-            raise LeaseError(f"lease table {self.uri} cannot be written: {err}") from err
+            raise LeaseError(f"lease table {self.uri} cannot be written: {_one_line(err)}") from err
         return True
 
     def _fresh(self, started: datetime | None = None) -> LeaseRecord:
@@ -338,6 +338,12 @@ class Lease:
         if self._lost is not None:
             raise LeaseLostError(f"{self._lost}; this job stops (another may be writing the "
                                  "tables)")
+
+
+def _one_line(err: BaseException) -> str:
+    """An engine's error in one line (delta-rs puts the OS error on a line of its own),
+    so the command's ``error:`` line stays one."""
+    return " ".join(str(err).split())
 
 
 @contextmanager

@@ -4,34 +4,19 @@ Each case is a fresh process: the JVM and its log set-up start once per process.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from cursorsync.app.logs import JVM_LOGGER
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH
+from tests.support.json_lines import json_lines
 from tests.support.spark_cluster import free_port
 
 pytestmark = pytest.mark.spark
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            pytest.fail(f"not a JSON line: {line!r}")
-        assert isinstance(value, dict), line
-        out.append(value)
-    return out
 
 
 SESSION_THAT_LOGS = """
@@ -79,13 +64,15 @@ def test_a_local_session_with_json_logs_writes_json_lines_only(tmp_path: Path) -
 
 def test_a_run_that_fails_after_spark_started_is_json_on_every_line(tmp_path: Path) -> None:
     """``cursorsync run`` with logging.json in its config: the job's lines, the JVM's, and
-    the final error (its tables path lies under a regular file)."""
+    the final error (its mappings table's folder is a regular file; the tables' lease,
+    beside it, is taken before Spark starts)."""
     data = yaml.safe_load(EMBEDDED_CONFIG_PATH.read_text())
     for role in ("source", "target"):
         data["clusters"][role].update(service_url=f"pulsar://127.0.0.1:{free_port()}",
                                       admin_url=f"http://127.0.0.1:{free_port()}")
-    (tmp_path / "a-file").write_text("")
-    data["tables"]["path"] = str(tmp_path / "a-file" / "tables")
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "mappings").write_text("")
+    data["tables"]["path"] = str(tmp_path / "tables")
     data["spark"]["checkpoint_dir"] = str(tmp_path / "checkpoints")
     data["logging"]["json"] = True
     config = tmp_path / "config.yaml"

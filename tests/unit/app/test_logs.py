@@ -3,7 +3,6 @@ exception nothing caught, other processes' output relayed, and the pulsar client
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import subprocess
@@ -25,23 +24,9 @@ from cursorsync.app.logs import (
 )
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, load_config
 from cursorsync.pulsar.client import CLIENT_LOGGER, log_client_line
+from tests.support.json_lines import json_lines
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    """Every non-empty line of ``text`` as a JSON object (fails on any other line)."""
-    out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            pytest.fail(f"not a JSON line: {line!r}\nin:\n{text}")
-        assert isinstance(value, dict), line
-        out.append(value)
-    return out
 
 
 def free_port() -> int:
