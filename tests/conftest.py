@@ -30,6 +30,20 @@ settings.register_profile("cursorsync", deadline=None)
 settings.load_profile("cursorsync")
 
 
+SLOW = os.environ.get("CURSORSYNC_SLOW") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (soaks, long benchmarks, facts with test beds of their own)
+    run only with ``CURSORSYNC_SLOW=1``: CI's time goes to the safety tests."""
+    if SLOW:
+        return
+    skip = pytest.mark.skip(reason="marked slow: runs with CURSORSYNC_SLOW=1")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
     """Clusters a and b, geo-replicated both ways; each test uses topics of its own

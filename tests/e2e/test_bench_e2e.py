@@ -28,6 +28,7 @@ PHASES = ["backlog", "positions on b", "baseline", "spark start-up", "mapping", 
 
 @pytest.mark.integration
 @pytest.mark.spark
+@pytest.mark.slow  # a benchmark; the failovers it ends with run in test_e2e.py
 def test_tiny_run_reports_each_figure_beside_its_baseline(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     # The wait for b's cursors ends once both cover the live entries; on a busy machine

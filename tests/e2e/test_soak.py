@@ -1,13 +1,13 @@
 """The soak: ``cursorsync run`` as a process of its own under live traffic (late acks,
 holes for good), one broker restarted halfway, then failover to b.
 
-CI runs 1.5 minutes of traffic; ``CURSORSYNC_SLOW=1`` runs the 30-minute soak, whose
+Both run with ``CURSORSYNC_SLOW=1`` (the broker faults and the job's kills of
+test_faults.py run in every run): 1.5 minutes of traffic, and the 30-minute soak whose
 figures docs/performance.md reports (``cursorsync-dev bench soak`` prints them).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,9 +15,7 @@ import pytest
 from cursorsync_devtools.soak import SoakSpec, soak
 from cursorsync_devtools.soak_table import table
 
-pytestmark = pytest.mark.integration
-
-SLOW = os.environ.get("CURSORSYNC_SLOW") == "1"
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _check(report: dict, spec: SoakSpec) -> None:
@@ -44,8 +42,6 @@ def test_a_short_soak_with_a_target_broker_restart(tmp_path: Path) -> None:
     _check(report, spec)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not SLOW, reason="the 30-minute soak runs with CURSORSYNC_SLOW=1")
 def test_the_30_minute_soak(tmp_path: Path) -> None:
     """Memory stays flat: the last window's resident set within a quarter of the second
     window's (the first includes Spark's warm-up)."""

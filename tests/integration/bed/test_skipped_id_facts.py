@@ -93,6 +93,7 @@ def test_a_read_begun_inside_a_chunked_message_skips_its_other_chunks_outside_ev
     assert first_on_a.ledger >= 0
 
 
+@pytest.mark.slow  # a minute of stats updates; the classification never rests on it
 def test_the_chunk_flag_counts_only_producers_connected_at_the_stats_update(
         testbed: TestBed, topic_name: Callable[[str], str]) -> None:
     """Topic stats carry ``msgChunkPublished``, set at a stats update (every

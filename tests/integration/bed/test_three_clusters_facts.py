@@ -158,15 +158,28 @@ def test_a_ledger_made_with_the_same_id_on_a_and_c_makes_c_s_stamps_name_a_s_ent
     took the copies in the same order (so every stamp may look right); either way a
     position on a the stamp does not vouch for."""
     bed = three_testbed
-    bed.align_ledger_ids("c", "a")
-    parts = bed.create_topic(topic_name("aligned"), partitions=2)
-    first = {p: {cl: bed.internal_stats(cl, p)["ledgers"][0]["ledgerId"] for cl in CLUSTERS}
-             for p in parts}
-    assert all(f["a"] == f["c"] != f["b"] for f in first.values()), first
-    produce_everywhere(bed, parts, 15)  # 45 entries a partition: one ledger on every cluster
+    tries = []
+    for attempt in range(3):
+        bed.align_ledger_ids("c", "a")
+        parts = bed.create_topic(topic_name(f"aligned-{attempt}"), partitions=2)
+        first = {p: {cl: bed.internal_stats(cl, p)["ledgers"][0]["ledgerId"] for cl in CLUSTERS}
+                 for p in parts}
+        assert all(f["a"] == f["c"] != f["b"] for f in first.values()), first
+        produce_everywhere(bed, parts, 15)  # 45 entries a partition: one ledger on every cluster
+        shared = {p: {s: k for s, k in c_stamps_on_b(bed, p).items() if s.ledger == first[p]["a"]}
+                  for p in parts}
+        if all(len(stamps) == 15 for stamps in shared.values()):
+            break
+        # Once, in a CI run on a loaded machine, c wrote none of them in the shared ledger
+        # (it had moved on to another before the workload; why is not pinned): set it up
+        # again, keeping what c's ledgers were for the failure message.
+        tries.append({p: (first[p], len(shared[p]),
+                          [lg["ledgerId"] for lg in bed.internal_stats("c", p)["ledgers"]])
+                      for p in parts})
+    else:
+        pytest.fail(f"c's entries never stayed in the ledger id a shares: {tries}")
     for p in parts:
-        stamps = {s: k for s, k in c_stamps_on_b(bed, p).items() if s.ledger == first[p]["a"]}
-        assert len(stamps) == 15, (p, first[p], sorted(stamps))
+        stamps = shared[p]
         for stamp, key in stamps.items():
             r = raw_entry(bed, "a", p, stamp)
             assert r.status_code == 200, (p, stamp, key, r.text)  # a holds an entry there
