@@ -145,8 +145,8 @@ def lookup(
 
     Exit status 0 when mapped exactly, 1 when unmapped or the topic is unknown.
     """
+    from cursorsync.app.lookup import lookup as lookup_position
     from cursorsync.app.render import lookup_json, render_lookup_table
-    from cursorsync.app.status import lookup as lookup_position
     from cursorsync.core.positions import Position
 
     pos = Position.parse(position)

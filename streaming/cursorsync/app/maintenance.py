@@ -39,7 +39,10 @@ SUBSCRIPTION_KEY = ("source_cluster", "target_cluster", "topic", "partition", "s
 #: History tables, with the column their retention is measured on.
 TIME_COLUMNS: dict[TableName, str] = {"cursor_states": "observed_at",
                                       "sync_progress": "emitted_at",
-                                      "builtin_updates": "written_at"}
+                                      "builtin_updates": "written_at",
+                                      "mapping_waits": "written_at"}
+#: The rows of one partition's waits: the newest per partition is never expired.
+PARTITION_KEY = ("source_cluster", "target_cluster", "topic", "partition")
 
 
 class TableMaintenance:
@@ -65,7 +68,7 @@ class TableMaintenance:
 
     def retention_s(self, table: TableName) -> float | None:
         """How long ``table``'s rows are kept; None for a table kept whole."""
-        if table in ("cursor_states", "builtin_updates"):
+        if table in ("cursor_states", "builtin_updates", "mapping_waits"):
             return self.config.cursor_states_retention_s
         if table == "sync_progress":
             return self.config.sync_progress_retention_s
@@ -121,7 +124,8 @@ class TableMaintenance:
             if keep_s is not None:
                 expired = self.store.expire(
                     table, time_column=TIME_COLUMNS[table],
-                    before=self._now() - timedelta(seconds=keep_s), key_columns=SUBSCRIPTION_KEY)
+                    before=self._now() - timedelta(seconds=keep_s),
+                    key_columns=PARTITION_KEY if table == "mapping_waits" else SUBSCRIPTION_KEY)
             if table == "mappings":
                 expired = merge_rows(self.store, before=self._now())
             self.store.compact(table)

@@ -98,7 +98,8 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
                        hole_check, anchor_read,
                        None if hole_check is None else hole_check.drain_updates,
                        wake_file=str(ckpt / "mapping-wake"), topology=topology, live=live)
-    sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates"), config.tables,
+    sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates", "mapping_waits"),
+                                        config.tables,
                                         metrics).run_if_due
     return sink
 

@@ -7,13 +7,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from cursorsync.app.forecast import CAUSES, Figure, PartitionForecast, by_subscription
+from cursorsync.app.lookup import LookupResult
 from cursorsync.app.readiness import Readiness
-from cursorsync.app.status import (
-    LookupResult,
-    StatusRow,
-    iso_time,
-    subscription_summaries,
-)
+from cursorsync.app.status import StatusRow, iso_time, subscription_summaries
 from cursorsync.core.records import PartitionKey
 
 
@@ -36,11 +32,11 @@ def format_table(
 _STATUS_HEADERS = (
     "TOPIC", "SUBSCRIPTION", "SOURCE_MD", "RANGES", "TARGET_MD", "BUILTIN_MD", "OUTCOME",
     "UNMAPPED",
-    "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED",
+    "REWOUND", "LAG_MS", "LAST_SYNC", "SEGMENTS", "MAPPED", "LAST_MAPPED", "SKIPPED_WAITING",
 )
 _SUMMARY_HEADERS = (
     "SUBSCRIPTION", "PARTITIONS", "NEVER_SYNCED", "UNMAPPED", "REWOUND", "MAX_LAG_MS",
-    "OLDEST_SYNC",
+    "OLDEST_SYNC", "SKIPPED_WAITING",
 )
 
 
@@ -54,14 +50,15 @@ def render_status_table(rows: Sequence[StatusRow]) -> str:
          None if r.outcome is None else r.outcome + (
              f" ({r.planned_outcome} planned)" if r.dry_run else ""),
          r.unmapped_acked_entries, r.rewound_entries, r.lag_ms, r.emitted_at, r.segments,
-         r.mapped_entries, r.last_mapped_source)
+         r.mapped_entries, r.last_mapped_source, r.skipped_waiting)
         for r in rows
-    ], right=(3, 7, 8, 9, 11, 12))
+    ], right=(3, 7, 8, 9, 11, 12, 14))
     summary = format_table(_SUMMARY_HEADERS, [
         (s.subscription + (" (dry-run)" if s.dry_run else ""), s.partitions, s.never_synced,
-         s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync)
+         s.unmapped_acked_entries, s.rewound_entries, s.max_lag_ms, s.oldest_sync,
+         s.skipped_waiting)
         for s in subscription_summaries(rows)
-    ], right=(1, 2, 3, 4, 5))
+    ], right=(1, 2, 3, 4, 5, 7))
     return f"{table}\n\n{summary}"
 
 

@@ -1,4 +1,4 @@
-"""Read-only queries over the Delta tables: where each subscription stands, and position lookup.
+"""Read-only queries over the Delta tables: where each subscription stands.
 
 Nothing here needs Spark or a broker: open the tables with the delta-rs store
 (``open_store("delta-rs", path)``; it reads tables delta-spark wrote, too)
@@ -9,20 +9,17 @@ and ask.
   latest ``cursor_states`` row (what the source cursor looked like) and the
   partition's mapping coverage; :func:`subscription_summaries` aggregates them
   per subscription.
-* :func:`lookup`: one source position -> its target position through the
-  ``mappings`` table, with distinct outcomes (``exact``, ``unmapped``,
-  ``unknown-topic``) and, when unmapped, the nearest mapped source positions
-  on either side. Like the translator, it never extrapolates.
+* :func:`cursorsync.app.lookup.lookup`: one source position -> its target position.
 
 Each result renders as an aligned plain-text table or as JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,15 +27,12 @@ import pyarrow.compute as pc
 
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
-from cursorsync.core.segments import Segment, TopicMapping
+from cursorsync.core.segments import TopicMapping
 from cursorsync.errors import ConfigError, CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import TABLES, RowFilter, TableStore
 from cursorsync.tables.mappings_table import load_mappings
-
-LookupOutcome = Literal["exact", "unmapped", "unknown-topic"]
-LOOKUP_OUTCOMES: tuple[LookupOutcome, ...] = get_args(LookupOutcome)
-
+from cursorsync.tables.rows import latest_waits
 
 #: The outcome status shows for a subscription the job only planned for: nothing acked.
 DRY_RUN = "dry-run"
@@ -103,6 +97,8 @@ class StatusRow:
     segments: int = 0
     mapped_entries: int = 0
     last_mapped_source: Position | None = None
+    # newest mapping_waits row: skipped target ids the mapping has not classified yet
+    skipped_waiting: int | None = None
 
     @property
     def key(self) -> PartitionKey:
@@ -117,11 +113,11 @@ class StatusRow:
             "subscription": self.subscription,
             "source_cluster": self.source_cluster,
             "target_cluster": self.target_cluster,
-            "source_mark_delete": _pos(self.source_mark_delete),
+            "source_mark_delete": pos_text(self.source_mark_delete),
             "source_individually_deleted_ranges": self.source_ranges,
             "observed_at": iso_time(self.observed_at),
-            "target_mark_delete": _pos(self.target_mark_delete),
-            "builtin_mark_delete": _pos(self.builtin_mark_delete),
+            "target_mark_delete": pos_text(self.target_mark_delete),
+            "builtin_mark_delete": pos_text(self.builtin_mark_delete),
             "outcome": self.outcome,
             "planned_outcome": self.planned_outcome,
             "unmapped_acked_entries": self.unmapped_acked_entries,
@@ -131,7 +127,8 @@ class StatusRow:
             "dry_run": self.dry_run,
             "segments": self.segments,
             "mapped_entries": self.mapped_entries,
-            "last_mapped_source": _pos(self.last_mapped_source),
+            "last_mapped_source": pos_text(self.last_mapped_source),
+            "skipped_waiting": self.skipped_waiting,
         }
 
 
@@ -149,6 +146,8 @@ class SubscriptionSummary:
     #: The oldest "latest sync" over the partitions: how stale the worst one is.
     oldest_sync: datetime | None
     dry_run: bool
+    #: Skipped target ids the mapping has yet to classify on the subscription's partitions.
+    skipped_waiting: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,6 +159,7 @@ class SubscriptionSummary:
             "max_lag_ms": self.max_lag_ms,
             "oldest_sync": iso_time(self.oldest_sync),
             "dry_run": self.dry_run,
+            "skipped_waiting": self.skipped_waiting,
         }
 
 
@@ -193,8 +193,11 @@ def subscription_status(
     builtin = _builtin_positions(store, flt)
     mapping_filter = _filter(topic, None, source_cluster, target_cluster)
     coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
-    return [_status_row(k, progress.get(k), cursors.get(k), builtin.get(k),
-                        coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))) for k in keys]
+    waits = (latest_waits(store.read("mapping_waits", mapping_filter))
+             if store.exists("mapping_waits") else {})
+    return [replace(_status_row(k, progress.get(k), cursors.get(k), builtin.get(k),
+                                coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))),
+                    skipped_waiting=waits.get(PartitionKey(k[0], k[1]))) for k in keys]
 
 
 def _latest_rows(store: TableStore, flt: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
@@ -276,6 +279,7 @@ def subscription_summaries(rows: Iterable[StatusRow]) -> list[SubscriptionSummar
             max_lag_ms=max(lags) if lags else None,
             oldest_sync=min(syncs) if syncs else None,
             dry_run=any(r.dry_run for r in g),
+            skipped_waiting=sum(r.skipped_waiting or 0 for r in g),
         ))
     return out
 
@@ -325,148 +329,10 @@ def _coverage_of(mapping: TopicMapping) -> tuple[int, int, Position | None]:
     return len(segs), segs.entry_count(), Position(int(last[0]), int(last[1] + last[4] - 1))
 
 
-# ------------------------------------------------------------------ lookup
-
-
-@dataclass(frozen=True)
-class LookupResult:
-    """What the mappings table says about one source position.
-
-    ``exact``: ``target`` (the first copy), ``evidence`` and the covering ``segment``
-    are set, and ``copies`` holds every target copy (more than one where the
-    replicator sent the entry again).
-    ``unmapped``: ``mapped_before`` / ``mapped_after`` are the nearest mapped
-    source positions on either side (None when there is none), ``reason`` says
-    whether it may still be mapped. ``unknown-topic``: no mapping rows for the
-    partition at all; ``known_partitions`` lists the topic's partitions that
-    have rows.
-    """
-
-    topic: str
-    partition: int
-    source: Position
-    outcome: LookupOutcome
-    target: Position | None = None
-    evidence: str | None = None
-    segment: Segment | None = None
-    mapped_before: Position | None = None
-    mapped_after: Position | None = None
-    reason: str = ""
-    known_partitions: tuple[int, ...] = field(default_factory=tuple)
-    copies: tuple[Position, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "partition_topic": PartitionKey(self.topic, self.partition).concrete_topic(),
-            "source": str(self.source),
-            "outcome": self.outcome,
-            "target": _pos(self.target),
-            "copies": [str(c) for c in self.copies],
-            "evidence": self.evidence,
-            "segment": None if self.segment is None else {
-                "source": f"{self.segment.source_ledger}:{self.segment.source_entry}",
-                "target": f"{self.segment.target_ledger}:{self.segment.target_entry}",
-                "count": self.segment.count,
-                "evidence": self.segment.evidence,
-            },
-            "mapped_before": _pos(self.mapped_before),
-            "mapped_after": _pos(self.mapped_after),
-            "reason": self.reason,
-            "known_partitions": list(self.known_partitions),
-        }
-
-
-def lookup(
-    store: TableStore,
-    topic: str,
-    position: Position,
-    *,
-    partition: int | None = None,
-    source_cluster: str | None = None,
-    target_cluster: str | None = None,
-) -> LookupResult:
-    """Source ``position`` on ``topic`` -> target position, from the ``mappings`` table.
-
-    ``topic`` may carry a ``-partition-i`` suffix or the index may come as
-    ``partition``. Raises :class:`TablesNotFoundError` when there is no
-    ``mappings`` table under the store's root.
-    """
-    key = partition_key(topic, partition)
-    if not store.exists("mappings"):
-        raise TablesNotFoundError(
-            f"no mappings table under {store.root}; check tables.path, or let "
-            "`cursorsync run` write a batch first"
-        )
-    mappings, _ = load_mappings(store, source_cluster=source_cluster,
-                                target_cluster=target_cluster, topics=[key.topic])
-    present = sorted(k.partition for k in mappings)
-    if key not in mappings:
-        return LookupResult(
-            key.topic, key.partition, position, "unknown-topic",
-            reason=_unknown_reason(key, present), known_partitions=tuple(present),
-        )
-    return _lookup_in(key, mappings[key], position, tuple(present))
-
-
-def _unknown_reason(key: PartitionKey, present: Sequence[int]) -> str:
-    where = f"no mappings recorded for {key.concrete_topic()}"
-    if not present:
-        return f"{where} (no partition of it has any); check the topic name and the clusters"
-    if key.partition < 0:
-        listed = ", ".join(str(p) for p in present)
-        return (f"{where}: it is partitioned; mappings exist for partitions {listed}. "
-                f"Name one as {key.topic}-partition-N")
-    if present == [-1]:
-        return f"{where}: the topic is not partitioned; give it without -partition-N"
-    return f"{where}; mappings exist for partitions {', '.join(str(p) for p in present)}"
-
-
-def _lookup_in(
-    key: PartitionKey, mapping: TopicMapping, position: Position, present: tuple[int, ...]
-) -> LookupResult:
-    segs = mapping.segments
-    found = segs.covering(position)
-    if found:
-        seg = segs[found[0]]
-        copies = tuple(t for i in found if (t := segs[i].lookup(position)) is not None)
-        return LookupResult(key.topic, key.partition, position, "exact", target=copies[0],
-                            evidence=seg.evidence, segment=seg, known_partitions=present,
-                            copies=copies)
-    rows = segs.rows
-    sl, se, last = rows[:, 0], rows[:, 1], rows[:, 1] + rows[:, 4] - 1
-    ends_before = (sl < position.ledger) | ((sl == position.ledger) & (last < position.entry))
-    starts_after = ~ends_before  # not covering it, so starting after it
-    mapped_before = mapped_after = None
-    if ends_before.any():
-        i = np.flatnonzero(ends_before)[np.lexsort((last[ends_before], sl[ends_before]))[-1]]
-        mapped_before = Position(int(sl[i]), int(last[i]))
-    if starts_after.any():
-        i = np.flatnonzero(starts_after)[np.lexsort((se[starts_after], sl[starts_after]))[0]]
-        mapped_after = Position(int(sl[i]), int(se[i]))
-    if position in mapping.unreplicated.ranges():
-        reason = ("the source entry is recorded as never replicated (marker, or not sent to "
-                  "this cluster): it is never mapped, and never acked on the target")
-    elif len(rows) == 0:
-        reason = "no segments recorded for this partition yet"
-    elif mapped_after is None:
-        reason = (f"after the last mapped source position {mapped_before}: not mapped yet "
-                  "(not replicated yet, or the mapping query is behind)")
-    elif mapped_before is None:
-        reason = f"before the first mapped source position {mapped_after}: no evidence for it"
-    else:
-        reason = (f"between mapped source positions {mapped_before} and {mapped_after}: "
-                  "no evidence for it (yet)")
-    return LookupResult(key.topic, key.partition, position, "unmapped",
-                        mapped_before=mapped_before, mapped_after=mapped_after, reason=reason,
-                        known_partitions=present)
-
-
 # ------------------------------------------------------------------ rendering
 
 
-def _pos(p: Position | None) -> str | None:
+def pos_text(p: Position | None) -> str | None:
     return None if p is None else str(p)
 
 
@@ -479,15 +345,12 @@ def iso_time(t: datetime | None, *, seconds: bool = False) -> str | None:
 
 
 __all__ = [
-    "LOOKUP_OUTCOMES",
-    "LookupOutcome",
-    "LookupResult",
     "StatusRow",
     "SubscriptionSummary",
     "TablesNotFoundError",
     "iso_time",
-    "lookup",
     "partition_key",
+    "pos_text",
     "subscription_status",
     "subscription_summaries",
 ]

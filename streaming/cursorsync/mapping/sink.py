@@ -31,9 +31,15 @@ from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack_batches
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings_table import load_mappings
-from cursorsync.tables.rows import builtin_update_rows, mapping_rows, row_schema
+from cursorsync.tables.rows import (
+    builtin_update_rows,
+    latest_waits,
+    mapping_rows,
+    mapping_wait_rows,
+    row_schema,
+)
 from cursorsync.tables.spill import Spill
-from cursorsync.tables.store import TableStore
+from cursorsync.tables.store import RowFilter, TableStore
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,8 @@ class MappingSink:
         self.last_batch: int = -1
         #: Skipped target ids the last batch left for later batches to check.
         self.skipped_waiting = 0
+        #: Each partition's count as the ``mapping_waits`` table holds it (None: not read).
+        self._waits_written: dict[PartitionKey, int] | None = None
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
         #: Tests inject a crash here: after the builder's work (skipped ids checked, probes
@@ -182,6 +190,23 @@ class MappingSink:
             self.store.append("builtin_updates", builtin_update_rows(
                 updates, **self.clusters, written_at=now), app_id=MAPPING_APP,
                 batch_id=batch_id)
+        self._write_waits(outcome.skipped_waiting, batch_id, now)
+
+    def _write_waits(self, waiting: Mapping[PartitionKey, int], batch_id: int,
+                     now: datetime) -> None:
+        """A ``mapping_waits`` row for each partition whose count of skipped ids waiting
+        changed since the table last said (0 once none waits): ``status`` reads them."""
+        if self._waits_written is None:
+            pair = RowFilter.of(source_cluster=self.clusters["source_cluster"],
+                                target_cluster=self.clusters["target_cluster"])
+            self._waits_written = latest_waits(self.store.read("mapping_waits", pair))
+        before = self._waits_written
+        changed = {k: n for k, n in waiting.items() if before.get(k, 0) != n}
+        changed.update({k: 0 for k, n in before.items() if n and k not in waiting})
+        if changed and self.store.append("mapping_waits", mapping_wait_rows(
+                changed, **self.clusters, written_at=now), app_id=MAPPING_APP,
+                batch_id=batch_id):
+            before.update(changed)
 
     def _keep_state(self, batch_id: int) -> None:
         """The builder's state after the batch; only the last few batches' are kept."""

@@ -8,7 +8,7 @@ into values (``topic_mappings``, ``cursor_states``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -230,6 +230,29 @@ def builtin_update_rows(updates: Iterable[BuiltinUpdate], *, source_cluster: str
         "marker_ledger": u.marker.ledger, "marker_entry": u.marker.entry,
         "written_at": written_at,
     } for u in updates], schema=_arrow_schema("builtin_updates"))
+
+
+# ----------------------------------------------------------- mapping waits
+
+
+def mapping_wait_rows(counts: Mapping[PartitionKey, int], *, source_cluster: str,
+                      target_cluster: str, written_at: datetime) -> pa.Table:
+    """One ``mapping_waits`` row per topic partition: its skipped target ids waiting."""
+    return pa.Table.from_pylist([{
+        "topic": k.topic, "partition": k.partition, "source_cluster": source_cluster,
+        "target_cluster": target_cluster, "skipped_waiting": counts[k], "written_at": written_at,
+    } for k in sorted(counts)], schema=_arrow_schema("mapping_waits"))
+
+
+def latest_waits(rows: pa.Table) -> dict[PartitionKey, int]:
+    """The newest ``mapping_waits`` count per topic partition (by batch id, then time)."""
+    newest: dict[PartitionKey, tuple[int, datetime, int]] = {}
+    for r in rows.to_pylist():
+        key = PartitionKey(r["topic"], r["partition"])
+        order = (r["batch_id"], r["written_at"])
+        if key not in newest or order >= newest[key][:2]:
+            newest[key] = (*order, r["skipped_waiting"])
+    return {k: v[2] for k, v in newest.items()}
 
 
 # ----------------------------------------------------------- cursor states

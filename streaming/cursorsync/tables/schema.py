@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 
 from cursorsync.errors import ConfigError
 
-TableName = Literal["mappings", "cursor_states", "sync_progress", "halts", "builtin_updates"]
+TableName = Literal["mappings", "cursor_states", "sync_progress", "halts", "builtin_updates",
+                    "mapping_waits"]
 TABLES: tuple[TableName, ...] = get_args(TableName)
 
 SCHEMAS_ENV = "CURSORSYNC_SCHEMAS"

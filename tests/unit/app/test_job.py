@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -230,23 +231,9 @@ class _Rows:
         return self.table
 
 
-def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_replay(
-        tmp_path: Path) -> None:
-    """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
-    the batch and again when the sink restarts from the checkpoint's builder state. A
-    partition the sync found rows about deleted ledgers for gets a live row."""
-    from cursorsync.app.metrics import Metrics
-    from cursorsync.app.queries import builder_config
+def _mapping_job(tmp_path: Path) -> tuple[Any, Any]:
+    """A position-property job's config and its delta-rs tables (all created)."""
     from cursorsync.app.settings import parse_config
-    from cursorsync.core.retention import LiveLedgers
-    from cursorsync.mapping.entries_rows import pack_batches
-    from cursorsync.mapping.sink import MappingSink
-
-    asked: list[list[list[int]]] = []
-
-    def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
-        asked.append(candidates[KEY].rows.tolist())
-        return {KEY: Runs.of((9, 1, 1))} if asked[-1][0][:2] == [9, 1] else {}
 
     config = parse_config({
         "clusters": {"source": {"name": "A", "service_url": "pulsar://h:6650",
@@ -259,22 +246,46 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
         "spark": {"checkpoint_dir": str(tmp_path / "ckpt")}})
     store = open_store("delta-rs", str(tmp_path / "tables"))
     store.ensure_all()
+    return config, store
 
-    def batch(entries: list[int]) -> _Rows:
-        """The job's entries layout: a Spark row per Arrow record batch of entry rows."""
-        n = len(entries)
-        rows = pa.RecordBatch.from_pydict({
-            "cluster": ["B"] * n, "topic": [KEY.topic] * n,
-            "partition": pa.array([KEY.partition] * n, pa.int32()),
-            "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
-            "batch_index": pa.array([-1] * n, pa.int32()),
-            "batch_size": pa.array([1] * n, pa.int32()),
-            "producer_name": pa.array([None] * n, pa.string()),
-            "publish_time": pa.array([None] * n, pa.int64()),
-            "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
-            "entry_identity": pa.array([None] * n, pa.binary())})
-        return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "B"))))
 
+def _entries_on_ledger_9(entries: list[int]) -> _Rows:
+    """B's entries 9:<e> (source 1:<e>) in the job's layout: a Spark row per Arrow record
+    batch of entry rows."""
+    from cursorsync.mapping.entries_rows import pack_batches
+
+    n = len(entries)
+    rows = pa.RecordBatch.from_pydict({
+        "cluster": ["B"] * n, "topic": [KEY.topic] * n,
+        "partition": pa.array([KEY.partition] * n, pa.int32()),
+        "ledger": pa.array([9] * n, pa.int64()), "entry": pa.array(entries, pa.int64()),
+        "batch_index": pa.array([-1] * n, pa.int32()),
+        "batch_size": pa.array([1] * n, pa.int32()),
+        "producer_name": pa.array([None] * n, pa.string()),
+        "publish_time": pa.array([None] * n, pa.int64()),
+        "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
+        "entry_identity": pa.array([None] * n, pa.binary())})
+    return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "B"))))
+
+
+def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_replay(
+        tmp_path: Path) -> None:
+    """9:1 is a marker, 9:2 a chunk (the check's answers): only 9:1 reaches the table, in
+    the batch and again when the sink restarts from the checkpoint's builder state. A
+    partition the sync found rows about deleted ledgers for gets a live row."""
+    from cursorsync.app.metrics import Metrics
+    from cursorsync.app.queries import builder_config
+    from cursorsync.core.retention import LiveLedgers
+    from cursorsync.mapping.sink import MappingSink
+
+    asked: list[list[list[int]]] = []
+
+    def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        asked.append(candidates[KEY].rows.tolist())
+        return {KEY: Runs.of((9, 1, 1))} if asked[-1][0][:2] == [9, 1] else {}
+
+    config, store = _mapping_job(tmp_path)
+    batch = _entries_on_ledger_9
     metrics = Metrics()
     sink = MappingSink(builder_config(config), store, tmp_path / "state", metrics, hole_check=check)
     sink(batch([0, 3]), 0)
@@ -313,6 +324,58 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     (state / "builder-0.arrow.part").write_bytes(b"torn")
     upgraded(batch([8]), 3 + STATE_FILES_KEPT)
     assert [p.name for p in state.iterdir()] == [f"builder-{3 + STATE_FILES_KEPT}.arrow"]
+
+
+def test_the_mapping_sink_writes_a_partitions_waiting_skipped_ids_when_they_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one id checked a batch, 9:4-5 wait behind 9:1-2: ``mapping_waits`` says 2, then
+    0 once checked, and nothing while the count stays; a restarted sink takes the table's
+    last word and writes nothing it already holds."""
+    from cursorsync.app.queries import builder_config
+    from cursorsync.app.status import subscription_status
+    from cursorsync.core.cursor import AckPlan
+    from cursorsync.core.records import SyncRecord
+    from cursorsync.mapping import builder
+    from cursorsync.mapping.sink import MappingSink
+    from cursorsync.tables.rows import latest_waits, sync_progress_rows
+
+    monkeypatch.setattr(builder, "HOLE_CHECKS_PER_BATCH", 1)
+    config, store = _mapping_job(tmp_path)
+
+    def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
+        return candidates  # every id checked is a marker
+
+    def waits() -> list[tuple[int, int]]:
+        return sorted((r["batch_id"], r["skipped_waiting"])
+                      for r in store.read("mapping_waits").to_pylist())
+
+    sink = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check)
+    sink(_entries_on_ledger_9([0, 3, 6]), 0)
+    assert sink.skipped_waiting == 2 and waits() == [(0, 2)]
+    again = MappingSink(builder_config(config), store, tmp_path / "state", None,
+                        hole_check=check)
+    again(_entries_on_ledger_9([7]), 1)  # the waiting run is checked: none waits
+    assert waits() == [(0, 2), (1, 0)]
+    again(_entries_on_ledger_9([8]), 2)  # still none: no row
+    assert waits() == [(0, 2), (1, 0)]
+    assert latest_waits(store.read("mapping_waits")) == {KEY: 0}
+
+    # status shows the partition's count beside each subscription synced on it
+    plan = AckPlan(mark_delete=Position(9, 7), individually_deleted=RangeSet(),
+                   to_ack=RangeSet(), previous_mark_delete=Position(0, -1),
+                   unmapped_acked_entries=0, rewound_entries=0, partial_batches_unacked=0,
+                   skippable_acked_entries=0, outcome="exact")
+    now = datetime.now(UTC)
+    store.append("sync_progress", sync_progress_rows(
+        [SyncRecord(KEY, "billing", plan, acks_sent=1, dry_run=False, source_observed_at=now,
+                    emitted_at=now)], source_cluster="A", target_cluster="B"),
+        app_id="sync", batch_id=0)
+    waiting = store.read("mapping_waits")
+    waiting = waiting.filter(pc.equal(waiting.column("skipped_waiting"), 2))
+    store.append("mapping_waits", waiting.drop_columns(
+        ["schema_version", "topic_bucket", "batch_id"]), app_id="sink", batch_id=5)
+    (row,) = subscription_status(store)
+    assert row.subscription == "billing" and row.skipped_waiting == 2
 
 
 def _version_1(table: pa.Table) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cursorsync.app.lookup import lookup
 from cursorsync.app.render import (
     format_table,
     lookup_json,
@@ -17,7 +18,6 @@ from cursorsync.app.render import (
 )
 from cursorsync.app.status import (
     TablesNotFoundError,
-    lookup,
     partition_key,
     subscription_status,
     subscription_summaries,

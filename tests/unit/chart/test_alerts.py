@@ -151,12 +151,12 @@ def test_maintenance_overdue_follows_the_configs_interval() -> None:
         return str(rule["expr"])
 
     default = expr()
-    assert default.count("> 10800 and") == 4 and "[7200s]" in default
+    assert default.count("> 10800 and") == 5 and "[7200s]" in default
     assert set(re.findall(r'table="(\w+)"', default)) == {
-        "mappings", "builtin_updates", "cursor_states", "sync_progress"}
+        "mappings", "builtin_updates", "mapping_waits", "cursor_states", "sync_progress"}
     shorter = expr(**{"config.tables.maintenance_interval_s": 600,
                       "alerts.maintenanceOverdue.intervals": 4})
-    assert shorter.count("> 2400 and") == 4 and "[1800s]" in shorter
+    assert shorter.count("> 2400 and") == 5 and "[1800s]" in shorter
 
 
 def test_missing_series_are_those_of_the_configs_subscriptions(

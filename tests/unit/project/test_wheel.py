@@ -83,7 +83,8 @@ def test_the_package_and_its_data_come_from_the_wheel(wheel_venv: Path, tmp_path
         assert got[key].startswith(venv_root), (key, got[key])
     assert not got["config"].startswith(str(ROOT))
     assert got["source"] == "a" and set(got["tables"]) == {
-        "mappings", "cursor_states", "sync_progress", "halts", "builtin_updates"}
+        "mappings", "cursor_states", "sync_progress", "halts", "builtin_updates",
+        "mapping_waits"}
     log4j = got["java"].split("-Dlog4j2.configurationFile=")[1].split()[0]
     assert log4j.startswith(venv_root) and Path(log4j).is_file()
 
