@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -79,11 +80,13 @@ def status(
     from cursorsync.app.readiness import readiness
     from cursorsync.app.render import (
         readiness_json,
+        render_polls,
         render_readiness,
         render_status_table,
         status_json,
     )
     from cursorsync.app.status import subscription_status
+    from cursorsync.sync import poll_health
 
     if ready and forecast:
         from cursorsync.errors import ConfigError
@@ -104,13 +107,18 @@ def status(
             parts = forecast_now(store, rows, cfg)
         typer.echo(forecast_json(parts) if json_output else render_forecast(parts))
         return
+    polls = poll_health.read(Path(cfg.spark.checkpoint_dir) / poll_health.POLLS_DIR)
     if not ready:
-        typer.echo(status_json(rows) if json_output else render_status_table(rows))
+        if json_output:
+            typer.echo(status_json(rows, polls))
+        else:
+            warning = render_polls(polls)
+            typer.echo(render_status_table(rows) + ("" if warning is None else f"\n\n{warning}"))
         return
     if max_age is None:
         every = cfg.tables.unchanged_rows_every_batches * cfg.spark.trigger_interval_s
         max_age = max(READY_MIN_AGE_S, READY_AGE_FACTOR * every)
-    gate = readiness(rows, datetime.now(tz=UTC), max_age)
+    gate = readiness(rows, datetime.now(tz=UTC), max_age, polls)
     typer.echo(readiness_json(gate) if json_output else render_readiness(gate))
     if not gate.ready:
         raise typer.Exit(1)

@@ -21,6 +21,7 @@ from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.sync.executors import ExecutorSettings
+from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.sync.sink import SyncSink, SyncSinkSettings
 from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
@@ -139,7 +140,7 @@ def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSi
           .option("checkpointLocation", str(ckpt / "mapping"))
           .trigger(processingTime=mapping_trigger)
           .start())
-    cq = (cursors_stream(spark, config, str(ckpt / "cursor-polls")).writeStream
+    cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR)).writeStream
           .queryName("cursorsync-sync").foreachBatch(Rebased(sync, bases["sync"]))
           .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=trigger)
           .start())

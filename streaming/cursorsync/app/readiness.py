@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from cursorsync.app.status import StatusRow
+from cursorsync.sync.poll_health import PollHealth
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,13 @@ class Readiness:
     """The failover gate: ready when every partition of every subscription shown is."""
 
     partitions: tuple[PartitionReadiness, ...]
+    #: What makes every partition not ready at once (the source polls failing).
+    blockers: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
-        return bool(self.partitions) and all(p.ready for p in self.partitions)
+        return (bool(self.partitions) and not self.blockers
+                and all(p.ready for p in self.partitions))
 
     def not_ready(self) -> dict[str, int]:
         """Per subscription, how many of its partitions are not ready (0: ready)."""
@@ -48,17 +52,20 @@ class Readiness:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ready": self.ready,
+        return {"ready": self.ready, "blockers": list(self.blockers),
                 "subscriptions": [{"subscription": s, "ready": n == 0, "partitions_not_ready": n}
                                   for s, n in sorted(self.not_ready().items())],
                 "partitions": [p.to_dict() for p in self.partitions]}
 
 
-def readiness(rows: Iterable[StatusRow], now: datetime, max_age_s: float) -> Readiness:
+def readiness(rows: Iterable[StatusRow], now: datetime, max_age_s: float,
+              polls: PollHealth | None = None) -> Readiness:
     """Each partition's readiness for a failover now: its last sync acked every acked
     source entry the mapping covers (outcome ``exact``), nothing acked on the source waits
     unmapped, it was no dry run, and it is at most ``max_age_s`` old (an older one says
-    nothing of what the source acked since). No rows at all is not ready."""
+    nothing of what the source acked since). No rows at all is not ready, nor is anything
+    while the source's cursor polls fail (``polls``, when known): the tables cannot say
+    what the source acked since."""
     out = []
     for r in rows:
         reasons: list[str] = []
@@ -75,4 +82,12 @@ def readiness(rows: Iterable[StatusRow], now: datetime, max_age_s: float) -> Rea
             if age > max_age_s:
                 reasons.append(f"last synced {age:.0f} s ago (more than {max_age_s:g} s)")
         out.append(PartitionReadiness(r, tuple(reasons)))
-    return Readiness(tuple(out))
+    blockers = () if polls is None or not polls.failing else (polls_failing(polls),)
+    return Readiness(tuple(out), blockers)
+
+
+def polls_failing(polls: PollHealth) -> str:
+    """One line on the source's cursor polls failing."""
+    since = polls.failing_since.isoformat(timespec="seconds") if polls.failing_since else "?"
+    return (f"the source's cursor polls fail since {since} ({polls.failures} in a row): "
+            f"{polls.error}")

@@ -8,9 +8,10 @@ from datetime import datetime
 
 from cursorsync.app.forecast import CAUSES, Figure, PartitionForecast, by_subscription
 from cursorsync.app.lookup import LookupResult
-from cursorsync.app.readiness import Readiness
+from cursorsync.app.readiness import Readiness, polls_failing
 from cursorsync.app.status import StatusRow, iso_time, subscription_summaries
 from cursorsync.core.records import PartitionKey
+from cursorsync.sync.poll_health import PollHealth
 
 
 def format_table(
@@ -62,12 +63,19 @@ def render_status_table(rows: Sequence[StatusRow]) -> str:
     return f"{table}\n\n{summary}"
 
 
-def status_json(rows: Sequence[StatusRow]) -> str:
-    """``{"subscriptions": [summary...], "partitions": [row...]}``, indented."""
+def status_json(rows: Sequence[StatusRow], polls: PollHealth | None = None) -> str:
+    """``{"subscriptions": [summary...], "partitions": [row...], "source_polls": ...}``,
+    indented; ``source_polls`` is null where the driver's checkpoint is not readable."""
     return json.dumps({
         "subscriptions": [s.to_dict() for s in subscription_summaries(rows)],
         "partitions": [r.to_dict() for r in rows],
+        "source_polls": None if polls is None else polls.to_dict(),
     }, indent=2)
+
+
+def render_polls(polls: PollHealth | None) -> str | None:
+    """The line under the status tables when the source's cursor polls fail."""
+    return None if polls is None or not polls.failing else f"WARNING: {polls_failing(polls)}"
 
 
 def render_readiness(gate: Readiness) -> str:
@@ -75,6 +83,10 @@ def render_readiness(gate: Readiness) -> str:
     if not gate.partitions:
         return "NOT READY: no subscriptions recorded (no sync_progress or cursor_states rows)"
     waiting = [p for p in gate.partitions if not p.ready]
+    if gate.blockers:
+        return "\n".join([f"NOT READY: {b}" for b in gate.blockers]
+                         + [f"  {p.row.key.concrete_topic()} {p.row.subscription}: "
+                            f"{'; '.join(p.reasons)}" for p in waiting])
     if not waiting:
         return f"READY: {len(gate.partitions)} partitions of {len(gate.not_ready())} " \
                f"subscriptions synced exactly"

@@ -34,6 +34,7 @@ from cursorsync.app.streams import selection
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.cleanup import delete_subscription, subscriptions_of
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION
+from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.tables.schema import TABLES
 
 Side = Literal["source", "target"]
@@ -44,7 +45,7 @@ OWN_SUBSCRIPTIONS: dict[Side, tuple[str, ...]] = {
     "target": (f"{MAPPING_SUBSCRIPTION_PREFIX}-target", PROBE_SUBSCRIPTION),
 }
 #: What the job writes under ``spark.checkpoint_dir`` (:mod:`cursorsync.app.queries`).
-CHECKPOINT_PARTS = ("mapping", "sync", "builder-state", "cursor-polls", "mapping-wake")
+CHECKPOINT_PARTS = ("mapping", "sync", "builder-state", POLLS_DIR, "mapping-wake")
 
 
 class RetireError(CursorSyncError):

@@ -45,6 +45,8 @@ from cursorsync.pulsar.selection import EVERY, Selection
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
+from cursorsync.sync import poll_health
+from cursorsync.sync.poll_health import PollHealth
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +180,10 @@ def _decode_row(d: Mapping[str, Any]) -> Row:
             at if checked is None else datetime.fromtimestamp(checked / 1_000_000, tz=UTC))
 
 
+#: How often a poll's success is written down at most (failures: every time).
+HEALTH_EVERY_S = 10.0
+
+
 class PollStore:
     """Polls stored by seq under one directory, written atomically (tmp file + rename)."""
 
@@ -251,6 +257,20 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         #: rows were carried over because their topic stats had not changed.
         self.partitions_read = 0
         self.partitions_unchanged = 0
+        self.health = poll_health.read(self.store.dir) or PollHealth()
+
+    def _note(self, health: PollHealth) -> None:
+        """Keep the polls' health for ``status``: at every change, and a success's time
+        every HEALTH_EVERY_S at most."""
+        before, self.health = self.health, health
+        if (before.failing or health.failing or before.ok_at is None or health.ok_at is None
+                or (health.ok_at - before.ok_at).total_seconds() >= HEALTH_EVERY_S):
+            try:
+                poll_health.write(self.store.dir, health)
+            except OSError as err:
+                log.warning("cursor poll health not kept in %s: %s", self.store.dir, err)
+        else:
+            self.health = before  # the file's success time stands
 
     def poll(self) -> list[Row]:
         """One poll of every configured topic, concurrently. With
@@ -386,7 +406,9 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         except AdminUnavailableError as err:
             # Nothing new this trigger: the next one polls again.
             log.warning("cursor poll of cluster %s skipped: %s", self.options.cluster, err)
+            self._note(self.health.failed(datetime.now(tz=UTC), str(err)))
             return iter(()), start
+        self._note(self.health.succeeded(datetime.now(tz=UTC)))
         self._last_poll = now
         self.store.write(seq + 1, rows)
         return iter(rows), poll_offset(seq + 1)

@@ -328,3 +328,30 @@ def test_readiness_names_every_reason_a_partition_is_not_ready() -> None:
                                 "stale": 1}
     assert readiness([row("ok")], now, max_age_s=300).ready
     assert not readiness([], now, max_age_s=300).ready
+
+
+def test_failing_source_polls_are_shown_and_hold_the_failover_gate(store: TableStore) -> None:
+    """The source's cursor polls failing (their health file beside the stored polls) is a
+    warning under the status tables, a field of its JSON, and a blocker of ``--ready``."""
+    from cursorsync.app.readiness import readiness
+    from cursorsync.app.render import render_polls, render_readiness
+    from cursorsync.sync.poll_health import PollHealth
+
+    rows = subscription_status(store)
+    polls = PollHealth(ok_at=T0).failed(T0 + timedelta(seconds=9), "cluster A: timed out")
+    polls = polls.failed(T0 + timedelta(seconds=19), "cluster A: timed out again")
+    assert render_polls(PollHealth(ok_at=T0)) is None and render_polls(None) is None
+    warning = render_polls(polls)
+    assert warning is not None and "2026-03-04T05:06:16+00:00 (2 in a row)" in warning
+    assert warning.endswith("timed out again")
+    data = json.loads(status_json(rows, polls))
+    assert data["source_polls"]["failures"] == 2
+    assert json.loads(status_json(rows))["source_polls"] is None
+    ok_rows = [r for r in rows if r.emitted_at is not None and r.outcome == "exact"
+               and not r.unmapped_acked_entries and not r.dry_run]
+    now = max(r.emitted_at for r in ok_rows if r.emitted_at)
+    assert readiness(ok_rows, now, 3600).ready
+    assert readiness(ok_rows, now, 3600, PollHealth(ok_at=T0)).ready
+    gate = readiness(ok_rows, now, 3600, polls)
+    assert not gate.ready and gate.blockers and gate.to_dict()["blockers"] == list(gate.blockers)
+    assert render_readiness(gate).startswith("NOT READY: the source's cursor polls fail since")

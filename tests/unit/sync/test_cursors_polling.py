@@ -87,3 +87,37 @@ def test_cursors_poll_interval_and_options(admin: StubAdmin, tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="subscriptions"):
         CursorsOptions.parse({"adminUrl": admin.url, "cluster": "a", "topics": "x",
                               "stateDir": str(tmp_path)})
+
+
+def test_failed_polls_are_kept_beside_the_stored_polls_until_one_succeeds(
+        admin: StubAdmin, tmp_path: Path) -> None:
+    """A poll the admin API fails gives no batch: the polls' health file says since when
+    and why, for ``status``; a restarted reader counts on from it; a success clears it."""
+    from tests.support.admin_stub import Reply
+
+    from cursorsync.sync import poll_health
+
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path)
+    off = r.initialOffset()
+    _, off = r.read(off)
+    ok = poll_health.read(tmp_path)
+    assert ok is not None and ok.ok_at is not None and not ok.failing
+    served = {path: list(replies) for path, replies in admin.routes.items()}
+    for path in served:
+        admin.set(path, Reply(503, {"reason": "broker busy"}))
+    it, same = r.read(off)
+    assert list(it) == [] and same == off
+    fresh = cursors_reader(admin, tmp_path)  # a restarted driver
+    fresh.read(off)
+    failing = poll_health.read(tmp_path)
+    assert failing is not None and failing.failing and failing.failures == 2
+    assert failing.ok_at == ok.ok_at and failing.failing_since is not None
+    assert failing.error is not None and "HTTP 503" in failing.error and "broker busy" in failing.error
+    for path, replies in served.items():
+        admin.set(path, *replies)
+    _, after = fresh.read(off)
+    assert after["seq"] == off["seq"] + 1
+    healed = poll_health.read(tmp_path)
+    assert healed is not None and not healed.failing and healed.failures == 0
+    assert healed.ok_at is not None and ok.ok_at is not None and healed.ok_at > ok.ok_at
