@@ -29,6 +29,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from cursorsync.tables.migrate import TableVersionError, plan
 from cursorsync.tables.schema import (
     TableName,
     TableSchema,
@@ -54,6 +55,8 @@ class DeltaRsStore(TableStore):
     def __init__(self, root: str, *, storage_options: dict[str, str] | None = None) -> None:
         super().__init__(_local_or_uri(root))
         self._storage = dict(storage_options or {})
+        #: Tables whose stored version reads as it is (or with nullable columns to add).
+        self._readable: set[TableName] = set()
 
     def _open(self, table: TableName) -> DeltaTable | None:
         try:
@@ -148,12 +151,32 @@ class DeltaRsStore(TableStore):
         # DataFusion prunes files on the log's statistics in Rust: the cost of a selective
         # read (the sync's "batches since the last one") stays small as files accumulate,
         # where a pyarrow dataset builds an expression per file first.
+        self._check_readable(table)
         wanted = columns if columns is not None else schema.column_names
-        select = ", ".join(f'"{c}"' for c in wanted if c in schema.column_names)
+        stored = set(pa.schema(dt.schema().to_arrow()).names)
+        select = ", ".join(f'"{c}"' for c in wanted if c in schema.column_names and c in stored)
         where = filter.sql(schema, dialect="datafusion") if filter is not None else None
         query = f"SELECT {select or '*'} FROM t" + (f" WHERE {where}" if where else "")
         data = pa.table(QueryBuilder().register("t", dt).execute(query).read_all())
+        # A table the job has not opened since an upgrade lacks the new nullable columns:
+        # they read as null, as they would once the job adds them.
+        arrow = schema.arrow()
+        for name in wanted:
+            if name in arrow.names and name not in data.column_names:
+                data = data.append_column(arrow.field(name),
+                                          pa.nulls(data.num_rows, arrow.field(name).type))
         return self._cast_read(schema, data, columns)
+
+    def _check_readable(self, table: TableName) -> None:
+        """Refuse, in one line naming the table and what to do, a table whose stored
+        version this cursorsync does not read as it is (the job's start or `cursorsync
+        migrate` brings it to the schema file first)."""
+        if table in self._readable:
+            return
+        m = plan(self, table)
+        if not m.in_place:
+            raise TableVersionError(m.refusal())
+        self._readable.add(table)
 
     def table_batch(self, table: TableName, app_id: str) -> int | None:
         dt = self._open(table)

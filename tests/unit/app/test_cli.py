@@ -208,7 +208,7 @@ def test_status_table_and_json(tables: Path) -> None:
     assert row["mapped_entries"] == 100
     assert data["subscriptions"][0]["max_lag_ms"] == 0
     empty = json.loads(invoke("status", "-c", CONFIG, "--json", "-s", "audit").stdout)
-    assert empty == {"subscriptions": [], "partitions": []}
+    assert empty == {"subscriptions": [], "partitions": [], "source_polls": None}
 
 
 def test_status_ready_is_the_failover_gate(tables: Path) -> None:

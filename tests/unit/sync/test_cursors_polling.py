@@ -93,9 +93,8 @@ def test_failed_polls_are_kept_beside_the_stored_polls_until_one_succeeds(
         admin: StubAdmin, tmp_path: Path) -> None:
     """A poll the admin API fails gives no batch: the polls' health file says since when
     and why, for ``status``; a restarted reader counts on from it; a success clears it."""
-    from tests.support.admin_stub import Reply
-
     from cursorsync.sync import poll_health
+    from tests.support.admin_stub import Reply
 
     serve_partitioned(admin, "1:4")
     r = cursors_reader(admin, tmp_path)
@@ -113,7 +112,8 @@ def test_failed_polls_are_kept_beside_the_stored_polls_until_one_succeeds(
     failing = poll_health.read(tmp_path)
     assert failing is not None and failing.failing and failing.failures == 2
     assert failing.ok_at == ok.ok_at and failing.failing_since is not None
-    assert failing.error is not None and "HTTP 503" in failing.error and "broker busy" in failing.error
+    assert failing.error is not None
+    assert "HTTP 503" in failing.error and "broker busy" in failing.error
     for path, replies in served.items():
         admin.set(path, *replies)
     _, after = fresh.read(off)

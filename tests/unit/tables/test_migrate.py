@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import cursorsync.app.cli as cli
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH
-from cursorsync.tables import SCHEMAS_ENV, RowFilter, TableStore, open_store
+from cursorsync.tables import SCHEMAS_ENV, RowFilter, TableStore, open_reader, open_store
 from cursorsync.tables import schema as schema_module
 from cursorsync.tables.migrate import (
     BUCKETS_PROPERTY,
@@ -206,7 +206,9 @@ def test_a_change_nothing_migrates_is_refused_by_open_and_by_migrate(
         assert "(its rows'; no version recorded) and no migration leads to version 2" in str(
             refused.value)
     assert VERSION_PROPERTY not in properties(root, "sync_progress")
-    assert store.read("sync_progress", columns=["subscription"]).num_rows == 1
+    monkeypatch.delenv(SCHEMAS_ENV)  # the release that wrote it reads it as it was
+    assert open_store("delta-rs", root).read("sync_progress", columns=["subscription"]
+                                             ).num_rows == 1
 
 
 def test_a_table_newer_than_this_release_is_refused(tmp_path: Path) -> None:
@@ -258,3 +260,45 @@ def test_migrate_command_plans_every_table_then_migrates(
     assert refused.stderr.startswith("error: table sync_progress at ")
     assert "no migration leads to version 1" not in refused.stderr  # the stored one is newer
     assert "newer than this cursorsync's schema version 1" in refused.stderr
+
+
+def test_status_reads_a_table_the_job_has_not_upgraded_yet_and_refuses_one_needing_migrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-only commands open no table for writing: a new nullable column reads as
+    null and the table stays as it is; a table only ``migrate`` brings to this release
+    is one error line naming it and the command, never the query engine's message."""
+    work = tmp_path / "work"
+    config = tmp_path / "config.yaml"
+    doc = yaml.safe_load(EMBEDDED_CONFIG_PATH.read_text())
+    doc["clusters"]["source"]["name"], doc["clusters"]["target"]["name"] = "A", "B"
+    config.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("CURSORSYNC_WORK_DIR", str(work))
+    root = str(work / "tables")
+    monkeypatch.setenv(SCHEMAS_ENV, str(schema_files(
+        tmp_path, "v1", "sync_progress", retype("lag_ms", "int"))))
+    store = written_before_versions(root, "sync_progress", make_progress(TOPICS[0], "billing"))
+    store.ensure("sync_progress")
+    monkeypatch.setenv(SCHEMAS_ENV, str(schema_files(
+        tmp_path, "v2", "sync_progress", bump(lambda doc: (retype("lag_ms", "int")(doc),
+                                                          add_column("broker")(doc))))))
+
+    def status() -> Any:
+        return CliRunner().invoke(cli.app, ["status", "-c", str(config), "--json"])
+
+    shown = status()
+    assert shown.exit_code == 0, shown.output
+    (row,) = json.loads(shown.stdout)["partitions"]
+    assert row["subscription"] == "billing" and row["lag_ms"] == 250
+    assert properties(root, "sync_progress")[VERSION_PROPERTY] == "1"  # not upgraded
+    read = open_reader(root).read("sync_progress", columns=["subscription", "broker"])
+    assert read.column("broker").to_pylist() == [None]
+
+    monkeypatch.setenv(SCHEMAS_ENV, str(schema_files(
+        tmp_path, "v3", "sync_progress", bump(add_column("broker")))))  # lag_ms long
+    refused = status()
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith(f"error: table sync_progress at {root}/sync_progress is "
+                                     "at version 1 and this cursorsync needs version 2")
+    assert "`cursorsync migrate -c FILE`" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "DataFusion" not in refused.stderr
