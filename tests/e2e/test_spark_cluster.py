@@ -39,7 +39,9 @@ from cursorsync_devtools.testbed.workload import (
 from tests.support.paths import ROOT
 from tests.support.spark_cluster import SparkCluster, ancestors, free_port, spark_home
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+# Three minutes on 2 cores: with CURSORSYNC_SLOW=1. The failovers with emission on
+# executors run in every run (tests/e2e/test_e2e.py, a local Spark).
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a bed of its own: the test bed tool, not the product
 def test_a_work_dir_used_before_starts_a_bed_that_replicates(tmp_path: Path) -> None:
     """A bed stopped and started again on the same directory gets new ports; what the
     first start stored (b's registration on a, the bookies) must not outlive it."""

@@ -61,6 +61,7 @@ def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a benchmark
 def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     """The benchmark reads every partition's cursor at each thread count (it raises if one
     read fails) and in one partitioned request, and polls with and without the topic stats
