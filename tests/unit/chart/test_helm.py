@@ -326,13 +326,20 @@ def test_extra_volumes_priority_and_grace_period_reach_the_pods(
 def test_suspending_stops_the_job_and_keeps_its_service_and_alerts(
         full: list[dict[str, Any]]) -> None:
     """A failover suspends the application (`helm upgrade --set suspend=true`): the
-    SparkApplication says so and every other resource renders as before."""
+    SparkApplication says so, the alert on the job being down is left out, and every
+    other resource and alert renders as before."""
     suspended = ht.render([ht.FULL_VALUES], set_values={"suspend": True})
     assert ht.spark_application(suspended)["spec"]["suspend"] is True
     assert ht.spark_application(full)["spec"]["suspend"] is False
     assert ht.spark_application(ht.render())["spec"]["suspend"] is False
-    assert [m for m in suspended if m["kind"] != "SparkApplication"] == [
-        m for m in full if m["kind"] != "SparkApplication"]
+    changed = ("SparkApplication", "PrometheusRule")
+    assert [m for m in suspended if m["kind"] not in changed] == [
+        m for m in full if m["kind"] not in changed]
+    running = ht.alerts(full)
+    assert "CursorSyncDown" in {r["alert"] for r in running}
+    assert ht.alerts(suspended) == [r for r in running if r["alert"] != "CursorSyncDown"]
+    assert "leaves CursorSyncDown out" in ht.notes([ht.FULL_VALUES], {"suspend": True})
+    assert "suspended" not in ht.notes([ht.FULL_VALUES])
     for manifest in suspended:
         ht.validate_manifest(manifest)
     with pytest.raises(ht.helm().HelmValuesError, match="schema"):
