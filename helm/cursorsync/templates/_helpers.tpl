@@ -57,6 +57,30 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* The state volume's claim: the existing one named, or the one the chart creates. */}}
+{{- define "cursorsync.stateClaimName" -}}
+{{- default (printf "%s-state" (include "cursorsync.fullname" .)) .Values.persistence.claimName }}
+{{- end }}
+
+{{/* Spark's local dir on the driver and the executors: a volume whose name starts with
+spark-local-dir- is the one Spark takes as its local dir (SPARK_LOCAL_DIRS), so it
+creates no other. */}}
+{{- define "cursorsync.localDirMount" -}}
+/var/data/spark-local-dir-1
+{{- end }}
+
+{{/*
+The local path a config path names: the path itself, a file: URI's path, or "" for a URI
+of another scheme (object storage).
+*/}}
+{{- define "cursorsync.localPath" -}}
+{{- if regexMatch "^(?i)file:" . }}
+{{- regexReplaceAll "^(?i)file:(//(localhost)?)?" . "" }}
+{{- else if not (regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://" .) }}
+{{- . }}
+{{- end }}
+{{- end }}
+
 {{/* The cursorsync config file, as the ConfigMap holds it. */}}
 {{- define "cursorsync.configYaml" -}}
 {{- toYaml .Values.config }}
@@ -90,28 +114,44 @@ Checks the values cannot express in the schema; each fails rendering with the re
 */}}
 {{- define "cursorsync.validate" -}}
 {{- $cfg := .Values.config }}
+{{- $p := .Values.persistence }}
 {{- $mounts := list }}
 {{- range .Values.secrets.tokens }}{{ $mounts = append $mounts .mountPath }}{{ end }}
 {{- if .Values.secrets.tls.secretName }}{{ $mounts = append $mounts .Values.secrets.tls.mountPath }}{{ end }}
-{{- if .Values.persistence.enabled }}{{ $mounts = append $mounts .Values.persistence.mountPath }}{{ end }}
+{{- if $p.enabled }}{{ $mounts = append $mounts $p.mountPath }}{{ end }}
+{{- range .Values.extraVolumeMounts }}{{ $mounts = append $mounts .mountPath }}{{ end }}
 {{- range $mounts }}
 {{- if or (eq (clean .) "/etc/cursorsync") (hasPrefix "/etc/cursorsync/" (clean .)) }}
 {{- fail (printf "mount path %s is inside /etc/cursorsync, where the config is mounted (read-only): choose another path" .) }}
 {{- end }}
 {{- end }}
-{{- if .Values.persistence.enabled }}
-{{- if not .Values.persistence.claimName }}
-{{- fail "persistence.claimName must name an existing PersistentVolumeClaim when persistence.enabled is true" }}
+{{- $own := list "config" "tls" "state" "tmp" "spark-local-dir-1" }}
+{{- range $i, $_ := .Values.secrets.tokens }}{{ $own = append $own (printf "token-%d" $i) }}{{ end }}
+{{- range .Values.extraVolumes }}
+{{- if has .name $own }}
+{{- fail (printf "extraVolumes: the name %s is one the chart gives its own volumes (%s): choose another" .name (join ", " $own)) }}
 {{- end }}
+{{- end }}
+{{- $volume := trimSuffix "/" $p.mountPath }}
+{{- $ckpt := $cfg.spark.checkpoint_dir }}
+{{- if not (include "cursorsync.localPath" $ckpt) }}
+{{- fail (printf "config.spark.checkpoint_dir is %q, not a local path: the job keeps its mapping builder's state and the cursor polls it replays there as files, beside Spark's checkpoints. Use a path under persistence.mountPath (%s); object storage is for config.tables.path" $ckpt $p.mountPath) }}
+{{- end }}
+{{- $tables := include "cursorsync.localPath" $cfg.tables.path }}
+{{- $tablesOnVolume := and $p.enabled $tables (hasPrefix (printf "%s/" $volume) (clean $tables)) }}
+{{- if and (eq (default "delta-rs" $cfg.tables.backend) "delta-spark") $tablesOnVolume (not $p.executors) }}
+{{- fail (printf "config.tables.path %q is on the state volume and the backend is delta-spark, whose executors write the table files: set persistence.executors true (with a ReadWriteMany claim), or use backend delta-rs, which writes from the driver alone" $cfg.tables.path) }}
+{{- end }}
+{{- if and $p.enabled $p.executors (not $p.claimName) (not (has "ReadWriteMany" $p.accessModes)) }}
+{{- fail (printf "persistence.executors mounts the state volume on every executor, on other nodes than the driver: persistence.accessModes (%s) must include ReadWriteMany" (join ", " $p.accessModes)) }}
 {{- end }}
 {{- if .Values.validation.requireDurableState }}
-{{- $paths := dict "config.spark.checkpoint_dir" $cfg.spark.checkpoint_dir "config.tables.path" $cfg.tables.path }}
+{{- $paths := dict "config.spark.checkpoint_dir" $ckpt "config.tables.path" $cfg.tables.path }}
 {{- range $key, $path := $paths }}
-{{- $local := or (not (contains "://" $path)) (hasPrefix "file:" $path) }}
-{{- $volume := trimSuffix "/" $.Values.persistence.mountPath }}
-{{- $onVolume := and $.Values.persistence.enabled (hasPrefix (printf "%s/" $volume) (trimPrefix "file://" $path)) }}
+{{- $local := include "cursorsync.localPath" $path }}
+{{- $onVolume := and $p.enabled (hasPrefix (printf "%s/" $volume) (clean $local)) }}
 {{- if and $local (not $onVolume) }}
-{{- fail (printf "%s is %q, a local path that no volume holds: the state would go with the pod. Use object storage, or persistence.enabled with a path under persistence.mountPath (%s), or set validation.requireDurableState false" $key $path $.Values.persistence.mountPath) }}
+{{- fail (printf "%s is %q, a local path that no volume holds: the state would go with the pod. Use a path under persistence.mountPath (%s) with persistence.enabled, or set validation.requireDurableState false" $key $path $p.mountPath) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -119,9 +159,11 @@ Checks the values cannot express in the schema; each fails rendering with the re
 
 {{/*
 What the driver and the executors share: resources, labels, the mounts (config, tokens,
-TLS, state volume), environment, scheduling and security. The executors run the data
-sources and, with executor emission, the acks, so they need the same files as the driver.
-Arguments: dict root, role (.Values.driver or .Values.executor), checksum.
+TLS, scratch, extra volumes, and the state volume where it is wanted), environment,
+scheduling and security. The executors run the data sources and, with executor emission,
+the acks, so they need the same files as the driver.
+Arguments: dict root, role (.Values.driver or .Values.executor), checksum, state (mount
+the state volume).
 */}}
 {{- define "cursorsync.podSpec" -}}
 {{- $root := .root }}{{ $role := .role -}}
@@ -158,9 +200,16 @@ volumeMounts:
     mountPath: {{ $root.Values.secrets.tls.mountPath }}
     readOnly: true
   {{- end }}
-  {{- if $root.Values.persistence.enabled }}
+  {{- if .state }}
   - name: state
     mountPath: {{ $root.Values.persistence.mountPath }}
+  {{- end }}
+  - name: tmp
+    mountPath: /tmp
+  - name: spark-local-dir-1
+    mountPath: {{ include "cursorsync.localDirMount" $root }}
+  {{- with $root.Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- if or $root.Values.env $root.Values.secrets.env }}
 env:
@@ -196,6 +245,9 @@ tolerations:
 {{- with $role.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
 {{- end }}
 {{- with $root.Values.podSecurityContext }}
 podSecurityContext:

@@ -74,7 +74,7 @@ def local_worker_python(master: str | None, environ: Mapping[str, str]) -> str |
 
 
 #: Where ``tables.storage_options`` (delta-rs's option names) say how to reach S3, the same
-#: settings for Spark's s3a (checkpoints, delta-spark's tables): one place for both engines.
+#: settings for Spark's s3a (delta-spark's tables): one place for both engines.
 _S3A_ENDPOINT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 _S3A_REGION = ("AWS_REGION", "AWS_DEFAULT_REGION")
 S3A_CREDENTIALS_PROVIDER = "spark.hadoop.fs.s3a.aws.credentials.provider"
@@ -119,11 +119,8 @@ def s3a_conf(storage_options: Mapping[str, str]) -> dict[str, str]:
 
 
 def uses_s3a(config: Config) -> bool:
-    """Whether Spark writes to ``s3a://``: the checkpoints, or delta-spark's tables."""
-    paths = [config.spark.checkpoint_dir]
-    if config.tables.backend == "delta-spark":
-        paths.append(config.tables.path)
-    return any(p.startswith("s3a://") for p in paths)
+    """Whether Spark writes to ``s3a://``: delta-spark's tables (the checkpoints are local)."""
+    return config.tables.backend == "delta-spark" and config.tables.path.startswith("s3a://")
 
 
 def _submitted_conf() -> Mapping[str, str]:

@@ -9,9 +9,8 @@ also gives Spark's s3a. The server knows one identity: a wrong secret is refused
 job that writes and a ``status`` that reads prove the credentials reached both engines.
 Each job runs on the real test bed until b's cursor caught up with a's, then
 ``cursorsync status`` (a process of its own, no Spark) reads the tables from S3. The
-checkpoints stay local: the job joins its checkpoint paths as local paths (an ``s3a://``
-checkpoint_dir becomes ``s3a:/...``, which Spark refuses), and keeps its builder state and
-stored polls beside them with local file calls.
+checkpoints stay local, as the config requires: the job keeps its builder state and stored
+polls beside them with local file calls.
 """
 
 from __future__ import annotations

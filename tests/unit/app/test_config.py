@@ -245,6 +245,19 @@ def test_config_is_immutable() -> None:
          "use s3:// with delta-rs, or backend delta-spark"),
         ("tables.maintenance_interval_s", 0,
          "tables.maintenance_interval_s: should be greater than 0, got 0"),
+        ("spark.checkpoint_dir", "s3a://bucket/checkpoints",
+         "spark.checkpoint_dir: 's3a://bucket/checkpoints' is not a local path: the job keeps "
+         "its mapping builder's state and the cursor polls it replays there as files, beside "
+         "Spark's checkpoints. Use a directory on a persistent volume (a path, or a file:// "
+         "URI); object storage is for tables.path"),
+        ("spark.checkpoint_dir", "gs://bucket/checkpoints",
+         "spark.checkpoint_dir: 'gs://bucket/checkpoints' is not a local path: the job keeps "
+         "its mapping builder's state and the cursor polls it replays there as files, beside "
+         "Spark's checkpoints. Use a directory on a persistent volume (a path, or a file:// "
+         "URI); object storage is for tables.path"),
+        ("spark.checkpoint_dir", "file://storage-host/checkpoints",
+         "spark.checkpoint_dir: 'file://storage-host/checkpoints' is not a local file URI: "
+         "give a path, as /var/lib/x or file:///var/lib/x"),
         ("tables.cursor_states_retention_s", -1,
          "tables.cursor_states_retention_s: should be greater than 0, got -1"),
         ("topics.0.topic", "orders",
@@ -301,6 +314,30 @@ def test_each_bad_value_yields_its_line(path: str, value: Any, expected: str) ->
     problems = problems_of(with_change(path, value))
     assert expected in problems
     assert all("\n" not in p for p in problems)
+
+
+@pytest.mark.parametrize(("value", "path"), [
+    ("file:///var/lib/cursorsync/checkpoints", "/var/lib/cursorsync/checkpoints"),
+    ("file://localhost/var/lib/cursorsync/checkpoints", "/var/lib/cursorsync/checkpoints"),
+    ("FILE:/var/lib/cursor%20sync", "/var/lib/cursor sync"),
+    ("/var/lib/cursorsync/checkpoints", "/var/lib/cursorsync/checkpoints"),
+])
+def test_a_file_uri_checkpoint_dir_is_its_local_path(value: str, path: str) -> None:
+    """Every user of checkpoint_dir (the queries, the builder's state, retire) joins
+    local paths onto it, so the config holds the path itself."""
+    config = parse_config(with_change("spark.checkpoint_dir", value))
+    assert config.spark.checkpoint_dir == path
+
+
+def test_a_relative_checkpoint_dir_stays_relative_to_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cursorsync.app.spark_checkpoint import filesystem
+
+    config = parse_config(with_change("spark.checkpoint_dir", "work/checkpoints"))
+    assert config.spark.checkpoint_dir == "work/checkpoints"
+    monkeypatch.chdir(tmp_path)
+    _, resolved = filesystem(config.spark.checkpoint_dir)
+    assert resolved == str(tmp_path / "work" / "checkpoints")
 
 
 def test_missing_keys_are_named() -> None:

@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {
     },
     "topics": [{"topic": "persistent://t/ns/orders", "subscriptions": ["billing"]}],
     "tables": {"backend": "delta-spark", "path": "s3a://bucket/tables"},
-    "spark": {"checkpoint_dir": "s3a://bucket/checkpoints", "master": "local[1]"},
+    "spark": {"checkpoint_dir": "/var/lib/cursorsync/checkpoints", "master": "local[1]"},
 }
 
 
@@ -74,10 +74,10 @@ def test_a_provider_named_in_spark_conf_is_left_alone() -> None:
     assert S3A_CREDENTIALS_PROVIDER not in object_store_conf(named)
 
 
-def test_no_s3a_path_no_credential_chain() -> None:
-    local = config(tables={"backend": "delta-rs", "path": "s3://bucket/tables"},
-                   spark={"checkpoint_dir": "/var/lib/cursorsync/checkpoints"})
-    assert S3A_CREDENTIALS_PROVIDER not in object_store_conf(local)
+@pytest.mark.parametrize("tables", [{"backend": "delta-rs", "path": "s3://bucket/tables"},
+                                    {"backend": "delta-spark", "path": "/var/lib/tables"}])
+def test_no_s3a_path_no_credential_chain(tables: dict[str, str]) -> None:
+    assert S3A_CREDENTIALS_PROVIDER not in object_store_conf(config(tables=tables))
 
 
 @pytest.mark.parametrize("key", ["AWS_SECRET_ACCESS_KEY", "aws_access_key_id",

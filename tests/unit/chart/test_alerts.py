@@ -100,6 +100,60 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(
                                                         "runbook_url"}, case["alertname"]
 
 
+# --------------------------------------------------------------------------- suspended
+
+_TARGET = 'namespace="cursorsync", job="cursorsync-metrics", instance="10.0.0.5:9108"'
+#: A job that runs for ten minutes and then is stopped (a suspension deletes the driver
+#: pod): its target goes, and Prometheus marks every series of it stale.
+STOPPED_JOB: list[dict[str, str]] = [
+    {"series": f"up{{{_TARGET}}}", "values": "1x10 stale"},
+    {"series": f'cursorsync_build_info{{{_TARGET}, version="0.1.0"}}', "values": "1x10 stale"},
+    *({"series": f'cursorsync_last_successful_sync_timestamp_seconds{{{_TARGET}, '
+                 f'subscription="{sub}"}}', "values": "0+60x10 stale"}
+      for sub in ("settlement", "fraud-scoring")),
+    {"series": f"cursorsync_process_start_time_seconds{{{_TARGET}}}", "values": "0x10 stale"},
+    {"series": f"cursorsync_dry_run{{{_TARGET}}}", "values": "0x10 stale"},
+    {"series": f'cursorsync_query_batch_id{{{_TARGET}, query="cursorsync-sync"}}',
+     "values": "0+1x10 stale"},
+]
+
+
+def promtool_test(manifests: list[dict[str, Any]], cases: list[dict[str, Any]],
+                  directory: Path) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules` of the rendered rules on STOPPED_JOB, with these cases."""
+    write_rules(manifests, directory)
+    tests = {"rule_files": ["cursorsync-rules.yaml"], "evaluation_interval": "1m",
+             "tests": [{"interval": "1m", "input_series": STOPPED_JOB,
+                        "alert_rule_test": cases}]}
+    (directory / "stopped.test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False),
+                                                 encoding="utf-8")
+    return run_promtool("test", "rules", "stopped.test.yaml", cwd=directory)
+
+
+def test_a_suspended_job_fires_no_alert(tmp_path: Path) -> None:
+    """Suspended, the rules leave CursorSyncDown out, and none of the others fires on a job
+    that is not running; running, the same stop fires CursorSyncDown."""
+    suspended = ht.render(set_values={**RULE_VALUES, "suspend": True})
+    names = {a["alert"] for a in ht.alerts(suspended)}
+    assert names == ALERTS - {"CursorSyncDown"}
+    quiet = [{"alertname": name, "eval_time": at, "exp_alerts": []}
+             for name in sorted(names) for at in ("5m", "20m", "2h")]
+    result = promtool_test(suspended, quiet, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    running = ht.render(set_values=RULE_VALUES)
+    (down,) = [a for a in ht.alerts(running) if a["alert"] == "CursorSyncDown"]
+    annotations = {k: v.replace("{{ $labels.namespace }}/{{ $labels.job }}",
+                                "cursorsync/cursorsync-metrics")
+                   for k, v in down["annotations"].items()}
+    fires = [{"alertname": "CursorSyncDown", "eval_time": "20m", "exp_alerts": [
+        {"exp_labels": {"severity": "critical", "namespace": "cursorsync",
+                        "job": "cursorsync-metrics"},
+         "exp_annotations": annotations}]}]
+    result = promtool_test(running, fires, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 # --------------------------------------------------------------------------- values
 
 

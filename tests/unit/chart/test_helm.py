@@ -51,13 +51,13 @@ def test_helm_lint_strict_passes(case: str) -> None:
     assert report["errors"] == [] and problems == [], report
 
 
-def test_default_values_render_the_job_and_its_service_only(
+def test_default_values_render_the_job_its_state_claim_and_its_service_only(
         rendered: tuple[str, list[dict[str, Any]]]) -> None:
     case, manifests = rendered
     kinds = sorted(m["kind"] for m in manifests)
     if case == "default":
-        assert kinds == ["ConfigMap", "Service", "SparkApplication"]
-    else:
+        assert kinds == ["ConfigMap", "PersistentVolumeClaim", "Service", "SparkApplication"]
+    else:  # an existing claim
         assert kinds == ["ConfigMap", "ConfigMap", "PrometheusRule", "Role", "RoleBinding",
                          "Service", "ServiceAccount", "ServiceMonitor", "SparkApplication"]
 
@@ -129,6 +129,13 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "metrics off": {"config.metrics.port": 0},
     # spark-submit's master (the operator's) decides where the job runs.
     "spark.master set": {"config.spark.master": "local[2]"},
+    "claim size without a quantity": {"persistence.size": "ten gigabytes"},
+    "unknown access mode": {"persistence.accessModes": ["ReadWriteAll"]},
+    "no access mode": {"persistence.accessModes": []},
+    "negative grace period": {"driver.terminationGracePeriodSeconds": -1},
+    "extra mount without a path": {"extraVolumeMounts": [{"name": "cache"}]},
+    "extra volume without a name": {"extraVolumes": [{"emptyDir": {}}]},
+    "scratch size without a quantity": {"scratch.sizeLimit": "big"},
 }
 
 
@@ -142,14 +149,44 @@ def test_bad_values_fail_the_values_schema(case: str) -> None:
 
 TEMPLATE_CHECKS: dict[str, tuple[dict[str, Any], str]] = {
     "state on the pod's disk": ({"config.spark.checkpoint_dir": "/tmp/checkpoints"},
-                                "a local path that no volume holds"),
-    "state beside the volume": ({"persistence.enabled": True, "persistence.claimName": "c",
+                                'config.spark.checkpoint_dir is "/tmp/checkpoints", a local '
+                                "path that no volume holds"),
+    "state beside the volume": ({"persistence.claimName": "c",
                                  "config.tables.path": "file:///data/tables"},
-                                "a local path that no volume holds"),
+                                'config.tables.path is "file:///data/tables", a local path '
+                                "that no volume holds"),
+    "state without the volume": ({"persistence.enabled": False},
+                                 "a local path that no volume holds"),
     "secret over the config": ({"secrets.tls.secretName": "tls",
                                 "secrets.tls.mountPath": "/etc/cursorsync/tls"},
                                "inside /etc/cursorsync"),
-    "volume without a claim": ({"persistence.enabled": True}, "persistence.claimName"),
+    "extra mount over the config": ({"extraVolumes": [{"name": "x", "emptyDir": {}}],
+                                     "extraVolumeMounts": [{"name": "x",
+                                                            "mountPath": "/etc/cursorsync/x"}]},
+                                    "mount path /etc/cursorsync/x is inside /etc/cursorsync"),
+    "extra volume named as the chart's": ({"extraVolumes": [{"name": "tmp", "emptyDir": {}}]},
+                                          "extraVolumes: the name tmp is one the chart gives "
+                                          "its own volumes"),
+    "checkpoints on s3a": ({"config.spark.checkpoint_dir": "s3a://bucket/checkpoints"},
+                           'config.spark.checkpoint_dir is "s3a://bucket/checkpoints", not a '
+                           "local path: the job keeps its mapping builder's state and the "
+                           "cursor polls it replays there as files, beside Spark's "
+                           "checkpoints. Use a path under persistence.mountPath "
+                           "(/var/lib/cursorsync); object storage is for config.tables.path"),
+    # Refused with or without requireDurableState: the job refuses it too.
+    "checkpoints on gs, no durability check": (
+        {"config.spark.checkpoint_dir": "gs://bucket/checkpoints",
+         "validation.requireDurableState": False},
+        'config.spark.checkpoint_dir is "gs://bucket/checkpoints", not a local path'),
+    "delta-spark tables on the volume, executors without it": (
+        {"config.tables.backend": "delta-spark"},
+        'config.tables.path "/var/lib/cursorsync/tables" is on the state volume and the '
+        "backend is delta-spark, whose executors write the table files: set "
+        "persistence.executors true (with a ReadWriteMany claim), or use backend delta-rs"),
+    "executors on a ReadWriteOnce claim": (
+        {"persistence.executors": True},
+        "persistence.executors mounts the state volume on every executor, on other nodes than "
+        "the driver: persistence.accessModes (ReadWriteOnce) must include ReadWriteMany"),
 }
 
 
@@ -161,25 +198,148 @@ def test_values_the_schema_cannot_judge_fail_rendering(case: str) -> None:
         ht.render(set_values=values)
 
 
-def test_state_on_the_volume_renders() -> None:
-    manifests = ht.render(set_values={
-        "persistence.enabled": True, "persistence.claimName": "state",
-        "config.spark.checkpoint_dir": "/var/lib/cursorsync/checkpoints",
-        "config.tables.path": "file:///var/lib/cursorsync/tables"})
-    volumes = ht.spark_application(manifests)["spec"]["volumes"]
+def _mounts(app: dict[str, Any], role: str) -> dict[str, str]:
+    """mount path -> volume name, of the driver's or the executors' container."""
+    return {m["mountPath"]: m["name"] for m in app["spec"][role]["volumeMounts"]}
+
+
+def _volumes(app: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in app["spec"]["volumes"]}
+
+
+def test_the_defaults_keep_the_state_on_a_claim_the_chart_creates_and_keeps() -> None:
+    """The shipped values run on a cluster with a default StorageClass: the checkpoints and
+    the delta-rs tables on a claim of the release's, which `helm uninstall` leaves."""
+    manifests = ht.render()
+    (claim,) = ht.of_kind(manifests, "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == "cursorsync-state"
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    # No storageClassName: the cluster's default class ("" would mean none).
+    assert "storageClassName" not in claim["spec"]
+    app = ht.spark_application(manifests)
+    assert _volumes(app)["state"]["persistentVolumeClaim"] == {"claimName": "cursorsync-state"}
+    assert _mounts(app, "driver")["/var/lib/cursorsync"] == "state"
+    assert "state" not in _mounts(app, "executor").values()
+    config = load_config_text(ht.config_text(manifests), source="default ConfigMap")
+    assert config.tables.backend == "delta-rs"
+    assert config.tables.path.startswith("/var/lib/cursorsync/")
+    assert config.spark.checkpoint_dir.startswith("/var/lib/cursorsync/")
+    for manifest in manifests:
+        ht.validate_manifest(manifest)
+    assert "PersistentVolumeClaim cursorsync-state" in ht.notes()
+
+
+def test_the_claim_takes_a_storage_class_and_an_existing_claim_replaces_it() -> None:
+    classed = ht.render(set_values={"persistence.storageClassName": "fast-ssd",
+                                    "persistence.size": "50Gi"})
+    (claim,) = ht.of_kind(classed, "PersistentVolumeClaim")
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    existing = ht.render(set_values={
+        "persistence.claimName": "state",
+        "config.spark.checkpoint_dir": "file:///var/lib/cursorsync/checkpoints",
+        "config.tables.path": "file://localhost/var/lib/cursorsync/tables"})
+    assert not ht.of_kind(existing, "PersistentVolumeClaim")
+    volumes = ht.spark_application(existing)["spec"]["volumes"]
     assert {"name": "state", "persistentVolumeClaim": {"claimName": "state"}} in volumes
+
+
+@pytest.mark.parametrize(("backend", "path"), [("delta-spark", "s3a://bucket/tables"),
+                                               ("delta-rs", "s3://bucket/tables")])
+def test_tables_on_object_storage_render_with_the_checkpoints_on_the_volume(
+        backend: str, path: str) -> None:
+    manifests = ht.render(set_values={"config.tables": {"backend": backend, "path": path}})
+    config = load_config_text(ht.config_text(manifests), source="ConfigMap")
+    assert (config.tables.backend, config.tables.path) == (backend, path)
+    app = ht.spark_application(manifests)
+    assert _mounts(app, "driver")["/var/lib/cursorsync"] == "state"
+    assert "state" not in _mounts(app, "executor").values()
+    for manifest in manifests:
+        ht.validate_manifest(manifest)
+
+
+def test_executors_mount_the_state_volume_only_when_asked() -> None:
+    """delta-spark writing tables on the volume needs it on the executors, and so a
+    ReadWriteMany claim."""
+    manifests = ht.render(set_values={"config.tables.backend": "delta-spark",
+                                      "persistence.executors": True,
+                                      "persistence.accessModes": ["ReadWriteMany"]})
+    app = ht.spark_application(manifests)
+    assert _mounts(app, "driver")["/var/lib/cursorsync"] == "state"
+    assert _mounts(app, "executor")["/var/lib/cursorsync"] == "state"
+    (claim,) = ht.of_kind(manifests, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for manifest in manifests:
+        ht.validate_manifest(manifest)
+    # An existing claim: its access modes are the cluster's to know.
+    existing = ht.spark_application(ht.render(set_values={
+        "persistence.claimName": "shared", "persistence.executors": True}))
+    assert _mounts(existing, "executor")["/var/lib/cursorsync"] == "state"
+    # Without persistence there is nothing to mount.
+    off = ht.spark_application(ht.render(set_values={
+        "persistence.enabled": False, "persistence.executors": True,
+        "validation.requireDurableState": False}))
+    assert "state" not in _volumes(off)
+    assert "state" not in {*_mounts(off, "driver").values(), *_mounts(off, "executor").values()}
+
+
+def test_the_root_file_system_is_read_only_and_what_spark_writes_is_on_empty_dirs(
+        rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, manifests = rendered
+    app = ht.spark_application(manifests)
+    volumes = _volumes(app)
+    # The operator hands a volume with this prefix to Spark as its local dir (the
+    # prefix as the pinned spark-operator's source defines it).
+    source = ht.module_file(ht.SPARK_OPERATOR, "pkg/common/spark.go")
+    prefix = re.search(r'SparkLocalDirVolumePrefix\s*=\s*"([^"]+)"', source)
+    assert prefix, "SparkLocalDirVolumePrefix moved in spark-operator"
+    for role in ("driver", "executor"):
+        assert app["spec"][role]["securityContext"]["readOnlyRootFilesystem"] is True
+        mounts = _mounts(app, role)
+        assert "emptyDir" in volumes[mounts["/tmp"]]
+        local = [(path, name) for path, name in mounts.items()
+                 if name.startswith(prefix.group(1))]
+        assert len(local) == 1 and "emptyDir" in volumes[local[0][1]], role
+    limited = ht.spark_application(ht.render(set_values={"scratch.sizeLimit": "4Gi"}))
+    scratch = [v for v in limited["spec"]["volumes"] if "emptyDir" in v]
+    assert len(scratch) == 2 and all(v["emptyDir"] == {"sizeLimit": "4Gi"} for v in scratch)
+
+
+def test_extra_volumes_priority_and_grace_period_reach_the_pods(
+        full: list[dict[str, Any]]) -> None:
+    app = ht.spark_application(full)
+    assert _volumes(app)["cache"] == {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}
+    for role in ("driver", "executor"):
+        assert _mounts(app, role)["/var/cache/cursorsync"] == "cache"
+        assert app["spec"][role]["priorityClassName"] == "streaming-critical"
+    assert app["spec"]["driver"]["terminationGracePeriodSeconds"] == 180
+    default = ht.spark_application(ht.render())["spec"]
+    # Long enough for the stop on SIGTERM (a batch in flight, acks flushed, lease released).
+    assert default["driver"]["terminationGracePeriodSeconds"] == 120
+    assert "terminationGracePeriodSeconds" not in default["executor"]
+    assert "priorityClassName" not in default["driver"]
+    assert "priorityClassName" not in default["executor"]
 
 
 def test_suspending_stops_the_job_and_keeps_its_service_and_alerts(
         full: list[dict[str, Any]]) -> None:
     """A failover suspends the application (`helm upgrade --set suspend=true`): the
-    SparkApplication says so and every other resource renders as before."""
+    SparkApplication says so, the alert on the job being down is left out, and every
+    other resource and alert renders as before."""
     suspended = ht.render([ht.FULL_VALUES], set_values={"suspend": True})
     assert ht.spark_application(suspended)["spec"]["suspend"] is True
     assert ht.spark_application(full)["spec"]["suspend"] is False
     assert ht.spark_application(ht.render())["spec"]["suspend"] is False
-    assert [m for m in suspended if m["kind"] != "SparkApplication"] == [
-        m for m in full if m["kind"] != "SparkApplication"]
+    changed = ("SparkApplication", "PrometheusRule")
+    assert [m for m in suspended if m["kind"] not in changed] == [
+        m for m in full if m["kind"] not in changed]
+    running = ht.alerts(full)
+    assert "CursorSyncDown" in {r["alert"] for r in running}
+    assert ht.alerts(suspended) == [r for r in running if r["alert"] != "CursorSyncDown"]
+    assert "leaves CursorSyncDown out" in ht.notes([ht.FULL_VALUES], {"suspend": True})
+    assert "suspended" not in ht.notes([ht.FULL_VALUES])
     for manifest in suspended:
         ht.validate_manifest(manifest)
     with pytest.raises(ht.helm().HelmValuesError, match="schema"):

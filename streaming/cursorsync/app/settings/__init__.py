@@ -36,6 +36,8 @@ Apache Pulsar clusters on free loopback ports and calls
 
 Relative paths (``tables.path``, ``spark.checkpoint_dir``, TLS files) are
 relative to the working directory of the process, not to the config file.
+``spark.checkpoint_dir`` is local: a ``file:`` URI is taken as its path, and a URI of
+any other scheme is refused.
 """
 
 from cursorsync.app.settings.base import (

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -64,6 +66,32 @@ class TablesConfig(_Section):
         return f"{self.path.rstrip('/')}/{table}"
 
 
+#: A URI's scheme and authority (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``).
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _local_checkpoint_dir(value: str) -> str:
+    """The local path ``spark.checkpoint_dir`` names: itself, or a ``file:`` URI's path.
+
+    Beside Spark's checkpoints the job keeps files it writes with local file calls (the
+    mapping builder's state, the stored cursor polls, the wake file) and joins the paths
+    as local paths, so a URI of any other scheme is refused."""
+    if value[:5].lower() == "file:":
+        parts = urlsplit(value)
+        path = unquote(parts.path)
+        if parts.netloc not in ("", "localhost") or not path:
+            raise _invalid(f"{value!r} is not a local file URI: give a path, as /var/lib/x "
+                           "or file:///var/lib/x")
+        return path
+    if _URI_SCHEME.match(value):
+        raise _invalid(
+            f"{value!r} is not a local path: the job keeps its mapping builder's state and "
+            "the cursor polls it replays there as files, beside Spark's checkpoints. Use a "
+            "directory on a persistent volume (a path, or a file:// URI); object storage "
+            "is for tables.path")
+    return value
+
+
 def _spark_conf_value(value: Any) -> Any:
     """Spark conf values are strings; YAML gives ints and bools, which Spark writes lower-case."""
     if isinstance(value, bool):
@@ -84,6 +112,8 @@ class SparkConfig(_Section):
     #: The mapping query's trigger (default: trigger_interval_s). A source ack can be
     #: synced only once its entry is mapped, so a shorter one cuts the sync lag.
     mapping_trigger_interval_s: float | None = Field(default=None, gt=0)
+    #: A local directory (a path, or a ``file:`` URI, kept as its path): the job writes
+    #: files of its own there besides Spark's checkpoints.
     checkpoint_dir: str = Field(min_length=1)
     conf: dict[str, str] = Field(default_factory=dict)
     max_entries_per_batch: int = Field(default=100_000, ge=1)
@@ -98,6 +128,11 @@ class SparkConfig(_Section):
     #: change, and at least this often however still they stand; 0: every poll, with no
     #: topic stats asked first.
     cursor_stats_max_age_s: float = Field(default=60.0, ge=0)
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _local(cls, value: str) -> str:
+        return _local_checkpoint_dir(value)
 
     @field_validator("conf", mode="before")
     @classmethod

@@ -1,6 +1,6 @@
 """Hadoop's S3A connector and the AWS SDK modules it uses, from Maven Central, fetched once.
 
-Spark reaches ``s3a://`` (checkpoints, delta-spark's tables) through ``hadoop-aws``, which
+Spark reaches ``s3a://`` (delta-spark's tables) through ``hadoop-aws``, which
 pyspark does not ship. Its version must be the Hadoop inside pyspark's ``jars`` folder
 (``hadoop-client-api-3.5.0.jar`` for pyspark 4.2.0), and the AWS SDK's the one that Hadoop
 release builds against (``aws-java-sdk-v2.version`` in its ``hadoop-project`` pom). Hadoop
