@@ -125,7 +125,7 @@ Checks the values cannot express in the schema; each fails rendering with the re
 {{- fail (printf "mount path %s is inside /etc/cursorsync, where the config is mounted (read-only): choose another path" .) }}
 {{- end }}
 {{- end }}
-{{- $own := list "config" "tls" "state" "tmp" "spark-local-dir-1" }}
+{{- $own := list "config" "tls" "state" "tmp" "spark-local-dir-1" "work-dir" }}
 {{- range $i, $_ := .Values.secrets.tokens }}{{ $own = append $own (printf "token-%d" $i) }}{{ end }}
 {{- range .Values.extraVolumes }}
 {{- if has .name $own }}
@@ -208,6 +208,8 @@ volumeMounts:
     mountPath: /tmp
   - name: spark-local-dir-1
     mountPath: {{ include "cursorsync.localDirMount" $root }}
+  - name: work-dir
+    mountPath: /opt/spark/work-dir
   {{- with $root.Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

@@ -302,9 +302,11 @@ def test_the_root_file_system_is_read_only_and_what_spark_writes_is_on_empty_dir
         local = [(path, name) for path, name in mounts.items()
                  if name.startswith(prefix.group(1))]
         assert len(local) == 1 and "emptyDir" in volumes[local[0][1]], role
+        # the apache/spark image's WORKDIR, where an executor fetches Spark's files
+        assert "emptyDir" in volumes[mounts["/opt/spark/work-dir"]], role
     limited = ht.spark_application(ht.render(set_values={"scratch.sizeLimit": "4Gi"}))
     scratch = [v for v in limited["spec"]["volumes"] if "emptyDir" in v]
-    assert len(scratch) == 2 and all(v["emptyDir"] == {"sizeLimit": "4Gi"} for v in scratch)
+    assert len(scratch) == 3 and all(v["emptyDir"] == {"sizeLimit": "4Gi"} for v in scratch)
 
 
 def test_extra_volumes_priority_and_grace_period_reach_the_pods(
