@@ -106,40 +106,46 @@ def test_retire_removes_what_the_job_created_and_nothing_else(
     assert {c: subscriptions(testbed, c, partitions) for c in "ab"} == before
     assert sorted(p.name for p in (work / "tables").iterdir()) == stored
 
-    # Retire removes them, says so line by line, and leaves SUB where it was; a subscription
-    # with a consumer connected stays (never forced), named, and retire exits 2.
+    # Retire with --keep-tables removes the rest, says so line by line, and leaves SUB where
+    # it was; a subscription with a consumer connected stays (never forced), named, and
+    # retire exits 2.
     busy = testbed.client("b").subscribe(partitions[0], "cursorsync-mapping-target",
                                          consumer_type=pulsar.ConsumerType.Failover,
                                          receiver_queue_size=0)
     try:
-        done = cursorsync("retire", "-c", str(path))
+        done = cursorsync("retire", "-c", str(path), "--keep-tables")
     finally:
         busy.close()
     print(done.stdout, done.stderr)
     assert done.returncode == 2, done.stderr
+    tables = [line for line in listed if line.startswith("would remove table ")]
     assert done.stderr.splitlines()[-1] == (
-        f"error: 1 of {len(listed)} not removed (listed above); run retire again once the "
-        "cause is fixed")
+        f"error: 1 of {len(listed) - len(tables)} not removed (listed above); run retire "
+        "again once the cause is fixed")
     kept = (f"subscription cursorsync-mapping-target on {partitions[0]} (cluster b, target)")
     lines = done.stdout.splitlines()
     (refusal,) = [line for line in lines if line.startswith("not removed: ")]
     assert refusal.startswith(f"not removed: {kept}: ") and "consumer connected" in refusal
     assert [line.replace("removed ", "would remove ", 1) for line in lines
-            if line != refusal] == [line for line in listed if not line.endswith(kept)]
+            if line != refusal] == [line for line in listed
+                                    if not line.endswith(kept) and line not in tables]
+    assert sorted(p.name for p in (work / "tables").iterdir()) == stored  # kept
     for c in "ab":
         assert subscriptions(testbed, c, partitions) == {
             p: subs - OWN[c] | ({"cursorsync-mapping-target"}
                                 if (c, p) == ("b", partitions[0]) else set())
             for p, subs in before[c].items()}
         assert {p: mark_delete(testbed, c, p, SUB) for p in partitions} == synced[c]
-    assert not list(work.rglob("*.json")), list(work.rglob("*"))
+    assert not list((work / "checkpoints").rglob("*.json")), list(work.rglob("*"))
 
-    # Once its consumer is gone, retire again removes it and the directories left empty.
+    # Once its consumer is gone, retire again removes it, the tables, and the directories
+    # left empty.
     again = cursorsync("retire", "-c", str(path))
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines() == [f"removed {kept}",
-                                         f"removed directory {work / 'checkpoints'} (empty)",
-                                         f"removed directory {work / 'tables'} (empty)"]
+    assert again.stdout.splitlines() == [
+        f"removed {kept}", *(line.replace("would remove", "removed", 1) for line in tables),
+        f"removed directory {work / 'checkpoints'} (empty)",
+        f"removed directory {work / 'tables'} (empty)"]
     assert subscriptions(testbed, "b", partitions) == {
         p: subs - OWN["b"] for p, subs in before["b"].items()}
     assert not any(work.iterdir()), list(work.rglob("*"))
