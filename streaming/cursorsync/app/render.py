@@ -83,14 +83,11 @@ def render_readiness(gate: Readiness) -> str:
     if not gate.partitions:
         return "NOT READY: no subscriptions recorded (no sync_progress or cursor_states rows)"
     waiting = [p for p in gate.partitions if not p.ready]
-    if gate.blockers:
-        return "\n".join([f"NOT READY: {b}" for b in gate.blockers]
-                         + [f"  {p.row.key.concrete_topic()} {p.row.subscription}: "
-                            f"{'; '.join(p.reasons)}" for p in waiting])
-    if not waiting:
+    if not waiting and not gate.blockers:
         return f"READY: {len(gate.partitions)} partitions of {len(gate.not_ready())} " \
                f"subscriptions synced exactly"
-    lines = [f"NOT READY: {len(waiting)} of {len(gate.partitions)} partitions"]
+    lines = ([f"NOT READY: {b}" for b in gate.blockers] if gate.blockers
+             else [f"NOT READY: {len(waiting)} of {len(gate.partitions)} partitions"])
     lines += [f"  {p.row.key.concrete_topic()} {p.row.subscription}: {'; '.join(p.reasons)}"
               for p in waiting]
     return "\n".join(lines)

@@ -193,8 +193,7 @@ def subscription_status(
     builtin = _builtin_positions(store, flt)
     mapping_filter = _filter(topic, None, source_cluster, target_cluster)
     coverage = _coverage(store, mapping_filter, {PartitionKey(t, p) for t, p, _ in keys})
-    waits = (latest_waits(store.read("mapping_waits", mapping_filter))
-             if store.exists("mapping_waits") else {})
+    waits = latest_waits(store.read("mapping_waits", mapping_filter))  # empty: no table
     return [replace(_status_row(k, progress.get(k), cursors.get(k), builtin.get(k),
                                 coverage.get(PartitionKey(k[0], k[1]), (0, 0, None))),
                     skipped_waiting=waits.get(PartitionKey(k[0], k[1]))) for k in keys]

@@ -262,15 +262,15 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
     def _note(self, health: PollHealth) -> None:
         """Keep the polls' health for ``status``: at every change, and a success's time
         every HEALTH_EVERY_S at most."""
-        before, self.health = self.health, health
-        if (before.failing or health.failing or before.ok_at is None or health.ok_at is None
-                or (health.ok_at - before.ok_at).total_seconds() >= HEALTH_EVERY_S):
-            try:
-                poll_health.write(self.store.dir, health)
-            except OSError as err:
-                log.warning("cursor poll health not kept in %s: %s", self.store.dir, err)
-        else:
-            self.health = before  # the file's success time stands
+        before = self.health
+        if (not before.failing and not health.failing and before.ok_at and health.ok_at
+                and (health.ok_at - before.ok_at).total_seconds() < HEALTH_EVERY_S):
+            return  # the file's success time stands
+        self.health = health
+        try:
+            poll_health.write(self.store.dir, health)
+        except OSError as err:
+            log.warning("cursor poll health not kept in %s: %s", self.store.dir, err)
 
     def poll(self) -> list[Row]:
         """One poll of every configured topic, concurrently. With
