@@ -5,7 +5,8 @@ of its own: the job (``by-id`` emission) syncs a Shared and a Failover subscript
 partitioned, a plain and a chunked topic while the workload produces and acks on a, with
 Pulsar's replicated subscriptions on beside it. After failover every delivery on b is
 counted. cursorsync may redeliver only the acked messages of partially acked batches,
-of chunked messages (never mapped) and acks newer than the last completed sync (each
+of chunked messages (whose chunks are mapped one by one only where their stamps are
+evidence) and acks newer than the last completed sync (each
 counted apart); it loses nothing and acks no foreign message. What it redelivers of each
 kind agrees with its redelivery forecast, taken when the job stopped (printed beside).
 """

@@ -100,7 +100,8 @@ def read_range_by_range(r: PulsarEntriesStreamReader) -> list[list[dict[str, Any
 
 COLS = ("cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
         "producer_name", "publish_time", "event_time", "properties", "partition_key",
-        "ordering_key", "source_position", "identity", "entry_identity", "payload_size")
+        "ordering_key", "source_position", "identity", "entry_identity", "payload_size",
+        "first_chunk")
 
 
 def as_dicts(rows: list[tuple]) -> list[dict[str, Any]]:

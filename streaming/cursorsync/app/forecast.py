@@ -12,7 +12,8 @@ unacked on the target. cursorsync leaves a copy unacked for four causes, counted
 * ``partial_batches``: batches some of whose messages are acked. The broker shows no
   batch-index acks, so the entry is unacked on the source too, and its acked messages
   come again there as well: not progress cursorsync drops.
-* ``chunks``: the entries of chunked messages, which are never mapped.
+* ``chunks``: the entries of chunked messages not mapped at the last sync (chunks map by
+  their stamps, with ``position-property`` evidence only) or acked since.
 
 Each figure says how far it can be trusted (:data:`Basis`): ``exact`` (cursorsync knows
 every entry and how many messages it holds), ``bound`` (at most this many, with why) or
@@ -297,8 +298,8 @@ def _data(f: EntryFacts) -> bool:
 
 def _chunks(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources, *,
             known: bool) -> Figure:
-    """Chunked messages acked at the last sync or since: never mapped, so every one comes
-    again. Exact when each has its first and its last chunk among them, else at most one
+    """Chunked messages acked at the last sync and not mapped, or acked since: every one
+    comes again. Exact when each has its first and its last chunk among them, else at most one
     message per chunk entry."""
     if not known:
         return unknown("the acked entries are not known (see acked_unmapped)")

@@ -121,7 +121,8 @@ class Metrics:
         self._skipped_ids = Counter(
             "cursorsync_skipped_target_ids",
             "Entry ids the target reader skipped: claimed (markers, acked after the entry "
-            "before them) or unclaimed (chunks and the like, never acked).",
+            "before them), mapped (chunks, acked as their source chunks are) or unclaimed "
+            "(unmapped chunks and the like, never acked).",
             ["outcome"], registry=r)
         self._skipped_id_requests = Counter(
             "cursorsync_skipped_id_requests",
@@ -244,9 +245,11 @@ class Metrics:
         """``count`` segments of one evidence kind were appended to the mappings table."""
         self._segments_written.labels(evidence=evidence).inc(_count(count, "count"))
 
-    def record_skipped_ids(self, claimed: int, unclaimed: int) -> None:
-        """Skipped target ids of one mapping batch, by whether they were claimed as markers."""
+    def record_skipped_ids(self, claimed: int, unclaimed: int, mapped: int = 0) -> None:
+        """Skipped target ids of one mapping batch: claimed as markers, mapped as chunks,
+        or neither."""
         self._skipped_ids.labels(outcome="claimed").inc(_count(claimed, "claimed"))
+        self._skipped_ids.labels(outcome="mapped").inc(_count(mapped, "mapped"))
         self._skipped_ids.labels(outcome="unclaimed").inc(_count(unclaimed, "unclaimed"))
 
     def record_skipped_id_requests(self, kind: str, count: int) -> None:

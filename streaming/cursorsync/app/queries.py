@@ -78,9 +78,11 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
     if config.evidence.holes in ("verified", "probe"):
         from cursorsync.mapping.hole_check import AdminHoleCheck
 
+        stamps = "position-property" in config.evidence.strategies
         hole_check = AdminHoleCheck(clients.target_admin,
                                     max_workers=config.target.max_concurrency,
-                                    target_cluster=config.target.name)
+                                    target_cluster=config.target.name,
+                                    source_cluster=config.source.name if stamps else None)
     if config.evidence.holes == "probe":
         from cursorsync.mapping.probe_check import ProbeHoleCheck
         from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe

@@ -27,7 +27,10 @@ marker or does not exist (with a check only). Chunked messages also leave holes
 (their chunks before the last), so a hole is only a candidate: a
 :data:`HoleCheck` (config ``evidence.holes: verified``,
 :mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are
-markers; with ``claim_holes`` off (``unacked``) none is. Without a check every
+markers, and one that :class:`MapsChunks` maps each chunk to the source chunk its
+stamp names; with ``claim_holes`` off (``unacked``) none is. At the start of a
+partition's stream, the ids from the first chunk of a chunked message the reader
+returned are candidates too (the reader read them to assemble it). Without a check every
 candidate is claimed: the job never builds that (a chunk claimed so would lose its
 message); the simulator does, where holes are markers by construction.
 
@@ -107,6 +110,15 @@ class FollowsReads(Protocol):
     def read_to(self, positions: Mapping[PartitionKey, Position]) -> None: ...
 
 
+@runtime_checkable
+class MapsChunks(Protocol):
+    """A hole check that also reads, from each skipped chunk's source-position stamp, the
+    source entry holding the same chunk (``position-property`` evidence, as a stamped
+    message's): its pairs, found since the last call, are drained after each check."""
+
+    def drain_chunks(self) -> dict[PartitionKey, Pairs]: ...
+
+
 #: The source's skipped ids (hole runs) and, per partition, a position to look past (the
 #: markers after the last entry a reader returned) in; the anchors found there out, and the
 #: last marker position seen past each tail (looked past next time, never again at).
@@ -153,6 +165,8 @@ class BatchOutcome:
     #: Skipped target ids (hole candidates) checked in this batch, those claimed skippable.
     skipped_ids: int = 0
     skipped_claimed: int = 0
+    #: Skipped target ids checked in this batch that were mapped as chunks.
+    skipped_mapped: int = 0
     #: Snapshot anchors found on the source, and target entries taken as copies.
     anchors: int = 0
     unpaired: int = 0
@@ -235,7 +249,7 @@ class MappingBuilder:
                 if delta is not None:
                     out[key] = delta
         checked = self._checks_due(candidates)
-        claimed, past_ends = self._claim_markers(checked, out)
+        claimed, mapped, past_ends = self._claim_markers(checked, out, totals)
         if isinstance(self.hole_check, FollowsReads):
             self.hole_check.read_to({key: state.last_target for key, state in self._parts.items()
                                      if state.last_target is not None})
@@ -244,7 +258,8 @@ class MappingBuilder:
             out, entries_in, totals.pairs, totals.conflicts, totals.given_up_target,
             totals.given_up_source,
             skipped_ids=sum(r.entry_count() for r in checked.values()) - past_ends,
-            skipped_claimed=claimed, anchors=anchors, unpaired=totals.unpaired,
+            skipped_claimed=claimed, skipped_mapped=mapped, anchors=anchors,
+            unpaired=totals.unpaired,
             skipped_waiting={key: state.unchecked.entry_count()
                              for key, state in self._parts.items() if len(state.unchecked.rows)},
             live=live)
@@ -306,6 +321,9 @@ class MappingBuilder:
         LEDGER_END_PROBE ids past each ledger it moved on from."""
         skipped = holes(target.ledger, target.entry, previous=state.last_target)
         if self.hole_check is not None:  # never claimed unchecked: they may not exist
+            if state.last_target is None and len(target):
+                skipped = Runs(np.concatenate([_read_before_first(target, state),
+                                               skipped.rows]))
             ends = [(p.ledger, p.entry + 1) for p in
                     ledger_ends(target.ledger, target.entry, previous=state.last_target)]
             if ends:
@@ -395,39 +413,69 @@ class MappingBuilder:
         return added
 
     def _claim_markers(self, candidates: dict[PartitionKey, Runs],
-                       out: dict[PartitionKey, TopicMapping]) -> tuple[int, int]:
-        """Claim the candidate holes the check keeps (all of them without a check);
-        returns how many entry ids were claimed, and how many probed past a ledger's last
-        returned entry were not (mostly ids past its end: no skipped id at all)."""
+                       out: dict[PartitionKey, TopicMapping], totals: BatchTotals
+                       ) -> tuple[int, int, int]:
+        """Claim the candidate holes the check keeps (all of them without a check), and
+        map the chunks it read; returns how many entry ids were claimed, how many mapped,
+        and how many probed past a ledger's last returned entry were neither (mostly ids
+        past its end: no skipped id at all)."""
         if not candidates:
-            return 0, 0
+            return 0, 0, 0
         claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
-        past_ends = self._continue_probes(candidates, claimed)
+        chunks: dict[PartitionKey, Pairs] = (
+            self.hole_check.drain_chunks() if isinstance(self.hole_check, MapsChunks) else {})
+        for key, ids in [*((k, r.ranges()) for k, r in claimed.items()),
+                         *((k, p.segments().target_ranges()) for k, p in chunks.items())]:
+            if len(ids) and (key not in candidates or len(ids - candidates[key].ranges())):
+                raise ValueError(f"hole check answered for {key} with ids that were not "
+                                 f"candidates: {ids}")
+        mapped = self._map_chunks(chunks, out, totals)
+        past_ends = self._continue_probes(candidates, claimed, mapped)
         total = 0
         for key, runs in claimed.items():
             if not len(runs):
                 continue
-            if key not in candidates or len(runs.ranges() - candidates[key].ranges()):
-                raise ValueError(f"hole check answered for {key} with ids that were not "
-                                 f"candidates: {runs.rows.tolist()}")
             known = self.known.get(key, TopicMapping())
             self.known.put(key, replace(known, skippable=known.skippable.union(runs)))
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
             total += runs.entry_count()
-        return total, past_ends
+        return total, sum(r.count_entries() for r in mapped.values()), past_ends
+
+    def _map_chunks(self, chunks: Mapping[PartitionKey, Pairs],
+                    out: dict[PartitionKey, TopicMapping], totals: BatchTotals
+                    ) -> dict[PartitionKey, RangeSet]:
+        """Add the chunk pairs the hole check read, as the stamped rows' pairs are added;
+        returns the target ids mapped, per partition."""
+        mapped: dict[PartitionKey, RangeSet] = {}
+        if "position-property" not in self.config.strategies:
+            return mapped  # no stamp is trusted (a third cluster's, or no broker writes them)
+        for key, pairs in chunks.items():
+            if not len(pairs):
+                continue
+            known = self.known.get(key, TopicMapping())
+            segments, merged = self._merge(key, known.segments, [pairs], totals)
+            if not len(segments):
+                continue
+            self.known.put(key, replace(known, segments=merged))
+            delta = out.get(key, TopicMapping())
+            out[key] = replace(delta, segments=delta.segments | segments)
+            mapped[key] = segments.target_ranges()
+        return mapped
 
     def _continue_probes(self, checked: Mapping[PartitionKey, Runs],
-                         claimed: Mapping[PartitionKey, Runs]) -> int:
-        """A probe past a ledger's end whose ids were all markers goes on with the next
-        ones, first in the next batch; any other probe is done. Returns how many probed
-        ids were not claimed."""
+                         claimed: Mapping[PartitionKey, Runs],
+                         mapped: Mapping[PartitionKey, RangeSet]) -> int:
+        """A probe past a ledger's end whose ids were all markers or mapped chunks goes on
+        with the next ones, first in the next batch; any other probe is done. Returns how
+        many probed ids were neither claimed nor mapped."""
         unclaimed = 0
         for key, runs in checked.items():
             state = self._parts.get(key)
             if state is None or not state.probes:
                 continue
             markers = claimed[key].ranges() if key in claimed else RangeSet()
+            markers = markers | mapped.get(key, RangeSet())
             more = []
             for ledger, entry, count in runs.rows.tolist():
                 if (ledger, entry) not in state.probes:
@@ -444,6 +492,28 @@ class MappingBuilder:
                 state.unchecked = Runs(np.concatenate([state.unchecked.rows,
                                                     np.array(more, np.int64)]))
         return unclaimed
+
+
+def _read_before_first(target: SideRows, state: PartitionState) -> npt.NDArray[np.int64]:
+    """At the start of a partition's stream, the ids before its first returned entry that
+    the reader is known to have read: those from the earliest first chunk of a chunked
+    message it returned (it assembled that message from there on). Where that chunk lies
+    in an earlier ledger, the rest of that ledger is probed like a ledger's end."""
+    if "first_chunk" not in target.rows.column_names:
+        return np.empty((0, 3), np.int64)
+    firsts = [Position.parse(f) for f in target.rows.column("first_chunk").to_pylist()
+              if f is not None]
+    first, returned = min(firsts, default=None), Position(int(target.ledger[0]),
+                                                          int(target.entry[0]))
+    if first is None or first >= returned:
+        return np.empty((0, 3), np.int64)
+    if first.ledger == returned.ledger:
+        return np.array([(first.ledger, first.entry, returned.entry - first.entry)], np.int64)
+    state.probes = state.probes | {(first.ledger, first.entry)}
+    rows = [(first.ledger, first.entry, LEDGER_END_PROBE)]
+    if returned.entry > 0:
+        rows.append((returned.ledger, 0, returned.entry))
+    return np.array(rows, np.int64)
 
 
 def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:

@@ -26,7 +26,7 @@ def first_row_per_entry(rows: pa.Table, stamped_cluster: str | None = None) -> p
     one pass, into ``stamp_ledger`` and ``stamp_entry`` (0 in rows without one)."""
     cols = ["cluster", "topic", "partition", "ledger", "entry", "batch_index",
             "source_position", "entry_identity"]
-    cols += [c for c in ORDER_COLUMNS if c in rows.column_names]
+    cols += [c for c in (*ORDER_COLUMNS, "first_chunk") if c in rows.column_names]
     t = rows.select(cols).sort_by([(c, "ascending") for c in cols[:6]])
     if t.num_rows:
         keys = [t.column(c).to_numpy(zero_copy_only=False) for c in cols[:5]]

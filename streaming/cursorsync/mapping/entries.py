@@ -35,8 +35,8 @@ chunked message whose first chunks lie before the reader's start is dropped
 by the client, and one whose last chunk lies past the end arrives after it.
 So when a reader has been silent for ``tailCheckMs`` short of the end, the
 ids it has not delivered are looked up on the admin API: if each is a marker
-or a chunk, the range is complete (chunks carry no evidence, so a chunked
-message is never mapped); anything else is waited for, up to ``readTimeoutMs``.
+or a chunk, the range is complete (chunks are mapped one by one by the hole
+check, as skipped ids); anything else is waited for, up to ``readTimeoutMs``.
 
 ``rowsPer=entry`` yields one row per entry (its first message, with the
 whole entry's digest and batch size) instead of one per message: what the

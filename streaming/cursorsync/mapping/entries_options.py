@@ -53,12 +53,14 @@ SCHEMA = StructType([
     StructField("partition_key", StringType()), StructField("ordering_key", StringType()),
     StructField("source_position", StringType()), StructField("identity", BinaryType()),
     StructField("entry_identity", BinaryType()), StructField("payload_size", LongType()),
+    # A chunked message's first chunk ("ledger:entry"; its row is at its last chunk).
+    StructField("first_chunk", StringType()),
 ])
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.fieldNames())
 #: What the mapping builder reads (option ``columns=evidence``).
 EVIDENCE_COLUMNS: tuple[str, ...] = (
     "cluster", "topic", "partition", "ledger", "entry", "batch_index", "batch_size",
-    "producer_name", "publish_time", "source_position", "entry_identity",
+    "producer_name", "publish_time", "source_position", "entry_identity", "first_chunk",
 )
 #: Evidence columns filled only in rows whose entry is digested (identity alignment
 #: orders those by producer and publish time): the digest reads these fields anyway, and

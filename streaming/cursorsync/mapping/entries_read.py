@@ -152,8 +152,7 @@ def _begin_entry(pos: tuple[int, int], mid: Any, msg: Any) -> Entry:
     """The entry at ``pos``, begun with ``msg``, the first of its messages delivered."""
     index = mid.batch_index()
     first = first_chunk_of(mid) if index < 0 else None
-    return Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index,
-                 chunked=first is not None)
+    return Entry(pos, 1 if index < 0 else batch_size_of(mid), mid, msg, index, first)
 
 
 class _RangeRead:

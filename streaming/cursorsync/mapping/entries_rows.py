@@ -57,21 +57,21 @@ def row_values(part: EntriesPartition, where: tuple[str, int], entry: Entry,
     prop = part.source_position_property
     size = len(entry.messages)
     ledger, entry_id = entry.pos
-    chunked = entry.chunked
+    first = None if entry.first_chunk is None else "{}:{}".format(*entry.first_chunk)
     out: list[Row] = []
     for mid, fields, props, identity in rows:
         if fields is None:
             out.append((part.cluster, where[0], where[1], ledger, entry_id, mid.batch_index(),
                         size, None, None, None, props, None, None,
-                        None if chunked else props.get(prop), identity, entry_identity,
-                        None))
+                        props.get(prop), identity, entry_identity,
+                        None, first))
             continue
         producer, _, publish, event, partition_key, ordering_key, _, payload = fields
         out.append((
             part.cluster, where[0], where[1], ledger, entry_id,
             mid.batch_index(), size, producer, publish, event, props, partition_key,
             None if ordering_key is None else ordering_key.decode(),
-            None if chunked else props.get(prop), identity, entry_identity, len(payload),
+            props.get(prop), identity, entry_identity, len(payload), first,
         ))
     return out
 
@@ -86,9 +86,10 @@ def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digester:
     other fields are only extracted where a selected column or the digest needs them.
     """
     prop = part.source_position_property
-    # A chunked message carries no evidence: it is never mapped,
-    # so never acked on the target, and comes again whole after a failover.
-    in_scope = (part.identity and not entry.chunked
+    # A chunked message has no identity of its own here (its entry is its last chunk):
+    # its chunks map by their stamps, the last one by the message's (which is the last
+    # chunk's), the others as skipped ids (cursorsync.mapping.hole_check).
+    in_scope = (part.identity and entry.first_chunk is None
                 and (entry.batched or not part.identity_batched_only))
     if part.identity_rows_only and not in_scope:
         return None  # an entry identity evidence will not use: no row at all
@@ -120,14 +121,15 @@ class Entry:
     """The messages of one entry read so far, each batch index once (a plain class: one is
     made per entry read)."""
 
-    __slots__ = ("_seen", "batched", "chunked", "ids", "messages", "pos", "size")
+    __slots__ = ("_seen", "batched", "first_chunk", "ids", "messages", "pos", "size")
 
     def __init__(self, pos: tuple[int, int], size: int | None, mid: Any, msg: Any,
-                 index: int, chunked: bool = False) -> None:
+                 index: int, first_chunk: tuple[int, int] | None = None) -> None:
         self.pos = pos
         self.size = size
         self.batched = index >= 0
-        self.chunked = chunked  # a chunked message's last chunk, handed on without evidence
+        #: A chunked message's first chunk (this entry is its last): no identity digest.
+        self.first_chunk = first_chunk
         self.ids = [mid]
         self.messages = [msg]
         self._seen = {index}

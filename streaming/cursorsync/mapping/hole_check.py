@@ -8,11 +8,17 @@ returns cannot tell them apart in time: a chunked message's first-chunk id
 arrives with its last chunk, possibly batches after its first chunks were
 skipped. The raw-entry endpoint can: a marker carries ``X-Pulsar-marker-type``.
 
-Only the leading markers of each run are kept. The sync acks a skippable run
-only once the entry before it is acked, and it never acks a skipped entry that
-is not a marker, so whatever follows one in its run could not be acked anyway.
-Checking therefore stops at a run's first non-marker: a run that starts with a
-chunk costs one request, a run of k markers k requests.
+A chunk carries the source-position stamp the replicator writes on every entry it
+copies, so where that stamp is trusted (``position-property`` evidence, on two clusters)
+a skipped chunk maps to the source entry holding the same chunk, and is acked on the
+target exactly when that one is acked on the source (:meth:`AdminHoleCheck.drain_chunks`).
+
+A run is read from its start up to its first id that is neither a marker nor such a
+chunk (an unstamped chunk, an aborted transaction's message, an id past its ledger's
+end). The sync acks a skippable run only once the entry before it is acked, and never
+acks a skipped id it knows nothing of, so whatever follows that id in its run could not
+be acked anyway: a run of k markers and chunks costs k requests, and one more where
+it is cut short.
 
 The markers read on the way are kept where they say something: a
 REPLICATED_SUBSCRIPTION_UPDATE is Pulsar's own replicated subscription moving a
@@ -30,10 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cursorsync.core.identity import REPL_SOURCE_POSITION_PROPERTY
 from cursorsync.core.positions import Position
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder import HoleCheck
+from cursorsync.mapping.pairs import Pairs
 from cursorsync.pulsar.admin import AdminClient, RawEntry
 from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker
 
@@ -42,19 +50,67 @@ log = logging.getLogger(__name__)
 #: MessageMetadata.marker_type of REPLICATED_SUBSCRIPTION_UPDATE.
 UPDATE = 13
 
-__all__ = ["AdminHoleCheck", "HoleCheck", "HoleCheckStats",
-           "leading_markers"]
+__all__ = ["AdminHoleCheck", "HoleCheck", "HoleCheckStats", "RunFindings", "read_run",
+           "stamped_chunk"]
 
 
-def leading_markers(look_up: Callable[[int], RawEntry | None],
-                    count: int) -> tuple[int, RawEntry | None]:
-    """How many entries from a run's start are markers, and what the first other one is
-    (None: absent, or none); ``look_up(i)`` reads entry i."""
+@dataclass(frozen=True)
+class RunFindings:
+    """What reading a run of skipped ids from its start found, as offsets into the run."""
+
+    #: (offset, length) of each stretch of markers.
+    markers: list[tuple[int, int]]
+    #: (offset, the source entry holding the same chunk) of each mapped chunk.
+    chunks: list[tuple[int, Position]]
+    #: Where reading stopped: the first id neither a marker nor a mapped chunk (the run's
+    #: length when there is none), and what that id is (None: absent, or none).
+    stop: int
+    other: RawEntry | None
+
+
+def read_run(look_up: Callable[[int], RawEntry | None], count: int,
+             source_of: Callable[[RawEntry], Position | None]) -> RunFindings:
+    """Read a run of ``count`` skipped ids (``look_up(i)`` reads id i) up to its first id
+    that is neither a marker nor a chunk ``source_of`` maps to a source entry."""
+    markers: list[tuple[int, int]] = []
+    chunks: list[tuple[int, Position]] = []
+    begun: int | None = None  # the offset where the current stretch of markers began
     for i in range(count):
         raw = look_up(i)
-        if raw is None or not raw.is_marker:
-            return i, raw
-    return count, None
+        if raw is not None and raw.is_marker:
+            begun = i if begun is None else begun
+            continue
+        if begun is not None:
+            markers.append((begun, i - begun))
+            begun = None
+        source = source_of(raw) if raw is not None else None
+        if source is None:
+            return RunFindings(markers, chunks, i, raw)
+        chunks.append((i, source))
+    if begun is not None:
+        markers.append((begun, count - begun))
+    return RunFindings(markers, chunks, count, None)
+
+
+def stamped_chunk(source_cluster: str) -> Callable[[RawEntry], Position | None]:
+    """A ``source_of`` for :func:`read_run`: a chunk replicated from ``source_cluster`` maps
+    to the source entry its stamp names; anything else to nothing."""
+    def source_of(raw: RawEntry) -> Position | None:
+        if raw.chunk_id is None or raw.replicated_from != source_cluster:
+            return None
+        stamp = raw.properties.get(REPL_SOURCE_POSITION_PROPERTY)
+        if stamp is None:
+            return None
+        try:
+            at = Position.parse(stamp)
+        except ValueError:
+            return None  # a stamp in no known spelling says nothing
+        return at if at.entry >= 0 else None
+    return source_of
+
+
+def _no_chunks(raw: RawEntry) -> Position | None:
+    return None
 
 
 @dataclass
@@ -62,28 +118,35 @@ class HoleCheckStats:
     """Totals since start, for logs and metrics."""
 
     markers: int = 0
-    not_markers: int = 0  # runs cut short: a chunk, an aborted-transaction entry, a trimmed id
+    chunks: int = 0  # chunks mapped by their stamp
+    # runs cut short: an unstamped chunk, an aborted-transaction entry, a trimmed id
+    not_markers: int = 0
     malformed: int = 0  # markers whose body could not be parsed
 
     @property
     def requests(self) -> int:
-        """One per marker, one per run cut short."""
-        return self.markers + self.not_markers
+        """One per marker, one per chunk mapped, one per run cut short."""
+        return self.markers + self.chunks + self.not_markers
 
 
 class AdminHoleCheck:
     """A :data:`HoleCheck` that asks the target cluster's admin API, runs in parallel."""
 
     def __init__(self, admin: AdminClient, max_workers: int = 8,
-                 target_cluster: str | None = None) -> None:
+                 target_cluster: str | None = None, source_cluster: str | None = None
+                 ) -> None:
         """``target_cluster``: the cluster ``admin`` answers for; with it, UPDATE markers
-        are kept for :meth:`drain_updates`."""
+        are kept for :meth:`drain_updates`. ``source_cluster``: with it, chunks replicated
+        from there are mapped by their stamps (:meth:`drain_chunks`); give it only where
+        the stamps are trusted (``position-property`` evidence)."""
         self.admin = admin
         self.max_workers = max(1, max_workers)
         self.target_cluster = target_cluster
+        self.source_of = _no_chunks if source_cluster is None else stamped_chunk(source_cluster)
         self.stats = HoleCheckStats()
         self._lock = threading.Lock()
         self._updates: list[BuiltinUpdate] = []
+        self._chunks: dict[PartitionKey, list[tuple[int, int, int, int]]] = {}
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind."""
@@ -95,6 +158,17 @@ class AdminHoleCheck:
             out, self._updates = self._updates, []
         return out
 
+    def drain_chunks(self) -> dict[PartitionKey, Pairs]:
+        """The chunks mapped since the last call: each skipped target id with the source
+        entry its stamp names."""
+        with self._lock:
+            found, self._chunks = self._chunks, {}
+        out = {}
+        for key, rows in found.items():
+            a = np.array(rows, np.int64)
+            out[key] = Pairs.of(a[:, 0], a[:, 1], a[:, 2], a[:, 3], "position-property")
+        return out
+
     def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         jobs = [(key, int(ledger), int(entry), int(count))
                 for key, runs in candidates.items()
@@ -103,15 +177,21 @@ class AdminHoleCheck:
             return {}
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)),
                                 thread_name_prefix="hole-check") as pool:
-            kept = list(pool.map(self._check_run, jobs))
+            found = list(pool.map(self._check_run, jobs))
         out: dict[PartitionKey, list[tuple[int, int, int]]] = {}
-        for (key, ledger, entry, _), markers in zip(jobs, kept, strict=True):
-            if markers:
-                out.setdefault(key, []).append((ledger, entry, markers))
-        return {key: Runs(np.array(rows, dtype=np.int64)) for key, rows in out.items()}
+        chunks: dict[PartitionKey, list[tuple[int, int, int, int]]] = {}
+        for (key, ledger, entry, _), run in zip(jobs, found, strict=True):
+            out.setdefault(key, []).extend((ledger, entry + at, n) for at, n in run.markers)
+            chunks.setdefault(key, []).extend((source.ledger, source.entry, ledger, entry + at)
+                                              for at, source in run.chunks)
+        with self._lock:
+            for key, rows in chunks.items():
+                if rows:
+                    self._chunks.setdefault(key, []).extend(rows)
+        return {key: Runs(np.array(rows, dtype=np.int64)) for key, rows in out.items() if rows}
 
-    def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> int:
-        """How many ids from the run's start are markers (the UPDATE ones kept)."""
+    def _check_run(self, job: tuple[PartitionKey, int, int, int]) -> RunFindings:
+        """The run read from its start (the UPDATE markers kept)."""
         key, ledger, entry, count = job
         topic = key.concrete_topic()
         updates: list[BuiltinUpdate] = []
@@ -138,17 +218,19 @@ class AdminHoleCheck:
                         updates.append(BuiltinUpdate(key, marker.subscription, to, at))
             return found
 
-        markers, other = leading_markers(look_up, count)
+        run = read_run(look_up, count, self.source_of)
         with self._lock:
-            self.stats.markers += markers
-            self.stats.not_markers += markers < count
+            self.stats.markers += sum(n for _, n in run.markers)
+            self.stats.chunks += len(run.chunks)
+            self.stats.not_markers += run.stop < count
             self.stats.malformed += malformed
             self._updates += updates
-        if markers < count and other is not None:
-            what = (f"chunk {other.chunk_id} of {other.num_chunks}" if other.chunk_id is not None
-                    else "not a marker")
+        if run.stop < count and run.other is not None:
+            other = run.other
+            what = (f"chunk {other.chunk_id} of {other.num_chunks} with no source-position "
+                    "stamp from the source" if other.chunk_id is not None else "not a marker")
             log.info("%s: skipped id %d:%d is %s, so it and the %d skipped ids after it are "
-                     "not acked on the target", topic, ledger, entry + markers, what,
-                     count - markers - 1)
-        return markers
+                     "not acked on the target", topic, ledger, entry + run.stop, what,
+                     count - run.stop - 1)
+        return run
 

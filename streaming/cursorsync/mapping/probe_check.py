@@ -7,9 +7,10 @@ the probe has received a message past a partition's candidates, one internalStat
 says which of them the broker filtered out of dispatch (:mod:`cursorsync.core.filtered`):
 their leading runs are claimed. What the cursor read cannot answer goes to the per-id
 check (:class:`~cursorsync.mapping.hole_check.AdminHoleCheck`): the rest of a run from a
-chunk on (one request, as there), ids the probe does not vouch for (before its place,
-on a disturbed probe), and partitions whose probe has not got that far within
-``wait_s``. So requests grow with chunked messages and restarts, not with markers.
+chunk on (a request per id up to the first it can neither claim nor map, as there), ids
+the probe does not vouch for (before its place, on a disturbed probe), and partitions
+whose probe has not got that far within ``wait_s``. So requests grow with chunked
+messages and restarts, not with markers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.core.segments import Runs
 from cursorsync.mapping.hole_check import AdminHoleCheck
+from cursorsync.mapping.pairs import Pairs
 from cursorsync.pulsar.dispatch_probe import DispatchProbe
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,10 @@ class ProbeHoleCheck:
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The built-in's moves read on the way: only from ids checked one by one."""
         return self.per_id.drain_updates()
+
+    def drain_chunks(self) -> dict[PartitionKey, Pairs]:
+        """The chunks mapped by their stamps: only ids checked one by one are read."""
+        return self.per_id.drain_chunks()
 
     def close(self) -> None:
         self.probe.close()

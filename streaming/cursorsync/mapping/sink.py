@@ -57,7 +57,7 @@ class MappingMetrics(Protocol):
 
     def record_entries_ingested(self, cluster: str, count: int) -> None: ...
     def record_segments_written(self, count: int) -> None: ...
-    def record_skipped_ids(self, claimed: int, unclaimed: int) -> None: ...
+    def record_skipped_ids(self, claimed: int, unclaimed: int, mapped: int = 0) -> None: ...
     def record_skipped_id_requests(self, kind: str, count: int) -> None: ...
     def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
@@ -167,10 +167,11 @@ class MappingSink:
         if self.metrics:
             self._record(table, outcome, time.perf_counter() - t0)
         log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
-                 "%d of %d skipped target ids claimed as markers (%d wait), %d snapshot "
-                 "anchors, %d unpaired copies",
+                 "%d of %d skipped target ids claimed as markers and %d mapped as chunks "
+                 "(%d wait), %d snapshot anchors, %d unpaired copies",
                  batch_id, outcome.entries_in, outcome.pairs, outcome.conflicts,
                  outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
+                 outcome.skipped_mapped,
                  self.skipped_waiting, outcome.anchors, outcome.unpaired)
 
     def _write(self, outcome: BatchOutcome, batch_id: int) -> None:
@@ -226,8 +227,9 @@ class MappingSink:
                     ) if table.num_rows else 0
             m.record_entries_ingested(cluster, n)
         m.record_segments_written(sum(len(x.segments) for x in outcome.mappings.values()))
-        m.record_skipped_ids(outcome.skipped_claimed,
-                             outcome.skipped_ids - outcome.skipped_claimed)
+        m.record_skipped_ids(outcome.skipped_claimed, outcome.skipped_ids
+                             - outcome.skipped_claimed - outcome.skipped_mapped,
+                             outcome.skipped_mapped)
         m.set_skipped_waiting(outcome.skipped_waiting)
         check = self.builder.hole_check
         if isinstance(check, CountsRequests):

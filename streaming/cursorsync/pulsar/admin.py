@@ -10,10 +10,11 @@ topic that does not exist on which cluster.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -433,6 +434,12 @@ class RawEntry:
     body: bytes | None = None
     #: Messages in the entry: a batch's size (``X-Pulsar-num-batch-message``), else 1.
     messages: int = 1
+    #: The cluster the entry was replicated from (``X-Pulsar-replicated-from``; None: written
+    #: here by a producer or the broker).
+    replicated_from: str | None = None
+    #: The message's properties (``X-Pulsar-PROPERTY``, a JSON object; empty for a batch,
+    #: whose properties are its messages').
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_marker(self) -> bool:
@@ -478,7 +485,24 @@ def _raw_entry(what: str, resp: httpx.Response) -> RawEntry:
     return RawEntry(marker_type,
                     _header_int(what, resp, "X-Pulsar-chunk-id"),
                     _header_int(what, resp, "X-Pulsar-num-chunks-from-msg"),
-                    body, _header_int(what, resp, "X-Pulsar-num-batch-message") or 1)
+                    body, _header_int(what, resp, "X-Pulsar-num-batch-message") or 1,
+                    resp.headers.get("X-Pulsar-replicated-from"),
+                    _header_properties(what, resp))
+
+
+def _header_properties(what: str, resp: httpx.Response) -> dict[str, str]:
+    value = resp.headers.get("X-Pulsar-PROPERTY")
+    if value is None:
+        return {}
+    try:
+        props = json.loads(value)
+    except ValueError:
+        props = None
+    if not isinstance(props, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+        raise MalformedAdminOutputError(
+            f"{what}: header X-Pulsar-PROPERTY is not a JSON object of strings ({value!r})")
+    return props
 
 
 #: What the broker's 500 for an id past the last entry of the open ledger, and of a closed

@@ -44,7 +44,7 @@ TABLE_ROWS = (
     ("deliveries", "deliveries on b after failover"),
     ("duplicates", "duplicates (acked on a, delivered on b)"),
     ("partial_batch", "  of partially acked batches"),
-    ("chunked", "  chunked messages (not mapped)"),
+    ("chunked", "  chunked messages"),
     ("acked_after_sync", "  acked after the last sync"),
     ("unexplained", "  unexplained"),
     ("losses", "losses (not acked on a, never delivered)"),

@@ -9,6 +9,7 @@ request per skipped id can stand on.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,8 @@ import pulsar
 import pytest
 
 from cursorsync.core.cursor import CursorState
+from cursorsync.core.identity import REPL_SOURCE_POSITION_PROPERTY
+from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.replicated import send_with_snapshots
@@ -157,3 +160,45 @@ def test_a_durable_cursor_shows_which_ids_the_broker_filtered_as_it_dispatched(
     acked = CursorState.parse(cursor["markDeletePosition"],
                               cursor.get("individuallyDeletedMessages") or "[]").acked()
     assert {pos for pos in stored(bed, "b", t) if acked.contains(pos)} == markers, cursor
+
+
+def test_every_replicated_chunk_names_its_source_chunk(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """The replicator stamps each entry it copies with its source position, chunks
+    included: every chunk of a chunked message on b, replicated from a, names the entry
+    on a that holds the same chunk (the same uuid and chunk id), so the chunks map one by
+    one with no guess about spans. The message a reader returns carries its last chunk's
+    properties, so its stamp names a's last chunk."""
+    bed = testbed
+    (t,) = bed.create_topic(topic_name("stamped-chunks"))
+    markers_chunks_and_messages(bed, t)
+    spans = [(f, last) for f, last in delivered(bed, "b", t) if f != last]
+    assert len(spans) == 2, spans
+    stamps = {}
+    reader = bed.client("b").create_reader(t, pulsar.MessageId.earliest)
+    try:
+        while reader.has_message_available():
+            msg = reader.read_next(5_000)
+            mid = msg.message_id()
+            stamps[Position(mid.ledger_id(), mid.entry_id())] = msg.properties().get(
+                REPL_SOURCE_POSITION_PROPERTY)
+    finally:
+        reader.close()
+    for first, last in spans:
+        chunks = {}
+        for pos in (p for p in stored(bed, "b", t) if first <= p <= last):
+            h = raw_headers(bed, "b", t, pos)
+            if "X-Pulsar-marker-type" in h:
+                continue
+            stamp = json.loads(h.get("X-Pulsar-property", "{}")).get(REPL_SOURCE_POSITION_PROPERTY)
+            assert stamp is not None and h.get("X-Pulsar-replicated-from") == "a", (pos,
+                                                                                   dict(h))
+            on_a = raw_headers(bed, "a", t, Position.parse(stamp))
+            for name in ("X-Pulsar-uuid", "X-Pulsar-chunk-id", "X-Pulsar-num-chunks-from-msg"):
+                assert on_a.get(name) == h.get(name) is not None, (pos, name, dict(h),
+                                                                   dict(on_a))
+            chunks[int(h["X-Pulsar-chunk-id"])] = pos
+        assert sorted(chunks) == list(range(int(h["X-Pulsar-num-chunks-from-msg"]))), chunks
+        assert chunks[0] == first and chunks[max(chunks)] == last, (chunks, first, last)
+        last_stamp = json.loads(raw_headers(bed, "b", t, last)["X-Pulsar-property"])
+        assert stamps[last] == last_stamp[REPL_SOURCE_POSITION_PROPERTY], (stamps, last)

@@ -194,19 +194,20 @@ def test_pin_a_reader_started_after_a_chunked_messages_first_chunk_never_deliver
 
 
 @pytest.mark.integration
-def test_a_chunked_message_is_read_without_evidence(
+def test_a_chunked_message_is_read_with_its_stamp_and_first_chunk_and_no_digest(
         testbed: TestBed, chunked: tuple[str, Position, Position, Position]) -> None:
-    """The read goes on; the chunked message has no stamp and no digest, so the builder
-    never pairs it (never acked on the target)."""
-    topic, small, _, last = chunked
+    """The read goes on; the chunked message's row, at its last chunk, carries that chunk's
+    stamp (the builder pairs it as any stamped entry) and names its first chunk (where the
+    hole check starts reading its other chunks); no digest."""
+    topic, small, first, last = chunked
     r = entries_reader(testbed, [topic])
     try:
         (part,) = r.ranges({}, {topic: last})
     finally:
         r.stop()
     rows = [r for b in arrow_batches(read_entries(part), COLS) for r in b.to_pylist()]
-    assert [(r["entry"], r["source_position"]) for r in rows] == [
-        (small.entry, "7:1"), (last.entry, None)]
+    assert [(r["entry"], r["source_position"], r["first_chunk"]) for r in rows] == [
+        (small.entry, "7:1", None), (last.entry, "7:2", str(first))]
     assert rows[1]["entry_identity"] is None and rows[1]["identity"] is None
     assert rows[1]["payload_size"] == 600_000
 

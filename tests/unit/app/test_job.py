@@ -264,7 +264,8 @@ def _entries_on_ledger_9(entries: list[int]) -> _Rows:
         "producer_name": pa.array([None] * n, pa.string()),
         "publish_time": pa.array([None] * n, pa.int64()),
         "source_position": pa.array([f"1:{e}" for e in entries], pa.string()),
-        "entry_identity": pa.array([None] * n, pa.binary())})
+        "entry_identity": pa.array([None] * n, pa.binary()),
+        "first_chunk": pa.array([None] * n, pa.string())})
     return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "B"))))
 
 

@@ -27,7 +27,7 @@ def test_every_metric_appears_with_its_labels() -> None:
     m.record_entries_ingested("B", 120)
     m.record_entries_ingested("B", 5)
     m.record_segments_written(3, evidence="identity")
-    m.record_skipped_ids(claimed=4, unclaimed=2)
+    m.record_skipped_ids(claimed=4, unclaimed=2, mapped=3)
     m.observe_sync_lag("billing", 2.5)
     m.record_acks("billing", "individual", 7)
     m.record_acks("billing", "cumulative")
@@ -43,6 +43,7 @@ def test_every_metric_appears_with_its_labels() -> None:
     assert sample(m, "cursorsync_segments_written_total", evidence="identity") == 3
     assert sample(m, "cursorsync_skipped_target_ids_total", outcome="claimed") == 4
     assert sample(m, "cursorsync_skipped_target_ids_total", outcome="unclaimed") == 2
+    assert sample(m, "cursorsync_skipped_target_ids_total", outcome="mapped") == 3
     assert sample(m, "cursorsync_sync_lag_seconds_count", subscription="billing") == 1
     assert sample(m, "cursorsync_sync_lag_seconds_sum", subscription="billing") == 2.5
     assert sample(m, "cursorsync_sync_lag_seconds_bucket", subscription="billing", le="2.0") == 0

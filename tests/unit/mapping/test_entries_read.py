@@ -75,7 +75,7 @@ def test_read_columns_select_the_schema_and_the_arrow_batches() -> None:
     assert [r["publish_time"] is None for r in rows] == [False, True, False, True, False]
     ds = PulsarEntriesDataSource({"columns": "evidence"})
     assert ds.schema() == schema_of(EVIDENCE_COLUMNS)
-    assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "payload_size"
+    assert PulsarEntriesDataSource({}).schema().fieldNames()[-1] == "first_chunk"
     with pytest.raises(ConfigError, match="columns: nope is not a column"):
         PulsarEntriesDataSource({"columns": "ledger,nope"}).schema()
 

@@ -11,11 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cursorsync.mapping.builder as builder_module
+from cursorsync.core.identity import REPL_SOURCE_POSITION_PROPERTY
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
 from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
-from cursorsync.mapping.hole_check import AdminHoleCheck, leading_markers
+from cursorsync.mapping.hole_check import (
+    AdminHoleCheck,
+    RunFindings,
+    read_run,
+    stamped_chunk,
+)
 from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
 from cursorsync.pulsar.topics import TopicName
 from tests.support.admin_stub import Reply, StubAdmin
@@ -25,19 +31,43 @@ CHUNK = RawEntry(chunk_id=0, num_chunks=2)
 MESSAGE = RawEntry()
 
 
-def test_leading_markers_stops_at_the_first_non_marker() -> None:
-    kinds = [MARKER, MARKER, CHUNK, MARKER]
+def stamped(source: str, cluster: str = "A", chunk_id: int = 0) -> RawEntry:
+    """A chunk replicated from ``cluster`` whose stamp names ``source``."""
+    return RawEntry(chunk_id=chunk_id, num_chunks=3, replicated_from=cluster,
+                    properties={REPL_SOURCE_POSITION_PROPERTY: source, "key": "big"})
+
+
+def test_a_run_is_read_up_to_its_first_id_neither_a_marker_nor_a_mapped_chunk() -> None:
+    kinds = [MARKER, stamped("3:20"), MARKER, MARKER, stamped("3:22"), CHUNK, MARKER]
     asked: list[int] = []
 
     def kind(i: int) -> RawEntry | None:
         asked.append(i)
         return kinds[i]
 
-    assert leading_markers(kind, 4) == (2, CHUNK)  # and the chunk that cut the run short
-    assert asked == [0, 1, 2]  # the marker after the chunk is never asked about
-    assert leading_markers(lambda i: None, 3) == (0, None)  # absent (trimmed): not claimed
-    assert leading_markers(lambda i: MARKER, 2) == (2, None)
-    assert leading_markers(lambda i: MARKER, 0) == (0, None)
+    run = read_run(kind, len(kinds), stamped_chunk("A"))
+    assert run == RunFindings([(0, 1), (2, 2)], [(1, Position(3, 20)), (4, Position(3, 22))],
+                              5, CHUNK)
+    assert asked == [0, 1, 2, 3, 4, 5]  # the marker after the unstamped chunk is never asked
+    # Without stamps trusted, the first chunk cuts the run short, as any other id does.
+    assert read_run(lambda i: kinds[i], 7, lambda raw: None) == RunFindings(
+        [(0, 1)], [], 1, kinds[1])
+    assert read_run(lambda i: None, 3, stamped_chunk("A")) == RunFindings([], [], 0, None)
+    assert read_run(lambda i: MARKER, 2, stamped_chunk("A")) == RunFindings([(0, 2)], [], 2,
+                                                                            None)
+    assert read_run(lambda i: MARKER, 0, stamped_chunk("A")) == RunFindings([], [], 0, None)
+
+
+def test_only_a_chunk_replicated_from_the_source_maps_by_its_stamp() -> None:
+    source_of = stamped_chunk("A")
+    assert source_of(stamped("3:20")) == Position(3, 20)
+    assert source_of(stamped("3:20", cluster="C")) is None  # a third cluster's position
+    assert source_of(RawEntry(chunk_id=1, num_chunks=3, replicated_from="A")) is None
+    assert source_of(stamped("3:-1")) is None and source_of(stamped("3;20")) is None
+    # A message that is not a chunk is never mapped here, stamp or not.
+    assert source_of(RawEntry(replicated_from="A",
+                              properties={REPL_SOURCE_POSITION_PROPERTY: "3:20"})) is None
+    assert source_of(MARKER) is None
 
 
 @pytest.fixture
@@ -82,9 +112,11 @@ class FakeAdmin:
 KEY = PartitionKey("persistent://public/default/t", -1)
 
 
-def target_rows(ids: list[int], ledgers: list[int] | None = None) -> pa.Table:
+def target_rows(ids: list[int], ledgers: list[int] | None = None,
+                first_chunks: list[str | None] | None = None) -> pa.Table:
     n = len(ids)
-    return pa.table({
+    chunks = {} if first_chunks is None else {"first_chunk": pa.array(first_chunks, pa.string())}
+    return pa.table({**chunks,
         "cluster": ["B"] * n, "topic": [KEY.topic] * n,
         "partition": pa.array([-1] * n, pa.int32()),
         "ledger": pa.array(ledgers or [5] * n, pa.int64()), "entry": pa.array(ids, pa.int64()),
@@ -121,6 +153,95 @@ def test_verified_claims_exactly_the_leading_markers_of_each_hole(
             expected.add(i)
     assert claimed == expected
     assert all(kinds[i] == "marker" for i in claimed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["message", "marker", "chunk", "stamped", "third"]),
+                      min_size=1, max_size=60),
+       cuts=st.lists(st.integers(0, 60), max_size=6))
+def test_stamped_chunks_map_to_their_source_chunks_and_the_markers_after_them_are_claimed(
+        kinds: list[str], cuts: list[int]) -> None:
+    """Per-id oracle, stamps trusted: in each hole between two returned ids, the ids read
+    before the first that is neither a marker nor a chunk replicated from the source are
+    decided: its markers claimed, its chunks mapped to exactly the source entries their
+    stamps name (3:100+i for id i). A chunk without a stamp, or stamped by a third cluster,
+    maps to nothing and nothing after it in its hole is claimed or mapped."""
+    table = {(5, i): {"message": MESSAGE, "marker": MARKER, "chunk": CHUNK,
+                      "stamped": stamped(f"3:{100 + i}"),
+                      "third": stamped(f"3:{100 + i}", cluster="C")}[k]
+             for i, k in enumerate(kinds)}
+    returned = [i for i, k in enumerate(kinds) if k == "message"]
+    check = AdminHoleCheck(FakeAdmin(table), max_workers=3,  # type: ignore[arg-type]
+                           source_cluster="A")
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
+    bounds = sorted({min(c, len(returned)) for c in cuts} | {0, len(returned)})
+    for lo, hi in pairwise(bounds):
+        b.process(target_rows(returned[lo:hi]))
+    known = b.known.get(KEY)
+    claimed = set() if known is None else {
+        e for _, first, n in known.skippable.rows.tolist() for e in range(first, first + n)}
+    pairs = set() if known is None else {
+        (sl, se + k, tl, te + k) for sl, se, tl, te, n in known.segments.rows.tolist()
+        for k in range(n)}
+    expected_claimed, expected_pairs = set(), {(1, i, 5, i) for i in returned}
+    for prev, nxt in pairwise(returned):
+        for i in range(prev + 1, nxt):
+            if kinds[i] == "marker":
+                expected_claimed.add(i)
+            elif kinds[i] == "stamped":
+                expected_pairs.add((3, 100 + i, 5, i))
+            else:
+                break
+    assert claimed == expected_claimed
+    assert pairs == expected_pairs
+    assert check.stats.chunks == sum(1 for p in expected_pairs if p[0] == 3)
+
+
+def test_chunks_are_not_mapped_where_stamps_are_not_evidence() -> None:
+    """Identity evidence alone: a stamped chunk's pair is dropped by the builder. The marker
+    after it is claimed, and acked only once the chunk before it is, which nothing maps."""
+    table = {(5, 0): MESSAGE, (5, 1): stamped("3:101"), (5, 2): MARKER, (5, 3): MESSAGE}
+    check = AdminHoleCheck(FakeAdmin(table), source_cluster="A")  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderSettings("A", "B", ("identity",)), hole_check=check)
+    b.process(target_rows([0, 3]))
+    known = b.known.get(KEY)
+    assert known is not None and not len(known.segments.rows)
+    assert known.skippable.rows.tolist() == [[5, 2, 1]]
+
+
+@pytest.mark.parametrize("first_ledger", [5, 4])
+def test_a_chunked_message_first_in_the_stream_has_its_chunks_read_from_its_first(
+        first_ledger: int) -> None:
+    """The reader's first returned entry is a chunked message's last chunk: the ids from its
+    first chunk on were read by the reader (it assembled the message from there), so they
+    are checked too, in the ledger's remainder where the first chunk lies in an earlier
+    ledger. Nothing before the first chunk is a candidate."""
+    if first_ledger == 5:
+        table = {(5, 0): MARKER, (5, 1): stamped("3:11", chunk_id=0), (5, 2): MARKER,
+                 (5, 3): stamped("3:12", chunk_id=1), (5, 5): MESSAGE}
+        first, expected_chunks = "5:1", {(3, 11, 5, 1), (3, 12, 5, 3)}
+        expected_markers = {(5, 2)}
+    else:  # chunk 0 closes ledger 4; ledger 5 holds chunk 1, a marker, then the last chunk
+        table = {(4, 7): stamped("3:11", chunk_id=0), (4, 8): MARKER,
+                 (5, 0): stamped("3:12", chunk_id=1), (5, 1): MARKER, (5, 5): MESSAGE}
+        first, expected_chunks = "4:7", {(3, 11, 4, 7), (3, 12, 5, 0)}
+        expected_markers = {(4, 8), (5, 1)}
+    table[(5, 4)] = stamped("3:13", chunk_id=2)  # the last chunk: the row the reader returns
+    check = AdminHoleCheck(FakeAdmin(table), source_cluster="A")  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
+    rows = target_rows([4, 5], [5, 5], [first, None])
+    outcome = b.process(rows.set_column(rows.schema.get_field_index("source_position"),
+                                        "source_position", pa.array(["3:13", "3:14"])))
+    assert (outcome.skipped_claimed, outcome.skipped_mapped) == (len(expected_markers), 2)
+    known = b.known.get(KEY)
+    assert known is not None
+    pairs = {(sl, se + k, tl, te + k) for sl, se, tl, te, n in known.segments.rows.tolist()
+             for k in range(n)}
+    assert pairs == expected_chunks | {(3, 13, 5, 4), (3, 14, 5, 5)}
+    claimed = {(lg, e) for lg, first_id, n in known.skippable.rows.tolist()
+               for e in range(first_id, first_id + n)}
+    assert claimed == expected_markers
+    assert (5, 0) not in claimed or first_ledger == 4
 
 
 @settings(max_examples=200, deadline=None)

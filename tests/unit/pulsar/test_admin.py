@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from cursorsync.errors import AdminError, ConfigError, TopicNotFoundError
+from cursorsync.errors import (
+    AdminError,
+    ConfigError,
+    MalformedAdminOutputError,
+    TopicNotFoundError,
+)
 from cursorsync.pulsar.admin import AdminAuthError, AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from tests.support.admin_stub import BASE, Reply, StubAdmin, stats_doc
@@ -184,6 +189,28 @@ def test_raw_entry_reads_the_marker_and_chunk_headers_only(stub: StubAdmin) -> N
         assert c.raw_entry(entry, 7, 4) is None
         with pytest.raises(AdminError, match="X-Pulsar-marker-type is 'snapshot'"):
             c.raw_entry(entry, 7, 5)
+
+
+def test_raw_entry_reads_where_a_copy_came_from_and_its_properties(stub: StubAdmin) -> None:
+    """A replicated chunk names its source cluster and, among its properties (one JSON
+    header), the source position its replicator stamped; a header that is not a JSON
+    object of strings is refused naming the entry."""
+    path = BASE + "/ledger/7/entry/{}"
+    stub.set(path.format(1), Reply(raw=b"x" * 5_000_000, headers={
+        "X-Pulsar-chunk-id": "1", "X-Pulsar-num-chunks-from-msg": "3",
+        "X-Pulsar-replicated-from": "a",
+        "X-Pulsar-PROPERTY": '{"__MSG_PROP_REPL_SOURCE_POSITION":"3:19","key":"big-0"}'}))
+    stub.set(path.format(2), Reply(raw=b"payload"))
+    stub.set(path.format(3), Reply(raw=b"payload", headers={"X-Pulsar-PROPERTY": '["3:19"]'}))
+    with client(stub.url) as c:
+        chunk = c.raw_entry(T, 7, 1)
+        assert chunk is not None and chunk.replicated_from == "a"
+        assert chunk.properties == {"__MSG_PROP_REPL_SOURCE_POSITION": "3:19", "key": "big-0"}
+        plain = c.raw_entry(T, 7, 2)
+        assert plain is not None and plain.replicated_from is None and plain.properties == {}
+        with pytest.raises(MalformedAdminOutputError,
+                           match=r"entry 7:3 of .*events: header X-Pulsar-PROPERTY"):
+            c.raw_entry(T, 7, 3)
 
 
 def test_raw_entry_retries_5xx_and_names_the_entry(stub: StubAdmin) -> None:
