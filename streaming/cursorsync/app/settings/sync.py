@@ -152,10 +152,10 @@ class EvidenceConfig(_Section):
     #: before them, and chunks as their source chunks are acked (with
     #: ``position-property`` evidence: each replicated chunk's stamp names its source
     #: chunk; otherwise chunks are never mapped). ``probe``: read a probe subscription
-    #: (``cursorsync-probe``) through each target partition and ask its cursor which ids the broker filtered out of
-    #: dispatch (one internalStats request per partition and batch, not per id; ids it
-    #: cannot answer are checked as with ``verified``); refused where message expiry or
-    #: backlog eviction could ack on the probe. ``unacked``: ack none (the target's
+    #: (``cursorsync-probe``) through each target partition and ask its cursor which ids
+    #: the broker filtered out of dispatch (one internalStats request per partition and
+    #: batch, not per id; ids it cannot answer are checked as with ``verified``); refused
+    #: where message expiry or backlog eviction could ack on the probe. ``unacked``: ack none (the target's
     #: markDeletePosition then stops at the first marker). Nothing takes a skipped id for a
     #: marker unchecked: a chunk acked that way would lose its message after a failover.
     holes: Holes = "verified"
