@@ -145,19 +145,18 @@ class EvidenceConfig(_Section):
     #: stream then hands on only batched entries. An unbatched replica without the
     #: stamp stays unmapped (a duplicate after failover, never a loss).
     identity_scope: IdentityScope = "all"
-    #: What to do with the entry ids a target reader skips: broker markers, or the
-    #: chunks of a chunked message before its last one. ``verified``: ask the target's
-    #: admin API (one raw-entry request per skipped id, stopping at a run's first id
-    #: that is neither a marker nor a chunk it maps) and ack markers, after the entry
-    #: before them, and chunks as their source chunks are acked (with
-    #: ``position-property`` evidence: each replicated chunk's stamp names its source
+    #: What to do with the entry ids a target reader skips: broker markers, or the chunks of a
+    #: chunked message before its last one. ``verified``: ask the target's admin API (one raw-entry
+    #: request per skipped id, stopping at a run's first id that is neither a marker nor a chunk it
+    #: maps) and ack markers, after the entry before them, and chunks as their source chunks are
+    #: acked (with ``position-property`` evidence: each replicated chunk's stamp names its source
     #: chunk; otherwise chunks are never mapped). ``probe``: read a probe subscription
-    #: (``cursorsync-probe``) through each target partition and ask its cursor which ids
-    #: the broker filtered out of dispatch (one internalStats request per partition and
-    #: batch, not per id; ids it cannot answer are checked as with ``verified``); refused
-    #: where message expiry or backlog eviction could ack on the probe. ``unacked``: ack none (the target's
-    #: markDeletePosition then stops at the first marker). Nothing takes a skipped id for a
-    #: marker unchecked: a chunk acked that way would lose its message after a failover.
+    #: (``cursorsync-probe``) through each target partition and ask its cursor which ids the broker
+    #: filtered out of dispatch (one internalStats request per partition and batch, not per id; ids
+    #: it cannot answer are checked as with ``verified``); refused where message expiry or backlog
+    #: eviction could ack on the probe. ``unacked``: ack none (the target's markDeletePosition then
+    #: stops at the first marker). Nothing takes a skipped id for a marker unchecked: a chunk acked
+    #: that way would lose its message after a failover.
     holes: Holes = "verified"
 
     @property
