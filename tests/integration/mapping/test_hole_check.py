@@ -3,6 +3,9 @@ closed ledger on b are claimed once the reader moves on."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -16,7 +19,9 @@ from cursorsync.mapping.hole_check import AdminHoleCheck
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
+from tests.support.entries import entries_reader, read_range_by_range
 from tests.support.replicated import send_with_snapshots, source_positions_on_b
+from tests.support.skipped_ids import raw_headers
 from tests.support.waiting import wait_for
 
 
@@ -74,3 +79,92 @@ def test_markers_at_the_end_of_a_closed_ledger_on_b_are_claimed_once_the_reader_
     # Ids probed past the ledger's end are no skipped ids: every one counted was claimed.
     assert sum(o.skipped_ids for o in outcomes) == sum(o.skipped_claimed for o in outcomes)
     sub.close()
+
+
+@pytest.mark.integration
+def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_brokers(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Real Pulsar 4.0: two producer processes send chunked messages at once, while a
+    replicated subscription's markers and plain messages are written around them, so
+    chunks of different messages interleave on a and on b. The entries reader reads b from
+    the start (its first entry is a chunk), the builder checks what it skipped on b's
+    admin API: every chunk on b, the last ones included, is mapped to exactly the entry on
+    a holding the same chunk (same uuid and chunk id, read back from a), every marker is
+    claimed or lies after the last returned entry, and no other id is mapped or claimed."""
+    (t,) = testbed.create_topic(topic_name("interleaved"))
+    a = testbed.client("a")
+    # Each sender connects, then waits for its list on stdin: both start sending at once.
+    senders = [subprocess.Popen(
+        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
+         t, str(2500 * 1024), str(seed), f"chunky-{seed}"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True) for seed in (3, 4)]
+    time.sleep(5)
+    lists = [json.dumps([{"key": f"big-{i}-{j}", "properties": {}, "partition_key": "k"}
+                         for j in range(3)]) for i in range(2)]
+    for s, items in zip(senders, lists, strict=True):
+        assert s.stdin is not None
+        s.stdin.write(items)
+    for s in senders:
+        assert s.stdin is not None
+        s.stdin.close()
+    sub = send_with_snapshots(a, t, 4)
+    for s in senders:
+        assert s.wait(timeout=120) == 0
+    producer = a.create_producer(t, batching_enabled=False)
+    producer.send(b"after")
+    producer.close()
+    sub.close()
+    testbed.wait_replicated([t])
+
+    r = entries_reader(testbed, [t], cluster="b")
+    try:
+        rows = pa.Table.from_pylist([x for b in read_range_by_range(r) for x in b])
+    finally:
+        r.stop()
+    assert rows.num_rows == 4 + 6 + 1, rows.to_pylist()
+    chunked = [x for x in rows.to_pylist() if x["first_chunk"] is not None]
+    assert len(chunked) == 6
+    key = PartitionKey(t, -1)
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin, \
+            AdminClient(AdminSettings.from_urls(testbed.admin_url("a"), cluster="a")) as on_a:
+        check = AdminHoleCheck(admin, target_cluster="b", source_cluster="a")
+        builder = MappingBuilder(BuilderSettings("a", "b", ("position-property",)),
+                                 hole_check=check)
+        outcomes = [builder.process(rows)]
+        while outcomes[-1].skipped_waiting and len(outcomes) < 10:
+            outcomes.append(builder.process(rows.slice(0, 0)))
+        known = builder.known[key]
+        pairs = {Position(tl, te + k): Position(sl, se + k)
+                 for sl, se, tl, te, n in known.segments.rows.tolist() for k in range(n)}
+        claimed = known.skippable.ranges()
+        st = testbed.internal_stats("b", t)
+        last_returned = max(Position(x["ledger"], x["entry"]) for x in rows.to_pylist())
+        uuids: dict[Position, str | None] = {}
+        for lg in st["ledgers"]:
+            end = (lg["entries"] if lg["ledgerId"] != Position.parse(
+                st["lastConfirmedEntry"]).ledger else Position.parse(
+                st["lastConfirmedEntry"]).entry + 1)
+            for e in range(end):
+                pos = Position(lg["ledgerId"], e)
+                raw = admin.raw_entry(t, pos.ledger, pos.entry)
+                assert raw is not None
+                if raw.is_marker:
+                    uuids[pos] = "marker"
+                    assert pos not in pairs, pos
+                    assert claimed.contains(pos) or pos > last_returned, pos
+                    continue
+                assert not claimed.contains(pos), pos
+                source = pairs.get(pos)
+                assert source is not None, (pos, raw)  # every message and chunk is mapped
+                copy = on_a.raw_entry(t, source.ledger, source.entry)
+                assert copy is not None and not copy.is_marker
+                assert (copy.chunk_id, copy.num_chunks) == (raw.chunk_id, raw.num_chunks)
+                uuids[pos] = raw_headers(testbed, "b", t, pos).get("X-Pulsar-uuid")
+                assert raw_headers(testbed, "a", t, source).get("X-Pulsar-uuid") == uuids[pos]
+    # Something else lies inside some chunked message's span: chunks do interleave.
+    spans = [(Position.parse(x["first_chunk"]), Position(x["ledger"], x["entry"]))
+             for x in chunked]
+    assert any(uuids[p] != uuids[last] for first, last in spans for p in uuids
+               if first < p < last), uuids
+    assert check.stats.chunks >= 6 * 2  # two or more chunks of each message before its last
+    assert sum(o.skipped_mapped for o in outcomes) == check.stats.chunks

@@ -1,6 +1,6 @@
 """Send chunked messages to one cluster from a process that talks to no other.
 
-``python -m cursorsync_devtools.testbed._chunked SERVICE_URL TOPIC BYTES SEED`` reads a JSON
+``python -m cursorsync_devtools.testbed._chunked SERVICE_URL TOPIC BYTES SEED [PRODUCER]`` reads a JSON
 list of ``{key, properties, partition_key}`` on stdin, sends one chunked message of
 BYTES random bytes per item, and prints ``{"key": ..., "first_chunk": "L:E"}`` per
 line. See ``_Publisher.chunked`` in cursorsync_devtools.testbed.workload for why a process.
@@ -18,11 +18,12 @@ from cursorsync.pulsar.msgid import first_chunk_of
 
 def main(argv: list[str]) -> int:
     service_url, topic, size, seed = argv[0], argv[1], int(argv[2]), int(argv[3])
+    name = argv[4] if len(argv) > 4 else f"{topic.rsplit('/', 1)[-1]}-chunked"
     rng = random.Random(seed)
     client = connect(service_url, operation_timeout_seconds=30)
     try:
         producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
-                                          producer_name=f"{topic.rsplit('/', 1)[-1]}-chunked")
+                                          producer_name=name)
         for item in json.load(sys.stdin):
             mid = producer.send(rng.randbytes(size), properties=item["properties"],
                                 partition_key=item["partition_key"])
