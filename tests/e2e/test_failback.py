@@ -102,7 +102,7 @@ def test_failback_loses_nothing_and_explains_every_duplicate(
     assert checked.returncode == 0, (checked.document, checked.stderr)
 
     # Long enough on b that the failback job starts while the consumers work there.
-    spec_b = replace(spec, entries_per_partition=30, produce_seconds=8.0, hole_fraction=0.15,
+    spec_b = replace(spec, entries_per_partition=36, produce_seconds=12.0, hole_fraction=0.15,
                      seed=spec.seed + 1, builtin=False)
     after, run_2 = sync_through(back, lambda: run_on_b(testbed, earlier, spec_b),
                                 lambda o: o.last_ack_at, partitions=partitions,
@@ -142,7 +142,7 @@ def test_failback_loses_nothing_and_explains_every_duplicate(
     left = {c: set(testbed.internal_stats(c, partitions[topics[0]][0])["cursors"])
             for c in ("a", "b")}
     report = _report(earlier, after, {"a -> b": run_1, "b -> a": run_2, "a -> b again": run_3},
-                     columns, failover, time.monotonic() - t0)
+                     checked, columns, failover, time.monotonic() - t0)
     print(report)
 
     for c in totals.values():
@@ -173,13 +173,16 @@ def test_failback_loses_nothing_and_explains_every_duplicate(
     assert {"cursorsync-mapping-target", *subs} <= left["b"], left
 
 
-def _report(earlier: WorkloadResult, after: OnB, runs: dict[str, SyncRun],
+def _report(earlier: WorkloadResult, after: OnB, runs: dict[str, SyncRun], checked: CliAnswer,
             columns: dict[str, dict[str, int]], failover: dict[str, dict[str, int]],
             seconds: float) -> str:
     """The counts, with what the jobs and gates said."""
     lines = [f"failover a -> b, then failback b -> a: {len(earlier.messages)} messages "
              f"published on a, {len(after.messages)} on b after failover, "
-             f"{len(after.foreign_on_a)} on a alone; {seconds:.0f} s in all"]
+             f"{len(after.foreign_on_a)} on a alone; {seconds:.0f} s in all",
+             f"check -c failback.yaml: exit {checked.returncode}, "
+             f"{checked.document.get('problems')} problems, "
+             f"{checked.document.get('warnings')} warnings"]
     for name, run in runs.items():
         ready = run.ready
         verdict = ("?" if ready is None else "READY" if ready.returncode == 0
