@@ -1,9 +1,10 @@
 """Send chunked messages to one cluster from a process that talks to no other.
 
 ``python -m cursorsync_devtools.testbed._chunked SERVICE_URL TOPIC BYTES SEED [PRODUCER]``
-connects, reads a JSON list of ``{key, properties, partition_key}`` on stdin, sends one
-chunked message of BYTES random bytes per item, and prints ``{"key": ..., "first_chunk": "L:E"}`` per
-line. See ``_Publisher.chunked`` in cursorsync_devtools.testbed.workload for why a process.
+connects, reads a JSON list of ``{key, properties, partition_key}`` on stdin, sends
+one chunked message of BYTES random bytes per item, and prints
+``{"key": ..., "first_chunk": "L:E"}`` per line. See ``_Publisher.chunked`` in
+cursorsync_devtools.testbed.workload for why a process.
 """
 
 from __future__ import annotations
