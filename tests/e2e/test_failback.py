@@ -38,23 +38,25 @@ import pytest
 from cursorsync_devtools.demo import demo_config
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failback import (
-    FAILBACK_ROWS,
-    FAILOVER_ROWS,
     CliAnswer,
-    FailbackCounts,
     OnB,
     SyncRun,
     config_file,
-    count_failback,
     cursorsync_cli,
-    drain,
     failback_config,
-    failover_counts,
-    on_a,
-    render,
     run_on_b,
     sync_through,
 )
+from cursorsync_devtools.testbed.failback_counts import (
+    FAILBACK_ROWS,
+    FAILOVER_ROWS,
+    FailbackCounts,
+    count_failback,
+    failover_counts,
+    on_a,
+    render,
+)
+from cursorsync_devtools.testbed.failover import drain
 from cursorsync_devtools.testbed.workload import (
     WorkloadResult,
     WorkloadSpec,
@@ -116,7 +118,7 @@ def test_failback_loses_nothing_and_explains_every_duplicate(
     drains = [(kind, sub, topic) for kind, sub in zip(kinds, subs, strict=True)
               for topic in topics]
     with ThreadPoolExecutor(len(drains)) as pool:
-        drained = list(pool.map(lambda d: drain(testbed, "a", d[2], d[1], d[0]), drains))
+        drained = list(pool.map(lambda d: drain(testbed, d[2], d[1], d[0], cluster="a"), drains))
     columns: dict[str, dict[str, int]] = {}
     totals: dict[str, FailbackCounts] = {}
     for kind, sub in zip(kinds, subs, strict=True):

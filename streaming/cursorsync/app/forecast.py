@@ -36,7 +36,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import TopicMapping
 from cursorsync.core.translate import unmapped_source
-from cursorsync.pulsar.admin import RawEntry
+from cursorsync.pulsar.raw_entry import RawEntry
 
 Cause = Literal["acked_unmapped", "acked_since_sync", "partial_batches", "chunks"]
 CAUSES: tuple[Cause, ...] = get_args(Cause)

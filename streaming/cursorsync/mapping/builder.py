@@ -24,14 +24,14 @@ returned, never after the last one. A reader cannot see the end of a ledger, so
 where it moved on to a later ledger, the ids after the last one it returned
 there are probed, LEDGER_END_PROBE at a time, up to the first that is not a
 marker or does not exist (with a check only). Chunked messages also leave holes
-(their chunks before the last), so a hole is only a candidate: a
-:data:`HoleCheck` (config ``evidence.holes: verified``,
-:mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are
-markers, and one that :class:`MapsChunks` maps each chunk to the source chunk its
-stamp names; with ``claim_holes`` off (``unacked``) none is. At the start of a
-partition's stream, the ids from the first chunk of a chunked message the reader
-returned are candidates too (the reader read them to assemble it). Without a check every
-candidate is claimed: the job never builds that (a chunk claimed so would lose its
+(their chunks before the last), so a hole is only a candidate: a hole check
+(:mod:`cursorsync.mapping.skipped_ids`; config ``evidence.holes: verified``,
+:mod:`cursorsync.mapping.hole_check`) keeps the ones the target says are markers, and
+maps each chunk to the source chunk its stamp names; with ``claim_holes`` off
+(``unacked``) none is. At the start of a partition's stream, the ids from the first
+chunk of a chunked message the reader returned are candidates too (the reader read them
+to assemble it). Without a check every candidate is claimed: the job never builds that
+(a chunk claimed so would lose its
 message); the simulator does, where holes are markers by construction.
 
 The builder's state (last position seen, pending identity entries) is saved per
@@ -46,7 +46,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +82,13 @@ from cursorsync.mapping.identity_evidence import (
     forget_mapped_sources,
 )
 from cursorsync.mapping.pairs import Pairs
+from cursorsync.mapping.skipped_ids import (
+    LEDGER_END_PROBE,
+    FollowsReads,
+    HoleCheck,
+    MapsChunks,
+    read_before_first,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,34 +97,6 @@ log = logging.getLogger(__name__)
 #: per partition and second while it has traffic) then spreads over batches instead of
 #: holding back the batch's segments. Ids left over are checked first in the next batch.
 HOLE_CHECKS_PER_BATCH = 4096
-
-#: Ids probed past a ledger's last returned entry at a time (markers written after the
-#: ledger's last message, before it rolled: a few per replicated subscription); a probe
-#: that finds only markers goes on with the next ones in a later batch.
-LEDGER_END_PROBE = 32
-
-#: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
-#: Ids that do not exist (past a ledger's end) are not markers.
-HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
-
-
-@runtime_checkable
-class FollowsReads(Protocol):
-    """A hole check that follows the target reads (``evidence.holes: probe``): it decides
-    every candidate it is given (no per-batch budget) and hears after each batch how far
-    each partition was read, every skipped id up to there decided."""
-
-    def read_to(self, positions: Mapping[PartitionKey, Position]) -> None: ...
-
-
-@runtime_checkable
-class MapsChunks(Protocol):
-    """A hole check that also reads, from each skipped chunk's source-position stamp, the
-    source entry holding the same chunk (``position-property`` evidence, as a stamped
-    message's): its pairs, found since the last call, are drained after each check."""
-
-    def drain_chunks(self) -> dict[PartitionKey, Pairs]: ...
-
 
 #: The source's skipped ids (hole runs) and, per partition, a position to look past (the
 #: markers after the last entry a reader returned) in; the anchors found there out, and the
@@ -321,9 +300,11 @@ class MappingBuilder:
         LEDGER_END_PROBE ids past each ledger it moved on from."""
         skipped = holes(target.ledger, target.entry, previous=state.last_target)
         if self.hole_check is not None:  # never claimed unchecked: they may not exist
-            if state.last_target is None and len(target):
-                skipped = Runs(np.concatenate([_read_before_first(target, state),
-                                               skipped.rows]))
+            if state.last_target is None:
+                before, probe = read_before_first(target)
+                if probe is not None:
+                    state.probes = state.probes | {probe}
+                skipped = Runs(np.concatenate([before, skipped.rows]))
             ends = [(p.ledger, p.entry + 1) for p in
                     ledger_ends(target.ledger, target.entry, previous=state.last_target)]
             if ends:
@@ -492,28 +473,6 @@ class MappingBuilder:
                 state.unchecked = Runs(np.concatenate([state.unchecked.rows,
                                                     np.array(more, np.int64)]))
         return unclaimed
-
-
-def _read_before_first(target: SideRows, state: PartitionState) -> npt.NDArray[np.int64]:
-    """At the start of a partition's stream, the ids before its first returned entry that
-    the reader is known to have read: those from the earliest first chunk of a chunked
-    message it returned (it assembled that message from there on). Where that chunk lies
-    in an earlier ledger, the rest of that ledger is probed like a ledger's end."""
-    if "first_chunk" not in target.rows.column_names:
-        return np.empty((0, 3), np.int64)
-    firsts = [Position.parse(f) for f in target.rows.column("first_chunk").to_pylist()
-              if f is not None]
-    first, returned = min(firsts, default=None), Position(int(target.ledger[0]),
-                                                          int(target.entry[0]))
-    if first is None or first >= returned:
-        return np.empty((0, 3), np.int64)
-    if first.ledger == returned.ledger:
-        return np.array([(first.ledger, first.entry, returned.entry - first.entry)], np.int64)
-    state.probes = state.probes | {(first.ledger, first.entry)}
-    rows = [(first.ledger, first.entry, LEDGER_END_PROBE)]
-    if returned.entry > 0:
-        rows.append((returned.ledger, 0, returned.entry))
-    return np.array(rows, np.int64)
 
 
 def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:

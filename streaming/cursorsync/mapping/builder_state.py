@@ -103,7 +103,7 @@ class PartitionState:
     #: Skipped target ids not checked yet (HOLE_CHECKS_PER_BATCH): first in the next batch.
     unchecked: Runs = _NO_RUNS
     #: Starts (ledger, entry) of the candidate runs that probe past a ledger's last returned
-    #: entry (:data:`cursorsync.mapping.builder.LEDGER_END_PROBE` ids each): a probe whose
+    #: entry (:data:`cursorsync.mapping.skipped_ids.LEDGER_END_PROBE` ids each): a probe whose
     #: ids are all markers goes on with the next ones.
     probes: frozenset[tuple[int, int]] = frozenset()
     #: Digests given up by identity alignment, and its horizon (:mod:`cursorsync.core.alignment`).

@@ -40,10 +40,11 @@ from cursorsync.core.identity import REPL_SOURCE_POSITION_PROPERTY
 from cursorsync.core.positions import Position
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.core.segments import Runs
-from cursorsync.mapping.builder import HoleCheck
 from cursorsync.mapping.pairs import Pairs
-from cursorsync.pulsar.admin import AdminClient, RawEntry
+from cursorsync.mapping.skipped_ids import HoleCheck
+from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker
+from cursorsync.pulsar.raw_entry import RawEntry
 
 log = logging.getLogger(__name__)
 

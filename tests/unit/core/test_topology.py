@@ -232,7 +232,8 @@ def test_the_mapping_sink_refuses_a_batch_once_the_topic_has_a_third_cluster(
             "producer_name": pa.array([None] * n, pa.string()),
             "publish_time": pa.array([None] * n, pa.int64()),
             "source_position": pa.array([f"40:{e}" for e in entries], pa.string()),
-            "entry_identity": pa.array([None] * n, pa.binary())})
+            "entry_identity": pa.array([None] * n, pa.binary()),
+            "first_chunk": pa.array([None] * n, pa.string())})
         return _Rows(pa.Table.from_batches(list(pack_batches(iter([rows]), "b"))))
 
     sink = MappingSink(builder_config(config), store, tmp_path / "state", None, topology=watch)

@@ -8,12 +8,8 @@ from collections.abc import Mapping
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
-from cursorsync.mapping.builder import (
-    HOLE_CHECKS_PER_BATCH,
-    BuilderSettings,
-    FollowsReads,
-    MappingBuilder,
-)
+from cursorsync.mapping.builder import HOLE_CHECKS_PER_BATCH, BuilderSettings, MappingBuilder
+from cursorsync.mapping.skipped_ids import FollowsReads
 from tests.unit.mapping.test_hole_check import KEY, target_rows
 
 

@@ -22,7 +22,8 @@ from cursorsync.mapping.hole_check import (
     read_run,
     stamped_chunk,
 )
-from cursorsync.pulsar.admin import AdminClient, AdminSettings, RawEntry
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.raw_entry import RawEntry
 from cursorsync.pulsar.topics import TopicName
 from tests.support.admin_stub import Reply, StubAdmin
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from cursorsync._proto import pulsar_markers_pb2 as pm
 from cursorsync.core.positions import INT64_MAX, Position
 from cursorsync.errors import CursorSyncError
-from cursorsync.pulsar.admin import RawEntry
 from cursorsync.pulsar.markers import (
     SNAPSHOT,
     SNAPSHOT_REQUEST,
@@ -27,6 +26,7 @@ from cursorsync.pulsar.markers import (
     SubscriptionUpdate,
     parse_marker,
 )
+from cursorsync.pulsar.raw_entry import RawEntry
 
 WHERE = "entry 12:5 of persistent://t/n/x on cluster a"
 TYPES = (SNAPSHOT_REQUEST, SNAPSHOT_RESPONSE, SNAPSHOT, UPDATE)

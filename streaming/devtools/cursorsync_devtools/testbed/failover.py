@@ -96,9 +96,10 @@ def figure_of(d: dict[str, Any]) -> Figure:
     return Figure(d["entries"], d["messages"], d["basis"], d["why"] or "", d["at_least"] or 0)
 
 
-def drain(bed: TestBed, topic: str, subscription: str, kind: str) -> list[Any]:
-    """Every message b delivers to a fresh consumer of ``subscription``, unacked."""
-    consumer = bed.client("b").subscribe(
+def drain(bed: TestBed, topic: str, subscription: str, kind: str, cluster: str = "b"
+          ) -> list[Any]:
+    """Every message ``cluster`` delivers to a fresh consumer of ``subscription``, unacked."""
+    consumer = bed.client(cluster).subscribe(
         bed.topic(topic), subscription, consumer_type=consumer_type(kind),
         initial_position=pulsar.InitialPosition.Earliest)
     got = []

@@ -1,0 +1,71 @@
+"""What the mapping builder asks of a hole check (:mod:`cursorsync.mapping.hole_check`,
+:mod:`cursorsync.mapping.probe_check`), and which skipped target ids it asks about beyond
+the gaps between returned entries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.core.segments import Runs
+from cursorsync.mapping.columns import SideRows
+from cursorsync.mapping.pairs import Pairs
+
+#: Ids probed past a ledger's last returned entry at a time (markers written after the
+#: ledger's last message, before it rolled: a few per replicated subscription); a probe
+#: that finds only markers goes on with the next ones in a later batch.
+LEDGER_END_PROBE = 32
+
+#: Candidate hole runs per topic partition in; the runs that are markers out (a subset).
+#: Ids that do not exist (past a ledger's end) are not markers.
+HoleCheck = Callable[[Mapping[PartitionKey, Runs]], dict[PartitionKey, Runs]]
+
+
+@runtime_checkable
+class FollowsReads(Protocol):
+    """A hole check that follows the target reads (``evidence.holes: probe``): it decides
+    every candidate it is given (no per-batch budget) and hears after each batch how far
+    each partition was read, every skipped id up to there decided."""
+
+    def read_to(self, positions: Mapping[PartitionKey, Position]) -> None: ...
+
+
+@runtime_checkable
+class MapsChunks(Protocol):
+    """A hole check that also reads, from each skipped chunk's source-position stamp, the
+    source entry holding the same chunk (``position-property`` evidence, as a stamped
+    message's): its pairs, found since the last call, are drained after each check."""
+
+    def drain_chunks(self) -> dict[PartitionKey, Pairs]: ...
+
+
+def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[int, int] | None]:
+    """At the start of a partition's stream, the ids before its first returned entry that
+    the reader is known to have read, as hole runs: those from the earliest first chunk of
+    a chunked message it returned (it assembled that message from there on). Where that
+    chunk lies in an earlier ledger, the rest of that ledger is probed like a ledger's end:
+    the probe's start is returned too (None: no probe)."""
+    none = np.empty((0, 3), np.int64)
+    if "first_chunk" not in target.rows.column_names or not len(target):
+        return none, None
+    firsts = [Position.parse(f) for f in target.rows.column("first_chunk").to_pylist()
+              if f is not None]
+    first = min(firsts, default=None)
+    returned = Position(int(target.ledger[0]), int(target.entry[0]))
+    if first is None or first >= returned:
+        return none, None
+    if first.ledger == returned.ledger:
+        return np.array([(first.ledger, first.entry, returned.entry - first.entry)],
+                        np.int64), None
+    rows = [(first.ledger, first.entry, LEDGER_END_PROBE)]
+    if returned.entry > 0:
+        rows.append((returned.ledger, 0, returned.entry))
+    return np.array(rows, np.int64), (first.ledger, first.entry)
+
+
+__all__ = ["LEDGER_END_PROBE", "FollowsReads", "HoleCheck", "MapsChunks", "read_before_first"]
