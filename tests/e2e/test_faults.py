@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from cursorsync_devtools.demo import DemoReport, demo
+from cursorsync_devtools.demo import demo
+from cursorsync_devtools.demo_report import DemoReport
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.admin_proxy import AdminProxy, faulty_for
 from cursorsync_devtools.testbed.workload import WorkloadSpec

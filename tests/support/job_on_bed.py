@@ -21,7 +21,8 @@ from cursorsync.app.job import failure_of, run_job
 from cursorsync.app.settings import Config
 from cursorsync.core.positions import Position
 from cursorsync.errors import ConfigError, CursorSyncError
-from cursorsync_devtools.demo import TABLE_ROWS, caught_up, demo_config
+from cursorsync_devtools.demo import caught_up, demo_config
+from cursorsync_devtools.demo_report import TABLE_ROWS
 from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import FailoverCounts, failover_by_origin
 from cursorsync_devtools.testbed.workload import WorkloadResult, verify_source_cursors

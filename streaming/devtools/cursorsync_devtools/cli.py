@@ -3,6 +3,7 @@
 Commands::
 
     cursorsync-dev demo [--json] [--seconds N] [--evidence S,S] [--work-dir DIR] [--keep]
+                        [--batch-index-acks]
     cursorsync-dev bench translate [--ranges N] [--oracle-entries M] [--json]
     cursorsync-dev bench plan [--partitions P] [--active F] [--json]
     cursorsync-dev bench mapping-batch [--partitions P] [--active F] [--json]
@@ -114,6 +115,12 @@ def demo(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the work directory afterwards.")
     ] = False,
+    batch_index_acks: Annotated[
+        bool, typer.Option("--batch-index-acks",
+                           help="Brokers keep batch-index acks "
+                                "(acknowledgmentAtBatchIndexLevelEnabled, the default from "
+                                "Pulsar 4.1) and a's consumers ack by batch index.")
+    ] = False,
 ) -> None:
     """Two local Apache Pulsar clusters, a workload, cursorsync between them, then failover,
     beside Pulsar's own replicated subscriptions."""
@@ -122,7 +129,9 @@ def demo(
 
     strategies = parse_strategies(evidence)
     with progress("demo: running", json_output=json_output):
-        out = run_demo(json_output=json_output, spec=WorkloadSpec(produce_seconds=seconds),
+        out = run_demo(json_output=json_output,
+                       spec=WorkloadSpec(produce_seconds=seconds,
+                                         batch_index_acks=batch_index_acks),
                        strategies=strategies,
                        work_dir=None if work_dir is None else str(work_dir), keep=keep)
     typer.echo(out)

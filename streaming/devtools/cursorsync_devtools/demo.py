@@ -15,7 +15,8 @@
    ``cursorsync status --forecast`` prints), a consumer attaches to each subscription on b
    and every delivery is counted (:mod:`cursorsync_devtools.testbed.failover`), for
    cursorsync and for Pulsar's built-in side by side, as measured, each explained kind
-   beside its forecast.
+   beside its forecast. The same subscriptions are then restarted on a and counted alike:
+   what a's brokers hold of partially acked batches.
 """
 
 from __future__ import annotations
@@ -27,109 +28,19 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config, load_config, parse_config
 from cursorsync.errors import CursorSyncError
+from cursorsync_devtools.demo_report import DemoReport
 
 log = logging.getLogger(__name__)
 
-#: The rows of the failover table, in order, with their labels.
-TABLE_ROWS = (
-    ("messages", "messages"),
-    ("acked_on_source", "acked on a"),
-    ("deliveries", "deliveries on b after failover"),
-    ("duplicates", "duplicates (acked on a, delivered on b)"),
-    ("partial_batch", "  of partially acked batches"),
-    ("chunked", "  chunked messages"),
-    ("acked_after_sync", "  acked after the last sync"),
-    ("unexplained", "  unexplained"),
-    ("losses", "losses (not acked on a, never delivered)"),
-    ("foreign", "foreign messages on b"),
-    ("foreign_acked", "foreign messages acked on b"),
-)
-
-
-#: Below each measured kind, what the forecast said of it (cursorsync's columns only).
-FORECAST_ROW = "    forecast before failover"
-
-
 class DemoError(CursorSyncError):
     """The demo could not complete; the message says which step and why."""
-
-
-@dataclass
-class DemoReport:
-    """Failover counts per subscription type, for cursorsync and for the built-in."""
-
-    topics: list[str]
-    evidence: list[str]
-    pulsar_version: str
-    cursorsync: dict[str, dict[str, int]]
-    builtin: dict[str, dict[str, int]]
-    #: From the workload's last ack on a until the sync's progress showed it caught up.
-    sync_caught_up_s: float
-    #: From the same moment until the built-in's cursors on b last moved (negative: they
-    #: last moved before it, and nothing after the last ack moved them).
-    builtin_settled_s: float
-    sync_batches: int
-    mapping_batches: int
-    seconds: float
-    workload: dict[str, Any] = field(default_factory=dict)
-    #: Restarts of the job from its checkpoints, and how many of them a crash the caller
-    #: asked for caused (``crash_sync_batch``, ``crash_mapping_claims``).
-    restarts: int = 0
-    injected_crashes: int = 0
-    #: Per query (mapping, sync): batches, mean seconds, and the histogram bucket that
-    #: holds the 99th percentile (from the job's own metrics).
-    batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: b's markDeletePosition per sync subscription and topic partition when the job
-    #: stopped, before the failover check's consumers (whose dispatchers ack the markers
-    #: they read) connect: what the sync alone made of b's cursors.
-    target_marks: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: Admin requests the mapping made to classify skipped target ids, by kind.
-    skipped_id_requests: dict[str, float] = field(default_factory=dict)
-    #: Per subscription type, cursorsync's redelivery forecast taken when the job stopped,
-    #: by cause (``Figure.to_dict``).
-    forecast: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-    def total(self, which: str, name: str) -> int:
-        side = self.cursorsync if which == "cursorsync" else self.builtin
-        return sum(counts[name] for counts in side.values())
-
-    def table(self) -> str:
-        from cursorsync.app.render import forecast_cell
-        from cursorsync_devtools.testbed.failover import FORECAST_CAUSES, figure_of
-
-        kinds = sorted(self.cursorsync)
-        head = [""] + [f"cursorsync {k}" for k in kinds] + [f"built-in {k}" for k in kinds]
-        rows = [head]
-        for name, label in TABLE_ROWS:
-            rows.append([label] + [str(self.cursorsync[k][name]) for k in kinds]
-                        + [str(self.builtin[k][name]) for k in kinds])
-            if name in FORECAST_CAUSES and self.forecast:
-                rows.append([FORECAST_ROW] + [forecast_cell(figure_of(
-                    self.forecast[k][FORECAST_CAUSES[name]])) for k in kinds] + [""] * len(kinds))
-        settled = (f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
-                   else "no move")
-        rows.append(["b's cursor last moved, after the last ack"]
-                    + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds) + [settled] * len(kinds))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
-                           for i, c in enumerate(r)) for r in rows]
-        intro = (f"failover to b: {', '.join(self.topics)}; Apache Pulsar {self.pulsar_version}; "
-                 f"evidence {', '.join(self.evidence)}\n"
-                 f"{self.mapping_batches} mapping and {self.sync_batches} sync batches, "
-                 f"{self.seconds:.0f} s in all\n")
-        return intro + "\n".join(lines)
 
 
 def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscriptions: Sequence[str],
@@ -298,6 +209,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     that batch after emitting and before writing its tables, then start the job again
     from its checkpoint. ``crash_mapping_claims``: the same for the mapping query, in its
     first batch that claimed skipped ids (checked, probes acked, nothing written).
+    A ``spec`` with ``batch_index_acks`` starts its own bed with the brokers keeping
+    batch-index acks (a given ``bed`` must).
     """
     from cursorsync_devtools.testbed import PULSAR_VERSION, TestBed, TestBedConfig
     from cursorsync_devtools.testbed.workload import WorkloadSpec
@@ -308,7 +221,9 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     spec = spec or WorkloadSpec()
     own_bed = bed is None
     if own_bed:
-        bed = TestBed(TestBedConfig(work_dir=root / "pulsar")).start()
+        on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
+        settings = {"a": on, "b": on} if spec.batch_index_acks else {}
+        bed = TestBed(TestBedConfig(work_dir=root / "pulsar", settings=settings)).start()
     try:
         report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
                       spread=spread, backend=backend, spark_conf=spark_conf,
@@ -439,10 +354,18 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
     with ThreadPoolExecutor(len(checks)) as pool:
         counted = list(pool.map(lambda c: failover(bed, result, c[1], c[0], synced_at=c[2]),
                                 checks))
+        # The same subscriptions restarted on a instead: what a's brokers hold of the
+        # partially acked batches.
+        on_a = list(pool.map(lambda c: failover(bed, result, c[1], c[0], cluster="a"),
+                             checks))
     ours: dict[str, dict[str, int]] = {}
     builtin: dict[str, dict[str, int]] = {}
-    for (kind, sub, _), counts in zip(checks, counted, strict=True):
-        (ours if sub == sync_subscription(kind) else builtin)[kind] = counts.to_dict()
+    on_a_again: dict[str, dict[str, int]] = {}
+    builtin_on_a_again: dict[str, dict[str, int]] = {}
+    for (kind, sub, _), counts, again in zip(checks, counted, on_a, strict=True):
+        mine = sub == sync_subscription(kind)
+        (ours if mine else builtin)[kind] = counts.to_dict()
+        (on_a_again if mine else builtin_on_a_again)[kind] = again.to_dict()
     return DemoReport(topics=[bed.topic(t) for t in topics],
                       evidence=list(config.evidence.strategies), pulsar_version="",
                       cursorsync=ours, builtin=builtin, sync_caught_up_s=caught,
@@ -450,7 +373,9 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
                       batch_seconds=batch_seconds, target_marks=marks,
-                      skipped_id_requests=requests, forecast=forecast)
+                      skipped_id_requests=requests, forecast=forecast,
+                      batch_index_acks=spec.batch_index_acks, source_restart=on_a_again,
+                      builtin_source_restart=builtin_on_a_again)
 
 
 def taken_forecast(config: Config, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:

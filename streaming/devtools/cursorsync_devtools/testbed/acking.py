@@ -40,13 +40,15 @@ class Acker:
     """One subscription's consumer on a: receives everything, acks per plan, on time."""
 
     def __init__(self, bed: TestBed, topic: str, subscription: str, kind: str,
-                 replicated: bool, decisions: Decisions) -> None:
+                 replicated: bool, decisions: Decisions, batch_index_acks: bool = False
+                 ) -> None:
         self.subscription = subscription
         self.decisions = decisions
         self.consumer = bed.client("a").subscribe(
             topic, subscription, consumer_type=consumer_type(kind),
             initial_position=pulsar.InitialPosition.Earliest,
-            replicate_subscription_state_enabled=replicated)
+            replicate_subscription_state_enabled=replicated,
+            batch_index_ack_enabled=batch_index_acks)
         self.acked: dict[str, float] = {}
         self.received = 0
         self._due: list[tuple[float, int, Any]] = []

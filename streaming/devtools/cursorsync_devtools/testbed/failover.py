@@ -96,12 +96,15 @@ def figure_of(d: dict[str, Any]) -> Figure:
     return Figure(d["entries"], d["messages"], d["basis"], d["why"] or "", d["at_least"] or 0)
 
 
-def drain(bed: TestBed, topic: str, subscription: str, kind: str, cluster: str = "b"
-          ) -> list[Any]:
-    """Every message ``cluster`` delivers to a fresh consumer of ``subscription``, unacked."""
+def drain(bed: TestBed, topic: str, subscription: str, kind: str, cluster: str = "b",
+          batch_index_acks: bool = False) -> list[Any]:
+    """Every message ``cluster`` delivers to a fresh consumer of ``subscription``, unacked
+    (``batch_index_acks``: a consumer that skips the batch indexes the broker says are
+    acked, as one acking by batch index does)."""
     consumer = bed.client(cluster).subscribe(
         bed.topic(topic), subscription, consumer_type=consumer_type(kind),
-        initial_position=pulsar.InitialPosition.Earliest)
+        initial_position=pulsar.InitialPosition.Earliest,
+        batch_index_ack_enabled=batch_index_acks)
     got = []
     wait = FIRST_MESSAGE_S
     try:
@@ -151,11 +154,14 @@ def count(result: WorkloadResult, source_subscription: str, delivered: list[Any]
 
 def failover(bed: TestBed, result: WorkloadResult, subscription: str, kind: str, *,
              source_subscription: str | None = None,
-             synced_at: float | None = None) -> FailoverCounts:
-    """Drain ``subscription`` on b for every workload topic and count (see module doc)."""
+             synced_at: float | None = None, cluster: str = "b") -> FailoverCounts:
+    """Drain ``subscription`` on b for every workload topic and count (see module doc).
+    ``cluster="a"``: a restart on the source instead of a failover, counted alike."""
     names = list(result.spec.topics())
+    index_acks = result.spec.batch_index_acks
     with ThreadPoolExecutor(len(names)) as pool:
-        drained = list(pool.map(lambda n: drain(bed, n, subscription, kind), names))
+        drained = list(pool.map(
+            lambda n: drain(bed, n, subscription, kind, cluster, index_acks), names))
     total = FailoverCounts()
     for name, delivered in zip(names, drained, strict=True):
         total = total.add(count(_only(result, bed.topic(name)),

@@ -84,6 +84,9 @@ class WorkloadSpec:
     subscription_types: tuple[str, ...] = SUBSCRIPTION_TYPES
     #: Also run the ``builtin-<type>`` twin of each subscription.
     builtin: bool = True
+    #: a's consumers acknowledge by batch index (``batch_index_ack_enabled``); the brokers
+    #: keep such acks only with ``acknowledgmentAtBatchIndexLevelEnabled`` on (off in 4.0).
+    batch_index_acks: bool = False
     seed: int = 7
 
     def topics(self) -> dict[str, int]:
@@ -359,7 +362,7 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
                 subs.append((builtin_subscription(kind), True))
             for sub, replicated in subs:
                 ackers.append((name, Acker(bed, bed.topic(name), sub, kind, replicated,
-                                            decisions)))
+                                            decisions, spec.batch_index_acks)))
     publishers = {p: _Publisher(bed, p, spec, decisions)
                   for parts in partitions.values() for p in parts}
     for _, a in ackers:
