@@ -237,9 +237,11 @@ def questions(src: Sources) -> Questions:
 
 
 def partition_forecast(row: StatusRow, src: Sources, q: Questions,
-                       facts: Mapping[Position, EntryFacts]) -> PartitionForecast:
+                       facts: Mapping[Position, EntryFacts], *,
+                       index_acks: bool | None = None) -> PartitionForecast:
     """The four figures of one partition from what was read (``facts``: the entries the
-    source's admin API was asked about)."""
+    source's admin API was asked about; ``index_acks``: whether the source's brokers keep
+    batch-index acks, None: not known)."""
     synced = _synced(row)
     if synced is not None:
         first = unknown(synced, at_least=row.unmapped_acked_entries or 0)
@@ -254,7 +256,7 @@ def partition_forecast(row: StatusRow, src: Sources, q: Questions,
     causes: dict[Cause, Figure] = {
         "acked_unmapped": first,
         "acked_since_sync": second,
-        "partial_batches": _partial(q, facts, src),
+        "partial_batches": _partial(q, facts, src, index_acks),
         "chunks": _chunks(q, facts, src, known=synced is None and q.unmapped is not None),
     }
     return PartitionForecast(row, causes, src.now is not None)
@@ -318,7 +320,8 @@ def _chunks(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources, *,
                   "some chunked messages are acked in part: at most one per chunk entry")
 
 
-def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources) -> Figure:
+def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
+             index_acks: bool | None = None) -> Figure:
     """Unacked batches whose messages may be acked in part: the broker shows no batch-index
     acks, so at most every message but one of each (a batch with every message acked is
     acked as an entry); they come again on the source too."""
@@ -333,7 +336,18 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources) -
         return NOTHING
     return Figure(len(batches), sum(n - 1 for n in batches), "bound",
                   "the broker shows no batch-index acks: at most every message but one of "
-                  "each unacked batch, which comes again on the source too")
+                  f"each unacked batch, {_ON_THE_SOURCE[index_acks]}")
+
+
+#: What a restart on the source would deliver of those messages, by whether the source's
+#: brokers keep batch-index acks.
+_ON_THE_SOURCE: dict[bool | None, str] = {
+    False: "which comes again on the source too (its brokers keep no batch-index acks)",
+    True: "of which the acked ones would not come again on the source: its brokers keep "
+          "batch-index acks (acknowledgmentAtBatchIndexLevelEnabled)",
+    None: "which comes again on the source too unless its brokers keep batch-index acks "
+          "(acknowledgmentAtBatchIndexLevelEnabled; not readable here)",
+}
 
 
 def _not_read(src: Sources, of: int | None) -> str:

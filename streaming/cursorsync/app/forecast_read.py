@@ -110,8 +110,28 @@ def forecast(store: TableStore, rows: Sequence[StatusRow], *,
     facts: dict[tuple[str, Position], EntryFacts] = {}
     if source is not None and any(s.now is not None for s in srcs):
         facts = _read_entries(source, _wanted(rows, qs, srcs))
-    return [partition_forecast(r, s, q, _facts_of(r, facts))
+    index_acks = None if source is None else batch_index_acks(source)
+    return [partition_forecast(r, s, q, _facts_of(r, facts), index_acks=index_acks)
             for r, s, q in zip(rows, srcs, qs, strict=True)]
+
+
+#: The broker setting that keeps a partially acked batch's acked messages (4.1's default).
+BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled"
+
+
+def batch_index_acks(admin: AdminClient) -> bool | None:
+    """Whether the cluster's brokers keep batch-index acks, from the runtime configuration
+    of the broker ``admin`` reaches (None: not readable, e.g. without super-user rights;
+    the brokers of one cluster share it, as Pulsar expects)."""
+    try:
+        conf = admin.get_json("/admin/v2/brokers/configuration/runtime",
+                              "the brokers' runtime configuration")
+    except CursorSyncError as err:
+        log.info("%s not read (%s): the forecast does not say whether the source's brokers "
+                 "keep batch-index acks", BATCH_INDEX_ACKS, err)
+        return None
+    value = conf.get(BATCH_INDEX_ACKS) if isinstance(conf, dict) else None
+    return None if value is None else str(value).strip().lower() == "true"
 
 
 def forecast_now(store: TableStore, rows: Sequence[StatusRow], config: Config

@@ -38,6 +38,7 @@ from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.tables import TableStore, open_store
 from cursorsync.tables.rows import cursor_state_rows, mapping_rows, sync_progress_rows
+from tests.support.admin_stub import Reply, StubAdmin
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 ORDERS = "persistent://public/default/orders"
@@ -90,6 +91,36 @@ def test_each_cause_is_counted_from_the_entries_read() -> None:
     assert "batch-index" in partial.why and "on the source too" in partial.why
     total = f.total
     assert (total.messages, total.basis) == (4 + 1 + 4 + 5, "bound")
+
+
+@pytest.mark.parametrize(("index_acks", "says"), [
+    (False, "comes again on the source too (its brokers keep no batch-index acks)"),
+    (True, "would not come again on the source: its brokers keep batch-index acks"),
+    (None, "unless its brokers keep batch-index acks"),
+])
+def test_partial_batches_say_what_a_restart_on_the_source_would_deliver(
+        index_acks: bool | None, says: str) -> None:
+    """The same bound either way (the acked indexes are not readable); whether they are a
+    gap of cursorsync's or come again on the source as well depends on the source's
+    brokers keeping batch-index acks."""
+    src, facts = _world()
+    partial = partition_forecast(_row(), src, questions(src), facts,
+                                 index_acks=index_acks).causes["partial_batches"]
+    assert (partial.messages, partial.basis) == (4 + 1, "bound")
+    assert says in partial.why
+
+
+def test_the_brokers_batch_index_setting_is_read_and_unknown_without_rights(
+        admin: StubAdmin) -> None:
+    from cursorsync.app.forecast_read import batch_index_acks
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
+
+    path = "/admin/v2/brokers/configuration/runtime"
+    admin.set(path, Reply(body={"acknowledgmentAtBatchIndexLevelEnabled": "true"}),
+              Reply(body={"acknowledgmentAtBatchIndexLevelEnabled": "false"}),
+              Reply(403, {"reason": "Only super-user can access this resource"}))
+    with AdminClient(AdminSettings.from_urls(admin.url, attempts=1)) as client:
+        assert [batch_index_acks(client) for _ in range(3)] == [True, False, None]
 
 
 def test_a_chunked_message_acked_in_part_is_a_bound_of_one_per_chunk_entry() -> None:
