@@ -7,7 +7,6 @@ it every batch, so it is built column by column, and read back the same way.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from cursorsync.core.alignment import NO_STREAM, NO_TIME, Memory, Waiting
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
+from cursorsync.files import replace_file
 
 #: Written in the file's schema metadata; version 2 (no streams, publish times or memory of
 #: given-up digests) still loads, any other version is not read.
@@ -219,10 +219,11 @@ def json_parts(doc: dict[str, Any]) -> dict[PartitionKey, PartitionState]:
 def write_state(path: Path, state: pa.Table) -> None:
     """A :func:`state_table` to ``path``, whole or not at all (written beside it, then
     renamed)."""
-    part = path.with_name(path.name + ".part")
-    with pa.OSFile(str(part), "wb") as sink, pa.ipc.new_file(sink, state.schema) as writer:
-        writer.write_table(state)
-    os.replace(part, path)
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, state.schema) as writer:
+            writer.write_table(state)
+
+    replace_file(path, write)
 
 
 def read_state(path: Path) -> pa.Table:

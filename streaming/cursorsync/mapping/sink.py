@@ -216,6 +216,8 @@ class MappingSink:
             number = _STATE_NAME.fullmatch(old.name)
             if number and int(number[1]) < batch_id - STATE_FILES_KEPT:
                 old.unlink(missing_ok=True)
+        for torn in self.state_dir.glob(".builder-*.tmp"):  # a write a crash cut short
+            torn.unlink(missing_ok=True)
         self._batch = batch_id
         self.last_batch = batch_id
 

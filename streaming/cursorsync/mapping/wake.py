@@ -12,16 +12,14 @@ own, not in the job's.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
+
+from cursorsync.files import replace_text
 
 
 def request(path: str | Path, number: int) -> None:
     """Ask the source watching ``path`` for a batch: ``number`` must exceed earlier ones."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(str(int(number)))
-    os.replace(tmp, p)  # atomic: the source never reads half a number
+    replace_text(Path(path), str(int(number)))  # the source never reads half a number
 
 
 def requested(path: str | Path) -> int:

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +37,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
+from cursorsync.files import replace_text
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import EVERY, Selection
@@ -199,12 +198,7 @@ class PollStore:
 
     def write(self, seq: int, rows: Sequence[Row]) -> None:
         doc = {"version": STATE_VERSION, "seq": seq, "rows": [_encode_row(r) for r in rows]}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".poll-", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path(seq))
+        replace_text(self.path(seq), json.dumps(doc, separators=(",", ":")), durable=True)
 
     def read(self, seq: int) -> list[Row]:
         p = self.path(seq)

@@ -9,12 +9,12 @@ shows are old because the source cannot be read, and why.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from cursorsync.files import replace_text
 
 #: The stored polls' directory under the job's ``spark.checkpoint_dir``.
 POLLS_DIR = "cursor-polls"
@@ -59,10 +59,7 @@ class PollHealth:
 def write(directory: Path, health: PollHealth) -> None:
     """Replace the file at once (a reader never sees half of it); no fsync: it informs, and
     the next poll writes it again."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".health-", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(health.to_dict(), f)
-    os.replace(tmp, directory / FILE)
+    replace_text(directory / FILE, json.dumps(health.to_dict()))
 
 
 def read(directory: Path) -> PollHealth | None:

@@ -323,6 +323,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     assert upgraded.builder._parts == saved
     # Old states go, whatever their format, a torn write's leftover included.
     (state / "builder-0.arrow.part").write_bytes(b"torn")
+    (state / ".builder-1.arrow.x1y2.tmp").write_bytes(b"torn")
     upgraded(batch([8]), 3 + STATE_FILES_KEPT)
     assert [p.name for p in state.iterdir()] == [f"builder-{3 + STATE_FILES_KEPT}.arrow"]
 
