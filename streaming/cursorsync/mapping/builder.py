@@ -86,7 +86,9 @@ from cursorsync.mapping.skipped_ids import (
     LEDGER_END_PROBE,
     FollowsReads,
     HoleCheck,
+    KnowsLedgers,
     MapsChunks,
+    ledger_changes,
     read_before_first,
 )
 
@@ -307,6 +309,11 @@ class MappingBuilder:
                 skipped = Runs(np.concatenate([before, skipped.rows]))
             ends = [(p.ledger, p.entry + 1) for p in
                     ledger_ends(target.ledger, target.entry, previous=state.last_target)]
+            if isinstance(self.hole_check, KnowsLedgers):  # ledgers read through whole
+                ends += [(ledger, 0) for left, entered in
+                         ledger_changes(target.ledger, state.last_target)
+                         if entered > left + 1
+                         for ledger in self.hole_check.ledgers_between(key, left, entered)]
             if ends:
                 state.probes = state.probes | set(ends)
                 probes = np.array([(ledger, entry, LEDGER_END_PROBE) for ledger, entry in ends],

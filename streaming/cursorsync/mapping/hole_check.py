@@ -148,6 +148,16 @@ class AdminHoleCheck:
         self._lock = threading.Lock()
         self._updates: list[BuiltinUpdate] = []
         self._chunks: dict[PartitionKey, list[tuple[int, int, int, int]]] = {}
+        self._ledgers: dict[PartitionKey, list[int]] = {}
+
+    def ledgers_between(self, key: PartitionKey, after: int, before: int) -> list[int]:
+        """The partition's ledgers strictly between two, from its internalStats (read again
+        when ``before`` is not in the list read last)."""
+        known = self._ledgers.get(key)
+        if known is None or before not in known:
+            stats = self.admin.internal_stats(key.concrete_topic())
+            known = self._ledgers[key] = [int(i) for i in stats.ledgers.ids.tolist()]
+        return [ledger for ledger in known if after < ledger < before]
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind."""

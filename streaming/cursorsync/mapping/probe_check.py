@@ -149,6 +149,10 @@ class ProbeHoleCheck:
         """The built-in's moves read on the way: only from ids checked one by one."""
         return self.per_id.drain_updates()
 
+    def ledgers_between(self, key: PartitionKey, after: int, before: int) -> list[int]:
+        """The partition's ledgers strictly between two (see the per-id check's)."""
+        return self.per_id.ledgers_between(key, after, before)
+
     def drain_chunks(self) -> dict[PartitionKey, Pairs]:
         """The chunks mapped by their stamps: only ids checked one by one are read."""
         return self.per_id.drain_chunks()

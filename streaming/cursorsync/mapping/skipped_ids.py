@@ -44,6 +44,27 @@ class MapsChunks(Protocol):
     def drain_chunks(self) -> dict[PartitionKey, Pairs]: ...
 
 
+@runtime_checkable
+class KnowsLedgers(Protocol):
+    """A hole check that lists a target partition's ledgers: one lying wholly between two
+    ledgers a reader returned entries from was read through, every id in it skipped (a
+    ledger of markers, or of a large chunked message's chunks). Ledger ids are shared by
+    every topic of the cluster, so which ids between are this partition's must be asked."""
+
+    def ledgers_between(self, key: PartitionKey, after: int, before: int) -> list[int]: ...
+
+
+def ledger_changes(ledgers: npt.NDArray[np.int64], previous: Position | None
+                   ) -> list[tuple[int, int]]:
+    """(ledger left, ledger entered) for each place a reader's returned positions move to a
+    later ledger (``previous``: the last one returned before them)."""
+    ids = np.asarray(ledgers, np.int64)
+    if previous is not None:
+        ids = np.concatenate(([previous.ledger], ids))
+    moved = np.flatnonzero(ids[1:] > ids[:-1])
+    return [(int(ids[i]), int(ids[i + 1])) for i in moved]
+
+
 def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[int, int] | None]:
     """At the start of a partition's stream, the ids before its first returned entry that
     the reader is known to have read, as hole runs: those from the earliest first chunk of
@@ -68,4 +89,5 @@ def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[in
     return np.array(rows, np.int64), (first.ledger, first.entry)
 
 
-__all__ = ["LEDGER_END_PROBE", "FollowsReads", "HoleCheck", "MapsChunks", "read_before_first"]
+__all__ = ["LEDGER_END_PROBE", "FollowsReads", "HoleCheck", "KnowsLedgers", "MapsChunks",
+           "ledger_changes", "read_before_first"]

@@ -90,7 +90,11 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     the start (its first entry is a chunk), the builder checks what it skipped on b's
     admin API: every chunk on b, the last ones included, is mapped to exactly the entry on
     a holding the same chunk (same uuid and chunk id, read back from a), every marker is
-    claimed or lies after the last returned entry, and no other id is mapped or claimed."""
+    claimed or lies after the last returned entry, and no other id is mapped or claimed.
+    A third producer is killed in the middle of a chunked message that never completes:
+    no reader returns it, and its chunks map one by one like the others (acked on b only
+    as a's are, so never a loss, deliverable or not); it fills b's ledgers (45 entries
+    each), and the ledgers the reader returned nothing from are read through too."""
     (t,) = testbed.create_topic(topic_name("interleaved"))
     a = testbed.client("a")
     # Each sender connects, then waits for its list on stdin: both start sending at once.
@@ -110,6 +114,19 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     sub = send_with_snapshots(a, t, 4)
     for s in senders:
         assert s.wait(timeout=120) == 0
+    before = testbed.last_entry("a", t)
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
+         t, str(60 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    assert killed.stdin is not None
+    killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
+    killed.stdin.close()
+    wait_for("a few chunks of the message that never completes on a",
+             lambda: testbed.last_entry("a", t) > Position(before.ledger, before.entry + 2),
+             timeout_s=60)
+    killed.kill()
+    killed.wait(timeout=30)
     producer = a.create_producer(t, batching_enabled=False)
     producer.send(b"after")
     producer.close()
@@ -166,5 +183,8 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
              for x in chunked]
     assert any(uuids[p] != uuids[last] for first, last in spans for p in uuids
                if first < p < last), uuids
+    # The message that never completed left chunks on b, mapped, in no span.
+    incomplete = {p for p, u in uuids.items() if u is not None and "chunky-killed" in u}
+    assert len(incomplete) >= 3 and all(p in pairs for p in incomplete), uuids
     assert check.stats.chunks >= 6 * 2  # two or more chunks of each message before its last
     assert sum(o.skipped_mapped for o in outcomes) == check.stats.chunks

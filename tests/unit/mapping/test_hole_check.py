@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import pairwise
+from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -100,14 +102,21 @@ def test_admin_hole_check_over_http(stub: StubAdmin) -> None:
 
 
 class FakeAdmin:
-    """raw_entry from a table of kinds; unknown ids are absent."""
+    """raw_entry from a table of kinds; unknown ids are absent. The topic's ledgers are
+    those the table holds ids of."""
 
     def __init__(self, kinds: dict[tuple[int, int], RawEntry]) -> None:
         self.kinds = kinds
+        self.stats_read = 0
 
     def raw_entry(self, topic: TopicName, ledger: int, entry: int, *,
                   past_end_ok: bool = False) -> RawEntry | None:
         return self.kinds.get((ledger, entry))
+
+    def internal_stats(self, topic: str) -> SimpleNamespace:
+        self.stats_read += 1
+        ids = sorted({lg for lg, _ in self.kinds})
+        return SimpleNamespace(ledgers=SimpleNamespace(ids=np.array(ids, np.int64)))
 
 
 KEY = PartitionKey("persistent://public/default/t", -1)
@@ -254,12 +263,13 @@ def test_a_chunked_message_first_in_the_stream_has_its_chunks_read_from_its_firs
        budget=st.sampled_from([4, 40, 4096]))
 def test_markers_at_a_ledger_s_end_are_claimed_once_the_reader_moves_on(
         ledgers: list[list[str]], cuts: list[int], budget: int) -> None:
-    """Per-id oracle across ledgers (5, 6, 8): besides the ids between two returned ones,
-    the leading markers after a ledger's last returned entry, up to the ledger's end (up to
-    80 markers close some ledgers), are
-    claimed once the reader returns one from a later ledger, however many there are (probes
-    go on over batches), whatever the batch boundaries and the check budget. A ledger the
-    reader returned nothing from is never claimed; no chunk ever is."""
+    """Per-id oracle across ledgers (5, 6, 8; 7 is another topic's): besides the ids
+    between two returned ones, the leading markers after a ledger's last returned entry, up
+    to the ledger's end (up to 80 markers close some ledgers), are claimed once the reader
+    returns one from a later ledger, however many there are (probes go on over batches),
+    whatever the batch boundaries and the check budget. So are the leading markers of a
+    ledger of the topic the reader returned nothing from, lying between two it did; one
+    before the first or after the last is never claimed; no chunk ever is."""
     default, builder_module.HOLE_CHECKS_PER_BATCH = builder_module.HOLE_CHECKS_PER_BATCH, budget
     try:
         claimed, table = _claimed_across_ledgers(ledgers, cuts)
@@ -284,6 +294,8 @@ def test_markers_at_a_ledger_s_end_are_claimed_once_the_reader_moves_on(
             expected |= leading(pl, pe + 1, ne)
         else:
             expected |= leading(pl, pe + 1, size[pl]) | leading(nl, 0, ne)
+            for between in (lg for lg in ids if pl < lg < nl):
+                expected |= leading(between, 0, size[between])
     assert claimed == expected
     assert all(table[p] is MARKER for p in claimed)
 
