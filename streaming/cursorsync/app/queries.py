@@ -75,6 +75,7 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
                  topology: TopologyWatch, live: LiveLedgers) -> MappingSink:
     """The mapping query's sink, with the checks its evidence needs."""
     hole_check: Any = None
+    source_chunks = None
     if config.evidence.holes in ("verified", "probe"):
         from cursorsync.mapping.hole_check import AdminHoleCheck
 
@@ -83,6 +84,10 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
                                     max_workers=config.target.max_concurrency,
                                     target_cluster=config.target.name,
                                     source_cluster=config.source.name if stamps else None)
+        if stamps:  # the source's copies of the target's chunks name their originals
+            source_chunks = AdminHoleCheck(clients.source_admin,
+                                           max_workers=config.source.max_concurrency,
+                                           source_cluster=config.target.name)
     if config.evidence.holes == "probe":
         from cursorsync.mapping.probe_check import ProbeHoleCheck
         from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
@@ -100,7 +105,8 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
     sink = MappingSink(builder_config(config), store, ckpt / "builder-state", metrics,
                        hole_check, anchor_read,
                        None if hole_check is None else hole_check.drain_updates,
-                       wake_file=str(ckpt / "mapping-wake"), topology=topology, live=live)
+                       wake_file=str(ckpt / "mapping-wake"), topology=topology, live=live,
+                       source_chunks=source_chunks)
     sink.after_batch = TableMaintenance(store, ("mappings", "builtin_updates", "mapping_waits"),
                                         config.tables,
                                         metrics).run_if_due

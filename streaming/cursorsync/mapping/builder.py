@@ -90,6 +90,7 @@ from cursorsync.mapping.skipped_ids import (
     MapsChunks,
     ledger_changes,
     read_before_first,
+    source_chunk_spans,
 )
 
 log = logging.getLogger(__name__)
@@ -184,12 +185,17 @@ class MappingBuilder:
     def __init__(self, config: BuilderSettings, state: dict[str, Any] | None = None,
                  hole_check: HoleCheck | None = None,
                  anchor_read: AnchorRead | None = None, spill: ArrayKeeper | None = None,
-                 live: LiveLedgers | None = None) -> None:
+                 live: LiveLedgers | None = None, source_chunks: HoleCheck | None = None
+                 ) -> None:
         """``anchor_read``: reads the source's markers (needed for ``snapshot``: without it no
         anchor is ever found, and the snapshot strategy only tells copies from foreign);
         ``spill``: where the known mappings settle (None: on the heap); ``live``: the first
-        live ledgers the sync step finds, which trim the known mappings (None: kept whole)."""
+        live ledgers the sync step finds, which trim the known mappings (None: kept whole);
+        ``source_chunks``: a check on the source's admin API that maps the chunks of a
+        source copy of a target chunked message to their originals by their stamps
+        (:func:`source_chunk_spans`; a failback job's case)."""
         self.config, self.hole_check, self.anchor_read = config, hole_check, anchor_read
+        self.source_chunks = source_chunks
         self.identity = IdentityEvidence.of(config.strategies, config.alignment_window)
         self.clock = time.time
         self._parts: dict[PartitionKey, PartitionState] = {}
@@ -220,17 +226,23 @@ class MappingBuilder:
         totals = BatchTotals()
         candidates: dict[PartitionKey, Runs] = {}  # target ids skipped: markers, maybe
         source_holes: dict[PartitionKey, Runs] = {}  # source ids skipped: anchors, maybe
+        spans: dict[PartitionKey, Runs] = {}  # source copies' chunks: their stamps, maybe
         entries_in = 0
         if rows.num_rows:
             stamped = "position-property" in self.config.strategies
             entries = first_row_per_entry(rows, self.config.target_cluster if stamped else None)
             entries_in = entries.num_rows
             for key, part in by_partition(entries):
-                delta = self._partition(key, part, totals, candidates, source_holes)
+                delta = self._partition(key, part, totals, candidates, source_holes, spans)
                 if delta is not None:
                     out[key] = delta
         checked = self._checks_due(candidates)
         claimed, mapped, past_ends = self._claim_markers(checked, out, totals)
+        if spans and self.source_chunks is not None and isinstance(self.source_chunks,
+                                                                    MapsChunks):
+            self.source_chunks(spans)  # its markers say nothing here
+            self._map_chunks({key: p.reversed() for key, p in
+                              self.source_chunks.drain_chunks().items()}, out, totals)
         if isinstance(self.hole_check, FollowsReads):
             self.hole_check.read_to({key: state.last_target for key, state in self._parts.items()
                                      if state.last_target is not None})
@@ -247,9 +259,11 @@ class MappingBuilder:
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: BatchTotals,
                    candidates: dict[PartitionKey, Runs],
-                   source_holes: dict[PartitionKey, Runs]) -> TopicMapping | None:
+                   source_holes: dict[PartitionKey, Runs],
+                   spans: dict[PartitionKey, Runs]) -> TopicMapping | None:
         """One topic partition's rows of a batch: what they add to its mapping (None:
-        nothing); its skipped ids go to ``candidates`` (target) and ``source_holes``."""
+        nothing); its skipped ids go to ``candidates`` (target) and ``source_holes``, the
+        chunks of its source copies of target chunked messages to ``spans``."""
         strategies = self.config.strategies
         state = self._parts.setdefault(key, PartitionState())
         known = self.known.get(key, TopicMapping())
@@ -265,6 +279,12 @@ class MappingBuilder:
         stamped = (is_valid(target.rows.column("source_position"))
                    if "position-property" in strategies else np.zeros(len(target), bool))
         pairs = [_stamped_pairs(target, stamped)] if stamped.any() else []
+        if "position-property" in strategies and self.source_chunks is not None and len(source):
+            copies, runs = source_chunk_spans(source)
+            if copies is not None:
+                pairs.append(copies)
+            if len(runs.rows):
+                spans[key] = runs
         if self.identity is not None:
             mapped = known.segments.source_ranges()
             if pairs:

@@ -88,10 +88,12 @@ def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digester:
     prop = part.source_position_property
     # A chunked message has no identity of its own here (its entry is its last chunk):
     # its chunks map by their stamps, the last one by the message's (which is the last
-    # chunk's), the others as skipped ids (cursorsync.mapping.hole_check).
-    in_scope = (part.identity and entry.first_chunk is None
+    # chunk's), the others as skipped ids (cursorsync.mapping.hole_check). It gets a row
+    # on the source too: a copy of the target's there names its original and its span.
+    chunked = entry.first_chunk is not None
+    in_scope = (part.identity and not chunked
                 and (entry.batched or not part.identity_batched_only))
-    if part.identity_rows_only and not in_scope:
+    if part.identity_rows_only and not in_scope and not chunked:
         return None  # an entry identity evidence will not use: no row at all
     per_entry = part.per_entry
     identities: list[bytes | None] = []
@@ -112,7 +114,7 @@ def _picked_messages(part: EntriesPartition, entry: Entry, wide: bool, digester:
             break  # one row, no entry digest: the other messages add nothing
     entry_identity = (entry_digest(identities)  # type: ignore[arg-type]  # no None: checked
                       if in_scope and None not in identities else None)
-    if part.identity_rows_only and entry_identity is None:
+    if part.identity_rows_only and entry_identity is None and not chunked:
         return None
     return rows, entry_identity
 

@@ -42,6 +42,12 @@ class Pairs:
                    np.concatenate([p.target_entry for p in pairs]),
                    np.concatenate([p.evidence for p in pairs]))
 
+    def reversed(self) -> Pairs:
+        """The pairs read the other way: what a check on the source finds names the target
+        entry a source entry copies, in a check's (stamp, checked id) order."""
+        return Pairs(self.target_ledger, self.target_entry, self.source_ledger,
+                     self.source_entry, self.evidence)
+
     def segments(self) -> SegmentSet:
         """The pairs collapsed into segments; MappingConflictError where two sources are
         claimed for one target entry."""

@@ -84,7 +84,8 @@ class MappingSink:
                  anchor_read: AnchorRead | None = None,
                  builtin_updates: Callable[[], list[BuiltinUpdate]] | None = None,
                  wake_file: str | None = None, topology: TopologyWatch | None = None,
-                 live: LiveLedgers | None = None) -> None:
+                 live: LiveLedgers | None = None, source_chunks: HoleCheck | None = None
+                 ) -> None:
         """``builder``: what the builder is made with (the clusters, the evidence);
         ``hole_check``: what verifies skipped target ids (``evidence.holes: verified``);
         ``anchor_read``: what reads the source's snapshot markers (``snapshot`` evidence);
@@ -93,7 +94,9 @@ class MappingSink:
         another batch while skipped ids wait for their check; ``topology``: refuses a batch
         with entries of a topic whose replication the configured evidence does not hold on
         (TopologyError), before anything of it is mapped; ``live``: the sync step's first
-        live ledgers, which trim the builder's known mappings."""
+        live ledgers, which trim the builder's known mappings; ``source_chunks``: maps the
+        chunks of the source's copies of target chunked messages (on the source's admin
+        API)."""
         self.topology = topology
         self.builtin_updates = builtin_updates
         self.wake_file = wake_file
@@ -104,7 +107,7 @@ class MappingSink:
         self.metrics = metrics
         state_dir.mkdir(parents=True, exist_ok=True)
         self.builder = MappingBuilder(builder, hole_check=hole_check, anchor_read=anchor_read,
-                                      spill=Spill(), live=live)
+                                      spill=Spill(), live=live, source_chunks=source_chunks)
         self._batch: int | None = None
         self._requests_seen: dict[str, int] = {}
         self.last_batch: int = -1
@@ -128,7 +131,8 @@ class MappingSink:
         prev = self._state_file(batch_id - 1)
         builder = MappingBuilder(self.builder.config, hole_check=self.builder.hole_check,
                                  anchor_read=self.builder.anchor_read, spill=self.builder.spill,
-                                 live=self.builder.live)
+                                 live=self.builder.live,
+                                 source_chunks=self.builder.source_chunks)
         before = self._state_file(batch_id - 1, ".json")  # as version 1 wrote it
         if prev.exists():
             builder.load_state(read_state(prev))

@@ -65,6 +65,37 @@ def ledger_changes(ledgers: npt.NDArray[np.int64], previous: Position | None
     return [(int(ids[i]), int(ids[i + 1])) for i in moved]
 
 
+def source_chunk_spans(source: SideRows) -> tuple[Pairs | None, Runs]:
+    """A source reader's chunked messages that are copies of the target's (their stamp,
+    the last chunk's, names the target's last chunk: on two clusters a stamped source entry
+    came from the target): each last chunk paired with its original, and the ids before it
+    in its span (same ledger only) as runs whose stamps a check on the source reads."""
+    rows = source.rows
+    if "first_chunk" not in rows.column_names or not len(source):
+        return None, Runs()
+    firsts = rows.column("first_chunk").to_pylist()
+    stamps = rows.column("source_position").to_pylist()
+    pairs: list[tuple[int, int, int, int]] = []
+    runs: list[tuple[int, int, int]] = []
+    for i, (first, stamp) in enumerate(zip(firsts, stamps, strict=True)):
+        if first is None or stamp is None:
+            continue
+        try:
+            original, begun = Position.parse(stamp), Position.parse(first)
+        except ValueError:
+            continue  # a stamp in no known spelling says nothing
+        last = Position(int(source.ledger[i]), int(source.entry[i]))
+        if original.entry >= 0:
+            pairs.append((last.ledger, last.entry, original.ledger, original.entry))
+        if begun.ledger == last.ledger and begun.entry < last.entry:
+            runs.append((begun.ledger, begun.entry, last.entry - begun.entry))
+    found = None
+    if pairs:
+        a = np.array(pairs, np.int64)
+        found = Pairs.of(a[:, 0], a[:, 1], a[:, 2], a[:, 3], "position-property")
+    return found, Runs(np.array(runs, np.int64).reshape(-1, 3))
+
+
 def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[int, int] | None]:
     """At the start of a partition's stream, the ids before its first returned entry that
     the reader is known to have read, as hole runs: those from the earliest first chunk of
@@ -90,4 +121,4 @@ def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[in
 
 
 __all__ = ["LEDGER_END_PROBE", "FollowsReads", "HoleCheck", "KnowsLedgers", "MapsChunks",
-           "ledger_changes", "read_before_first"]
+           "ledger_changes", "read_before_first", "source_chunk_spans"]

@@ -402,3 +402,41 @@ def test_anchor_read_takes_snapshots_naming_the_target_at_holes_and_past_tails(
                                              (Position(3, 5), Position(9, 8)))}
     assert found.tails == {key: Position(3, 7)}
     assert (read.stats.requests, read.stats.markers, read.stats.anchors) == (5, 3, 2)
+
+
+def test_a_source_copy_of_a_target_chunked_message_maps_chunk_by_chunk_to_its_original(
+        ) -> None:
+    """A failback job's case: the source (A) holds copies, stamped by the replicator with
+    the target's positions, of a chunked message first published on the target (B). The
+    source reader returns its last chunk, whose stamp names the original's last chunk;
+    the chunks before it in its span are read on the source's admin API and map to the
+    originals their stamps name. A chunk of the source's own (no stamp, or a third
+    cluster's) in the span maps to nothing, nor does anything after it in the span."""
+    on_source = {(7, 1): stamped("9:40", cluster="B", chunk_id=0), (7, 2): MARKER,
+                 (7, 3): stamped("9:41", cluster="B", chunk_id=1)}
+    check = AdminHoleCheck(FakeAdmin(on_source),  # type: ignore[arg-type]
+                           source_cluster="B")
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property", "identity")),
+                       hole_check=AdminHoleCheck(FakeAdmin({})),  # type: ignore[arg-type]
+                       source_chunks=check)
+    rows = pa.table({
+        "cluster": ["A", "A"], "topic": [KEY.topic] * 2,
+        "partition": pa.array([-1, -1], pa.int32()),
+        "ledger": pa.array([7, 7], pa.int64()), "entry": pa.array([0, 4], pa.int64()),
+        "batch_index": pa.array([-1, -1], pa.int32()),
+        "source_position": pa.array([None, "9:42"], pa.string()),
+        "entry_identity": pa.array([b"x" * 16, None], pa.binary()),
+        "first_chunk": pa.array([None, "7:1"], pa.string()),
+    })
+    b.process(rows)
+    known = b.known.get(KEY)
+    assert known is not None
+    pairs = {(sl, se + k, tl, te + k) for sl, se, tl, te, n in known.segments.rows.tolist()
+             for k in range(n)}
+    assert pairs == {(7, 1, 9, 40), (7, 3, 9, 41), (7, 4, 9, 42)}
+    assert check.stats.chunks == 2 and check.stats.markers == 1
+    # Without stamps as evidence, nothing of it is mapped.
+    plain = MappingBuilder(BuilderSettings("A", "B", ("identity",)), source_chunks=check)
+    plain.process(rows)
+    found = plain.known.get(KEY)
+    assert found is None or not len(found.segments.rows)
