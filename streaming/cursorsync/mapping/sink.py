@@ -21,13 +21,13 @@ from cursorsync.core.segments import TopicMapping
 from cursorsync.mapping import wake
 from cursorsync.mapping.builder import (
     AnchorRead,
-    BatchOutcome,
     BuilderSettings,
     MappingBuilder,
 )
 from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack_batches
+from cursorsync.mapping.outcome import BatchOutcome
 from cursorsync.mapping.skipped_ids import HoleCheck
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings_table import load_mappings
