@@ -128,7 +128,7 @@ class TestBedConfig:
 def broker_plugin_path() -> Path:
     """Where :data:`BROKER_PLUGIN_BUILD` leaves the plugin's NAR in this checkout."""
     root = Path(__file__).resolve().parents[4]
-    return root / "streaming" / "broker-plugin" / "target" / "cursorsync-broker-plugin-0.1.0.nar"
+    return root / "streaming" / "broker-plugin" / "target" / "cursorsync-broker-plugin.nar"
 
 
 def _plugin_settings(directory: Path, extract_to: Path) -> dict[str, str]:
