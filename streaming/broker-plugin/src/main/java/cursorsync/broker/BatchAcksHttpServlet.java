@@ -53,6 +53,11 @@ final class BatchAcksHttpServlet extends HttpServlet {
             resp.setHeader("Location", redirect(req, r.owner));
         } catch (HttpProblem p) {
             error(resp, p.status, p.getMessage());
+        } catch (LinkageError e) {
+            // A broker whose classes are not those this NAR was compiled against (4.0.8).
+            LOG.warn("cursorsync batch-acks: this broker's classes differ from 4.0's", e);
+            error(resp, 501, "this plugin was built against Pulsar 4.0 and this broker's "
+                    + "classes differ: " + e);
         } catch (RuntimeException e) {
             LOG.warn("cursorsync batch-acks: {} failed", req.getQueryString(), e);
             error(resp, 500, "unexpected: " + e);
