@@ -9,9 +9,18 @@ subscriptions are in :mod:`cursorsync_devtools.testbed.workload` and
 
 from cursorsync_devtools.testbed.distribution import PULSAR_VERSION, SetupError, ensure_pulsar
 from cursorsync_devtools.testbed.standalone import Standalone, StandaloneError, StandaloneSpec
-from cursorsync_devtools.testbed.testbed import SOURCE, TARGET, TestBed, TestBedConfig, TestBedError
+from cursorsync_devtools.testbed.testbed import (
+    BROKER_PLUGIN_BUILD,
+    SOURCE,
+    TARGET,
+    TestBed,
+    TestBedConfig,
+    TestBedError,
+    broker_plugin_path,
+)
 
 __all__ = [
+    "BROKER_PLUGIN_BUILD",
     "PULSAR_VERSION",
     "SOURCE",
     "TARGET",
@@ -22,5 +31,6 @@ __all__ = [
     "TestBed",
     "TestBedConfig",
     "TestBedError",
+    "broker_plugin_path",
     "ensure_pulsar",
 ]

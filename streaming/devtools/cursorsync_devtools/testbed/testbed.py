@@ -28,6 +28,11 @@ position inside ``a``'s topic, now and then a real one: what a synchronizer that
 every stamp for a position on ``a`` gets wrong. A workload that wants it for sure gives
 ledgers the same id on ``a`` and ``c`` with :meth:`TestBed.align_ledger_ids` (the
 three-cluster workload does, for each topic partition's first ledger).
+
+cursorsync's optional broker plugin (streaming/broker-plugin, built with
+:data:`BROKER_PLUGIN_BUILD`) is opt-in too: ``TestBedConfig(broker_plugin=path)`` loads
+that NAR into every cluster's broker as the additional servlet :data:`BROKER_PLUGIN_NAME`
+(:func:`broker_plugin_path` is where the build leaves it in this checkout).
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed.standalone import Standalone, StandaloneSpec
 
 SOURCE, TARGET = "a", "b"
+#: The broker plugin's build, run from the checkout's root, and its additional servlet's
+#: name (streaming/broker-plugin/src/main/resources/META-INF/services/additional_servlet.yml).
+BROKER_PLUGIN_BUILD = "mvn -q -f streaming/broker-plugin/pom.xml package"
+BROKER_PLUGIN_NAME = "cursorsync"
 #: The opt-in third cluster, and what it gets when the config's tuples name only a and b.
 THIRD = "c"
 THIRD_ENTRIES_PER_LEDGER = 50
@@ -94,6 +103,9 @@ class TestBedConfig:
     #: More standalone.conf settings per cluster name.
     settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     ready_timeout_s: float = 180.0
+    #: The broker plugin's NAR to load into every cluster's broker (None: none, as Pulsar
+    #: ships); it must be built already (:data:`BROKER_PLUGIN_BUILD`).
+    broker_plugin: Path | None = None
 
     def __post_init__(self) -> None:
         names = self.clusters
@@ -113,6 +125,21 @@ class TestBedConfig:
         return entries, size, offset
 
 
+def broker_plugin_path() -> Path:
+    """Where :data:`BROKER_PLUGIN_BUILD` leaves the plugin's NAR in this checkout."""
+    root = Path(__file__).resolve().parents[4]
+    return root / "streaming" / "broker-plugin" / "target" / "cursorsync-broker-plugin.nar"
+
+
+def _plugin_settings(directory: Path, extract_to: Path) -> dict[str, str]:
+    """standalone.conf settings that load the plugin as an additional servlet (Pulsar's
+    AdditionalServlets.load reads these three keys), unpacked in the cluster's own directory
+    rather than the JVM's temporary directory."""
+    return {"additionalServletDirectory": str(directory),
+            "additionalServlets": BROKER_PLUGIN_NAME,
+            "narExtractionDirectory": str(extract_to)}
+
+
 class TestBed:
     """Clusters a (source) and b (target), and c if configured, geo-replicated in full
     mesh; a context manager."""
@@ -128,11 +155,14 @@ class TestBed:
         else:
             self.work_dir = Path(self.config.work_dir)
         self.source, self.target = SOURCE, TARGET
+        plugins = self._plugin_directory()
         self.clusters: dict[str, Standalone] = {}
         for name in self.config.clusters:
             entries, size, _ = self.config.shape(name)
             settings = {"managedLedgerMaxEntriesPerLedger": str(entries),
                         "maxMessageSize": str(size),
+                        **({} if plugins is None else _plugin_settings(
+                            plugins, self.work_dir / name / "nar")),
                         **self.config.settings.get(name, {})}
             self.clusters[name] = Standalone(StandaloneSpec(
                 name, self.work_dir, settings, ready_timeout_s=self.config.ready_timeout_s))
@@ -141,6 +171,21 @@ class TestBed:
         # otherwise keep every test's clients, three descriptors each, until it stops).
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self.start_seconds: dict[str, float] = {}
+
+    def _plugin_directory(self) -> Path | None:
+        """The directory the brokers load the plugin from: a copy of the configured NAR
+        alone in it (a rebuild during the run changes nothing), or None without one."""
+        nar = self.config.broker_plugin
+        if nar is None:
+            return None
+        if not Path(nar).is_file():
+            raise TestBedError(
+                f"broker plugin {nar}: no such file; build it first, from the checkout's "
+                f"root: {BROKER_PLUGIN_BUILD}")
+        directory = self.work_dir / "broker-plugins"
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(nar, directory / Path(nar).name)
+        return directory
 
     # -- lifecycle
     def start(self) -> TestBed:

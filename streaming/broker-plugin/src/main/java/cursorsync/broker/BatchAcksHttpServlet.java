@@ -1,0 +1,116 @@
+package cursorsync.broker;
+
+import java.io.IOException;
+import java.net.URL;
+import java.util.Arrays;
+import java.util.stream.Collectors;
+import javax.servlet.http.HttpServlet;
+import javax.servlet.http.HttpServletRequest;
+import javax.servlet.http.HttpServletResponse;
+import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
+import org.apache.pulsar.broker.web.AuthenticationFilter;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N]: the HTTP side only
+ * (parameters, status codes, redirects); the work is {@link CursorFinder}'s and
+ * {@link PartialBatches}'. Read-only: no method but GET is served.
+ */
+final class BatchAcksHttpServlet extends HttpServlet {
+
+    static final String PATH = "/batch-acks";
+    static final int DEFAULT_LIMIT = 1000;
+    static final int MAX_LIMIT = 100_000;
+    private static final Logger LOG = LoggerFactory.getLogger(BatchAcksHttpServlet.class);
+
+    private final transient CursorFinder finder;
+
+    BatchAcksHttpServlet(CursorFinder finder) {
+        this.finder = finder;
+    }
+
+    @Override
+    protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+        try {
+            if (!PATH.equals(req.getPathInfo())) {
+                throw new HttpProblem(404, "no such endpoint; this plugin answers GET "
+                        + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=...");
+            }
+            String topic = required(req, "topic");
+            String subscription = required(req, "subscription");
+            int limit = limit(req.getParameter("limit"));
+            CursorFinder.Found found = finder.find(topic, subscription, caller(req));
+            String name = found.topic().getName();
+            PartialBatches.CursorView view = PartialBatches.read(
+                    found.topic().getManagedLedger(), found.cursor(), limit,
+                    finder.timeoutSeconds(), "subscription " + subscription + " of " + name);
+            resp.setStatus(200);
+            resp.setContentType("application/json");
+            BatchAcksJson.writeView(resp.getWriter(), name, subscription, view);
+        } catch (Redirect r) {
+            resp.setStatus(307);
+            resp.setHeader("Location", redirect(req, r.owner));
+        } catch (HttpProblem p) {
+            error(resp, p.status, p.getMessage());
+        } catch (LinkageError e) {
+            // A broker whose classes are not those this NAR was compiled against (4.0.8).
+            LOG.warn("cursorsync batch-acks: this broker's classes differ from 4.0's", e);
+            error(resp, 501, "this plugin was built against Pulsar 4.0 and this broker's "
+                    + "classes differ: " + e);
+        } catch (RuntimeException e) {
+            LOG.warn("cursorsync batch-acks: {} failed", req.getQueryString(), e);
+            error(resp, 500, "unexpected: " + e);
+        }
+    }
+
+    private static String required(HttpServletRequest req, String name) {
+        String value = req.getParameter(name);
+        if (value == null || value.isBlank()) {
+            throw new HttpProblem(400, "query parameter " + name + " is required");
+        }
+        return value;
+    }
+
+    private static int limit(String text) {
+        if (text == null) {
+            return DEFAULT_LIMIT;
+        }
+        try {
+            int limit = Integer.parseInt(text);
+            if (limit >= 1 && limit <= MAX_LIMIT) {
+                return limit;
+            }
+        } catch (NumberFormatException e) {
+            // answered below
+        }
+        throw new HttpProblem(400, "limit " + text + ": expected a whole number from 1 to "
+                + MAX_LIMIT);
+    }
+
+    private static CursorFinder.Caller caller(HttpServletRequest req) {
+        Object role = req.getAttribute(AuthenticationFilter.AuthenticatedRoleAttributeName);
+        Object data = req.getAttribute(AuthenticationFilter.AuthenticatedDataAttributeName);
+        return new CursorFinder.Caller(role instanceof String s ? s : null,
+                data instanceof AuthenticationDataSource d ? d : null, req.isSecure(),
+                Boolean.parseBoolean(req.getParameter("authoritative")));
+    }
+
+    /** The same request at the owner's web address, marked authoritative as Pulsar's are. */
+    private static String redirect(HttpServletRequest req, URL owner) {
+        String query = req.getQueryString() == null ? "" : Arrays.stream(
+                        req.getQueryString().split("&"))
+                .filter(p -> !p.startsWith("authoritative="))
+                .collect(Collectors.joining("&"));
+        String tail = (query.isEmpty() ? "" : query + "&") + "authoritative=true";
+        return owner.getProtocol() + "://" + owner.getAuthority() + req.getRequestURI() + "?"
+                + tail;
+    }
+
+    private static void error(HttpServletResponse resp, int status, String message)
+            throws IOException {
+        resp.setStatus(status);
+        resp.setContentType("application/json");
+        BatchAcksJson.writeError(resp.getWriter(), message);
+    }
+}
