@@ -607,3 +607,23 @@ def test_the_operators_monitoring_block_means_the_jmx_exporter_agent() -> None:
     assert re.search(r"if util.PrometheusMonitoringEnabled\(app\) \{\s*[^}]*"
                      r"configPrometheusMonitoring\(", controller)
     assert "monitoring" not in ht.spark_application(ht.render([ht.FULL_VALUES]))["spec"]
+
+
+@pytest.mark.parametrize("json_logs", [True, False])
+def test_sparks_jvms_log_through_cursorsyncs_log4j_file_under_spark_submit(
+        json_logs: bool) -> None:
+    """spark-submit starts the JVMs before cursorsync runs, so the chart names the log4j2
+    file the image links, in JSON lines as cursorsync's own when config.logging.json is; a
+    sparkConf of the same key wins."""
+    conf = ht.spark_application(ht.render(set_values={"config.logging.json": json_logs})
+                                )["spec"]["sparkConf"]
+    for role in ("driver", "executor"):
+        options = conf[f"spark.{role}.extraJavaOptions"].split()
+        assert "-Dlog4j2.configurationFile=file:/opt/cursorsync/log4j2.properties" in options
+        assert ("-Dcursorsync.log4j.appender=json" in options) is json_logs
+    mine = ht.spark_application(ht.render(set_values={"sparkConf": {
+        "spark.driver.extraJavaOptions": "-Dmine=1"}}))["spec"]["sparkConf"]
+    assert mine["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    dockerfile = (ht.ROOT / "helm" / "Dockerfile").read_text()
+    assert "/opt/cursorsync/log4j2.properties" in dockerfile
+    assert (ht.ROOT / "streaming" / "cursorsync" / "app" / "log4j2.properties").is_file()
