@@ -72,7 +72,7 @@ def ledgers_rolled(bed: TestBed, topic: str) -> dict[str, int]:
 def test_failover_with_position_property_and_identity(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     s = spec(topic_name)
-    r = demo(bed=testbed, spec=s, work_dir=str(tmp_path))
+    r = demo(bed=testbed, spec=s, work_dir=str(tmp_path), restart_on_source=True)
     check(r)
     assert r.evidence == ["position-property", "identity"]
     for kind, counts in r.cursorsync.items():

@@ -52,6 +52,7 @@ def evidence_batch(partition: int, start: int, count: int) -> pa.RecordBatch:
         pa.array([None if e % 5 else 1_700_000_000_000 + e for e in entries], pa.int64()),
         pa.array([f"3:{e}" if e % 5 else None for e in entries], pa.string()),
         pa.array([e.to_bytes(16, "big") for e in entries], pa.binary()),
+        pa.array([None] * count, pa.string()),  # no chunked message
     ], schema=schema)
 
 

@@ -142,6 +142,7 @@ def _unacked(answers: dict[str, BatchAcks], sizes: dict[str, dict[Position, int]
             assert redelivered[part][pos] == set(range(sizes[part][pos])) - acked, (part, pos)
 
 
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
 def test_the_plugin_names_exactly_the_acked_indexes_of_each_partly_acked_batch(
         plugin_bed: TestBed) -> None:
     bed = plugin_bed
@@ -168,6 +169,7 @@ def test_the_plugin_names_exactly_the_acked_indexes_of_each_partly_acked_batch(
     _unacked(got, sizes, _redelivered(bed, name))
 
 
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
 def test_after_an_unload_the_plugin_still_says_what_the_broker_holds(
         plugin_bed: TestBed) -> None:
     bed = plugin_bed
@@ -188,6 +190,7 @@ def test_after_an_unload_the_plugin_still_says_what_the_broker_holds(
         p: BATCH for p in want[part]}
 
 
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
 def test_a_broker_keeping_no_batch_indexes_says_so(plugin_bed: TestBed) -> None:
     bed = plugin_bed
     topic = f"persistent://public/default/no-batch-index-{time.time_ns()}"
@@ -207,6 +210,7 @@ def test_a_broker_keeping_no_batch_indexes_says_so(plugin_bed: TestBed) -> None:
     consumer.close()
 
 
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
 def test_unknown_topics_and_subscriptions_are_the_plugins_404(plugin_bed: TestBed) -> None:
     bed = plugin_bed
     (part,) = bed.create_topic("known")

@@ -295,6 +295,7 @@ def test_chunks_as_large_as_the_target_limit_are_dropped_by_the_replicator(
             reader.read_next(3000)
 
 
+@pytest.mark.slow  # a test bed of its own; tests/e2e/test_faults.py kills brokers under the job
 def test_a_source_broker_crash_makes_the_replicator_send_entries_again(tmp_path: Path) -> None:
     """Mapping model: replication is at least once. The replicator's cursor on a persists
     its position at most once per 10 s (managedLedgerDefaultMarkDeleteRateLimit 0.1) and

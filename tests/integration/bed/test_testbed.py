@@ -27,6 +27,7 @@ _OWNER = textwrap.dedent("""
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # the test bed's own housekeeping: CURSORSYNC_SLOW=1 runs it
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_a_standalone_never_outlives_the_process_that_started_it(
         tmp_path: Path, how: signal.Signals) -> None:

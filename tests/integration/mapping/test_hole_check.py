@@ -102,7 +102,7 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
         [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
          t, str(2500 * 1024), str(seed), f"chunky-{seed}"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True) for seed in (3, 4)]
-    time.sleep(5)
+    time.sleep(3)
     lists = [json.dumps([{"key": f"big-{i}-{j}", "properties": {}, "partition_key": "k"}
                          for j in range(3)]) for i in range(2)]
     for s, items in zip(senders, lists, strict=True):
@@ -117,7 +117,7 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     before = testbed.last_entry("a", t)
     killed = subprocess.Popen(
         [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
-         t, str(60 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
+         t, str(24 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True)
     assert killed.stdin is not None
     killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
