@@ -117,7 +117,7 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     before = testbed.last_entry("a", t)
     killed = subprocess.Popen(
         [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
-         t, str(24 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
+         t, str(60 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True)
     assert killed.stdin is not None
     killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
