@@ -97,12 +97,23 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     each), and the ledgers the reader returned nothing from are read through too."""
     (t,) = testbed.create_topic(topic_name("interleaved"))
     a = testbed.client("a")
+    # Publishing throttled to 20 entries a second on a: the two producers' chunks take
+    # turns, and the third producer is killed long before its message's last chunk,
+    # however loaded the machine is.
+    rate = TopicName.parse(t).admin_path("publishRate")
+    testbed.admin_call("a", "POST", rate, json={"publishThrottlingRateInMsg": 20,
+                                                 "publishThrottlingRateInByte": -1})
+    wait_for("the publish rate applied on a", lambda: testbed.admin_call(
+        "a", "GET", rate, ok=(200, 204)), timeout_s=30)
+    time.sleep(1)
     # Each sender connects, then waits for its list on stdin: both start sending at once.
     senders = [subprocess.Popen(
         [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
          t, str(2500 * 1024), str(seed), f"chunky-{seed}"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True) for seed in (3, 4)]
-    time.sleep(3)
+    stats_path = TopicName.parse(t).admin_path("stats")
+    wait_for("both chunked producers connected to a", lambda: len(testbed.admin_call(
+        "a", "GET", stats_path, ok=(200,))["publishers"]) == 2, timeout_s=60)
     lists = [json.dumps([{"key": f"big-{i}-{j}", "properties": {}, "partition_key": "k"}
                          for j in range(3)]) for i in range(2)]
     for s, items in zip(senders, lists, strict=True):
@@ -117,7 +128,7 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     before = testbed.last_entry("a", t)
     killed = subprocess.Popen(
         [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
-         t, str(60 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
+         t, str(16 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True)
     assert killed.stdin is not None
     killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
