@@ -24,7 +24,10 @@ from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.replicated import STAMP
 
-pytestmark = pytest.mark.integration
+# Facts of the pinned Pulsar on a three-cluster bed of the module's own (about a minute),
+# run with CURSORSYNC_SLOW=1; every run checks cursorsync itself on three clusters
+# (tests/e2e/test_three_clusters.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CLUSTERS = ("a", "b", "c")
 
