@@ -161,6 +161,9 @@ def build_session(config: Config) -> Any:
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.streaming.metricsEnabled": "true",
+        # A Python worker that dies (a native crash in the Pulsar client) leaves its
+        # threads' stacks in the error, not only "exited unexpectedly".
+        "spark.python.worker.faulthandler.enabled": "true",
     })
     if config.tables.backend == "delta-spark":
         from cursorsync.tables.delta_spark import DELTA_SPARK_CONF

@@ -175,7 +175,7 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
         tmp_path: Path) -> None:
     """Spark takes PySpark's gateway for a shell and says how to change the log level on
     stderr, unless our log4j2 file gives the gateway's logger a level (a fresh process:
-    the JVM's log set-up happens once)."""
+    the JVM's log set-up happens once). A Python worker's native crash shows its stack."""
     import subprocess
     import sys
 
@@ -185,6 +185,13 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
         "from cursorsync.app.session import build_session\n"
         f"spark = build_session(load_config({str(conf)!r}))\n"
         "spark.range(3).count()\n"
+        "import os, signal\n"
+        "from pyspark.sql.functions import udf\n"
+        "crash = udf(lambda x: os.kill(os.getpid(), signal.SIGSEGV) or x, 'long')\n"
+        "try:\n"
+        "    spark.range(1).select(crash('id')).collect()\n"
+        "except Exception as err:\n"
+        "    print('CRASH:', 'Fatal Python error' in str(err))\n"
         "spark.stop()\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -192,6 +199,8 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
     assert out.returncode == 0, out.stderr
     assert "Setting default log level" not in out.stderr
     assert "setLogLevel" not in out.stderr
+    # A worker that dies of a native crash leaves its stack in the error.
+    assert "CRASH: True" in out.stdout, out.stdout
 
 
 def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
