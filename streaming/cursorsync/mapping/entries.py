@@ -133,6 +133,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def __init__(self, options: EntriesOptions) -> None:
         self.options = options
         self._client: Any = None
+        #: One admin client for the reader's life: a client is a TLS context and a
+        #: connection pool, too dear to make per request at every trigger.
+        self._admin: AdminClient | None = None
         self._consumers: dict[str, Any] = {}
         self._topics: list[str] | None = None
         self._discovered_at = 0.0
@@ -148,6 +151,12 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if self._client is None:
             self._client = self.options.client.connect()
         return self._client
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            assert self.options.admin is not None  # required by EntriesOptions.parse
+            self._admin = AdminClient(self.options.admin)
+        return self._admin
 
     def _consumer(self, topic: str) -> Any:
         c = self._consumers.get(topic)
@@ -169,10 +178,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         now = time.monotonic()
         stale = now - self._discovered_at >= o.discovery_interval_ms / 1000.0
         if self._topics is None or stale:
-            assert o.admin is not None  # required by EntriesOptions.parse
-            with AdminClient(o.admin) as admin:
-                names = sorted(str(t) for t in o.selection.expand(admin))
-            self._topics = names
+            self._topics = sorted(str(t) for t in o.selection.expand(self._admin_client()))
             self._discovered_at = now
         return list(self._topics)
 
@@ -198,10 +204,12 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         pos = Position(mid.ledger_id(), mid.entry_id())
         return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
 
-    def _ledger_list(self, topic: str) -> Ledgers:
-        assert self.options.admin is not None  # required by EntriesOptions.parse
-        with AdminClient(self.options.admin) as admin:
-            return admin.internal_stats(topic).ledgers
+    def _ledger_lists(self, topics: Sequence[str]) -> dict[str, Ledgers]:
+        """Each topic partition's ledger list, read concurrently (a batch after a ledger
+        rolled everywhere asks for every partition's)."""
+        admin = self._admin_client()
+        lists = admin.map_concurrently(lambda t: admin.internal_stats(t).ledgers, topics)
+        return {t: lists[str(TopicName.parse(t))] for t in topics}
 
     # -- DataSourceStreamReader --
 
@@ -273,6 +281,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for :meth:`_limit` and the size hints."""
         available: dict[str, int | None] = {}
         first: dict[str, Position] = {}
+        across = [t for t, hi in latest.items()
+                  if hi > begin.get(t, BEFORE_ALL) and begin.get(t, BEFORE_ALL).ledger != hi.ledger]
+        lists = self._ledger_lists(across) if across else {}
         for t, hi in latest.items():
             lo = begin.get(t, BEFORE_ALL)
             if hi <= lo:
@@ -281,7 +292,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 first[t] = Position(lo.ledger, lo.entry + 1)
                 available[t] = hi.entry - lo.entry
             else:
-                ledgers = self._ledger_list(t)
+                ledgers = lists[t]
                 self._ledgers[t] = (lo, ledgers)
                 nxt = first_entry_after(ledgers, lo)
                 if nxt is None or nxt > hi:
@@ -360,6 +371,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
 
 
 class PulsarEntriesDataSource(DataSource):

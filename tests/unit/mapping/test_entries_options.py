@@ -41,3 +41,46 @@ def test_options_errors_name_the_option() -> None:
     assert [(p.tail_check_ms, p.admin) for p in r.ranges(lo, hi)] == [(500, o.admin)]
     with pytest.raises(ConfigError, match="version"):
         entries_positions({"version": 2, "positions": {}})
+
+
+def test_ledger_lists_come_from_one_admin_client_for_the_readers_life(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trigger after ledgers rolled everywhere asks for every partition's ledger list:
+    one client (a TLS context and a connection pool) serves them all, closed with the
+    reader."""
+    from cursorsync.core.ledgers import Ledgers
+    from cursorsync.mapping import entries
+
+    made: list[FakeAdmin] = []
+
+    class FakeAdmin:
+        def __init__(self, settings: object) -> None:
+            self.asked: list[str] = []
+            self.closed = False
+            made.append(self)
+
+        def internal_stats(self, topic: str) -> object:
+            self.asked.append(str(topic))
+            ledger = int(str(topic).rsplit("-", 1)[1]) + 1
+            return type("Stats", (), {"ledgers": Ledgers.of([(ledger, 10), (ledger + 100, 5)])})
+
+        def map_concurrently(self, fn, topics):  # type: ignore[no-untyped-def]
+            return {str(entries.TopicName.parse(t)): fn(t) for t in topics}
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(entries, "AdminClient", FakeAdmin)
+    base = {"serviceUrl": "pulsar://127.0.0.1:1", "adminUrl": "http://127.0.0.1:1",
+            "cluster": "a", "topics": "t"}
+    r = PulsarEntriesStreamReader(EntriesOptions.parse(base))
+    topics = [f"persistent://p/n/t-partition-{i}" for i in range(5)]
+    for _ in range(3):
+        begin = {t: Position(i + 1, 9) for i, t in enumerate(topics)}
+        latest = {t: Position(i + 101, 4) for i, t in enumerate(topics)}
+        available, first = r._available(begin, latest)
+        assert available == dict.fromkeys(topics, 5)
+        assert first == {t: Position(i + 101, 0) for i, t in enumerate(topics)}
+    assert len(made) == 1 and len(made[0].asked) == 15
+    r.stop()
+    assert made[0].closed
