@@ -78,6 +78,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -204,6 +205,18 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         pos = Position(mid.ledger_id(), mid.entry_id())
         return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
 
+    def latest_positions(self, topics: Sequence[str]) -> dict[str, Position]:
+        """:meth:`latest_position` of each topic partition, asked on up to the admin's
+        ``max_workers`` threads (one round trip to a broker each: one after the other,
+        a thousand partitions take seconds)."""
+        if not topics:
+            return {}
+        self._pulsar()  # opened once, before the threads share it
+        assert self.options.admin is not None  # required by EntriesOptions.parse
+        workers = min(self.options.admin.max_workers, len(topics))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return dict(zip(topics, pool.map(self.latest_position, topics), strict=True))
+
     def _ledger_lists(self, topics: Sequence[str]) -> dict[str, Ledgers]:
         """Each topic partition's ledger list, read concurrently (a batch after a ledger
         rolled everywhere asks for every partition's)."""
@@ -216,12 +229,12 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def initialOffset(self) -> dict[str, Any]:
         topics = self.topics()
         if self.options.starting_position is StartingPosition.LATEST:
-            return entries_offset({t: self.latest_position(t) for t in topics})
+            return entries_offset(self.latest_positions(topics))
         return entries_offset({t: BEFORE_ALL for t in topics})
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: fix the target now; later entries wait for the next run."""
-        self._available_now = {t: self.latest_position(t) for t in self.topics()}
+        self._available_now = self.latest_positions(self.topics())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_rows_per_batch
@@ -244,9 +257,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             for t, pos in self._available_now.items():
                 latest[t] = max(latest.get(t, BEFORE_ALL), pos)
         else:
-            for t in self.topics():
-                latest.setdefault(t, BEFORE_ALL)  # a newly discovered partition: from its start
-                latest[t] = max(latest[t], self.latest_position(t))
+            for t, pos in self.latest_positions(self.topics()).items():
+                # A newly discovered partition: from its start.
+                latest[t] = max(latest.get(t, BEFORE_ALL), pos)
         if not isinstance(limit, ReadMaxRows):
             return entries_offset(latest)
         return entries_offset(self._limit(begin, latest, limit.max_rows))

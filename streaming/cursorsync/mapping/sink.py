@@ -52,6 +52,22 @@ _STATE_NAME = re.compile(r"builder-(\d+)\.(?:arrow|json)(?:\.part)?")
 _NOTHING = TopicMapping()
 
 
+
+class _Phases:
+    """Seconds per phase of one batch, for the debug log."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._at = time.perf_counter()
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = now - self._at
+        self._at = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.3f}" for k, v in self.seconds.items())
+
 class MappingMetrics(Protocol):
     """What the mapping sink records (:class:`cursorsync.app.metrics.Metrics` does)."""
 
@@ -153,15 +169,21 @@ class MappingSink:
 
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
+        clock = _Phases()
         self._prepare(batch_id)
+        clock.step("prepare")
         table = unpack_batches(df.toArrow(), EVIDENCE_COLUMNS)
+        clock.step("read")  # the batch's Spark tasks: every range's reader
         if self.topology is not None and table.num_rows:
             self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)
+        clock.step("build")  # pairs, evidence, the skipped ids' check
         if self.crash_after_process is not None:
             self.crash_after_process(batch_id, outcome)
         self._write(outcome, batch_id)
+        clock.step("write")
         self._keep_state(batch_id)
+        clock.step("state")
         self.skipped_waiting = sum(outcome.skipped_waiting.values())
         if self.skipped_waiting and self.wake_file is not None:
             # Checked next batch, even with no new entries.
@@ -177,6 +199,7 @@ class MappingSink:
                  outcome.given_up_target, outcome.skipped_claimed, outcome.skipped_ids,
                  outcome.skipped_mapped,
                  self.skipped_waiting, outcome.anchors, outcome.unpaired)
+        log.debug("mapping batch %d seconds by phase: %s", batch_id, clock)
 
     def _write(self, outcome: BatchOutcome, batch_id: int) -> None:
         """The batch's mapping rows (a live row for each partition the sync found rows
