@@ -73,7 +73,6 @@ the driver reads for admission control anyway.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
@@ -104,7 +103,7 @@ from cursorsync.mapping.entries_options import (
     parse_columns,
     parse_layout,
 )
-from cursorsync.mapping.entries_read import freeze_worker_heap, read_entries
+from cursorsync.mapping.entries_read import freeze_worker_heap, read_ranges
 from cursorsync.mapping.entries_rows import arrow_batches, pack_batches
 from cursorsync.mapping.entries_tasks import (
     BEFORE_ALL,
@@ -357,7 +356,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         assert isinstance(partition, EntriesTask)
         freeze_worker_heap()
         first = partition.ranges[0]  # the output options are the same for every range
-        rows = itertools.chain.from_iterable(read_entries(r) for r in partition.ranges)
+        rows = read_ranges(partition.ranges)
         batches = arrow_batches(rows, first.columns)
         return pack_batches(batches, first.cluster) if first.packed else batches
 

@@ -8,7 +8,8 @@ import contextlib
 import gc
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -67,6 +68,23 @@ def _close_clients() -> None:
             with contextlib.suppress(Exception):  # best effort, at exit
                 client.close()
         _CLIENTS.clear()
+
+
+#: Ranges of one task read at the same time, each on its own reader: opening a reader is a
+#: round trip to a broker, and most of a task's ranges hold a few entries each.
+RANGES_AT_ONCE = 4
+
+
+def read_ranges(ranges: Sequence[EntriesPartition]) -> Iterator[Row]:
+    """The rows of every range, range after range in the order given (each range's rows
+    as :func:`read_entries` yields them), up to RANGES_AT_ONCE ranges read at once. A task
+    holds at most ``entriesPerTask`` entries unless it is one range, read as it streams."""
+    if len(ranges) == 1:
+        yield from read_entries(ranges[0])
+        return
+    with ThreadPoolExecutor(max_workers=min(RANGES_AT_ONCE, len(ranges))) as pool:
+        for rows in pool.map(lambda r: list(read_entries(r)), ranges):
+            yield from rows
 
 
 def read_entries(part: EntriesPartition) -> Iterator[Row]:

@@ -15,7 +15,7 @@ import pytest
 
 from cursorsync.core.positions import Position
 from cursorsync.mapping.entries_options import EntriesReadError
-from cursorsync.mapping.entries_read import read_entries
+from cursorsync.mapping.entries_read import RANGES_AT_ONCE, read_entries, read_ranges
 from cursorsync.mapping.entries_rows import arrow_batches
 from cursorsync.mapping.entries_tasks import EntriesPartition
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
@@ -117,6 +117,29 @@ def test_ranges_across_ledgers_are_sized_from_the_ledger_list(
         r.stop()
         restarted.stop()
     assert batches == [[[(True, 97, 97), (True, 3, 3)]], [[(True, 33, 33)]]]
+
+
+@pytest.mark.integration
+def test_a_tasks_ranges_read_at_once_give_each_ranges_rows_in_order(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A task of many small ranges reads several at once, each on its own reader: the rows
+    are those of the ranges read one after the other, range after range."""
+    topics = [local_topic(testbed, "a", topic_name(f"r{i}"))[0]
+              for i in range(2 * RANGES_AT_ONCE + 1)]
+    client = client_of(testbed, "a")
+    for i, t in enumerate(topics):
+        produce(client, t, unbatched=1 + i % 3, batches=[2 + i % 2])
+    r = entries_reader(testbed, topics)
+    try:
+        offset = r.initialOffset()
+        end = r.latestOffset(offset, r.getDefaultReadLimit())
+        ranges = [x for task in r.partitions(offset, end) for x in task.ranges]
+        assert len(ranges) == len(topics)
+        one_by_one = [row for x in ranges for row in read_entries(x)]
+        assert list(read_ranges(ranges)) == one_by_one
+        assert len(one_by_one) == sum(1 + i % 3 + 2 + i % 2 for i in range(len(topics)))
+    finally:
+        r.stop()
 
 
 @pytest.mark.integration
