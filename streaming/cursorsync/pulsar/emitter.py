@@ -14,7 +14,11 @@ The consumer has a zero receiver queue, so the broker dispatches nothing to
 it, and it acks ``MessageId(partition, ledger, entry, -1)``: the whole entry,
 no batch index. A broker applies an individual or cumulative ack of any
 ``ledger:entry`` from any consumer of the subscription, received or not
-(pinned in ``tests/integration/bed/test_pulsar_facts.py``). The Python client has no list ack
+(pinned in ``tests/integration/bed/test_pulsar_facts.py``). An id the client did not deliver
+is acked whole even with a batch index and batch-index acknowledgement on: only a delivered
+message's id carries its batch's acker (pinned in
+``tests/integration/bed/test_batch_index_ack_facts.py``), so batch indexes cannot be acked
+on the target through this client. The Python client has no list ack
 and does not expose the ack-grouping settings, so individual acks go out
 asynchronously, ``ack_batch_size`` at a time, and the C++ client's ack
 grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.

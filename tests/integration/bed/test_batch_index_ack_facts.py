@@ -119,3 +119,34 @@ def test_an_unbatched_entry_holds_one_message(batch_index_bed: TestBed,
     with AdminClient(AdminSettings.from_urls(bed.admin_url("a"), cluster="a")) as admin:
         raw = admin.raw_entry(topic, mid.ledger_id(), mid.entry_id())
     assert raw is not None and raw.messages == 1
+
+
+@pytest.mark.parametrize("how", ["constructed", "deserialized"])
+def test_the_python_client_acks_a_whole_entry_for_an_id_it_did_not_deliver(
+        batch_index_bed: TestBed, how: str) -> None:
+    """Only an id the client delivered (its batch's acker attached) acks one batch index.
+    An id built from numbers, or read back from bytes, is acked as its whole entry, batch
+    index or not, with batch-index acknowledgement on in the broker and the consumer: so
+    cursorsync's emitter acks whole entries only, and exact batches on the target cannot
+    go through pulsar-client."""
+    bed = batch_index_bed
+    name = f"whole-entry-{how}"
+    consumer, got = _two_batches(bed, name, index_acks=True)
+    first = got[0].message_id()
+    ledger, entry = first.ledger_id(), first.entry_id()
+    # Index 2 of the first batch, which the consumer above left unacked (with 3 and 4).
+    built = pulsar.MessageId(first.partition(), ledger, entry, 2)
+    if how == "deserialized":
+        built = pulsar.MessageId.deserialize(got[2].message_id().serialize())
+    assert (built.ledger_id(), built.entry_id(), built.batch_index()) == (ledger, entry, 2)
+    consumer.acknowledge(built)
+    whole = f"{ledger}:{entry + 1}"  # both entries acked whole
+    deadline = time.monotonic() + 30
+    while True:
+        cursor = bed.internal_stats("a", name)["cursors"]["s"]
+        if cursor["markDeletePosition"] == whole or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert (cursor["markDeletePosition"], cursor["individuallyDeletedMessages"]) == (whole, "[]")
+    consumer.close()
+    assert _redelivered(bed, name, index_acks=True) == []  # 3 and 4 with them
