@@ -138,6 +138,12 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
              timeout_s=60)
     killed.kill()
     killed.wait(timeout=30)
+    # Chunks the broker already buffered from the killed producer are still written after
+    # the kill; once the broker has dropped the producer no more are, so "after" is last.
+    wait_for("the killed producer dropped by a", lambda: not any(
+        p.get("producerName") == "chunky-killed"
+        for p in testbed.admin_call("a", "GET", stats_path, ok=(200,))["publishers"]),
+        timeout_s=120)
     producer = a.create_producer(t, batching_enabled=False)
     producer.send(b"after")
     producer.close()
