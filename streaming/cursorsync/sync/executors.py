@@ -65,6 +65,14 @@ def _mappings(store: TableStore, keys: set[PartitionKey],
 _MARKERS: dict[str, MarkerCache] = {}
 
 
+def worker_marker_cache(source_admin_url: str) -> MarkerCache:
+    """This worker's marker cache for a source. The task function is a closure, which
+    cloudpickle ships by value with a copy of the module globals it names: a global named
+    there directly would be a new, empty dict every task. A module-level function goes by
+    reference, so the cache it returns is this process's."""
+    return _MARKERS.setdefault(source_admin_url, MarkerCache())
+
+
 def sync_partitions(settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
                     cumulative: bool,
                     topologies: Mapping[str, Topology | None] | None = None) -> Any:
@@ -97,8 +105,7 @@ def sync_partitions(settings: ExecutorSettings, batch_id: int, *, dry_run: bool,
             step.previous = previous_states(store, obs, batch_id, **settings.clusters)
             # Source entries found to be markers stay known for the worker's life: a task
             # does not look the same entries up again every batch.
-            step.lookups.cache = _MARKERS.setdefault(settings.source.admin.urls[0],
-                                                     MarkerCache())
+            step.lookups.cache = worker_marker_cache(settings.source.admin.urls[0])
             result = step.run(obs, _mappings(store, {o.key for o in obs}, settings))
             rows = sync_progress_rows(result.records, **settings.clusters)
         finally:
