@@ -17,6 +17,8 @@ Every metric is named ``cursorsync_*``. What each one answers:
 - ``cursorsync_halted_partitions{subscription,cause}``: partitions halted now, by cause.
 - ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
 - ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
+- ``cursorsync_batch_phase_seconds{query,phase}`` (histogram): one phase of a micro-batch:
+  where a batch's time, and so the sync lag, goes (phases named ``a:b`` are parts of ``a``).
 - ``cursorsync_last_successful_sync_timestamp_seconds{subscription}``: alert when it stalls.
 - ``cursorsync_errors_total{stage}``: failures, by pipeline stage.
 - ``cursorsync_table_rows_expired_total{table}``: rows table maintenance deleted (retention).
@@ -202,6 +204,10 @@ class Metrics:
         self._batch_duration = Histogram(
             "cursorsync_batch_duration_seconds", "Time of one micro-batch, by query.",
             ["query"], buckets=BATCH_BUCKETS, registry=r)
+        self._batch_phase = Histogram(
+            "cursorsync_batch_phase_seconds",
+            "Time of one phase of one micro-batch, by query and phase (a phase a:b is part "
+            "of phase a).", ["query", "phase"], buckets=BATCH_BUCKETS, registry=r)
         self._last_sync = Gauge(
             "cursorsync_last_successful_sync_timestamp_seconds",
             "Unix time of the last batch that synced the subscription without error.",
@@ -372,6 +378,11 @@ class Metrics:
 
     def observe_batch(self, query: str, seconds: float) -> None:
         self._batch_duration.labels(query=query).observe(max(0.0, seconds))
+
+    def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None:
+        """The seconds of each phase of one batch of ``query``."""
+        for phase, value in seconds.items():
+            self._batch_phase.labels(query=query, phase=phase).observe(max(0.0, value))
 
     @contextmanager
     def time_batch(self, query: str) -> Iterator[None]:

@@ -77,6 +77,7 @@ class MappingMetrics(Protocol):
     def record_skipped_id_requests(self, kind: str, count: int) -> None: ...
     def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
+    def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None: ...
 
 
 @runtime_checkable
@@ -192,6 +193,7 @@ class MappingSink:
             self.after_batch()
         if self.metrics:
             self._record(table, outcome, time.perf_counter() - t0)
+            self.metrics.observe_batch_phases("mapping", clock.seconds)
         log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
                  "%d of %d skipped target ids claimed as markers and %d mapped as chunks "
                  "(%d wait), %d snapshot anchors, %d unpaired copies",

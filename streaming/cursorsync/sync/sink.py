@@ -99,6 +99,7 @@ class SyncMetrics(Protocol):
     def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
     def set_failover_ready(self, subscription: str, ready: bool) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
+    def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None: ...
     def set_halted(self, counts: Mapping[tuple[str, str], int]) -> None: ...
 
 
@@ -134,7 +135,8 @@ class SyncSink:
         #: Runs after each batch's writes (the job's table maintenance).
         self.after_batch: Callable[[], object] | None = None
         #: Seconds of the last batch by phase (halts, collect, parse, refresh, step, rows,
-        #: write, metrics, collector; collect to rows on the driver path only).
+        #: write, metrics, collector; collect to rows on the driver path only, with the
+        #: step's parts: step:targets, step:translate, step:emit).
         self.timings: dict[str, float] = {}
         #: Rows the last batch wrote to cursor_states and sync_progress.
         self.rows_written = 0
@@ -148,6 +150,8 @@ class SyncSink:
             self._run(df, batch_id)
             t0 = time.perf_counter()
         self.timings["collector"] = time.perf_counter() - t0
+        if self.metrics:
+            self.metrics.observe_batch_phases("sync", self.timings)
 
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
@@ -238,6 +242,11 @@ class SyncSink:
         self._observations.forget(self.idle.keep(self.step, split.rest, obs))
         t4 = time.perf_counter()
         t["step"] = t4 - t3
+        # Parts of the step (a "step:" phase is inside "step"): where a moving cursor's
+        # time goes.
+        t["step:targets"] = result.target_read_seconds
+        t["step:translate"] = result.translate_seconds
+        t["step:emit"] = result.emit_seconds
         if result.deferred:
             log.info("sync batch %d: %d cursors wait for their first plan in the next "
                      "batches (emission.first_plans_per_batch %d)", batch_id, result.deferred,

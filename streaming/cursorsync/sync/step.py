@@ -111,6 +111,9 @@ class StepResult:
     anchor_conflicts: int = 0
     #: Cursors not planned yet, left for the next batches (first_plans_per_batch).
     deferred: int = 0
+    #: Seconds reading the batch's target cursors, and handing plans to the emitter.
+    target_read_seconds: float = 0.0
+    emit_seconds: float = 0.0
 
 
 class SyncStep:
@@ -156,7 +159,9 @@ class SyncStep:
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
         totals = _Totals()
         batch = self._sort(observed, given)
+        t0 = time.perf_counter()
         targets = self._read_targets(batch.work)
+        totals.target_read_seconds = time.perf_counter() - t0
         records: list[SyncRecord] = []
         for item in batch.work:
             if isinstance(item, SyncRecord):  # an idle cursor nothing changed for
@@ -182,7 +187,9 @@ class SyncStep:
             plan = planned.plan
             if lost.entries:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
+            t0 = time.perf_counter()
             emitted = self._emit(obs, item.topic, plan, planned.used, target, lost=lost)
+            totals.emit_seconds += time.perf_counter() - t0
             plan = self._settle(item, planned, plan, emitted, lost, totals)
             records.append(self._record(obs, plan, target, emitted, totals))
         if totals.went_idle > len(self.kept.plans):
@@ -449,6 +456,8 @@ class _Totals:
     refused: int = 0
     halted_count: int = 0
     translate_seconds: float = 0.0
+    target_read_seconds: float = 0.0
+    emit_seconds: float = 0.0
     unavailable: int = 0
     anchor_conflicts: int = 0
     #: Plans that went idle in the batch.
@@ -463,7 +472,7 @@ class _Totals:
     def result(self, records: list[SyncRecord], deferred: int) -> StepResult:
         return StepResult(records, self.acks_sent, self.refused, self.halted_count,
                           self.translate_seconds, self.unavailable, self.anchor_conflicts,
-                          deferred)
+                          deferred, self.target_read_seconds, self.emit_seconds)
 
 
 @dataclass(frozen=True, slots=True)

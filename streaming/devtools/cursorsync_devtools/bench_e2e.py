@@ -45,6 +45,7 @@ from typing import Any
 from cursorsync.app.session import LOCAL_MASTER
 from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
+from cursorsync_devtools.batch_figures import phase_seconds, phase_table
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
 from cursorsync_devtools.testbed.lag_stages import STAGES
@@ -257,6 +258,7 @@ def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
                                    report["backlog"]["entries"], config.target.name)
         with phase("live"):
             result, lag = _live(bed, job, spec, config)
+        lag["batch_phases_mean_s"] = phase_seconds(recorder)
     finally:
         if job is not None:
             job.stop()
@@ -451,6 +453,7 @@ def table(report: Mapping[str, Any]) -> str:
                "every step's time: source poll = ack on a -> the job's cursor_states row; "
                "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
                "it; target = -> b's cursor polled covering it")
+    batch_phases = phase_table(lag.get("batch_phases_mean_s") or {})
     live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
             f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
             f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
@@ -466,7 +469,7 @@ def table(report: Mapping[str, Any]) -> str:
         (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
         for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
-                        lags + "\n" + live, stages, failover, phases))
+                        lags + "\n" + live, stages, batch_phases, failover, phases))
 
 
 def _plural(n: int, noun: str) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH, Config, load_config, parse_config
 from cursorsync.errors import CursorSyncError
+from cursorsync_devtools import batch_figures
 from cursorsync_devtools.demo_report import DemoReport
 
 log = logging.getLogger(__name__)
@@ -124,41 +125,6 @@ def caught_up(store: Any, config: Config, *, after: float, since_batch: int,
                 moment = (last_sent[-1] if last_sent else settled[0])["emitted_at"]
                 done_at = max(done_at, moment.replace(tzinfo=UTC).timestamp())
     return done_at - after
-
-
-def _requests(metrics: Any) -> dict[str, float]:
-    """The job's ``cursorsync_skipped_id_requests`` by kind."""
-    if metrics is None:
-        return {}
-    return {s.labels["kind"]: s.value for family in metrics.registry.collect()
-            if family.name == "cursorsync_skipped_id_requests"
-            for s in family.samples if s.name.endswith("_total")}
-
-
-def _batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
-    """Batches, mean seconds and the p99 bucket per query, from the job's histogram."""
-    if metrics is None:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    for family in metrics.registry.collect():
-        if family.name != "cursorsync_batch_duration_seconds":
-            continue
-        by_query: dict[str, dict[str, Any]] = {}
-        for s in family.samples:
-            q = by_query.setdefault(s.labels["query"], {"buckets": []})
-            if s.name.endswith("_count"):
-                q["count"] = s.value
-            elif s.name.endswith("_sum"):
-                q["sum"] = s.value
-            elif s.name.endswith("_bucket"):
-                q["buckets"].append((float(s.labels["le"]), s.value))
-        for query, q in by_query.items():
-            n = q.get("count", 0.0)
-            if not n:
-                continue
-            p99 = next((le for le, c in sorted(q["buckets"]) if c >= 0.99 * n), float("inf"))
-            out[query] = {"batches": n, "mean_s": round(q["sum"] / n, 3), "p99_at_most_s": p99}
-    return out
 
 
 def _settled(got: list[dict[str, Any]], *, exact_needed: bool,
@@ -337,8 +303,9 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                 caught += after - result.last_ack_at  # from the last ack on a
         sync_batches += job.sync_sink.last_batch + 1
         mapping_batches += job.mapping_sink.last_batch + 1
-        batch_seconds = _batch_seconds(job.sync_sink.metrics)
-        requests = _requests(job.sync_sink.metrics)
+        batch_seconds = batch_figures.batch_seconds(job.sync_sink.metrics)
+        phases = batch_figures.phase_seconds(job.sync_sink.metrics)
+        requests = batch_figures.skipped_id_requests(job.sync_sink.metrics)
     finally:
         job.stop()
     marks: dict[str, dict[str, str]] = {sync_subscription(k): {} for k in
@@ -376,7 +343,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
-                      batch_seconds=batch_seconds, target_marks=marks,
+                      batch_seconds=batch_seconds, phase_seconds=phases, target_marks=marks,
                       skipped_id_requests=requests, forecast=forecast,
                       batch_index_acks=spec.batch_index_acks, source_restart=on_a_again,
                       builtin_source_restart=builtin_on_a_again)

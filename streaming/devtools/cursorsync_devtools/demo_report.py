@@ -55,6 +55,8 @@ class DemoReport:
     #: Per query (mapping, sync): batches, mean seconds, and the histogram bucket that
     #: holds the 99th percentile (from the job's own metrics).
     batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Per query, each phase's mean seconds per batch (``demo.phase_seconds``).
+    phase_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     #: b's markDeletePosition per sync subscription and topic partition when the job
     #: stopped, before the failover check's consumers (whose dispatchers ack the markers
     #: they read) connect: what the sync alone made of b's cursors.

@@ -307,6 +307,9 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     sample = metrics.registry.get_sample_value
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "claimed"}) == 1
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "unclaimed"}) == 1
+    for phase in ("prepare", "read", "build", "write", "state"):
+        assert sample("cursorsync_batch_phase_seconds_count",
+                      {"query": "mapping", "phase": phase}) == 1, phase
     # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
     live = LiveLedgers()
     again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check,

@@ -35,6 +35,7 @@ def test_every_metric_appears_with_its_labels() -> None:
     m.record_rewound("billing", 9)
     m.observe_translation(0.003)
     m.observe_batch("sync", 1.2)
+    m.observe_batch_phases("mapping", {"read": 0.7, "build": 0.2})
     m.mark_synced("billing", at=1_700_000_000.0)
     m.record_error("emit")
     m.record_error("emit")
@@ -54,6 +55,9 @@ def test_every_metric_appears_with_its_labels() -> None:
     assert sample(m, "cursorsync_rewound_entries_total", subscription="billing") == 9
     assert sample(m, "cursorsync_translation_seconds_count") == 1
     assert sample(m, "cursorsync_batch_duration_seconds_count", query="sync") == 1
+    assert sample(m, "cursorsync_batch_phase_seconds_sum", query="mapping", phase="read") == 0.7
+    assert sample(m, "cursorsync_batch_phase_seconds_count", query="mapping",
+                  phase="build") == 1
     assert sample(m, "cursorsync_last_successful_sync_timestamp_seconds",
                   subscription="billing") == 1_700_000_000.0
     assert sample(m, "cursorsync_errors_total", stage="emit") == 2

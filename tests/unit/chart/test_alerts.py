@@ -261,6 +261,7 @@ def exercised_metrics() -> Metrics:
     m.set_redelivery_forecast("settlement", "acked_unmapped", {"persistent://t/n/topic#0": 1})
     m.observe_translation(0.001)
     m.observe_batch("sync", 1.0)
+    m.observe_batch_phases("sync", {"step": 0.5})
     m.mark_synced("settlement")
     m.record_error("emit")
     m.record_maintenance("mappings", 1)

@@ -56,3 +56,16 @@ def test_snapshot_evidence_alone_needs_quiet_batches_spanning_the_settle_time() 
     assert isinstance(_settled(got, exact_needed=False, quiet_for_s=4), str)
     settled = _settled(got, exact_needed=False, quiet_for_s=3)
     assert isinstance(settled, list) and [r["batch_id"] for r in settled] == list(range(7))
+
+
+def test_phase_means_come_from_the_jobs_phase_histogram() -> None:
+    from cursorsync.app.metrics import Metrics
+    from cursorsync_devtools.batch_figures import phase_seconds
+
+    m = Metrics()
+    m.observe_batch_phases("sync", {"step": 2.0, "step:targets": 1.5, "write": 0.25})
+    m.observe_batch_phases("sync", {"step": 4.0, "step:targets": 2.5, "write": 0.75})
+    m.observe_batch_phases("mapping", {"read": 9.0})
+    assert phase_seconds(m) == {"mapping": {"read": 9.0},
+                                "sync": {"step": 3.0, "step:targets": 2.0, "write": 0.5}}
+    assert phase_seconds(None) == {}

@@ -133,3 +133,34 @@ def test_failover_readiness_follows_each_partitions_last_row(tmp_path: Path) -> 
     assert ready("audit") == 1
     batch(_record(PartitionKey(topic, 0), "billing", result="halted"))
     assert ready("billing") == 0
+
+
+def test_each_batch_observes_its_phases_with_the_steps_parts(tmp_path: Path) -> None:
+    """Where a batch's time goes: every phase of the driver path is observed once per batch,
+    with the step's parts (target reads, translation, emission) inside the step."""
+    from cursorsync.core.cursor import CursorState
+    from cursorsync.core.ledgers import Ledgers
+    from tests.support.sink_world import T0 as START
+    from tests.support.sink_world import (
+        RecordingEmitter,
+        new_sink,
+        polled,
+        store_with_mapping,
+    )
+
+    config = sink_config(tmp_path)
+    store = store_with_mapping(config)
+    target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
+    metrics = Metrics()
+    step = new_sink(config, store, RecordingEmitter(), target, None).step
+    sink = SyncSink(sync_sink_settings(config), store, step, metrics)
+    sink(polled("5:9", START), 0)
+    sink(polled("5:12", START + timedelta(seconds=1)), 1)
+    phases = {"halts", "collect", "refresh", "parse", "step", "step:targets",
+              "step:translate", "step:emit", "rows", "write", "metrics", "collector"}
+    assert set(sink.timings) == phases
+    for phase in phases:
+        assert sample(metrics, "cursorsync_batch_phase_seconds_count", query="sync",
+                      phase=phase) == 2, phase
+    parts = sum(sink.timings[p] for p in ("step:targets", "step:translate", "step:emit"))
+    assert parts <= sink.timings["step"]

@@ -1,0 +1,82 @@
+"""Figures read from a job's own metrics registry, for the demo and the benchmarks: batch
+times per query and per phase (where the time, and so the sync lag, goes), and the admin
+requests the classification of skipped ids made."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def skipped_id_requests(metrics: Any) -> dict[str, float]:
+    """The job's ``cursorsync_skipped_id_requests`` by kind."""
+    if metrics is None:
+        return {}
+    return {s.labels["kind"]: s.value for family in metrics.registry.collect()
+            if family.name == "cursorsync_skipped_id_requests"
+            for s in family.samples if s.name.endswith("_total")}
+
+
+def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
+    """Mean seconds per batch of each phase, per query, from the job's phase histogram
+    (a phase ``a:b`` is part of ``a``): where the batches' time, and the lag, goes."""
+    if metrics is None:
+        return {}
+    sums: dict[tuple[str, str], float] = {}
+    counts: dict[tuple[str, str], float] = {}
+    for family in metrics.registry.collect():
+        if family.name != "cursorsync_batch_phase_seconds":
+            continue
+        for s in family.samples:
+            key = (s.labels["query"], s.labels["phase"])
+            if s.name.endswith("_sum"):
+                sums[key] = s.value
+            elif s.name.endswith("_count"):
+                counts[key] = s.value
+    out: dict[str, dict[str, float]] = {}
+    for (query, phase), n in sorted(counts.items()):
+        if n:
+            out.setdefault(query, {})[phase] = round(sums.get((query, phase), 0.0) / n, 3)
+    return out
+
+
+def batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
+    """Batches, mean seconds and the p99 bucket per query, from the job's histogram."""
+    if metrics is None:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for family in metrics.registry.collect():
+        if family.name != "cursorsync_batch_duration_seconds":
+            continue
+        by_query: dict[str, dict[str, Any]] = {}
+        for s in family.samples:
+            q = by_query.setdefault(s.labels["query"], {"buckets": []})
+            if s.name.endswith("_count"):
+                q["count"] = s.value
+            elif s.name.endswith("_sum"):
+                q["sum"] = s.value
+            elif s.name.endswith("_bucket"):
+                q["buckets"].append((float(s.labels["le"]), s.value))
+        for query, q in by_query.items():
+            n = q.get("count", 0.0)
+            if not n:
+                continue
+            p99 = next((le for le, c in sorted(q["buckets"]) if c >= 0.99 * n), float("inf"))
+            out[query] = {"batches": n, "mean_s": round(q["sum"] / n, 3), "p99_at_most_s": p99}
+    return out
+
+
+def phase_table(by_phase: Mapping[str, Mapping[str, float]]) -> str:
+    """The mean seconds per batch of each phase, a column per query."""
+    from cursorsync.app.render import format_table
+
+    names = sorted({p for q in by_phase.values() for p in q})
+    table = format_table(("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "SYNC"), [
+        (name, _s(by_phase.get("mapping", {}).get(name)), _s(by_phase.get("sync", {}).get(name)))
+        for name in names], right=(1, 2))
+    return table + ('\n("step:..." is part of "step"; "read" is the mapping batch\'s Spark tasks, '
+                    "every range's reader)")
+
+
+def _s(v: float | None) -> str | None:
+    return None if v is None else f"{v:.2f}"
