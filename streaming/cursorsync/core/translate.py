@@ -55,11 +55,8 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     the pair says nothing.
 
     Only counting uses this; nothing is acked because of it. A gap is judged only when
-    each of its target ends is an entry of ``target_ledgers`` or lies before its first
-    ledger (a stale list says nothing about what lies past it); without a ledger list
-    nothing is implied. Target entries before the first ledger are deleted: no consumer
-    of the target can receive them, so a counterpart there is not waited for either, and
-    only the gap's live entries must be known skippable.
+    both its target ends are entries of ``target_ledgers`` (a stale list says nothing
+    about what lies past it); without a ledger list nothing is implied.
     """
     rows = mapping.segments.rows
     if len(rows) < 2 or target_ledgers is None or not len(target_ledgers.ids):
@@ -70,9 +67,8 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     t_next_l, t_next_e = tl[1:], te[1:]
     s_end_e = se[:-1] + n[:-1] - 1
     forward = (sl[1:] > sl[:-1]) | ((sl[1:] == sl[:-1]) & (se[1:] > s_end_e))
-    first = target_ledgers.ids[0]
-    known = (forward & (_exists(target_ledgers, t_end_l, t_end_e) | (t_end_l < first))
-             & (_exists(target_ledgers, t_next_l, t_next_e) | (t_next_l < first)))
+    known = (forward & _exists(target_ledgers, t_end_l, t_end_e)
+             & _exists(target_ledgers, t_next_l, t_next_e))
     gaps = np.stack([t_end_l, t_end_e, t_next_l, t_next_e - 1], axis=1)
     rest = RangeSet(gaps[known]) - mapping.skippable.ranges()
     blocked = np.zeros(len(gaps), bool)

@@ -8,7 +8,7 @@ It needs the full ledger lists of both sides, since it enumerates entries.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -105,8 +105,7 @@ def oracle_translate(
         # the first mapped one is a skippable or foreign entry (replication starts there).
         starts_mapped = all(q in skippable or q in foreign
                             for q in tgt_universe if q < first_target)
-        first_listed = int(target_ledgers.ids[0]) if len(target_ledgers.ids) else None
-        implied = implied_unreplicated(back, skippable, tgt_universe, first_listed)
+        implied = implied_unreplicated(back, skippable, tgt_universe)
         unmapped = sum(1 for p in src_acked
                        if (p >= first or not starts_mapped) and p not in mapped_sources
                        and p not in unreplicated and not implied(p))
@@ -114,22 +113,16 @@ def oracle_translate(
 
 
 def implied_unreplicated(back: dict[Position, Position], skippable: set[Position],
-                         tgt_universe: list[Position],
-                         first: int | None) -> Callable[[Position], bool]:
+                         tgt_universe: list[Position]) -> Callable[[Position], bool]:
     """Per entry: whether a source position lies strictly between the sources s1 < s2 of
     two mapped target entries t1 < t2 that are next to each other among mapped target
-    entries, each exists or lies in a ledger before the ``first`` listed one (deleted),
-    and only skippable entries exist between them."""
+    entries, both exist, and have only skippable entries between them."""
     index = {p: i for i, p in enumerate(tgt_universe)}
-
-    def known(t: Position) -> bool:
-        return t in index or (first is not None and t.ledger < first)
-
     quiet: list[tuple[Position, Position]] = []  # (s1, s2) of each qualifying pair
     for t1, t2 in pairwise(sorted(back)):
         s1, s2 = back[t1], back[t2]
-        inside = tgt_universe[bisect_right(tgt_universe, t1):bisect_left(tgt_universe, t2)]
-        if s1 < s2 and known(t1) and known(t2) and all(p in skippable for p in inside):
+        if s1 < s2 and t1 in index and t2 in index and all(
+                p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
             quiet.append((s1, s2))
 
     def between(p: Position) -> bool:

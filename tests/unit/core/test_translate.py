@@ -217,27 +217,6 @@ def test_implied_unreplicated_never_holds_a_replicated_entry(w: World) -> None:
 
 
 @SETTINGS
-@given(worlds(), st.integers(1, 3))
-def test_implied_unreplicated_past_deleted_target_ledgers_holds_only_their_entries(
-        w: World, trimmed: int) -> None:
-    """With the target's first ledgers deleted (consumed, or expired by retention), an
-    entry left out of the unmapped count as never replicated has no data counterpart the
-    target still holds that the mapping does not know: any other lies in a deleted ledger,
-    which no consumer of the target can receive."""
-    from cursorsync.core.translate import implied_unreplicated
-
-    ids, counts = w.target_ledgers.ids, w.target_ledgers.entries
-    if len(ids) <= trimmed:
-        return
-    live = Ledgers.of(zip(ids[trimmed:].tolist(), counts[trimmed:].tolist(), strict=True))
-    implied = set(implied_unreplicated(w.mapping, live).iter_entries(w.source_ledgers))
-    mapped = w.mapping.segments.source_ranges()
-    for target, source in w.origin.items():
-        if source in implied and not mapped.contains(source):
-            assert target.ledger < live.ids[0], (target, source)
-
-
-@SETTINGS
 @given(worlds())
 def test_implied_unreplicated_finds_every_gap_full_evidence_explains(w: World) -> None:
     """With every pair and every marker known and nothing foreign, each unreplicated source

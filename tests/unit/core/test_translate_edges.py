@@ -7,8 +7,6 @@ agrees, and the guard passes the plan.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from cursorsync.core.cursor import AckPlan, CursorState
@@ -221,43 +219,6 @@ def test_each_pair_is_judged_against_its_own_predecessor() -> None:
         Segment(4, 1, 7, 6, 2)]))
     assert implied_unreplicated(mapping, Ledgers.of([(7, 8)])) == RangeSet.of(
         ("3:1", "3:3"), ("3:5", "4:0"))
-
-
-def test_gaps_in_deleted_target_ledgers_wait_for_nothing() -> None:
-    """Seen at 1,000 partitions: the target deleted its consumed ledgers 5 and 6 while the
-    source keeps ledger 1. 1:0 -> 5:0, 1:3 -> 6:1, 1:6 -> 7:2, 1:9 -> 7:6; markers between
-    them on both sides, the live ones 7:0, 7:1 known, 7:3..7:5 not. The counterparts of
-    1:1, 1:2 (between 5:0 and 6:1) and of 1:4, 1:5 (before 7:0) could only be deleted
-    entries, which no consumer of the target receives: not waited for. 7:3..7:5 may be
-    data, so 1:7, 1:8 still wait."""
-    source = CursorState(Position(1, 9), RangeSet(), Ledgers.of([(1, 10)]))
-    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 1), Segment(1, 3, 6, 1, 1),
-                                          Segment(1, 6, 7, 2, 1), Segment(1, 9, 7, 6, 1)]),
-                           skippable=Runs.of((7, 0, 2)))
-    target = _fresh((7, 7))
-    assert implied_unreplicated(mapping, target.ledgers) == RangeSet.of(("1:0", "1:2"),
-                                                                         ("1:3", "1:5"))
-    assert _unmapped_counts(source, mapping, target) == (2, 2)  # 1:7, 1:8
-    known = replace(mapping, skippable=Runs.of((7, 0, 2), (7, 3, 3)))
-    assert _unmapped_counts(source, known, target) == (0, 0)
-    assert translate(source, known, target).outcome == "exact"
-
-
-def _unmapped_counts(source: CursorState, mapping: TopicMapping, target: CursorState,
-                     ) -> tuple[int, int]:
-    """The plan's unmapped acked entries, and the per-entry oracle's."""
-    assert source.ledgers is not None and target.ledgers is not None
-    o = oracle_translate(source.mark_delete, source.individually_deleted, source.ledgers,
-                         mapping, target.mark_delete, target.individually_deleted,
-                         target.ledgers)
-    return translate(source, mapping, target).unmapped_acked_entries, o.unmapped_acked_entries
-
-
-def test_a_gap_ending_in_an_unlisted_ledger_past_the_first_says_nothing() -> None:
-    """1:0 -> 7:0, 1:3 -> 8:0 with ledger 8 missing from a list that starts at 7 (a stale
-    list): only ledgers before the first are known deleted, so 1:1, 1:2 wait."""
-    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 1), Segment(1, 3, 8, 0, 1)]))
-    assert implied_unreplicated(mapping, Ledgers.of([(7, 1)])) == RangeSet()
 
 
 # ---------------------------------------------------------------- keys that cannot hold
