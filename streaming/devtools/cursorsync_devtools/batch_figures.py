@@ -4,35 +4,36 @@ requests the classification of skipped ids made."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+
+def _samples(metrics: Any, family: str) -> Iterator[Any]:
+    """The samples of one metric family of the job's registry (none without metrics)."""
+    if metrics is None:
+        return
+    for found in metrics.registry.collect():
+        if found.name == family:
+            yield from found.samples
 
 
 def skipped_id_requests(metrics: Any) -> dict[str, float]:
     """The job's ``cursorsync_skipped_id_requests`` by kind."""
-    if metrics is None:
-        return {}
-    return {s.labels["kind"]: s.value for family in metrics.registry.collect()
-            if family.name == "cursorsync_skipped_id_requests"
-            for s in family.samples if s.name.endswith("_total")}
+    return {s.labels["kind"]: s.value for s in _samples(metrics, "cursorsync_skipped_id_requests")
+            if s.name.endswith("_total")}
 
 
 def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
     """Mean seconds per batch of each phase, per query, from the job's phase histogram
     (a phase ``a:b`` is part of ``a``): where the batches' time, and the lag, goes."""
-    if metrics is None:
-        return {}
     sums: dict[tuple[str, str], float] = {}
     counts: dict[tuple[str, str], float] = {}
-    for family in metrics.registry.collect():
-        if family.name != "cursorsync_batch_phase_seconds":
-            continue
-        for s in family.samples:
-            key = (s.labels["query"], s.labels["phase"])
-            if s.name.endswith("_sum"):
-                sums[key] = s.value
-            elif s.name.endswith("_count"):
-                counts[key] = s.value
+    for s in _samples(metrics, "cursorsync_batch_phase_seconds"):
+        key = (s.labels["query"], s.labels["phase"])
+        if s.name.endswith("_sum"):
+            sums[key] = s.value
+        elif s.name.endswith("_count"):
+            counts[key] = s.value
     out: dict[str, dict[str, float]] = {}
     for (query, phase), n in sorted(counts.items()):
         if n:
@@ -42,27 +43,22 @@ def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
 
 def batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
     """Batches, mean seconds and the p99 bucket per query, from the job's histogram."""
-    if metrics is None:
-        return {}
+    by_query: dict[str, dict[str, Any]] = {}
+    for s in _samples(metrics, "cursorsync_batch_duration_seconds"):
+        q = by_query.setdefault(s.labels["query"], {"buckets": []})
+        if s.name.endswith("_count"):
+            q["count"] = s.value
+        elif s.name.endswith("_sum"):
+            q["sum"] = s.value
+        elif s.name.endswith("_bucket"):
+            q["buckets"].append((float(s.labels["le"]), s.value))
     out: dict[str, dict[str, float]] = {}
-    for family in metrics.registry.collect():
-        if family.name != "cursorsync_batch_duration_seconds":
+    for query, q in by_query.items():
+        n = q.get("count", 0.0)
+        if not n:
             continue
-        by_query: dict[str, dict[str, Any]] = {}
-        for s in family.samples:
-            q = by_query.setdefault(s.labels["query"], {"buckets": []})
-            if s.name.endswith("_count"):
-                q["count"] = s.value
-            elif s.name.endswith("_sum"):
-                q["sum"] = s.value
-            elif s.name.endswith("_bucket"):
-                q["buckets"].append((float(s.labels["le"]), s.value))
-        for query, q in by_query.items():
-            n = q.get("count", 0.0)
-            if not n:
-                continue
-            p99 = next((le for le, c in sorted(q["buckets"]) if c >= 0.99 * n), float("inf"))
-            out[query] = {"batches": n, "mean_s": round(q["sum"] / n, 3), "p99_at_most_s": p99}
+        p99 = next((le for le, c in sorted(q["buckets"]) if c >= 0.99 * n), float("inf"))
+        out[query] = {"batches": n, "mean_s": round(q["sum"] / n, 3), "p99_at_most_s": p99}
     return out
 
 
