@@ -9,7 +9,8 @@ from pathlib import Path
 
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.queries import sync_sink_settings
-from cursorsync.core.cursor import AckPlan
+from cursorsync.core.cursor import AckPlan, CursorState
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey, SyncRecord
@@ -18,7 +19,14 @@ from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.tables import open_store
 from cursorsync.tables.rows import sync_progress_rows
 from tests.support.metrics_text import sample
-from tests.support.sink_world import sink_config
+from tests.support.sink_world import (
+    T0,
+    RecordingEmitter,
+    new_sink,
+    polled,
+    sink_config,
+    store_with_mapping,
+)
 
 T = datetime(2026, 11, 26, tzinfo=UTC)
 PLAN = AckPlan(Position(7, 9), RangeSet(), RangeSet(), Position(7, 9), 0, 0, 0, 0, "exact")
@@ -138,24 +146,14 @@ def test_failover_readiness_follows_each_partitions_last_row(tmp_path: Path) -> 
 def test_each_batch_observes_its_phases_with_the_steps_parts(tmp_path: Path) -> None:
     """Where a batch's time goes: every phase of the driver path is observed once per batch,
     with the step's parts (target reads, translation, emission) inside the step."""
-    from cursorsync.core.cursor import CursorState
-    from cursorsync.core.ledgers import Ledgers
-    from tests.support.sink_world import T0 as START
-    from tests.support.sink_world import (
-        RecordingEmitter,
-        new_sink,
-        polled,
-        store_with_mapping,
-    )
-
     config = sink_config(tmp_path)
     store = store_with_mapping(config)
     target = [CursorState(Position(7, -1), ledgers=Ledgers.of([(7, 20)]))]
     metrics = Metrics()
     step = new_sink(config, store, RecordingEmitter(), target, None).step
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
-    sink(polled("5:9", START), 0)
-    sink(polled("5:12", START + timedelta(seconds=1)), 1)
+    sink(polled("5:9", T0), 0)
+    sink(polled("5:12", T0 + timedelta(seconds=1)), 1)
     phases = {"halts", "collect", "refresh", "parse", "step", "step:targets",
               "step:translate", "step:emit", "rows", "write", "metrics", "collector"}
     assert set(sink.timings) == phases
