@@ -6,9 +6,13 @@ replicated subscriptions write markers (runs) and snapshots (anchors) a few time
 while messages flow. A broker deletes a ledger once every cursor of the topic is past it,
 so a target entry in a deleted ledger is acked on the target for good and has no entry to
 ack: the target-side runs and the anchors that name only such entries are dead, and so are
-the source-side runs in the source's deleted ledgers. A segment is dead once both its
-ledgers are deleted: while its target ledger lives its copies may need their acks, and
-while its source ledger lives it says the source's acks there wait for nothing.
+the source-side runs in the source's deleted ledgers. What dead markers say about the
+source stays: the source entries between two segments that meet inside a dead ledger with
+only known markers between them were not replicated as data
+(:func:`cursorsync.core.translate.marker_bridged`), and become source-side runs. A segment
+is dead once both its ledgers are deleted: while its target ledger lives its copies may
+need their acks, and while its source ledger lives it says the source's acks there wait
+for nothing.
 
 A plan for any cursor of the partition acks the same with or without the dead part
 (tests/unit/core/test_retention.py checks it against the whole mapping). The count of source
@@ -21,11 +25,15 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+import numpy as np
+
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.packed import PackedMappings
+from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
+from cursorsync.core.translate import marker_bridged
 
 
 def live_part(mapping: TopicMapping, source_first: int | None,
@@ -41,7 +49,16 @@ def live_part(mapping: TopicMapping, source_first: int | None,
         if not keep.all():
             changes["segments"] = SegmentSet(rows[keep], mapping.segments.evidence_codes[keep],
                                              validate=False)
+    unreplicated = mapping.unreplicated
     if target_first is not None:
+        skips = mapping.skippable.rows
+        if len(skips) and skips[:, 0].min() < target_first:
+            # What the dead runs say about the source stays: gaps inside dead target
+            # ledgers bridged by markers only (their source entries were not replicated).
+            bridged = marker_bridged(mapping, target_first)
+            if bridged:
+                unreplicated = unreplicated.union(_runs_within(bridged))
+                changes["unreplicated"] = unreplicated
         for kind in ("skippable", "foreign", "unpaired"):
             runs = _live_runs(getattr(mapping, kind), target_first)
             if runs is not None:
@@ -50,7 +67,7 @@ def live_part(mapping: TopicMapping, source_first: int | None,
         if len(anchors) and anchors[:, 2].min() < target_first:
             changes["anchors"] = Anchors.canonical(anchors[anchors[:, 2] >= target_first])
     if source_first is not None:
-        runs = _live_runs(mapping.unreplicated, source_first)
+        runs = _live_runs(unreplicated, source_first)
         if runs is not None:
             changes["unreplicated"] = runs
     return replace(mapping, **changes) if changes else None  # type: ignore[arg-type]
@@ -100,3 +117,14 @@ def _live_runs(runs: Runs, first: int) -> Runs | None:
     if not len(rows) or rows[:, 0].min() >= first:
         return None
     return Runs(rows[rows[:, 0] >= first])
+
+
+def _runs_within(ranges: RangeSet) -> Runs:
+    """The entries of ``ranges`` that runs can name without a ledger list: all of a range
+    inside one ledger, and of one that crosses ledger ends, its part in its last ledger
+    (how many entries the ledgers before hold is not known here)."""
+    b = ranges.bounds
+    one = b[:, 0] == b[:, 2]
+    first = np.where(one, b[:, 1] + 1, 0)
+    rows = np.stack([b[:, 2], first, b[:, 3] + 1 - first], axis=1)
+    return Runs(rows[rows[:, 2] > 0])

@@ -50,43 +50,90 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     entry strictly between t1 and t2 is a known skippable one (a marker), then no
     source entry strictly between s1 and s2 was replicated as data: each was never
     replicated (a local snapshot marker, an entry that came from another cluster) or
-    arrived as one of those markers. Such entries are not "unmapped yet", and the
-    unmapped count leaves them out. Where the source goes back (a copy sent again),
-    the pair says nothing.
+    arrived as one of those markers. Which entries a replicator sends is decided by the
+    entry itself, so a copy sent again after a restart changes nothing. Such entries
+    are not "unmapped yet", and the unmapped count leaves them out. Where the source
+    goes back (a copy sent again), the pair says nothing.
 
-    Only counting uses this; nothing is acked because of it. A gap is judged only when
-    both its target ends are entries of ``target_ledgers`` (a stale list says nothing
-    about what lies past it); without a ledger list nothing is implied.
+    Only counting uses this; nothing is acked because of it. Which target entries lie
+    between t1 and t2 is known in two ways. In one ledger they are the ids between, all
+    of which exist, so known skippable runs covering them settle it without any ledger
+    list, also once the ledger is deleted (:func:`marker_bridged`). Across a ledger end
+    only the ledger list says which entries exist, so such a gap is judged only when
+    both its ends are entries of ``target_ledgers`` (a stale list says nothing about
+    what lies past it).
     """
-    rows = mapping.segments.rows
-    if len(rows) < 2 or target_ledgers is None or not len(target_ledgers.ids):
+    pairs = _target_pairs(mapping)
+    if pairs is None:
         return RangeSet()
-    rows = rows[np.lexsort((rows[:, 3], rows[:, 2]))]
-    sl, se, tl, te, n = (rows[:, i] for i in range(5))
-    t_end_l, t_end_e = tl[:-1], te[:-1] + n[:-1] - 1
-    t_next_l, t_next_e = tl[1:], te[1:]
-    s_end_e = se[:-1] + n[:-1] - 1
-    forward = (sl[1:] > sl[:-1]) | ((sl[1:] == sl[:-1]) & (se[1:] > s_end_e))
-    known = (forward & _exists(target_ledgers, t_end_l, t_end_e)
-             & _exists(target_ledgers, t_next_l, t_next_e))
-    gaps = np.stack([t_end_l, t_end_e, t_next_l, t_next_e - 1], axis=1)
+    gaps, src, forward, same = pairs
+    listed = np.zeros(len(gaps), bool)
+    if target_ledgers is not None and len(target_ledgers.ids):
+        listed = (forward & _exists(target_ledgers, gaps[:, 0], gaps[:, 1])
+                  & _exists(target_ledgers, gaps[:, 2], gaps[:, 3] + 1))
+    known = listed | (forward & same)
+    if not known.any():
+        return RangeSet()
     rest = RangeSet(gaps[known]) - mapping.skippable.ranges()
     blocked = np.zeros(len(gaps), bool)
     if rest:
         rb = rest.bounds
-        holds = (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
-                 - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
-        if holds.any():
-            ks = keyspace(gaps, rb)
-            g_lo, _ = to_keys(ks, gaps)
-            r_lo, _ = to_keys(ks, rb[holds])
-            # Each leftover range lies inside one gap: the last gap starting at or before it.
-            blocked[np.searchsorted(g_lo, r_lo, side="right") - 1] = True
+        ks = keyspace(gaps, rb)
+        g_lo, _ = to_keys(ks, gaps)
+        r_lo, _ = to_keys(ks, rb)
+        # Each leftover range lies inside one gap: the last gap starting at or before it.
+        owner = np.searchsorted(g_lo, r_lo, side="right") - 1
+        # In one ledger every id between the ends exists; across a ledger end only the
+        # listed entries are known to.
+        holds = same[owner]
+        if target_ledgers is not None and len(target_ledgers.ids):
+            holds |= (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
+                      - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
+        blocked[owner[holds]] = True
     take = known & ~blocked
-    if not take.any():
+    return RangeSet(src[take]) if take.any() else RangeSet()
+
+
+def marker_bridged(mapping: TopicMapping, before_ledger: int) -> RangeSet:
+    """The part of :func:`implied_unreplicated` that gaps inside target ledgers before
+    ``before_ledger`` imply, each entry between their ends a known skippable one: what
+    those ledgers' runs say about the source, kept as source facts once the target has
+    deleted the ledgers and the runs go (:mod:`cursorsync.core.retention`)."""
+    pairs = _target_pairs(mapping)
+    if pairs is None:
         return RangeSet()
-    src = np.stack([sl[:-1], s_end_e, sl[1:], se[1:] - 1], axis=1)[take]
-    return RangeSet(src)
+    gaps, src, forward, same = pairs
+    inside = forward & same & (gaps[:, 0] < before_ledger)
+    if not inside.any():
+        return RangeSet()
+    gaps, src = gaps[inside], src[inside]
+    rest = RangeSet(gaps) - mapping.skippable.ranges()
+    if rest:
+        ks = keyspace(gaps, rest.bounds)
+        g_lo, _ = to_keys(ks, gaps)
+        r_lo, _ = to_keys(ks, rest.bounds)
+        inside = np.ones(len(gaps), bool)
+        inside[np.searchsorted(g_lo, r_lo, side="right") - 1] = False
+        src = src[inside]
+    return RangeSet(src) if len(src) else RangeSet()
+
+
+def _target_pairs(mapping: TopicMapping
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Each two segments next to each other in target order: the target gap between them
+    and the source gap between them (as range bounds, first position excluded), whether
+    the source goes forward, and whether the two ends share a target ledger. None for
+    fewer than two segments."""
+    rows = mapping.segments.rows
+    if len(rows) < 2:
+        return None
+    rows = rows[np.lexsort((rows[:, 3], rows[:, 2]))]
+    sl, se, tl, te, n = (rows[:, i] for i in range(5))
+    s_end_e = se[:-1] + n[:-1] - 1
+    forward = (sl[1:] > sl[:-1]) | ((sl[1:] == sl[:-1]) & (se[1:] > s_end_e))
+    gaps = np.stack([tl[:-1], te[:-1] + n[:-1] - 1, tl[1:], te[1:] - 1], axis=1)
+    src = np.stack([sl[:-1], s_end_e, sl[1:], se[1:] - 1], axis=1)
+    return gaps, src, forward, tl[1:] == tl[:-1]
 
 
 def _exists(ledgers: Ledgers, ledger: np.ndarray, entry: np.ndarray) -> np.ndarray:

@@ -116,13 +116,17 @@ def implied_unreplicated(back: dict[Position, Position], skippable: set[Position
                          tgt_universe: list[Position]) -> Callable[[Position], bool]:
     """Per entry: whether a source position lies strictly between the sources s1 < s2 of
     two mapped target entries t1 < t2 that are next to each other among mapped target
-    entries, both exist, and have only skippable entries between them."""
+    entries and have only skippable entries between them: the listed entries between
+    them, when both exist, or every entry id between them, when they share a ledger."""
     index = {p: i for i, p in enumerate(tgt_universe)}
     quiet: list[tuple[Position, Position]] = []  # (s1, s2) of each qualifying pair
     for t1, t2 in pairwise(sorted(back)):
         s1, s2 = back[t1], back[t2]
-        if s1 < s2 and t1 in index and t2 in index and all(
-                p in skippable for p in tgt_universe[index[t1] + 1:index[t2]]):
+        listed = t1 in index and t2 in index and all(
+            p in skippable for p in tgt_universe[index[t1] + 1:index[t2]])
+        one_ledger = t1.ledger == t2.ledger and all(
+            Position(t1.ledger, e) in skippable for e in range(t1.entry + 1, t2.entry))
+        if s1 < s2 and (listed or one_ledger):
             quiet.append((s1, s2))
 
     def between(p: Position) -> bool:

@@ -15,6 +15,7 @@ from cursorsync.core.keys import MAX_KEYED_ENTRY
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.core.retention import live_part
 from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.core.translate import (
     implied_unreplicated,
@@ -106,10 +107,11 @@ def test_no_segment_at_all_is_unknown_not_exact() -> None:
 
 
 def test_unmapped_acks_ending_at_a_source_ledger_start_are_counted() -> None:
-    """1:0..1:4 -> 7:0..7:4 and 2:0..2:5 -> 7:5..7:10, all of it acked: 1:5..1:9 are acked
-    and unmapped; as a range, (1:4..2:-1], they end where ledger 2 starts."""
+    """1:0..1:4 -> 7:0..7:4, data nothing explains at 7:5, 2:0..2:5 -> 7:6..7:11, all of it
+    acked: 1:5..1:9 are acked and unmapped; as a range, (1:4..2:-1], they end where ledger
+    2 starts."""
     source = CursorState(Position(2, 5), RangeSet(), Ledgers.of([(1, 10), (2, 6)]))
-    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 5), Segment(2, 0, 7, 5, 6)]))
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 5), Segment(2, 0, 7, 6, 6)]))
     target = CursorState(Position(7, -1), RangeSet(), None)
     assert translate(source, mapping, target).unmapped_acked_entries == 5
     waiting = unmapped_source(source, mapping, None)
@@ -208,6 +210,54 @@ def test_a_gap_is_found_by_its_own_position_among_every_pair() -> None:
     target = _fresh((7, 2), (8, 101), (9, 3))
     assert implied_unreplicated(mapping, target.ledgers) == RangeSet.of(("1:1", "1:2"))
     assert _plan(source, mapping, target).unmapped_acked_entries == 4  # 1:5, 1:7..1:9
+
+
+def _resent_world(between: str) -> tuple[CursorState, TopicMapping]:
+    """Source 1:0..1:3, all acked. The target's ledger 7, since deleted: 7:0 <- 1:0, then
+    ``between`` at 7:1 (a marker, or a copy of 1:1 no evidence pairs), 7:2 <- 1:2, and a
+    marker at 7:3. The
+    replicator started again at 1:1 ("copy" only): ledger 8 holds 8:0 <- 1:1 unpaired,
+    then 1:2, 1:3 at 8:1, 8:2; otherwise ledger 8 holds 1:2, 1:3 again at 8:0, 8:1."""
+    source = CursorState(Position(1, 3), RangeSet(), Ledgers.of([(1, 4)]))
+    again = 1 if between == "copy" else 0
+    segments = SegmentSet.of([Segment(1, 0, 7, 0, 1), Segment(1, 2, 7, 2, 1),
+                              Segment(1, 2, 8, again, 2)])
+    skips = Runs.of((7, 1, 1), (7, 3, 1)) if between == "marker" else Runs.of((7, 3, 1))
+    return source, TopicMapping(segments, skippable=skips)
+
+
+def test_a_gap_bridged_by_markers_in_a_deleted_target_ledger_stays_implied() -> None:
+    """Once ledger 7 is deleted, the known marker at 7:1 still says 1:1 was not replicated
+    as data, and trimming the mapping keeps that as a source fact, so the count waits for
+    nothing, with or without a ledger list."""
+    source, mapping = _resent_world("marker")
+    live = Ledgers.of([(8, 2)])
+    assert implied_unreplicated(mapping, live) == RangeSet.of(("1:0", "1:1"))
+    trimmed = live_part(mapping, None, 8)
+    assert trimmed is not None and not trimmed.skippable.entry_count()
+    assert trimmed.unreplicated.ranges() == RangeSet.of(("1:0", "1:1"))
+    for target_ledgers in (live, None):
+        assert not unmapped_source(source, trimmed, target_ledgers).count_entries(source.ledgers)
+
+
+def test_a_gap_holding_data_in_a_deleted_target_ledger_says_nothing() -> None:
+    """7:1 is data nothing pairs, and the copy of 1:1 sent again lies in the live ledger
+    8: a consumer of the target can still receive it, so 1:1 counts as unmapped."""
+    source, mapping = _resent_world("copy")
+    live = Ledgers.of([(8, 3)])
+    assert not implied_unreplicated(mapping, live)
+    trimmed = live_part(mapping, None, 8)
+    assert trimmed is None or not trimmed.unreplicated.entry_count()
+    waiting = unmapped_source(source, trimmed or mapping, live)
+    assert set(waiting.iter_entries(source.ledgers)) == {P("1:1")}
+
+
+def test_a_gap_over_a_target_ledger_end_says_nothing_without_the_ledger_list() -> None:
+    """1:0..1:3 -> 7:0..7:3, 1:6..1:9 -> 8:0..8:3: how many entries ledger 7 holds past 7:3
+    only its ledger list says."""
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 7, 0, 4), Segment(1, 6, 8, 0, 4)]))
+    assert not implied_unreplicated(mapping, None)
+    assert not implied_unreplicated(mapping, Ledgers.of([(8, 4)]))
 
 
 def test_each_pair_is_judged_against_its_own_predecessor() -> None:
