@@ -84,6 +84,7 @@ from cursorsync.mapping.outcome import BatchOutcome, BatchTotals
 from cursorsync.mapping.pairs import Pairs
 from cursorsync.mapping.skipped_ids import (
     LEDGER_END_PROBE,
+    Defers,
     FollowsReads,
     HoleCheck,
     KnowsLedgers,
@@ -192,20 +193,21 @@ class MappingBuilder:
                 if delta is not None:
                     out[key] = delta
         checked = self._checks_due(candidates)
-        claimed, mapped, past_ends = self._claim_markers(checked, out, totals)
+        claimed, mapped, past_ends, deferred = self._claim_markers(checked, out, totals)
         if spans and self.source_chunks is not None and isinstance(self.source_chunks,
                                                                     MapsChunks):
             self.source_chunks(spans)  # its markers say nothing here
             self._map_chunks({key: p.reversed() for key, p in
                               self.source_chunks.drain_chunks().items()}, out, totals)
         if isinstance(self.hole_check, FollowsReads):
-            self.hole_check.read_to({key: state.last_target for key, state in self._parts.items()
+            self.hole_check.read_to({key: _decided_to(state.last_target, state.unchecked)
+                                     for key, state in self._parts.items()
                                      if state.last_target is not None})
         anchors = self._add_anchors(source_holes, out)
         return BatchOutcome(
             out, entries_in, totals.pairs, totals.conflicts, totals.given_up_target,
             totals.given_up_source,
-            skipped_ids=sum(r.entry_count() for r in checked.values()) - past_ends,
+            skipped_ids=sum(r.entry_count() for r in checked.values()) - past_ends - deferred,
             skipped_claimed=claimed, skipped_mapped=mapped, anchors=anchors,
             unpaired=totals.unpaired,
             skipped_waiting={key: state.unchecked.entry_count()
@@ -377,14 +379,26 @@ class MappingBuilder:
 
     def _claim_markers(self, candidates: dict[PartitionKey, Runs],
                        out: dict[PartitionKey, TopicMapping], totals: BatchTotals
-                       ) -> tuple[int, int, int]:
+                       ) -> tuple[int, int, int, int]:
         """Claim the candidate holes the check keeps (all of them without a check), and
         map the chunks it read; returns how many entry ids were claimed, how many mapped,
-        and how many probed past a ledger's last returned entry were neither (mostly ids
-        past its end: no skipped id at all)."""
+        how many probed past a ledger's last returned entry were neither (mostly ids
+        past its end: no skipped id at all), and how many the check left for a later batch
+        (:class:`~cursorsync.mapping.skipped_ids.Defers`)."""
         if not candidates:
-            return 0, 0, 0
+            return 0, 0, 0, 0
         claimed = self.hole_check(candidates) if self.hole_check is not None else candidates
+        deferred: set[PartitionKey] = (self.hole_check.drain_deferred()
+                                       if isinstance(self.hole_check, Defers) else set())
+        if deferred - candidates.keys() or deferred & claimed.keys():
+            raise ValueError(f"hole check deferred partitions it was not asked about or "
+                             f"answered for: {sorted(map(str, deferred))}")
+        waits = 0
+        for key in deferred:
+            state = self._parts[key]
+            state.unchecked = Runs(np.concatenate([state.unchecked.rows, candidates[key].rows]))
+            waits += candidates[key].entry_count()
+        candidates = {key: r for key, r in candidates.items() if key not in deferred}
         chunks: dict[PartitionKey, Pairs] = (
             self.hole_check.drain_chunks() if isinstance(self.hole_check, MapsChunks) else {})
         for key, ids in [*((k, r.ranges()) for k, r in claimed.items()),
@@ -403,7 +417,7 @@ class MappingBuilder:
             delta = out.get(key, TopicMapping())
             out[key] = replace(delta, skippable=delta.skippable.union(runs))
             total += runs.entry_count()
-        return total, sum(r.count_entries() for r in mapped.values()), past_ends
+        return total, sum(r.count_entries() for r in mapped.values()), past_ends, waits
 
     def _map_chunks(self, chunks: Mapping[PartitionKey, Pairs],
                     out: dict[PartitionKey, TopicMapping], totals: BatchTotals
@@ -455,6 +469,16 @@ class MappingBuilder:
                 state.unchecked = Runs(np.concatenate([state.unchecked.rows,
                                                     np.array(more, np.int64)]))
         return unclaimed
+
+
+def _decided_to(last_target: Position, unchecked: Runs) -> Position:
+    """How far a partition's skipped ids are all decided: its last returned target entry,
+    or just before the first id still waiting for a check, whichever comes first."""
+    rows = unchecked.rows
+    if not len(rows):
+        return last_target
+    first = rows[np.lexsort((rows[:, 1], rows[:, 0]))[0]]
+    return min(last_target, Position(int(first[0]), int(first[1]) - 1))
 
 
 def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:

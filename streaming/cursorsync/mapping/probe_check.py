@@ -9,8 +9,12 @@ their leading runs are claimed. What the cursor read cannot answer goes to the p
 check (:class:`~cursorsync.mapping.hole_check.AdminHoleCheck`): the rest of a run from a
 chunk on (a request per id up to the first it can neither claim nor map, as there), ids
 the probe does not vouch for (before its place, on a disturbed probe), and partitions
-whose probe has not got that far within ``wait_s``. So requests grow with chunked
-messages and restarts, not with markers.
+whose probe has not got that far for ``patience_s``. A probe that is only behind (placed,
+trusted, before the partition's first candidate) gets there: the reader returned an entry
+after every candidate, and the probe receives it. So such a partition's candidates wait
+for a later batch (:class:`~cursorsync.mapping.skipped_ids.Defers`) until it has been
+behind for ``patience_s``. Requests grow with chunked messages and restarts, not with
+markers or load.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class ProbeCheckStats:
     per_id: int = 0
     #: Ids dropped as past their ledger's end.
     absent: int = 0
+    #: Ids left for a later batch, each time (a probe behind them).
+    deferred: int = 0
     #: Seconds spent, by step: placing probes, waiting for them, reading their cursors,
     #: the per-id check, acking the probes.
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
@@ -77,10 +83,15 @@ class ProbeHoleCheck:
     """A :data:`~cursorsync.mapping.builder.HoleCheck` on probe cursors, per id where they
     cannot answer."""
 
-    def __init__(self, probe: DispatchProbe, per_id: AdminHoleCheck, wait_s: float = 5.0
-                 ) -> None:
+    def __init__(self, probe: DispatchProbe, per_id: AdminHoleCheck, wait_s: float = 5.0,
+                 patience_s: float = 60.0) -> None:
         self.probe, self.per_id, self.wait_s = probe, per_id, wait_s
+        self.patience_s = patience_s
         self.stats = ProbeCheckStats()
+        self.clock = time.monotonic
+        #: Since when each partition's candidates have waited for a probe that is behind.
+        self._behind_since: dict[PartitionKey, float] = {}
+        self._deferred: set[PartitionKey] = set()
 
     def __call__(self, candidates: Mapping[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         clock = _Clock(self.stats.seconds)
@@ -101,11 +112,17 @@ class ProbeHoleCheck:
         clock.step("read")
         claimed: dict[PartitionKey, list[Runs]] = {}
         left: dict[PartitionKey, Runs] = {}
+        now = self.clock()
         for key, r in runs.items():
             read = reads.get(topics[key])
             if read is None:
-                left[key] = r
+                if self._waits(key, topics[key], r, wanted, now):
+                    self._deferred.add(key)
+                    self.stats.deferred += r.entry_count()
+                else:
+                    left[key] = r
                 continue
+            self._behind_since.pop(key, None)
             split = split_filtered(r, read.acked, read.own, read.sizes)
             self.stats.filtered += split.filtered.entry_count()
             self.stats.absent += split.absent
@@ -119,9 +136,30 @@ class ProbeHoleCheck:
         for key, more in (self.per_id(left) if left else {}).items():
             claimed.setdefault(key, []).append(more)
         clock.step("per-id")
-        log.info("probe check of %d partitions: %d placed, %d probes read, %d ids to the "
-                 "per-id check (%s)", len(runs), len(places), len(reads), per_id, clock)
+        log.info("probe check of %d partitions: %d placed, %d probes read, %d left for a "
+                 "later batch, %d ids to the per-id check (%s)", len(runs), len(places),
+                 len(reads), len(self._deferred), per_id, clock)
         return {key: reduce(Runs.union, parts) for key, parts in claimed.items()}
+
+    def _waits(self, key: PartitionKey, topic: str, runs: Runs, wanted: Mapping[str, Position],
+               now: float) -> bool:
+        """Whether a partition whose probe has not got past its candidates leaves them for a
+        later batch: its probe vouches for all of them (placed before the first, trusted)
+        and has been behind for less than ``patience_s``."""
+        own = self.probe.vouches_after(topic)
+        first = runs.rows[np.lexsort((runs.rows[:, 1], runs.rows[:, 0]))[0]]
+        if topic not in wanted or own is None or Position(int(first[0]), int(first[1])) <= own:
+            return False
+        since = self._behind_since.setdefault(key, now)
+        if now - since < self.patience_s:
+            return True
+        del self._behind_since[key]
+        return False
+
+    def drain_deferred(self) -> set[PartitionKey]:
+        """The partitions whose candidates the last call left for a later batch."""
+        found, self._deferred = self._deferred, set()
+        return found
 
     def read_to(self, positions: Mapping[PartitionKey, Position]) -> None:
         """How far the mapping has read and classified each target partition: its probe

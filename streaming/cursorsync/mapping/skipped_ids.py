@@ -36,6 +36,16 @@ class FollowsReads(Protocol):
 
 
 @runtime_checkable
+class Defers(Protocol):
+    """A hole check that may leave all of a partition's candidates undecided for now (its
+    probe has not got past them yet, and will: the reader returned an entry after each).
+    They wait in the partition's state and are asked first in the next batch; nothing
+    is claimed for them meanwhile."""
+
+    def drain_deferred(self) -> set[PartitionKey]: ...
+
+
+@runtime_checkable
 class MapsChunks(Protocol):
     """A hole check that also reads, from each skipped chunk's source-position stamp, the
     source entry holding the same chunk (``position-property`` evidence, as a stamped
@@ -120,5 +130,5 @@ def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[in
     return np.array(rows, np.int64), (first.ledger, first.entry)
 
 
-__all__ = ["LEDGER_END_PROBE", "FollowsReads", "HoleCheck", "KnowsLedgers", "MapsChunks",
-           "ledger_changes", "read_before_first", "source_chunk_spans"]
+__all__ = ["LEDGER_END_PROBE", "Defers", "FollowsReads", "HoleCheck", "KnowsLedgers",
+           "MapsChunks", "ledger_changes", "read_before_first", "source_chunk_spans"]

@@ -53,6 +53,9 @@ class ProbeStats:
     seeks: int = 0
     #: Partitions whose probe found a received message acked by someone else.
     disturbed: int = 0
+    #: Placements the broker did not answer in time (or a lost connection): tried again
+    #: when the partition is next asked about.
+    place_failures: int = 0
 
 
 @dataclass
@@ -165,10 +168,20 @@ class DispatchProbe:
                 self._probes[topic] = probe = _Probe(None, own)
             self._distrust(probe)
             return
-        probe = self._probe(topic)
-        with self._lock:
-            probe.own, probe.received, probe.delivered = own, None, []
-        probe.consumer.seek(pulsar.MessageId(-1, first.ledger, first.entry, -1))
+        try:
+            probe = self._probe(topic)
+            with self._lock:
+                probe.own, probe.received, probe.delivered = own, None, []
+            probe.consumer.seek(pulsar.MessageId(-1, first.ledger, first.entry, -1))
+        except (pulsar.Timeout, pulsar.ConnectError) as exc:
+            # A busy broker (a thousand subscribes and seeks at once) is no reason to stop
+            # the mapping: unplaced, the probe vouches for nothing and is placed again later.
+            with self._lock:
+                if (found := self._probes.get(topic)) is not None:
+                    found.own = None
+                self.stats.place_failures += 1
+            log.debug("%s: the probe was not placed (%s)", topic, exc)
+            return
         with self._lock:
             self.stats.seeks += 1
 
@@ -182,13 +195,18 @@ class DispatchProbe:
             firsts.setdefault(str(TopicName.parse(topic).base), topic)
         for topic in firsts.values():
             self._hazardous(topic)
+        failed = self.stats.place_failures
         if len(places) == 1 or workers <= 1:
             for topic, first in places.items():
                 self.place(topic, first)
-            return
-        with ThreadPoolExecutor(max_workers=min(workers, len(places)),
-                                thread_name_prefix="probe-place") as pool:
-            list(pool.map(self.place, places.keys(), places.values()))
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, len(places)),
+                                    thread_name_prefix="probe-place") as pool:
+                list(pool.map(self.place, places.keys(), places.values()))
+        if failed := self.stats.place_failures - failed:
+            log.warning("%d of %d probes were not placed (the broker did not answer in time); "
+                        "their skipped ids go to the per-id check, and each is placed again "
+                        "when next asked", failed, len(places))
 
     def is_placed(self, topic: str) -> bool:
         """Whether the probe of ``topic`` was placed in this process (disturbed or not)."""
