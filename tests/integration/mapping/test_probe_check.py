@@ -66,6 +66,33 @@ def test_the_probe_claims_what_the_per_id_check_claims_for_far_fewer_requests(
     check.close()
 
 
+def test_ids_a_probe_is_behind_on_wait_for_it_and_cost_no_request_per_id(
+        testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
+    """The probe's listener is paused when it is placed, so it stays behind the skipped
+    ids: they are left for a later batch, not sent per id. Once it goes on, the same ids
+    are claimed on its word, as one raw-entry request per id would claim them."""
+    (t,) = testbed.create_topic(topic_name("probe-behind"))
+    markers_chunks_and_messages(testbed, t, updates=True)
+    runs, end = skipped_on_b(testbed, t)
+    key = PartitionKey(t, -1)
+    expected = AdminHoleCheck(admin_b)({key: runs})
+    probe = DispatchProbe(testbed.client("b"), admin_b, PROBE_SUBSCRIPTION)
+    consumer = probe._probe(t).consumer  # subscribed at the end: nothing to receive yet
+    consumer.pause_message_listener()
+    per_id = AdminHoleCheck(admin_b)
+    check = ProbeHoleCheck(probe, per_id, wait_s=1.0)
+    assert check({key: runs}) == {}
+    assert check.drain_deferred() == {key} and per_id.stats.requests == 0
+    assert check.stats.deferred == runs.entry_count()
+    consumer.resume_message_listener()
+    wait_for("the probe past the skipped ids", lambda: probe.wait_past(
+        {t: Position(end.ledger, end.entry - 1)}, 0.5) == {t}, timeout_s=30)
+    got = check({key: runs})
+    assert got[key] == expected[key] and check.drain_deferred() == set()
+    assert per_id.stats.markers == 0  # only runs starting with a chunk were asked per id
+    check.close()
+
+
 def test_a_topic_with_a_message_ttl_is_checked_per_id(
         testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str]) -> None:
     """Message expiry acks on every subscription, the probe's too: a topic with a TTL is
