@@ -82,6 +82,7 @@ from cursorsync.mapping.identity_evidence import (
 )
 from cursorsync.mapping.outcome import BatchOutcome, BatchTotals
 from cursorsync.mapping.pairs import Pairs
+from cursorsync.mapping.phases import Phases
 from cursorsync.mapping.skipped_ids import (
     LEDGER_END_PROBE,
     Defers,
@@ -184,6 +185,7 @@ class MappingBuilder:
         source_holes: dict[PartitionKey, Runs] = {}  # source ids skipped: anchors, maybe
         spans: dict[PartitionKey, Runs] = {}  # source copies' chunks: their stamps, maybe
         entries_in = 0
+        clock = Phases()
         if rows.num_rows:
             stamped = "position-property" in self.config.strategies
             entries = first_row_per_entry(rows, self.config.target_cluster if stamped else None)
@@ -192,6 +194,7 @@ class MappingBuilder:
                 delta = self._partition(key, part, totals, candidates, source_holes, spans)
                 if delta is not None:
                     out[key] = delta
+        clock.step("partitions")
         checked = self._checks_due(candidates)
         claimed, mapped, past_ends, deferred = self._claim_markers(checked, out, totals)
         if spans and self.source_chunks is not None and isinstance(self.source_chunks,
@@ -199,11 +202,14 @@ class MappingBuilder:
             self.source_chunks(spans)  # its markers say nothing here
             self._map_chunks({key: p.reversed() for key, p in
                               self.source_chunks.drain_chunks().items()}, out, totals)
+        clock.step("check")
         if isinstance(self.hole_check, FollowsReads):
             self.hole_check.read_to({key: _decided_to(state.last_target, state.unchecked)
                                      for key, state in self._parts.items()
                                      if state.last_target is not None})
+        clock.step("release")
         anchors = self._add_anchors(source_holes, out)
+        clock.step("anchors")
         return BatchOutcome(
             out, entries_in, totals.pairs, totals.conflicts, totals.given_up_target,
             totals.given_up_source,
@@ -212,7 +218,7 @@ class MappingBuilder:
             unpaired=totals.unpaired,
             skipped_waiting={key: state.unchecked.entry_count()
                              for key, state in self._parts.items() if len(state.unchecked.rows)},
-            live=live)
+            live=live, seconds=clock.seconds)
 
     def _partition(self, key: PartitionKey, entries: pa.Table, totals: BatchTotals,
                    candidates: dict[PartitionKey, Runs],

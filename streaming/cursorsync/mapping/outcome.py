@@ -33,6 +33,10 @@ class BatchOutcome:
     skipped_waiting: dict[PartitionKey, int] = field(default_factory=dict)
     #: First live (source, target) ledgers the sync found rows before (cursorsync.core.retention).
     live: dict[PartitionKey, tuple[int | None, int | None]] = field(default_factory=dict)
+    #: Seconds of the batch's build by part: ``partitions`` (pairs and evidence of each
+    #: partition's rows), ``check`` (the skipped ids' check), ``release`` (telling a check
+    #: that follows the reads how far they got), ``anchors`` (the source's snapshots).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

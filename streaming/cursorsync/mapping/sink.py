@@ -28,6 +28,7 @@ from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack_batches
 from cursorsync.mapping.outcome import BatchOutcome
+from cursorsync.mapping.phases import Phases
 from cursorsync.mapping.skipped_ids import HoleCheck
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings_table import load_mappings
@@ -52,21 +53,6 @@ _STATE_NAME = re.compile(r"builder-(\d+)\.(?:arrow|json)(?:\.part)?")
 _NOTHING = TopicMapping()
 
 
-
-class _Phases:
-    """Seconds per phase of one batch, for the debug log."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._at = time.perf_counter()
-
-    def step(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = now - self._at
-        self._at = now
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k} {v:.3f}" for k, v in self.seconds.items())
 
 class MappingMetrics(Protocol):
     """What the mapping sink records (:class:`cursorsync.app.metrics.Metrics` does)."""
@@ -170,7 +156,7 @@ class MappingSink:
 
     def _run(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
-        clock = _Phases()
+        clock = Phases()
         self._prepare(batch_id)
         clock.step("prepare")
         table = unpack_batches(df.toArrow(), EVIDENCE_COLUMNS)
@@ -179,6 +165,8 @@ class MappingSink:
             self.topology.check(pc.unique(table.column("topic")).to_pylist())
         outcome = self.builder.process(table)
         clock.step("build")  # pairs, evidence, the skipped ids' check
+        # Parts of the build (a "build:" phase is inside "build").
+        clock.seconds.update({f"build:{k}": v for k, v in outcome.seconds.items()})
         if self.crash_after_process is not None:
             self.crash_after_process(batch_id, outcome)
         self._write(outcome, batch_id)

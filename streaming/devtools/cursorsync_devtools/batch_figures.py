@@ -70,8 +70,8 @@ def phase_table(by_phase: Mapping[str, Mapping[str, float]]) -> str:
     table = format_table(("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "SYNC"), [
         (name, _s(by_phase.get("mapping", {}).get(name)), _s(by_phase.get("sync", {}).get(name)))
         for name in names], right=(1, 2))
-    return table + ('\n("step:..." is part of "step"; "read" is the mapping batch\'s Spark tasks, '
-                    "every range's reader)")
+    return table + ('\n("step:..." is part of "step", "build:..." of "build"; "read" is the '
+                    "mapping batch's Spark tasks, every range's reader)")
 
 
 def _s(v: float | None) -> str | None:

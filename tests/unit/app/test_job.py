@@ -4,6 +4,7 @@ the mapping sink; and what the job asks of Spark's checkpoints on a restart."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,7 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
 
     def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         asked.append(candidates[KEY].rows.tolist())
+        time.sleep(0.05)  # a check's time shows as its own part of the build
         return {KEY: Runs.of((9, 1, 1))} if asked[-1][0][:2] == [9, 1] else {}
 
     config, store = _mapping_job(tmp_path)
@@ -307,9 +309,14 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
     sample = metrics.registry.get_sample_value
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "claimed"}) == 1
     assert sample("cursorsync_skipped_target_ids_total", {"outcome": "unclaimed"}) == 1
-    for phase in ("prepare", "read", "build", "write", "state"):
+    for phase in ("prepare", "read", "build", "write", "state", "build:partitions",
+                  "build:check", "build:release", "build:anchors"):
         assert sample("cursorsync_batch_phase_seconds_count",
                       {"query": "mapping", "phase": phase}) == 1, phase
+    seconds = {phase: sample("cursorsync_batch_phase_seconds_sum",
+                             {"query": "mapping", "phase": phase})
+               for phase in ("build", "build:check")}
+    assert 0.05 <= seconds["build:check"] <= seconds["build"]
     # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
     live = LiveLedgers()
     again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check,
