@@ -66,32 +66,12 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     pairs = _target_pairs(mapping)
     if pairs is None:
         return RangeSet()
-    gaps, src, forward, same = pairs
+    gaps, _, forward, same = pairs
     listed = np.zeros(len(gaps), bool)
     if target_ledgers is not None and len(target_ledgers.ids):
         listed = (forward & _exists(target_ledgers, gaps[:, 0], gaps[:, 1])
                   & _exists(target_ledgers, gaps[:, 2], gaps[:, 3] + 1))
-    known = listed | (forward & same)
-    if not known.any():
-        return RangeSet()
-    rest = RangeSet(gaps[known]) - mapping.skippable.ranges()
-    blocked = np.zeros(len(gaps), bool)
-    if rest:
-        rb = rest.bounds
-        ks = keyspace(gaps, rb)
-        g_lo, _ = to_keys(ks, gaps)
-        r_lo, _ = to_keys(ks, rb)
-        # Each leftover range lies inside one gap: the last gap starting at or before it.
-        owner = np.searchsorted(g_lo, r_lo, side="right") - 1
-        # In one ledger every id between the ends exists; across a ledger end only the
-        # listed entries are known to.
-        holds = same[owner]
-        if target_ledgers is not None and len(target_ledgers.ids):
-            holds |= (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
-                      - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
-        blocked[owner[holds]] = True
-    take = known & ~blocked
-    return RangeSet(src[take]) if take.any() else RangeSet()
+    return _implied(mapping, pairs, listed | (forward & same), target_ledgers)
 
 
 def marker_bridged(mapping: TopicMapping, before_ledger: int) -> RangeSet:
@@ -102,20 +82,35 @@ def marker_bridged(mapping: TopicMapping, before_ledger: int) -> RangeSet:
     pairs = _target_pairs(mapping)
     if pairs is None:
         return RangeSet()
-    gaps, src, forward, same = pairs
-    inside = forward & same & (gaps[:, 0] < before_ledger)
-    if not inside.any():
+    gaps, _, forward, same = pairs
+    return _implied(mapping, pairs, forward & same & (gaps[:, 0] < before_ledger), None)
+
+
+def _implied(mapping: TopicMapping,
+             pairs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+             judged: np.ndarray, target_ledgers: Ledgers | None) -> RangeSet:
+    """The source gaps of the ``judged`` pairs whose target gap holds no entry but known
+    skippable ones: in one ledger every id between the ends exists; across a ledger end
+    only the entries ``target_ledgers`` lists are known to."""
+    gaps, src, _, same = pairs
+    idx = np.flatnonzero(judged)
+    if not len(idx):
         return RangeSet()
-    gaps, src = gaps[inside], src[inside]
-    rest = RangeSet(gaps) - mapping.skippable.ranges()
+    rest = RangeSet(gaps[idx]) - mapping.skippable.ranges()
+    take = np.ones(len(idx), bool)
     if rest:
-        ks = keyspace(gaps, rest.bounds)
-        g_lo, _ = to_keys(ks, gaps)
-        r_lo, _ = to_keys(ks, rest.bounds)
-        inside = np.ones(len(gaps), bool)
-        inside[np.searchsorted(g_lo, r_lo, side="right") - 1] = False
-        src = src[inside]
-    return RangeSet(src) if len(src) else RangeSet()
+        rb = rest.bounds
+        ks = keyspace(gaps[idx], rb)
+        g_lo, _ = to_keys(ks, gaps[idx])
+        r_lo, _ = to_keys(ks, rb)
+        # Each leftover range lies inside one gap: the last gap starting at or before it.
+        owner = np.searchsorted(g_lo, r_lo, side="right") - 1
+        holds = same[idx][owner]
+        if target_ledgers is not None and len(target_ledgers.ids):
+            holds |= (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
+                      - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
+        take[owner[holds]] = False
+    return RangeSet(src[idx[take]]) if take.any() else RangeSet()
 
 
 def _target_pairs(mapping: TopicMapping
