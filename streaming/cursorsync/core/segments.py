@@ -349,6 +349,11 @@ class Runs:
     def entry_count(self) -> int:
         return int(self.rows[:, 2].sum())
 
+    def first(self) -> Position:
+        """The earliest position any run starts at (the rows need not be in order)."""
+        row = self.rows[np.lexsort((self.rows[:, 1], self.rows[:, 0]))[0]]
+        return Position(int(row[0]), int(row[1]))
+
     def union(self, other: Runs) -> Runs:
         r = self.ranges() | other.ranges()
         b = r.bounds

@@ -480,11 +480,10 @@ class MappingBuilder:
 def _decided_to(last_target: Position, unchecked: Runs) -> Position:
     """How far a partition's skipped ids are all decided: its last returned target entry,
     or just before the first id still waiting for a check, whichever comes first."""
-    rows = unchecked.rows
-    if not len(rows):
+    if not len(unchecked):
         return last_target
-    first = rows[np.lexsort((rows[:, 1], rows[:, 0]))[0]]
-    return min(last_target, Position(int(first[0]), int(first[1]) - 1))
+    first = unchecked.first()
+    return min(last_target, Position(first.ledger, first.entry - 1))
 
 
 def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:

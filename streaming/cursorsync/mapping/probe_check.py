@@ -100,8 +100,7 @@ class ProbeHoleCheck:
         places: dict[str, Position] = {}
         for key, r in runs.items():
             if not self.probe.is_placed(topics[key]):
-                first = r.rows[np.lexsort((r.rows[:, 1], r.rows[:, 0]))[0]]
-                places[topics[key]] = Position(int(first[0]), int(first[1]))
+                places[topics[key]] = r.first()
         self.probe.place_all(places)
         clock.step("place")
         wanted = {topics[key]: _last(r) for key, r in runs.items()
@@ -147,8 +146,7 @@ class ProbeHoleCheck:
         later batch: its probe vouches for all of them (placed before the first, trusted)
         and has been behind for less than ``patience_s``."""
         own = self.probe.vouches_after(topic)
-        first = runs.rows[np.lexsort((runs.rows[:, 1], runs.rows[:, 0]))[0]]
-        if topic not in wanted or own is None or Position(int(first[0]), int(first[1])) <= own:
+        if topic not in wanted or own is None or runs.first() <= own:
             return False
         since = self._behind_since.setdefault(key, now)
         if now - since < self.patience_s:
