@@ -7,6 +7,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from cursorsync.core.batches import IndexAck, PartialBatch
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -29,6 +30,9 @@ class CursorState:
     mark_delete: Position
     individually_deleted: RangeSet = field(default_factory=RangeSet)
     ledgers: Ledgers | None = None
+    #: Partly acked batches after the markDeletePosition, when the broker's are known (its
+    #: batch-index acks, through cursorsync's broker plugin); empty otherwise.
+    batches: tuple[PartialBatch, ...] = ()
     #: :meth:`acked`, once asked: a plan and its guard ask it of the same state several times.
     _acked: RangeSet | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -54,7 +58,12 @@ class CursorState:
             self.ledgers.forget()
 
     def __str__(self) -> str:
-        return f"markDelete={self.mark_delete} individual={self.individually_deleted}"
+        text = f"markDelete={self.mark_delete} individual={self.individually_deleted}"
+        if self.batches:
+            text += " batches=" + ",".join(
+                f"{b.position}[{','.join(map(str, sorted(b.acked)))}/{b.size}]"
+                for b in self.batches)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,9 @@ class AckPlan:
     #: Skippable target entries (markers) the plan acks.
     skippable_acked_entries: int
     outcome: Outcome
+    #: Batch indexes to acknowledge on the target: the source's partly acked batches
+    #: carried to their copies (:mod:`cursorsync.core.batches`).
+    index_acks: tuple[IndexAck, ...] = ()
 
     def split(self, *, cumulative: bool) -> tuple[Position | None, RangeSet]:
         """(cumulative ack position or None, ranges to ack individually).

@@ -24,6 +24,7 @@ from typing import Any, NoReturn, final
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core.batches import unbacked_index_acks
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.keys import I64, Keys, fits, keyspace, pack, to_keys
 from cursorsync.core.ledgers import Ledgers
@@ -42,8 +43,22 @@ def check_safe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
     counterpart of a source entry acked on the source, a skippable entry, a known copy
     an anchor licenses, or already acked on the target. ``to_ack`` is checked in position
     space. The cumulative span is checked on the positions that may hold an entry
-    (:func:`may_hold_entries`), independently of how the plan was folded.
+    (:func:`may_hold_entries`), independently of how the plan was folded. An index ack
+    that the source does not back puts its whole target entry in the answer.
     """
+    bad_indexes = RangeSet()
+    if plan.index_acks:
+        wrong = unbacked_index_acks(plan.index_acks, source.batches, source.acked(),
+                                    mapping.segments)
+        if wrong:
+            bad_indexes = RangeSet.of(*((Position(a.target.ledger, a.target.entry - 1),
+                                         a.target) for a in wrong))
+    return bad_indexes | _entries_unsafe(plan, source, mapping, target)
+
+
+def _entries_unsafe(plan: AckPlan, source: CursorState, mapping: TopicMapping,
+                    target: CursorState) -> RangeSet:
+    """:func:`check_safe` for the whole-entry acks."""
     if not plan.to_ack and plan.mark_delete <= target.mark_delete:
         # Nothing to send, and up to the markDeletePosition is acked on the target already.
         return RangeSet()

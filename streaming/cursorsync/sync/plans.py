@@ -131,10 +131,11 @@ def stable_hash(k: tuple[PartitionKey, str]) -> int:
 
 
 def states_equal(a: CursorState, b: CursorState) -> bool:
-    """Equal cursor states (the ledger lists compared by value)."""
+    """Equal cursor states (the ledger lists compared by value, partial batches too)."""
     if a is b:
         return True
-    if a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted:
+    if (a.mark_delete != b.mark_delete or a.individually_deleted != b.individually_deleted
+            or a.batches != b.batches):
         return False
     return a.ledgers == b.ledgers
 
@@ -168,7 +169,7 @@ def compact_plan(plan: AckPlan) -> AckPlan:
 def encode_plan(plan: AckPlan) -> bytes:
     """A plan with nothing to ack as bytes (:func:`decode_plan` gives :func:`compact_plan`
     of it back): an idle cursor's plan, kept in a column."""
-    if plan.to_ack:
+    if plan.to_ack or plan.index_acks:
         raise ValueError("only a plan with nothing to ack is packed")
     md, prev = plan.mark_delete, plan.previous_mark_delete
     return _PLAN.pack(md.ledger, md.entry, prev.ledger, prev.entry,

@@ -306,7 +306,8 @@ class SyncStep:
         needed nothing sent goes idle (:meth:`KeptPlans.settle`), its plan kept packed."""
         obs = item.obs
         k = (obs.key, obs.subscription)
-        quiet = emitted.result is Result.EMITTED and not plan.to_ack and not lost.entries
+        quiet = (emitted.result is Result.EMITTED and not plan.to_ack
+                 and not plan.index_acks and not lost.entries)
         idle_plan = self.kept.settle(k, planned, quiet=quiet, halted=k in self.halted_keys,
                                      observed_at=obs.observed_at)
         if idle_plan is None:
