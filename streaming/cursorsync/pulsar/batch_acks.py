@@ -31,6 +31,7 @@ from urllib.parse import urlencode
 
 import httpx
 
+from cursorsync.core.batches import PartialBatch
 from cursorsync.core.positions import INT64_MAX, INT64_MIN, Position
 from cursorsync.errors import AdminError, MalformedAdminOutputError, PositionFormatError
 from cursorsync.pulsar.admin import AdminClient
@@ -55,16 +56,6 @@ class BatchAcksPluginAbsentError(AdminError):
 
 class BatchAcksNotFoundError(AdminError):
     """The plugin answered 404: the topic or the subscription does not exist there."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartialBatch:
-    """One entry the cursor holds as partly acked."""
-
-    position: Position
-    batch_size: int
-    #: The acked indexes (each below ``batch_size``; some, not all).
-    acked: frozenset[int]
 
 
 @dataclass(frozen=True)

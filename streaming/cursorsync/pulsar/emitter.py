@@ -17,8 +17,13 @@ no batch index. A broker applies an individual or cumulative ack of any
 (pinned in ``tests/integration/bed/test_pulsar_facts.py``). An id the client did not deliver
 is acked whole even with a batch index and batch-index acknowledgement on: only a delivered
 message's id carries its batch's acker (pinned in
-``tests/integration/bed/test_batch_index_ack_facts.py``), so batch indexes cannot be acked
-on the target through this client. The Python client has no list ack
+``tests/integration/bed/test_batch_index_ack_facts.py``). So a plan's index acks
+(:mod:`cursorsync.core.batches`) go through ids a Reader on the target delivers: the Reader
+reads the batch, and the emitter's consumer, subscribed with batch-index acknowledgement on,
+acks the wanted messages of it; the broker then holds those indexes, as it does for a
+consumer's own (pinned in ``tests/integration/pulsar/test_index_acks.py``). A target broker
+with batch-index acknowledgement off ignores such an ack: a duplicate after failover, never
+a loss. The Python client has no list ack
 and does not expose the ack-grouping settings, so individual acks go out
 asynchronously, ``ack_batch_size`` at a time, and the C++ client's ack
 grouping (defaults: 100 ms, 1000 ids) packs them into few ACK commands.
@@ -45,12 +50,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import pulsar
 
+from cursorsync.core.batches import IndexAck
 from cursorsync.core.cursor import AckPlan
 from cursorsync.core.guard import SafePlan
 from cursorsync.core.ledgers import Ledgers
@@ -58,6 +64,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.client import ClientSettings
+from cursorsync.pulsar.msgid import batch_size_of
 from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SUBSCRIPTION_TYPES, SubscriptionType
 from cursorsync.pulsar.topics import TopicName
 
@@ -99,6 +106,8 @@ class EmitResult:
     cumulative_to: Position | None
     #: Entries acked individually.
     individual_entries: int
+    #: Messages acked by batch index.
+    index_acks: int = 0
 
 
 class Emitter(Protocol):
@@ -119,6 +128,11 @@ class Emitter(Protocol):
 
 
 # ------------------------------------------------------------------ per consumer
+
+#: Batches this many entries apart or nearer are read on by one Reader.
+READ_AHEAD = 64
+#: Seconds a Reader may take for the next message of a batch.
+READ_TIMEOUT_MS = 5000
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,31 @@ def _last_entry(position: Position, ledgers: Ledgers | None) -> Position | None:
     return last if last.entry >= 0 else None
 
 
+def _read_batch(reader: Any, at: Position, pending: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The messages of the entry ``at`` as ``reader`` delivers them, in batch order, and
+    what it delivered past them. Empty when the entry is not there (the reader is past
+    it, or has nothing more); as many as its batch holds, by the ids' own batch size."""
+    got: list[Any] = []
+    queue = list(pending)
+    while True:
+        if queue:
+            m = queue.pop(0)
+        else:
+            try:
+                m = reader.receive(READ_TIMEOUT_MS)
+            except pulsar.Timeout:
+                return got, []
+        mid = m.message_id()
+        here = Position(mid.ledger_id(), mid.entry_id())
+        if here < at:
+            continue
+        if here > at:
+            return got, [m, *queue]
+        got.append(m)
+        if len(got) >= (batch_size_of(mid) or 1):
+            return got, queue
+
+
 def _hosts(service_url: str) -> list[tuple[str, int]]:
     """(host, port) of each broker in a service URL such as ``pulsar://h1:6650,h2:6650``."""
     parts = urlsplit(service_url)
@@ -192,6 +231,11 @@ def _reachable(service_url: str, timeout_s: float = 1.0) -> bool:
 # ---------------------------------------------------------------------- emitter
 
 
+def batch_reader_name(consumer_name: str) -> str:
+    """The subscription an emitter reads target batches with, for one call at a time."""
+    return f"{consumer_name}-batches"
+
+
 def emitter_name() -> str:
     """This process's emitter consumer name: ``cursorsync-emitter-<host>-<pid>``."""
     return f"cursorsync-emitter-{socket.gethostname()}-{os.getpid()}"
@@ -208,11 +252,13 @@ class PulsarEmitter:
         ack_batch_size: int = 1000,
         consumer_name: str | None = None,
         client: pulsar.Client | None = None,
+        batch_index_acks: bool = False,
     ) -> None:
         """``target``: how to reach the target cluster (a bare service URL means no auth).
         ``consumer_name``: default ``cursorsync-emitter-<host>-<pid>``, so the target's
         subscription stats show which process holds each consumer (the driver, or an
-        executor's Python worker)."""
+        executor's Python worker). ``batch_index_acks``: consumers ack by batch index, and
+        plans' index acks are sent; without it a plan with index acks is refused."""
         settings = target if isinstance(target, ClientSettings) else ClientSettings(target)
         if subscription_type not in SUBSCRIPTION_TYPES:
             raise ConfigError(
@@ -230,6 +276,7 @@ class PulsarEmitter:
         if client is None:
             client = settings.connect()
         self._client = client
+        self.batch_index_acks = batch_index_acks
         self._subs: dict[tuple[str, str], _Subscription] = {}
         self._lock = threading.Lock()
 
@@ -279,10 +326,17 @@ class PulsarEmitter:
         if cum is not None and cum_entry is None:
             # markDelete L:-1 with no known entry before it: ack everything individually.
             cum, individual = None, plan.to_ack
-        if not plan.to_ack and cum is None:
+        if plan.index_acks and not self.batch_index_acks:
+            raise ConfigError(
+                f"the plan for {topic} {subscription!r} acks batch indexes, but the emitter "
+                "was made without batch_index_acks: nothing was sent")
+        if not plan.to_ack and cum is None and not plan.index_acks:
             return EmitResult(0, None, 0)
         sub = self._subscription(topic, subscription)
-        return self._ack(sub, cum_entry, individual, ledgers)
+        result = self._ack(sub, cum_entry, individual, ledgers)
+        if not plan.index_acks:
+            return result
+        return replace(result, index_acks=self._ack_indexes(sub, plan.index_acks))
 
     def close(self) -> None:
         """Close every consumer (flushing grouped acks), then the client if we created it."""
@@ -333,6 +387,7 @@ class PulsarEmitter:
                 receiver_queue_size=0,
                 consumer_name=self.consumer_name,
                 initial_position=pulsar.InitialPosition.Earliest,
+                batch_index_ack_enabled=self.batch_index_acks,
             )
         except pulsar.ConsumerBusy as exc:
             raise SubscriptionBusyError(self._busy_message(where, str(exc))) from exc
@@ -397,6 +452,65 @@ class PulsarEmitter:
             self._call(sub, "ack", sub.consumer.acknowledge, mid)
             sent += 1
         return sent
+
+    def _ack_indexes(self, sub: _Subscription, acks: tuple[IndexAck, ...]) -> int:
+        """Each index ack's batch read from the target, its wanted messages acked.
+
+        The batches are read by a consumer of a subscription of its own
+        (:func:`batch_reader_name`), made for the call, moved to each batch with ``seek``
+        and removed after: a consumer acks nothing by itself, so the acker each delivered
+        id carries holds only what the emitter acks through it. (A Reader does not do: it
+        acks the first message of every batch it delivers on the batch's acker, and an
+        index ack then takes index 0 with it.) Batches within READ_AHEAD entries of the
+        last, in one ledger, are read on without a seek. A batch whose entry holds another
+        number of messages than the plan says is not the plan's batch: skipped, warned;
+        so is one that cannot be read (a trimmed ledger).
+        """
+        sent = 0
+        reader = self._batch_reader(sub)
+        last: Position | None = None
+        pending: list[Any] = []
+        try:
+            for a in acks:
+                near = (last is not None and a.target.ledger == last.ledger
+                        and last.entry < a.target.entry <= last.entry + READ_AHEAD)
+                if not near:
+                    self._call(sub, "seek of the batch reader", reader.seek,
+                               pulsar.MessageId(sub.partition, a.target.ledger,
+                                                a.target.entry, -1))
+                    pending = []
+                batch, pending = _read_batch(reader, a.target, pending)
+                last = a.target
+                if len(batch) != a.size:
+                    log.warning("%s %s: not acking indexes of %s: the target's entry holds %d "
+                                "messages where the plan's batch has %d", sub.topic,
+                                sub.subscription, a, len(batch), a.size)
+                    continue
+                self._wait_connected(sub)
+                for i in sorted(a.indexes):
+                    self._call(sub, "batch-index ack", sub.consumer.acknowledge,
+                               batch[i].message_id())
+                    sent += 1
+        finally:
+            try:
+                reader.unsubscribe()
+            except pulsar.PulsarException as exc:
+                log.warning("%s: the batch reader's subscription %r was not removed (%s); "
+                            "remove it with pulsar-admin topics unsubscribe", sub.topic,
+                            batch_reader_name(self.consumer_name), exc)
+        log.debug("%s %s: acked %d messages by batch index", sub.topic, sub.subscription, sent)
+        return sent
+
+    def _batch_reader(self, sub: _Subscription) -> Any:
+        name = batch_reader_name(self.consumer_name)
+        try:
+            return self._client.subscribe(
+                sub.topic, name, consumer_type=pulsar.ConsumerType.Exclusive,
+                receiver_queue_size=READ_AHEAD, consumer_name=self.consumer_name,
+                initial_position=pulsar.InitialPosition.Latest)
+        except pulsar.PulsarException as exc:
+            raise EmitError(f"subscribing {name!r} on {sub.topic} ({self.service_url}) to read "
+                            f"batches for their index acks failed: {exc}") from exc
 
     def _wait_connected(self, sub: _Subscription) -> None:
         deadline = time.monotonic() + self.operation_timeout_seconds

@@ -156,7 +156,7 @@ def test_the_plugin_names_exactly_the_acked_indexes_of_each_partly_acked_batch(
         # Exactly the partly acked batches, each with exactly its acked indexes: nothing
         # for the wholly acked or wholly unacked ones.
         assert answer.acked == want.get(part, {}), part
-        assert {b.batch_size for b in answer.batches} <= {BATCH}
+        assert {b.size for b in answer.batches} <= {BATCH}
         cursor = bed.internal_stats("a", part)["cursors"]["s"]
         assert str(answer.mark_delete) == cursor["markDeletePosition"]
     # A limit cuts the answer and says so.

@@ -55,7 +55,7 @@ def test_an_answer_reads_as_position_to_acked_indexes() -> None:
     assert got.mark_delete == Position(12, 3)
     assert got.batch_index_acks and not got.truncated
     assert got.acked == {Position(12, 5): frozenset({0, 3, 4}), Position(13, 0): frozenset({1})}
-    assert [b.batch_size for b in got.batches] == [5, 3]
+    assert [b.size for b in got.batches] == [5, 3]
 
 
 def test_the_plugins_own_words_for_a_batch_of_five() -> None:
