@@ -20,6 +20,7 @@ from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.replication import TopologyWatch
+from cursorsync.sync.batch_reads import BatchReads
 from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.sync.sink import SyncSink, SyncSinkSettings
@@ -44,7 +45,8 @@ class Clients:
         source, target = connections(config.source), connections(config.target)
         if emitter is None and not dry_run and not config.emission.spread_across_executors:
             emitter = target.emitter(subscription_type=config.emission.subscription_type,
-                                     ack_batch_size=config.emission.ack_batch_size)
+                                     ack_batch_size=config.emission.ack_batch_size,
+                                     batch_index_acks=config.emission.batch_index_acks)
         return cls(source, target, source.admin_client(), target.admin_client(), emitter)
 
 
@@ -125,7 +127,9 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                                first_plans_per_batch=config.emission.first_plans_per_batch),
                     clients.emitter, targets, clients.source.marker_lookup(clients.source_admin),
                     clients.source_admin.creation, read_targets=targets.many,
-                    topology=topology.current, live_ledgers=live)
+                    topology=topology.current, live_ledgers=live,
+                    batch_reads=(BatchReads(clients.source_admin, clients.target_admin)
+                                 if config.emission.batch_index_acks else None))
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due

@@ -30,12 +30,12 @@ class Connections:
         return AdminClient(self.admin)
 
     def emitter(self, *, subscription_type: SubscriptionType,
-                ack_batch_size: int) -> PulsarEmitter:
+                ack_batch_size: int, batch_index_acks: bool = False) -> PulsarEmitter:
         """The ack emitter for this cluster's subscriptions (the caller closes it)."""
         from cursorsync.pulsar.emitter import PulsarEmitter
 
         return PulsarEmitter(self.client, subscription_type=subscription_type,
-                             ack_batch_size=ack_batch_size)
+                             ack_batch_size=ack_batch_size, batch_index_acks=batch_index_acks)
 
     def marker_lookup(self, admin: AdminClient) -> AdminMarkerLookup:
         """Which entries are markers, asked of ``admin`` on up to the configured number of

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
+from cursorsync.core.batches import PartialBatch, with_index_acks
 from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import (
@@ -53,6 +54,7 @@ from cursorsync.core.guard import (
 )
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.packed import HeldMappings, Mappings
+from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, Result, RewindPolicy, SyncRecord
 from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
@@ -61,6 +63,7 @@ from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.pulsar.admin import TopicCreation
+from cursorsync.sync.batch_reads import HeldBatches
 from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
 from cursorsync.sync.plans import IdleCursor, Planned
@@ -78,6 +81,11 @@ log = logging.getLogger(__name__)
 class EmitterLike(Protocol):
     def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
               ledgers: Ledgers | None = None, unproven: RangeSet | None = None) -> object: ...
+
+
+class BatchReadsLike(Protocol):
+    def many(self, cursors: Sequence[tuple[str, str]]) -> dict[tuple[str, str], HeldBatches]:
+        ...
 
 
 #: The source's managed ledger of a concrete topic, with the ledger ids it owns (asked of
@@ -125,13 +133,18 @@ class SyncStep:
                  source_created_at: SourceCreatedAt | None = None, *,
                  read_targets: TargetsReader | None = None,
                  topology: Callable[[str], Topology | None] | None = None,
-                 live_ledgers: LiveLedgers | None = None) -> None:
+                 live_ledgers: LiveLedgers | None = None,
+                 batch_reads: BatchReadsLike | None = None) -> None:
         """``topology``: a topic's replication topology (None: not known); a topic not
         known to have two clusters is planned with the evidence that holds on any
         (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used.
         ``live_ledgers``: where the first live ledgers the step reads go, for the mapping
-        builder."""
+        builder. ``batch_reads``: both clusters' partly acked batches
+        (``emission.batch_index_acks``); without it no batch index is carried."""
         self.config = config
+        self.batch_reads = batch_reads
+        #: This batch's target partial batches, by cursor (None: not known).
+        self._target_batches: dict[tuple[str, str], dict[Position, PartialBatch] | None] = {}
         self.emitter = emitter
         #: How a batch reads its target cursors: together when the reader can (its
         #: requests go out concurrently), else ``read_target`` for each in turn.
@@ -161,12 +174,14 @@ class SyncStep:
         batch = self._sort(observed, given)
         t0 = time.perf_counter()
         targets = self._read_targets(batch.work)
+        held = self._read_batches(batch.work)
         totals.target_read_seconds = time.perf_counter() - t0
         records: list[SyncRecord] = []
         for item in batch.work:
             if isinstance(item, SyncRecord):  # an idle cursor nothing changed for
                 records.append(item)
                 continue
+            item = self._with_batches(item, held)
             target = self._target(item, targets, totals)
             if isinstance(target, SyncRecord):  # an idle cursor whose target is as it was
                 records.append(target)
@@ -219,6 +234,23 @@ class SyncStep:
         return self.read_targets([(w.topic, w.obs.subscription) for w in work
                                   if isinstance(w, Work) and w.kind is not WorkKind.KNOWN])
 
+    def _read_batches(self, work: list[SyncRecord | Work]) -> dict[tuple[str, str], HeldBatches]:
+        """Both clusters' partly acked batches for the batch's work, read together."""
+        if self.batch_reads is None:
+            return {}
+        return self.batch_reads.many([(w.topic, w.obs.subscription) for w in work
+                                      if isinstance(w, Work)])
+
+    def _with_batches(self, item: Work, held: Mapping[tuple[str, str], HeldBatches]) -> Work:
+        """The work with its source's partly acked batches in its source state, and its
+        target's kept for the plan."""
+        got = held.get((item.topic, item.obs.subscription))
+        if got is None:
+            return item
+        self._target_batches[item.topic, item.obs.subscription] = got.target
+        obs = item.obs
+        return replace(item, obs=replace(obs, state=replace(obs.state, batches=got.source)))
+
     def _target(self, item: Work, targets: Mapping[tuple[str, str], Target], totals: _Totals,
                 ) -> CursorState | SyncRecord | None:
         """The cursor's target: its last plan's, or as read. An idle cursor's record again
@@ -256,7 +288,7 @@ class SyncStep:
         previous_source = prev.state if prev is not None else None
         whole = self._whole_mapping(obs.key.topic)
         known = self.kept.plans.get(k)
-        if whole and known is not None and known.reusable(
+        if whole and known is not None and not obs.state.batches and known.reusable(
                 obs.state, version, target, previous_source, self.lookups.markers(obs.key)):
             known.source = obs.state  # the same values: kept as the idle path finds it
             return known
@@ -275,6 +307,9 @@ class SyncStep:
                                                                 target):
             mapping = self.lookups.with_markers(obs.key, mapping)
             plan = translate(obs.state, mapping, target, previous_source=previous_source)
+        if obs.state.batches:
+            plan = with_index_acks(plan, obs.state, mapping.segments, target,
+                                   self._target_batches.get((item.topic, obs.subscription)))
         self.kept.plans[k] = planned = Planned(obs.state, version, target,
                                                self.lookups.markers(obs.key), mapping, plan)
         return planned

@@ -389,8 +389,8 @@ def test_bad_namespace_regex() -> None:
         ("evidence.colour",
          "alignment_window, holes, identity_fields, identity_scope, source_position_property, "
          "strategies, topology_check_interval_s"),
-        ("emission.colour", "ack_batch_size, dry_run, first_plans_per_batch, mode, "
-                            "rewind_policy, spread_across_executors, subscription_type"),
+        ("emission.colour", "ack_batch_size, batch_index_acks, dry_run, first_plans_per_batch, "
+                            "mode, rewind_policy, spread_across_executors, subscription_type"),
         ("tables.colour", "backend, compact_every_batches, cursor_states_retention_s, "
                           "maintenance_interval_s, path, storage_options, "
                           "sync_progress_retention_s, unchanged_rows_every_batches"),

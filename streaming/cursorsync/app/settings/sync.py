@@ -204,6 +204,18 @@ class EmissionConfig(_Section):
     #: and a target request each, so a start with 100,000 partitions runs batches of a few
     #: seconds, not one of a minute or more.
     first_plans_per_batch: int = Field(default=5_000, ge=1)
+    #: Carry partly acked batches: the source's acked batch indexes (read with cursorsync's
+    #: broker plugin on the source's brokers) are acked by batch index on the target, whose
+    #: brokers keep them only with acknowledgmentAtBatchIndexLevelEnabled on. Off: a partly
+    #: acked batch stays unacked on the target, and comes whole after a failover.
+    batch_index_acks: bool = False
+
+    @model_validator(mode="after")
+    def _batch_index_acks_on_the_driver(self) -> Self:
+        if self.batch_index_acks and self.spread_across_executors:
+            raise _invalid("batch_index_acks is carried by the driver's emitter only: it "
+                           "cannot be combined with spread_across_executors")
+        return self
 
     @property
     def cumulative(self) -> bool:
