@@ -48,10 +48,12 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
                 strategies: Sequence[str] | None = None, base: Config | None = None,
                 spread: bool = False, identity_scope: str | None = None,
                 backend: str | None = None, spark_conf: dict[str, str] | None = None,
-                admin_urls: dict[str, str] | None = None, holes: str | None = None) -> Config:
+                admin_urls: dict[str, str] | None = None, holes: str | None = None,
+                batch_index_acks: bool = False) -> Config:
     """The embedded config with the test bed's URLs, the topics and the work dir filled in.
 
-    ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say)."""
+    ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say).
+    ``batch_index_acks``: carry partly acked batches (the bed's brokers need the plugin)."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
     admin = {c: (admin_urls or {}).get(c) or bed.admin_url(c) for c in ("a", "b")}
     cfg = cfg.with_cluster("source", service_url=bed.service_url("a"), admin_url=admin["a"])
@@ -72,6 +74,7 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
     if spark_conf:
         data["spark"]["conf"] = {**data["spark"]["conf"], **spark_conf}
     data["emission"]["spread_across_executors"] = spread
+    data["emission"]["batch_index_acks"] = batch_index_acks
     return parse_config(data)
 
 
@@ -177,10 +180,16 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     from its checkpoint. ``crash_mapping_claims``: the same for the mapping query, in its
     first batch that claimed skipped ids (checked, probes acked, nothing written).
     A ``spec`` with ``batch_index_acks`` starts its own bed with the brokers keeping
-    batch-index acks (a given ``bed`` must). ``restart_on_source``: also count what a
+    batch-index acks and cursorsync's broker plugin loaded, and the job carries partly
+    acked batches (a given ``bed`` must be such a bed). ``restart_on_source``: also count what a
     restart on a would deliver again (about 8 s more).
     """
-    from cursorsync_devtools.testbed import PULSAR_VERSION, TestBed, TestBedConfig
+    from cursorsync_devtools.testbed import (
+        PULSAR_VERSION,
+        TestBed,
+        TestBedConfig,
+        broker_plugin_path,
+    )
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
     t0 = time.monotonic()
@@ -191,7 +200,9 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     if own_bed:
         on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
         settings = {"a": on, "b": on} if spec.batch_index_acks else {}
-        bed = TestBed(TestBedConfig(work_dir=root / "pulsar", settings=settings)).start()
+        plugin = broker_plugin_path() if spec.batch_index_acks else None
+        bed = TestBed(TestBedConfig(work_dir=root / "pulsar", settings=settings,
+                                    broker_plugin=plugin)).start()
     try:
         report = _run(bed, root, spec, strategies=strategies, identity_scope=identity_scope,
                       spread=spread, backend=backend, spark_conf=spark_conf,
@@ -236,7 +247,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                          subscriptions=[sync_subscription(k) for k in spec.subscription_types],
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
                          backend=backend, spark_conf=spark_conf, admin_urls=admin_urls,
-                         holes=holes)
+                         holes=holes, batch_index_acks=spec.batch_index_acks)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
