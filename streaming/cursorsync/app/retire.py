@@ -5,7 +5,9 @@ What a job creates, and so what ``cursorsync retire`` removes:
 * on the **source** cluster, ``cursorsync-mapping-source`` on each partition of the
   configured topics (the mapping reads the source with identity or snapshot evidence);
 * on the **target** cluster, ``cursorsync-mapping-target`` on each partition, and
-  ``cursorsync-probe`` where ``evidence.holes: probe`` placed its probe;
+  ``cursorsync-probe`` where ``evidence.holes: probe`` placed its probe, and
+  ``cursorsync-batches`` where a job carrying batch indexes was stopped while it read a
+  batch;
 * in **storage**, the Delta tables under ``tables.path`` (the lease's last) and the parts of
   ``spark.checkpoint_dir`` the job writes (each query's checkpoint, the builder's states,
   the cursor polls, the mapping's wake file); each directory is removed once empty.
@@ -34,6 +36,7 @@ from cursorsync.app.streams import selection
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.cleanup import delete_subscription, subscriptions_of
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION
+from cursorsync.pulsar.emitter import BATCH_READER_SUBSCRIPTION
 from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.tables.schema import TABLES
 
@@ -42,7 +45,8 @@ Side = Literal["source", "target"]
 #: The job's own subscriptions, by the side of the sync they are on.
 OWN_SUBSCRIPTIONS: dict[Side, tuple[str, ...]] = {
     "source": (f"{MAPPING_SUBSCRIPTION_PREFIX}-source",),
-    "target": (f"{MAPPING_SUBSCRIPTION_PREFIX}-target", PROBE_SUBSCRIPTION),
+    "target": (f"{MAPPING_SUBSCRIPTION_PREFIX}-target", PROBE_SUBSCRIPTION,
+               BATCH_READER_SUBSCRIPTION),
 }
 #: What the job writes under ``spark.checkpoint_dir`` (:mod:`cursorsync.app.queries`).
 CHECKPOINT_PARTS = ("mapping", "sync", "builder-state", POLLS_DIR, "mapping-wake")

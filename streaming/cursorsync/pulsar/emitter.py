@@ -129,6 +129,9 @@ class Emitter(Protocol):
 
 # ------------------------------------------------------------------ per consumer
 
+#: The subscription the emitter reads target batches with, made for one call at a time and
+#: removed after it (``cursorsync retire`` removes one a killed process left).
+BATCH_READER_SUBSCRIPTION = "cursorsync-batches"
 #: Batches this many entries apart or nearer are read on by one Reader.
 READ_AHEAD = 64
 #: Seconds a Reader may take for the next message of a batch.
@@ -229,11 +232,6 @@ def _reachable(service_url: str, timeout_s: float = 1.0) -> bool:
 
 
 # ---------------------------------------------------------------------- emitter
-
-
-def batch_reader_name(consumer_name: str) -> str:
-    """The subscription an emitter reads target batches with, for one call at a time."""
-    return f"{consumer_name}-batches"
 
 
 def emitter_name() -> str:
@@ -457,7 +455,7 @@ class PulsarEmitter:
         """Each index ack's batch read from the target, its wanted messages acked.
 
         The batches are read by a consumer of a subscription of its own
-        (:func:`batch_reader_name`), made for the call, moved to each batch with ``seek``
+        (:data:`BATCH_READER_SUBSCRIPTION`), made for the call, moved to each batch with ``seek``
         and removed after: a consumer acks nothing by itself, so the acker each delivered
         id carries holds only what the emitter acks through it. (A Reader does not do: it
         acks the first message of every batch it delivers on the batch's acker, and an
@@ -497,12 +495,12 @@ class PulsarEmitter:
             except pulsar.PulsarException as exc:
                 log.warning("%s: the batch reader's subscription %r was not removed (%s); "
                             "remove it with pulsar-admin topics unsubscribe", sub.topic,
-                            batch_reader_name(self.consumer_name), exc)
+                            BATCH_READER_SUBSCRIPTION, exc)
         log.debug("%s %s: acked %d messages by batch index", sub.topic, sub.subscription, sent)
         return sent
 
     def _batch_reader(self, sub: _Subscription) -> Any:
-        name = batch_reader_name(self.consumer_name)
+        name = BATCH_READER_SUBSCRIPTION
         try:
             return self._client.subscribe(
                 sub.topic, name, consumer_type=pulsar.ConsumerType.Exclusive,
