@@ -8,6 +8,10 @@ test bed, each on topics of its own. Printed per mode: the failover counts, per-
 of both queries (the job's own histogram), sync lag p50 and p99 (``sync_progress`` rows
 that sent acks), the admin requests made to classify skipped ids (by kind, and per second
 of the run), and ``mappings`` rows per mapped entry, as the batches wrote them.
+
+With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
+and the workload's consumers ack by batch index; each mode then runs twice, the job without
+carrying partly acked batches (the baseline) and with (``<mode>-batches``).
 """
 
 from __future__ import annotations
@@ -27,14 +31,19 @@ HOLES = ("verified", "probe")
 
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
-                     timeout_s: float = 900.0, holes: Sequence[str] = HOLES) -> dict[str, Any]:
+                     timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
+                     batch_index_acks: bool = False) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
-    ``holes``, on one test bed; return the figures per mode."""
+    ``holes`` (twice each with ``batch_index_acks``), on one test bed; return the figures
+    per run."""
     from cursorsync_devtools.demo import DemoError
-    from cursorsync_devtools.testbed import TestBed, TestBedConfig
+    from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 
     root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-wide-"))
-    bed = TestBed(TestBedConfig(work_dir=root / "pulsar")).start()
+    on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
+    bed = TestBed(TestBedConfig(
+        work_dir=root / "pulsar", settings={"a": on, "b": on} if batch_index_acks else {},
+        broker_plugin=broker_plugin_path() if batch_index_acks else None)).start()
     try:
         # Consumed ledgers stay on a for the run: a subscription first synced after its
         # topic's first ledgers were trimmed halts until resumed (docs/operation.md, "A
@@ -44,35 +53,41 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                        json={"retentionTimeInMinutes": 240, "retentionSizeInMB": -1})
         runs = {}
         for mode in holes:
-            try:
-                runs[mode] = _run(bed, root / mode, partitions, entries_per_partition,
-                                  produce_seconds, timeout_s, mode)
-            except DemoError as err:  # a mode that never catches up is a figure too
-                runs[mode] = {"holes": mode, "failed": str(err).splitlines()[0]}
+            for carry in (False, True) if batch_index_acks else (False,):
+                label = f"{mode}-batches" if carry else mode
+                try:
+                    runs[label] = _run(bed, root / label, partitions, entries_per_partition,
+                                       produce_seconds, timeout_s, mode,
+                                       batch_index_acks=batch_index_acks, carry=carry)
+                except DemoError as err:  # a mode that never catches up is a figure too
+                    runs[label] = {"holes": mode, "failed": str(err).splitlines()[0]}
     finally:
         bed.stop()
         if not work_dir:
             shutil.rmtree(root, ignore_errors=True)
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
-            "runs": runs}
+            "batch_index_acks": batch_index_acks, "runs": runs}
 
 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
-         produce_seconds: float, timeout_s: float, holes: str) -> dict[str, Any]:
+         produce_seconds: float, timeout_s: float, holes: str, *,
+         batch_index_acks: bool = False, carry: bool = False) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
-    spec = WorkloadSpec(partitioned_topic=f"wide-{holes}", partitions=partitions,
-                        plain_topic=f"wide-plain-{holes}", chunked_topic=None,
+    label = f"{holes}-batches" if carry else holes
+    spec = WorkloadSpec(partitioned_topic=f"wide-{label}", partitions=partitions,
+                        plain_topic=f"wide-plain-{label}", chunked_topic=None,
+                        batch_index_acks=batch_index_acks,
                         entries_per_partition=entries_per_partition,
                         produce_seconds=produce_seconds, subscription_types=("Shared",),
                         foreign_per_partition=0)
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before = cpu.sample()
     report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s,
-                  holes=holes)
+                  holes=holes, carry_batches=carry)
     used = CpuSampler.diff(before, cpu.sample())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
@@ -83,7 +98,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     ours, builtin = report.cursorsync["Shared"], report.builtin["Shared"]
     messages = ours["messages"]
     return {
-        "holes": holes, "topics": report.topics, "messages": messages,
+        "holes": holes, "carry_batches": carry, "topics": report.topics, "messages": messages,
         "losses": ours["losses"], "duplicates": ours["duplicates"],
         "duplicates_partial_batch": ours["partial_batch"],
         "builtin_duplicates": builtin["duplicates"], "builtin_losses": builtin["losses"],

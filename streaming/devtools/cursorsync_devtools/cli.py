@@ -252,6 +252,9 @@ def bench_partitions(
     holes: Annotated[str, typer.Option(
         "--holes", help="evidence.holes modes to run one after the other on one test bed, "
         "comma-separated; the first is the baseline.")] = "verified,probe",
+    batch_index_acks: Annotated[bool, typer.Option(
+        "--batch-index-acks", help="Brokers and consumers ack by batch index, the plugin "
+        "loaded; each mode runs without and with emission.batch_index_acks.")] = False,
     json_output: JsonOption = False,
 ) -> None:
     """One job syncing a topic of many partitions on the local test bed, once per way of
@@ -265,7 +268,7 @@ def bench_partitions(
                                  param_hint="--holes")
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
-                           timeout_s=timeout, holes=modes)
+                           timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks)
     if json_output:
         print_figures(result, json_output)
         return

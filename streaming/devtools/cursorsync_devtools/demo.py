@@ -169,6 +169,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          identity_scope: str | None = None, spread: bool = False,
          backend: str | None = None, spark_conf: dict[str, str] | None = None,
          crash_sync_batch: int | None = None, crash_mapping_claims: bool = False,
+         carry_batches: bool | None = None,
          timeout_s: float = 240.0,
          admin_urls: dict[str, str] | None = None, holes: str | None = None,
          restart_on_source: bool = False) -> DemoReport:
@@ -181,8 +182,9 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     first batch that claimed skipped ids (checked, probes acked, nothing written).
     A ``spec`` with ``batch_index_acks`` starts its own bed with the brokers keeping
     batch-index acks and cursorsync's broker plugin loaded, and the job carries partly
-    acked batches (a given ``bed`` must be such a bed). ``restart_on_source``: also count what a
-    restart on a would deliver again (about 8 s more).
+    acked batches (a given ``bed`` must be such a bed); ``carry_batches`` False runs the job
+    without carrying them on such a bed (None: as the spec says). ``restart_on_source``:
+    also count what a restart on a would deliver again (about 8 s more).
     """
     from cursorsync_devtools.testbed import (
         PULSAR_VERSION,
@@ -209,7 +211,9 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
                       crash_sync_batch=crash_sync_batch,
                       crash_mapping_claims=crash_mapping_claims, timeout_s=timeout_s,
                       admin_urls=admin_urls, holes=holes,
-                      restart_on_source=restart_on_source)
+                      restart_on_source=restart_on_source,
+                      carry_batches=(spec.batch_index_acks if carry_batches is None
+                                     else carry_batches))
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -223,7 +227,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          spark_conf: dict[str, str] | None, crash_sync_batch: int | None,
          timeout_s: float, crash_mapping_claims: bool = False,
          admin_urls: dict[str, str] | None = None,
-         holes: str | None = None, restart_on_source: bool = True) -> DemoReport:
+         holes: str | None = None, restart_on_source: bool = True,
+         carry_batches: bool = False) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
@@ -247,7 +252,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                          subscriptions=[sync_subscription(k) for k in spec.subscription_types],
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
                          backend=backend, spark_conf=spark_conf, admin_urls=admin_urls,
-                         holes=holes, batch_index_acks=spec.batch_index_acks)
+                         holes=holes, batch_index_acks=carry_batches)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
