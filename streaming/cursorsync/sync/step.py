@@ -443,7 +443,8 @@ class SyncStep:
         except UnsafePlanError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
             return _Emitted(Result.REFUSED)
-        if not plan.to_ack or self.config.dry_run or self.emitter is None:
+        if (not plan.to_ack and not plan.index_acks) or self.config.dry_run or (
+                self.emitter is None):
             return _Emitted(Result.EMITTED)
         try:
             if self.config.cumulative:
@@ -459,7 +460,8 @@ class SyncStep:
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
             return _Emitted(Result.FAILED)
-        return _Emitted(Result.EMITTED, int(getattr(sent, "acks_sent", 0)))
+        return _Emitted(Result.EMITTED, int(getattr(sent, "acks_sent", 0))
+                        + int(getattr(sent, "index_acks", 0)))
 
 
 #: The mapping of a partition with no rows yet.
