@@ -34,10 +34,14 @@ log = logging.getLogger(__name__)
 MarkerLookup = Callable[[str, list[Position]], list[Position]]
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
-#: Source entries looked up per sync batch over all cursors, at most: a lookup only keeps
-#: markers out of the unmapped count (no ack depends on it), so a batch never waits on
-#: thousands of them. Cursors left without budget go first in the next batch.
-MARKER_LOOKUPS_PER_BATCH = 512
+#: Source entries looked up per sync batch over all cursors, at most, and seconds a batch
+#: spends on them, at most (the first reached ends the batch's lookups): a lookup only keeps
+#: markers out of the unmapped count (no ack depends on it), so a batch never waits long on
+#: them. Cursors left without budget go first in the next batch. The markers a broker writes
+#: after each partition's last message (a few per partition) are the bulk at many
+#: partitions, and a lookup costs about a millisecond of a batch at 8 at a time.
+MARKER_LOOKUPS_PER_BATCH = 2048
+MARKER_LOOKUP_SECONDS_PER_BATCH = 2.0
 #: Unmapped entries past the last mapped one looked up per cursor and sync, in order. The
 #: markers a broker writes after a partition's last message are a few; a lookup there
 #: that finds a message means the mapping is behind, and nothing past that last mapped
@@ -78,14 +82,15 @@ class MarkerLookups:
         self.cache = MarkerCache()
         self.clock = time.monotonic
         self.wall_clock = time.time
-        #: Source entries looked up in this batch.
+        #: Source entries looked up in this batch, and the seconds they took.
         self.count = 0
+        self.seconds = 0.0
         #: The first cursor a batch had no lookup budget left for: the next batch starts there.
         self.resume: tuple[PartitionKey, str] | None = None
 
     def next_batch(self) -> tuple[PartitionKey, str] | None:
         """A new batch's budget; the cursor it starts at (None: the first)."""
-        self.count = 0
+        self.count = self.seconds = 0
         resume, self.resume = self.resume, None
         return resume
 
@@ -121,12 +126,15 @@ class MarkerLookups:
             return False
         asked = wanted.before + wanted.past
         self.count += len(asked)
+        t0 = time.perf_counter()
         try:
             markers = self.lookup(topic, asked)
         except CursorSyncError as err:
             log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
                         topic, err)
             return False
+        finally:
+            self.seconds += time.perf_counter() - t0
         cache.looked_up[obs.key] = seen | _entries(asked)
         if not set(wanted.past) <= set(markers):
             # A message past it: the mapping is behind.
@@ -160,6 +168,8 @@ class MarkerLookups:
         found a message past it; None: none."""
         past = pending.after(frontier.last_mapped)
         budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
+        if self.seconds >= MARKER_LOOKUP_SECONDS_PER_BATCH:
+            budget = 0
         if budget <= 0:
             if self.resume is None:
                 self.resume = (obs.key, obs.subscription)

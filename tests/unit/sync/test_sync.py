@@ -3,12 +3,14 @@ those past the last mapped entry only once the mapping has stopped moving."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import cursorsync.sync.marker_lookups as marker_lookups_module
 import cursorsync.sync.step as step_module
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import SafePlan
@@ -167,6 +169,34 @@ def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() 
     assert asked[0] == observed[MARKER_LOOKUPS_PER_BATCH // per].key.concrete_topic()
     assert sum(r.plan.unmapped_acked_entries for r in second.records) == 0
     assert [r.key for r in second.records] != sorted(r.key for r in second.records)
+
+
+def test_lookups_stop_for_the_batch_once_they_took_their_seconds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow source: lookups end for the batch after MARKER_LOOKUP_SECONDS_PER_BATCH, the
+    cursors left out go first next batch."""
+    monkeypatch.setattr(marker_lookups_module, "MARKER_LOOKUP_SECONDS_PER_BATCH", 0.05)
+    observed, mappings = [], {}
+    for i in range(5):
+        key = PartitionKey(f"persistent://t/n/t{i:04d}", 0)
+        mappings[key] = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10),
+                                                    Segment(5, 12, 7, 12, 1)]))
+        observed.append(ObservedCursor(key, "sub", CursorState(
+            Position(5, 12), RangeSet(), Ledgers.of([(5, 13)])), NOW))
+    asked: list[str] = []
+
+    def slow(topic: str, positions: list[Position]) -> list[Position]:
+        asked.append(topic)
+        time.sleep(0.03)
+        return positions
+
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 13)]))
+    step, _ = _step(target, slow)
+    step.run(observed, mappings)
+    assert len(asked) == 2  # 0.06 s after the second: no more this batch
+    asked.clear()
+    step.run(observed, mappings)
+    assert asked[0] == observed[2].key.concrete_topic()
 
 
 def test_first_plans_are_bounded_per_batch_and_the_cursors_left_out_come_in_turn() -> None:
