@@ -255,6 +255,9 @@ def bench_partitions(
     batch_index_acks: Annotated[bool, typer.Option(
         "--batch-index-acks", help="Brokers and consumers ack by batch index, the plugin "
         "loaded; each mode runs without and with emission.batch_index_acks.")] = False,
+    work_dir: Annotated[str | None, typer.Option(
+        "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
+        "(default: a temporary directory, removed).")] = None,
     json_output: JsonOption = False,
 ) -> None:
     """One job syncing a topic of many partitions on the local test bed, once per way of
@@ -268,7 +271,8 @@ def bench_partitions(
                                  param_hint="--holes")
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
-                           timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks)
+                           timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
+                           work_dir=work_dir)
     if json_output:
         print_figures(result, json_output)
         return
