@@ -36,7 +36,7 @@ from cursorsync.app.streams import selection
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.cleanup import delete_subscription, subscriptions_of
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION
-from cursorsync.pulsar.emitter import BATCH_READER_SUBSCRIPTION
+from cursorsync.pulsar.index_acks import BATCH_READER_SUBSCRIPTION
 from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.tables.schema import TABLES
 

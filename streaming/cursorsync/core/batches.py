@@ -15,17 +15,13 @@ the segments alone, for the guard.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import SegmentSet
-
-if TYPE_CHECKING:  # cursor.py holds these types in its own
-    from cursorsync.core.cursor import AckPlan, CursorState
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -116,17 +112,3 @@ def unbacked_index_acks(acks: Sequence[IndexAck], partials: Iterable[PartialBatc
         elif not a.indexes <= p.acked:
             bad.append(IndexAck(t, a.size, a.indexes - p.acked))
     return bad
-
-
-def with_index_acks(plan: AckPlan, source: CursorState, segments: SegmentSet,
-                    target: CursorState,
-                    target_partials: Mapping[Position, PartialBatch] | None = None) -> AckPlan:
-    """The plan with the source's partly acked batches (``source.batches``) carried to the
-    target as index acks; ``partial_batches_unacked`` counts those no segment maps yet."""
-    if not source.batches:
-        return plan
-    acked = target.acked() | plan.to_ack | RangeSet.up_to(plan.mark_delete)
-    live = [b for b in source.batches if b.position not in source.acked()]
-    acks = plan_index_acks(live, segments, acked, target_partials)
-    waiting = sum(1 for b in live if not segments.covering(b.position))
-    return replace(plan, index_acks=acks, partial_batches_unacked=waiting)

@@ -19,8 +19,12 @@ segments) log), memory proportional to ranges. No loop ever runs per entry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 import numpy as np
 
+from cursorsync.core.batches import PartialBatch, plan_index_acks
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome, fold
 from cursorsync.core.keys import (
     I64,
@@ -338,3 +342,17 @@ def is_monotone(plan: AckPlan, target: CursorState) -> bool:
     """The plan keeps every ack the target already has."""
     kept = RangeSet.up_to(plan.mark_delete) | plan.individually_deleted
     return not (target.acked().canonical(target.ledgers) - kept.canonical(target.ledgers))
+
+
+def with_index_acks(plan: AckPlan, source: CursorState, segments: SegmentSet,
+                    target: CursorState,
+                    target_partials: Mapping[Position, PartialBatch] | None = None) -> AckPlan:
+    """The plan with the source's partly acked batches (``source.batches``) carried to the
+    target as index acks; ``partial_batches_unacked`` counts those no segment maps yet."""
+    if not source.batches:
+        return plan
+    acked = target.acked() | plan.to_ack | RangeSet.up_to(plan.mark_delete)
+    live = [b for b in source.batches if b.position not in source.acked()]
+    acks = plan_index_acks(live, segments, acked, target_partials)
+    waiting = sum(1 for b in live if not segments.covering(b.position))
+    return replace(plan, index_acks=acks, partial_batches_unacked=waiting)

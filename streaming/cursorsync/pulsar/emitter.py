@@ -64,7 +64,12 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.client import ClientSettings
-from cursorsync.pulsar.msgid import batch_size_of
+from cursorsync.pulsar.index_acks import (
+    BATCH_READER_SUBSCRIPTION,
+    READ_AHEAD,
+    open_batch_reader,
+    read_batch,
+)
 from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SUBSCRIPTION_TYPES, SubscriptionType
 from cursorsync.pulsar.topics import TopicName
 
@@ -129,14 +134,6 @@ class Emitter(Protocol):
 
 # ------------------------------------------------------------------ per consumer
 
-#: The subscription the emitter reads target batches with, made for one call at a time and
-#: removed after it (``cursorsync retire`` removes one a killed process left).
-BATCH_READER_SUBSCRIPTION = "cursorsync-batches"
-#: Batches this many entries apart or nearer are read on by one Reader.
-READ_AHEAD = 64
-#: Seconds a Reader may take for the next message of a batch.
-READ_TIMEOUT_MS = 5000
-
 
 @dataclass(frozen=True)
 class _Subscription:
@@ -181,31 +178,6 @@ def _last_entry(position: Position, ledgers: Ledgers | None) -> Position | None:
         return None
     last = Position(int(canon.bounds[-1, 2]), int(canon.bounds[-1, 3]))
     return last if last.entry >= 0 else None
-
-
-def _read_batch(reader: Any, at: Position, pending: list[Any]) -> tuple[list[Any], list[Any]]:
-    """The messages of the entry ``at`` as ``reader`` delivers them, in batch order, and
-    what it delivered past them. Empty when the entry is not there (the reader is past
-    it, or has nothing more); as many as its batch holds, by the ids' own batch size."""
-    got: list[Any] = []
-    queue = list(pending)
-    while True:
-        if queue:
-            m = queue.pop(0)
-        else:
-            try:
-                m = reader.receive(READ_TIMEOUT_MS)
-            except pulsar.Timeout:
-                return got, []
-        mid = m.message_id()
-        here = Position(mid.ledger_id(), mid.entry_id())
-        if here < at:
-            continue
-        if here > at:
-            return got, [m, *queue]
-        got.append(m)
-        if len(got) >= (batch_size_of(mid) or 1):
-            return got, queue
 
 
 def _hosts(service_url: str) -> list[tuple[str, int]]:
@@ -465,7 +437,12 @@ class PulsarEmitter:
         so is one that cannot be read (a trimmed ledger).
         """
         sent = 0
-        reader = self._batch_reader(sub)
+        try:
+            reader = open_batch_reader(self._client, sub.topic, self.consumer_name)
+        except pulsar.PulsarException as exc:
+            raise EmitError(f"subscribing {BATCH_READER_SUBSCRIPTION!r} on {sub.topic} "
+                            f"({self.service_url}) to read batches for their index acks "
+                            f"failed: {exc}") from exc
         last: Position | None = None
         pending: list[Any] = []
         try:
@@ -477,7 +454,7 @@ class PulsarEmitter:
                                pulsar.MessageId(sub.partition, a.target.ledger,
                                                 a.target.entry, -1))
                     pending = []
-                batch, pending = _read_batch(reader, a.target, pending)
+                batch, pending = read_batch(reader, a.target, pending)
                 last = a.target
                 if len(batch) != a.size:
                     log.warning("%s %s: not acking indexes of %s: the target's entry holds %d "
@@ -498,17 +475,6 @@ class PulsarEmitter:
                             BATCH_READER_SUBSCRIPTION, exc)
         log.debug("%s %s: acked %d messages by batch index", sub.topic, sub.subscription, sent)
         return sent
-
-    def _batch_reader(self, sub: _Subscription) -> Any:
-        name = BATCH_READER_SUBSCRIPTION
-        try:
-            return self._client.subscribe(
-                sub.topic, name, consumer_type=pulsar.ConsumerType.Exclusive,
-                receiver_queue_size=READ_AHEAD, consumer_name=self.consumer_name,
-                initial_position=pulsar.InitialPosition.Latest)
-        except pulsar.PulsarException as exc:
-            raise EmitError(f"subscribing {name!r} on {sub.topic} ({self.service_url}) to read "
-                            f"batches for their index acks failed: {exc}") from exc
 
     def _wait_connected(self, sub: _Subscription) -> None:
         deadline = time.monotonic() + self.operation_timeout_seconds

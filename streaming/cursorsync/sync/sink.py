@@ -37,7 +37,8 @@ from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.kept_plans import newest
 from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import stable_hash
-from cursorsync.sync.step import StepResult, SyncStep
+from cursorsync.sync.step import SyncStep
+from cursorsync.sync.step_totals import StepResult
 from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
 from cursorsync.tables.spill import Spill

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
-from cursorsync.core.batches import PartialBatch, with_index_acks
+from cursorsync.core.batches import PartialBatch
 from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import (
@@ -60,13 +60,14 @@ from cursorsync.core.records import ObservedCursor, PartitionKey, Result, Rewind
 from cursorsync.core.retention import LiveLedgers, first_ledger, live_part
 from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology, holding
-from cursorsync.core.translate import translate
+from cursorsync.core.translate import translate, with_index_acks
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.batch_reads import HeldBatches
 from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
 from cursorsync.sync.plans import IdleCursor, Planned
+from cursorsync.sync.step_totals import Emitted, StepResult, Totals
 from cursorsync.sync.target_reads import (
     Target,
     TargetReader,
@@ -104,24 +105,6 @@ class StepSettings:
     #: Cursors planned for the first time per batch, at most (None: all); the others wait
     #: for the next batches, taken in turn. For a step that lives across batches.
     first_plans_per_batch: int | None = None
-
-
-@dataclass
-class StepResult:
-    records: list[SyncRecord]
-    acks_sent: int
-    refused: int
-    halted_count: int
-    translate_seconds: float
-    #: Subscriptions skipped because the target's admin API gave no usable answer.
-    unavailable: int = 0
-    #: Plans refused because the mapping contradicts the source's snapshot anchors.
-    anchor_conflicts: int = 0
-    #: Cursors not planned yet, left for the next batches (first_plans_per_batch).
-    deferred: int = 0
-    #: Seconds reading the batch's target cursors, and handing plans to the emitter.
-    target_read_seconds: float = 0.0
-    emit_seconds: float = 0.0
 
 
 class SyncStep:
@@ -170,7 +153,7 @@ class SyncStep:
         """One batch: ``mappings`` as :class:`~cursorsync.core.packed.Mappings`
         (a version per partition, the mapping built on demand), or a dict of them."""
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
-        totals = _Totals()
+        totals = Totals()
         batch = self._sort(observed, given)
         t0 = time.perf_counter()
         targets = self._read_targets(batch.work)
@@ -251,7 +234,7 @@ class SyncStep:
         obs = item.obs
         return replace(item, obs=replace(obs, state=replace(obs.state, batches=got.source)))
 
-    def _target(self, item: Work, targets: Mapping[tuple[str, str], Target], totals: _Totals,
+    def _target(self, item: Work, targets: Mapping[tuple[str, str], Target], totals: Totals,
                 ) -> CursorState | SyncRecord | None:
         """The cursor's target: its last plan's, or as read. An idle cursor's record again
         when its target is as it was; None when the cursor waits (logged)."""
@@ -335,8 +318,8 @@ class SyncStep:
         found = self.topology(topic)
         return found is not None and found.two_clusters
 
-    def _settle(self, item: Work, planned: Planned, plan: AckPlan, emitted: _Emitted,
-                lost: _Lost, totals: _Totals) -> AckPlan:
+    def _settle(self, item: Work, planned: Planned, plan: AckPlan, emitted: Emitted,
+                lost: _Lost, totals: Totals) -> AckPlan:
         """The plan to record, after its emission: a cursor whose plan sent nothing and
         needed nothing sent goes idle (:meth:`KeptPlans.settle`), its plan kept packed."""
         obs = item.obs
@@ -352,7 +335,7 @@ class SyncStep:
         return idle_plan
 
     def _record(self, obs: ObservedCursor, plan: AckPlan, target: CursorState,
-                emitted: _Emitted, totals: _Totals) -> SyncRecord:
+                emitted: Emitted, totals: Totals) -> SyncRecord:
         """What became of the cursor's plan, counted and recorded."""
         totals.add(emitted)
         if emitted.result is not Result.EMITTED:
@@ -419,33 +402,33 @@ class SyncStep:
             return _UNREADABLE
 
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
-              target: CursorState, *, lost: _Lost | None = None) -> _Emitted:
+              target: CursorState, *, lost: _Lost | None = None) -> Emitted:
         """Halt, guard, send: what became of the plan, and the acks sent."""
         if (obs.key, obs.subscription) in self.halted_keys:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
                         "clears it", topic, obs.subscription)
-            return _Emitted(Result.HALTED)
+            return Emitted(Result.HALTED)
         if lost is not None and lost.entries:
             log.error("skip %s/%s: %s; their copies on the target stay unacked. Halted until "
                       "an operator resumes it (resuming lets the markDeletePosition cover "
                       "those copies)", topic, obs.subscription, lost.why)
-            return _Emitted(Result.HALTED)
+            return Emitted(Result.HALTED)
         if plan.rewound_entries and self.config.rewind_policy == "halt":
             log.error("skip %s/%s: the source cursor moved back over %d entries; "
                       "rewind_policy=halt emits nothing until an operator resets the "
                       "target cursor too", topic, obs.subscription, plan.rewound_entries)
-            return _Emitted(Result.HALTED)
+            return Emitted(Result.HALTED)
         try:
             safe = guard(plan, obs.state, mapping, target)
         except AnchorConflictError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return _Emitted(Result.REFUSED, anchor_conflict=True)
+            return Emitted(Result.REFUSED, anchor_conflict=True)
         except UnsafePlanError as err:
             log.error("skip %s/%s: %s", topic, obs.subscription, err)
-            return _Emitted(Result.REFUSED)
+            return Emitted(Result.REFUSED)
         if (not plan.to_ack and not plan.index_acks) or self.config.dry_run or (
                 self.emitter is None):
-            return _Emitted(Result.EMITTED)
+            return Emitted(Result.EMITTED)
         try:
             if self.config.cumulative:
                 # What a cumulative ack would cover on the strength of the target's read alone
@@ -459,8 +442,8 @@ class SyncStep:
                                           ledgers=target.ledgers)
         except CursorSyncError as err:
             log.error("skip %s/%s: emission failed: %s", topic, obs.subscription, err)
-            return _Emitted(Result.FAILED)
-        return _Emitted(Result.EMITTED, int(getattr(sent, "acks_sent", 0))
+            return Emitted(Result.FAILED)
+        return Emitted(Result.EMITTED, int(getattr(sent, "acks_sent", 0))
                         + int(getattr(sent, "index_acks", 0)))
 
 
@@ -475,42 +458,6 @@ class _Sorted(NamedTuple):
     work: list[SyncRecord | Work]
     #: Cursors whose first plan waits for a later batch.
     deferred: int
-
-
-class _Emitted(NamedTuple):
-    """What became of a plan at :meth:`SyncStep._emit`, and the acks sent."""
-
-    result: Result
-    acks: int = 0
-    #: Refused for contradicting the source's snapshot anchors.
-    anchor_conflict: bool = False
-
-
-@dataclass(slots=True)
-class _Totals:
-    """A batch's counts, as its cursors go through the step."""
-
-    acks_sent: int = 0
-    refused: int = 0
-    halted_count: int = 0
-    translate_seconds: float = 0.0
-    target_read_seconds: float = 0.0
-    emit_seconds: float = 0.0
-    unavailable: int = 0
-    anchor_conflicts: int = 0
-    #: Plans that went idle in the batch.
-    went_idle: int = 0
-
-    def add(self, emitted: _Emitted) -> None:
-        self.acks_sent += emitted.acks
-        self.refused += emitted.result is Result.REFUSED
-        self.halted_count += emitted.result is Result.HALTED
-        self.anchor_conflicts += emitted.anchor_conflict
-
-    def result(self, records: list[SyncRecord], deferred: int) -> StepResult:
-        return StepResult(records, self.acks_sent, self.refused, self.halted_count,
-                          self.translate_seconds, self.unavailable, self.anchor_conflicts,
-                          deferred, self.target_read_seconds, self.emit_seconds)
 
 
 @dataclass(frozen=True, slots=True)

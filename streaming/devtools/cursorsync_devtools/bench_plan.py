@@ -54,7 +54,8 @@ from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.sync.idle_store import IdleStore
 from cursorsync.sync.observed import Observations, observations, poll_rows
 from cursorsync.sync.sink import SyncSink
-from cursorsync.sync.step import StepResult, StepSettings, SyncStep
+from cursorsync.sync.step import StepSettings, SyncStep
+from cursorsync.sync.step_totals import StepResult
 from cursorsync.tables import open_store
 from cursorsync.tables.mappings_table import MappingStore
 from cursorsync.tables.rows import mapping_rows

@@ -13,15 +13,15 @@ import numpy as np
 import pulsar
 import pytest
 
-from cursorsync.core.batches import with_index_acks
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import guard
 from cursorsync.core.positions import Position
 from cursorsync.core.segments import SegmentSet, TopicMapping
-from cursorsync.core.translate import translate
+from cursorsync.core.translate import translate, with_index_acks
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import BatchAcks, fetch_batch_acks
-from cursorsync.pulsar.emitter import BATCH_READER_SUBSCRIPTION, PulsarEmitter
+from cursorsync.pulsar.emitter import PulsarEmitter
+from cursorsync.pulsar.index_acks import BATCH_READER_SUBSCRIPTION
 from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 
 pytestmark = pytest.mark.integration

@@ -16,14 +16,13 @@ from cursorsync.core.batches import (
     PartialBatch,
     plan_index_acks,
     unbacked_index_acks,
-    with_index_acks,
 )
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import UnsafePlanError, check_safe, guard
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import SegmentSet, TopicMapping
-from cursorsync.core.translate import translate
+from cursorsync.core.translate import translate, with_index_acks
 
 S, T = 1, 5  # the source's ledger and the target's
 
