@@ -18,10 +18,12 @@ no batch index. A broker applies an individual or cumulative ack of any
 is acked whole even with a batch index and batch-index acknowledgement on: only a delivered
 message's id carries its batch's acker (pinned in
 ``tests/integration/bed/test_batch_index_ack_facts.py``). So a plan's index acks
-(:mod:`cursorsync.core.batches`) go through ids a Reader on the target delivers: the Reader
-reads the batch, and the emitter's consumer, subscribed with batch-index acknowledgement on,
-acks the wanted messages of it; the broker then holds those indexes, as it does for a
-consumer's own (pinned in ``tests/integration/pulsar/test_index_acks.py``). A target broker
+(:mod:`cursorsync.core.batches`) go through ids delivered on the target: a consumer of the
+emitter's own batch-reader subscription (:mod:`cursorsync.pulsar.index_acks`; never a Reader,
+which acks index 0 of each batch it delivers on the batch's acker) reads the batch, and the
+emitter's consumer, subscribed with batch-index acknowledgement on, acks the wanted messages
+of it; the broker then holds those indexes, as it does for a consumer's own (pinned in
+``tests/integration/pulsar/test_index_acks.py``). A target broker
 with batch-index acknowledgement off ignores such an ack: a duplicate after failover, never
 a loss. The Python client has no list ack
 and does not expose the ack-grouping settings, so individual acks go out
