@@ -40,6 +40,9 @@ class PartialBatch:
             raise ValueError(f"batch at {self.position} of size {self.size}: acked indexes "
                              f"{sorted(self.acked)} are not a part of 0..{self.size - 1}")
 
+    def __str__(self) -> str:
+        return _named(self.position, self.acked, self.size)
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class IndexAck:
@@ -56,7 +59,12 @@ class IndexAck:
                              f"do not fit a batch of {self.size}")
 
     def __str__(self) -> str:
-        return f"{self.target}[{','.join(map(str, sorted(self.indexes)))}/{self.size}]"
+        return _named(self.target, self.indexes, self.size)
+
+
+def _named(at: Position, indexes: frozenset[int], size: int) -> str:
+    """``L:E[i,j/size]``: a batch's position, some of its indexes and its size."""
+    return f"{at}[{','.join(map(str, sorted(indexes)))}/{size}]"
 
 
 def plan_index_acks(partials: Iterable[PartialBatch], segments: SegmentSet,

@@ -60,9 +60,7 @@ class CursorState:
     def __str__(self) -> str:
         text = f"markDelete={self.mark_delete} individual={self.individually_deleted}"
         if self.batches:
-            text += " batches=" + ",".join(
-                f"{b.position}[{','.join(map(str, sorted(b.acked)))}/{b.size}]"
-                for b in self.batches)
+            text += " batches=" + ",".join(map(str, self.batches))
         return text
 
 
