@@ -30,9 +30,8 @@ marker or does not exist (with a check only). Chunked messages also leave holes
 maps each chunk to the source chunk its stamp names; with ``claim_holes`` off
 (``unacked``) none is. At the start of a partition's stream, the ids from the first
 chunk of a chunked message the reader returned are candidates too (the reader read them
-to assemble it). Without a check every candidate is claimed: the job never builds that
-(a chunk claimed so would lose its
-message); the simulator does, where holes are markers by construction.
+to assemble it). Without a check every candidate is claimed: the job never builds that (a
+chunk claimed so would lose its message); the simulator does (holes are markers there).
 
 The builder's state (last position seen, pending identity entries) is saved per
 Spark batch (:mod:`cursorsync.mapping.builder_state`), so a replayed batch starts
@@ -49,7 +48,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from cursorsync.core.anchors import Anchors
@@ -75,7 +73,7 @@ from cursorsync.mapping.builder_state import (
     state_parts,
     state_table,
 )
-from cursorsync.mapping.columns import SideRows, by_partition, first_row_per_entry, is_valid
+from cursorsync.mapping.columns import SideRows, first_row_per_entry, partition_sides
 from cursorsync.mapping.identity_evidence import (
     IdentityEvidence,
     forget_mapped_sources,
@@ -91,6 +89,7 @@ from cursorsync.mapping.skipped_ids import (
     KnowsLedgers,
     MapsChunks,
     ledger_changes,
+    ledgers_entered,
     read_before_first,
     source_chunk_spans,
 )
@@ -190,15 +189,21 @@ class MappingBuilder:
             stamped = "position-property" in self.config.strategies
             entries = first_row_per_entry(rows, self.config.target_cluster if stamped else None)
             entries_in = entries.num_rows
-            for key, part in by_partition(entries):
-                delta = self._partition(key, part, totals, candidates, source_holes, spans)
+            sides = partition_sides(entries, self.config.target_cluster,
+                                    self.config.source_cluster)
+            if self.config.claim_holes and isinstance(self.hole_check, KnowsLedgers):
+                self.hole_check.learn_ledgers(ledgers_entered(
+                    (key, target.ledger, self._parts[key].last_target if key in self._parts
+                     else None) for key, target, _ in sides))
+            for key, target, source in sides:
+                delta = self._partition(key, target, source, totals, candidates,
+                                        source_holes, spans)
                 if delta is not None:
                     out[key] = delta
         clock.step("partitions")
         checked = self._checks_due(candidates)
         claimed, mapped, past_ends, deferred = self._claim_markers(checked, out, totals)
-        if spans and self.source_chunks is not None and isinstance(self.source_chunks,
-                                                                    MapsChunks):
+        if spans and isinstance(self.source_chunks, MapsChunks):
             self.source_chunks(spans)  # its markers say nothing here
             self._map_chunks({key: p.reversed() for key, p in
                               self.source_chunks.drain_chunks().items()}, out, totals)
@@ -220,8 +225,8 @@ class MappingBuilder:
                              for key, state in self._parts.items() if len(state.unchecked.rows)},
             live=live, seconds=clock.seconds)
 
-    def _partition(self, key: PartitionKey, entries: pa.Table, totals: BatchTotals,
-                   candidates: dict[PartitionKey, Runs],
+    def _partition(self, key: PartitionKey, target: SideRows, source: SideRows,
+                   totals: BatchTotals, candidates: dict[PartitionKey, Runs],
                    source_holes: dict[PartitionKey, Runs],
                    spans: dict[PartitionKey, Runs]) -> TopicMapping | None:
         """One topic partition's rows of a batch: what they add to its mapping (None:
@@ -230,8 +235,6 @@ class MappingBuilder:
         strategies = self.config.strategies
         state = self._parts.setdefault(key, PartitionState())
         known = self.known.get(key, TopicMapping())
-        target = SideRows.of(entries, self.config.target_cluster)
-        source = SideRows.of(entries, self.config.source_cluster)
         if "snapshot" in strategies and len(source):
             self._watch_source(key, state, source, source_holes)
         if self.config.claim_holes:
@@ -239,9 +242,9 @@ class MappingBuilder:
         if len(target):
             state.last_target = target.last()
 
-        stamped = (is_valid(target.rows.column("source_position"))
-                   if "position-property" in strategies else np.zeros(len(target), bool))
-        pairs = [_stamped_pairs(target, stamped)] if stamped.any() else []
+        stamped = (target.stamped if "position-property" in strategies
+                   else np.zeros(len(target), bool))
+        pairs = [target.stamp_pairs(stamped)] if stamped.any() else []
         if "position-property" in strategies and self.source_chunks is not None and len(source):
             copies, runs = source_chunk_spans(source)
             if copies is not None:
@@ -484,14 +487,6 @@ def _decided_to(last_target: Position, unchecked: Runs) -> Position:
         return last_target
     first = unchecked.first()
     return min(last_target, Position(first.ledger, first.entry - 1))
-
-
-def _stamped_pairs(target: SideRows, stamped: npt.NDArray[np.bool_]) -> Pairs:
-    """The target entries ``stamped`` picks, each paired with the source entry its
-    source-position stamp names."""
-    return Pairs.of(target.rows.column("stamp_ledger").to_numpy()[stamped],
-                    target.rows.column("stamp_entry").to_numpy()[stamped],
-                    target.ledger[stamped], target.entry[stamped], "position-property")
 
 
 __all__ = ["EVIDENCE", "AnchorFindings", "AnchorRead", "BatchOutcome", "BuilderSettings",

@@ -14,6 +14,9 @@ from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
+from cursorsync.mapping.pairs import Pairs
+
+Mask = npt.NDArray[np.bool_]
 
 #: Columns identity alignment orders by where rows have them: each entry's producer (its
 #: stream) and publish time (what its memory's horizon compares).
@@ -46,25 +49,6 @@ def first_row_per_entry(rows: pa.Table, stamped_cluster: str | None = None) -> p
         ledger[stamped], entry[stamped] = stamp_positions(stamps.filter(pa.array(stamped)))
     return t.append_column("stamp_ledger", pa.array(ledger)).append_column(
         "stamp_entry", pa.array(entry))
-
-
-def by_partition(entries: pa.Table) -> list[tuple[PartitionKey, pa.Table]]:
-    """Each topic partition of ``entries`` with its rows, in their order (a stable sort and
-    one slice each, not a filter of the whole table per partition)."""
-    n = entries.num_rows
-    if n == 0:
-        return []
-    entries = entries.sort_by([("topic", "ascending"), ("partition", "ascending")])
-    topic, partition = entries.column("topic"), entries.column("partition")
-    change = pc.or_(pc.not_equal(topic.slice(1), topic.slice(0, n - 1)),
-                    pc.not_equal(partition.slice(1), partition.slice(0, n - 1)))
-    starts = np.concatenate(([0], np.flatnonzero(
-        pc.fill_null(change, True).to_numpy(zero_copy_only=False)) + 1))
-    ends = np.append(starts[1:], n)
-    at = pa.array(starts)
-    return [(PartitionKey(t, int(p)), entries.slice(s, e - s)) for t, p, s, e in zip(
-        topic.take(at).to_pylist(), partition.take(at).to_pylist(), starts.tolist(),
-        ends.tolist(), strict=True)]
 
 
 #: A stamp as the brokers write it; 18 digits at most, so it always fits an int64.
@@ -113,18 +97,52 @@ def by_position(t: pa.Table) -> pa.Table:
 
 @dataclass(frozen=True)
 class SideRows:
-    """One cluster's rows of a topic partition in a batch, by position, with their ledger and
-    entry ids as numpy arrays."""
+    """One cluster's rows of a topic partition in a batch, by position, with the columns the
+    builder reads as numpy arrays (sliced from the batch's, so a partition costs no Arrow
+    compute call of its own)."""
 
     rows: pa.Table
     ledger: I64
     entry: I64
+    #: Which rows carry a source-position stamp, an identity digest, a first-chunk id.
+    stamped: Mask
+    digested: Mask
+    chunked: Mask
+    #: Each row's producer stream and publish time (:func:`streams_and_times`).
+    stream: I64
+    publish: I64
+    #: Each row's identity digest (None where it has none).
+    digests: list[bytes | None]
 
     @classmethod
     def of(cls, entries: pa.Table, cluster: str) -> SideRows:
         """The rows of ``entries`` (one topic partition's) read from ``cluster``."""
-        rows = by_position(entries.filter(pc.equal(entries.column("cluster"), cluster)))
-        return cls(rows, rows.column("ledger").to_numpy(), rows.column("entry").to_numpy())
+        return cls.whole(by_position(entries.filter(pc.equal(entries.column("cluster"),
+                                                              cluster))))
+
+    @classmethod
+    def whole(cls, rows: pa.Table) -> SideRows:
+        """All of ``rows``, in their order."""
+        stream, publish = streams_and_times(rows)
+        return cls(rows, _int64(rows, "ledger"), _int64(rows, "entry"),
+                   _valid(rows, "source_position"), _valid(rows, "entry_identity"),
+                   _valid(rows, "first_chunk"), stream, publish,
+                   rows.column("entry_identity").to_pylist())
+
+    def slice(self, start: int, stop: int) -> SideRows:
+        """Rows ``start`` to ``stop`` (views, no copy)."""
+        return SideRows(self.rows.slice(start, stop - start), self.ledger[start:stop],
+                        self.entry[start:stop], self.stamped[start:stop],
+                        self.digested[start:stop], self.chunked[start:stop],
+                        self.stream[start:stop], self.publish[start:stop],
+                        self.digests[start:stop])
+
+    def stamp_pairs(self, mask: Mask) -> Pairs:
+        """The rows ``mask`` picks (stamped ones), each paired with the source entry its
+        source-position stamp names (parsed into ``stamp_ledger`` and ``stamp_entry``)."""
+        return Pairs.of(self.rows.column("stamp_ledger").to_numpy()[mask],
+                        self.rows.column("stamp_entry").to_numpy()[mask],
+                        self.ledger[mask], self.entry[mask], "position-property")
 
     def last(self) -> Position:
         """The last row's position (there is one)."""
@@ -138,5 +156,59 @@ class SideRows:
         return len(self.ledger)
 
 
-__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "SideRows", "by_partition", "by_position",
-           "first_row_per_entry", "is_valid", "stamp_positions", "streams_and_times"]
+def partition_sides(entries: pa.Table, target_cluster: str, source_cluster: str
+                    ) -> list[tuple[PartitionKey, SideRows, SideRows]]:
+    """Each topic partition of ``entries`` (one row per entry) with its target and source
+    rows, by position: one sort and one conversion per column for the whole batch, then
+    slices (rows of any other cluster are left out)."""
+    if entries.num_rows == 0:
+        return []
+    t = entries.sort_by([(c, "ascending") for c in
+                         ("topic", "partition", "cluster", "ledger", "entry")])
+    n = t.num_rows
+    whole = SideRows.whole(t)
+    topic = t.column("topic").combine_chunks().dictionary_encode()
+    topic_code = topic.indices.to_numpy(zero_copy_only=False)
+    partition = _int64(t, "partition")
+    cluster = t.column("cluster")
+    side = np.full(n, 2, np.int8)  # 0: target, 1: source, 2: another cluster's
+    side[np.asarray(pc.equal(cluster, source_cluster).to_numpy(zero_copy_only=False),
+                    bool)] = 1
+    side[np.asarray(pc.equal(cluster, target_cluster).to_numpy(zero_copy_only=False),
+                    bool)] = 0
+    new_partition = np.ones(n, bool)
+    new_partition[1:] = (topic_code[1:] != topic_code[:-1]) | (partition[1:] != partition[:-1])
+    new_run = new_partition.copy()
+    new_run[1:] |= side[1:] != side[:-1]
+    starts = np.flatnonzero(new_run)
+    stops = np.append(starts[1:], n)
+    names = topic.dictionary.to_pylist()
+    empty = whole.slice(0, 0)
+    out: list[tuple[PartitionKey, SideRows, SideRows]] = []
+    sides: list[SideRows] = [empty, empty]
+    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+        if new_partition[start]:
+            if out:
+                out[-1] = (out[-1][0], sides[0], sides[1])
+            sides = [empty, empty]
+            out.append((PartitionKey(names[topic_code[start]], int(partition[start])),
+                        empty, empty))
+        if side[start] < 2:
+            sides[side[start]] = whole.slice(start, stop)
+    out[-1] = (out[-1][0], sides[0], sides[1])
+    return out
+
+
+def _int64(t: pa.Table, name: str) -> I64:
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _valid(t: pa.Table, name: str) -> Mask:
+    """Which rows have a value in column ``name`` (none where there is no such column)."""
+    if name not in t.column_names:
+        return np.zeros(t.num_rows, bool)
+    return is_valid(t.column(name))
+
+
+__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "SideRows", "by_position", "first_row_per_entry",
+           "is_valid", "partition_sides", "stamp_positions", "streams_and_times"]

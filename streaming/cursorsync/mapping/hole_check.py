@@ -159,6 +159,18 @@ class AdminHoleCheck:
             known = self._ledgers[key] = [int(i) for i in stats.ledgers.ids.tolist()]
         return [ledger for ledger in known if after < ledger < before]
 
+    def learn_ledgers(self, wanted: Mapping[PartitionKey, int]) -> None:
+        stale = [key for key, before in wanted.items()
+                 if before not in self._ledgers.get(key, ())]
+        if not stale:
+            return
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(stale)),
+                                thread_name_prefix="ledger-lists") as pool:
+            found = list(pool.map(lambda key: self.admin.internal_stats(key.concrete_topic()),
+                                  stale))
+        for key, stats in zip(stale, found, strict=True):
+            self._ledgers[key] = [int(i) for i in stats.ledgers.ids.tolist()]
+
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind."""
         return {"raw-entry": self.stats.requests}

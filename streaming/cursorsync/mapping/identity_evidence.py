@@ -15,6 +15,7 @@ builder's steps that compare entries by digest.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +24,7 @@ from cursorsync.core.alignment import align
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.segments import Evidence, Runs, SegmentSet
 from cursorsync.mapping.builder_state import PartitionState, Pending
-from cursorsync.mapping.columns import SideRows, is_valid, streams_and_times
+from cursorsync.mapping.columns import SideRows
 from cursorsync.mapping.pairs import Pairs
 
 Mask = npt.NDArray[np.bool_]
@@ -67,11 +68,11 @@ class IdentityEvidence:
         entries not ``mapped`` already) and compare what waits there."""
         # No digest: outside the identity scope (an unbatched entry without the stamp,
         # with identity_scope batched), so nothing on the source can match it.
-        undigested = unstamped & ~is_valid(target.rows.column("entry_identity"))
+        undigested = unstamped & ~target.digested
         _wait(state.target, target, unstamped & ~undigested)
         fresh = ~mapped.contains_arrays(source.ledger, source.entry) if len(source) else (
             np.zeros(0, bool))
-        _wait(state.source, source, fresh & is_valid(source.rows.column("entry_identity")))
+        _wait(state.source, source, fresh & source.digested)
         found = self._pair(state) if self.pair_entries else self._tell_copies(state)
         return replace(found, foreign=found.foreign.union(target.runs(undigested)),
                        given_up_target=found.given_up_target + int(undigested.sum()))
@@ -145,11 +146,9 @@ def forget_mapped_sources(pending: Pending, mapping: SegmentSet) -> None:
 
 def _wait(pending: Pending, side: SideRows, picked: Mask) -> None:
     """The rows ``picked`` wait in ``pending``: position, digest, producer stream, publish time."""
-    digests = side.rows.column("entry_identity").to_pylist()
-    stream, publish = streams_and_times(side.rows)
     pending.extend(side.ledger[picked], side.entry[picked],
-                   [d for d, p in zip(digests, picked, strict=True) if p],
-                   stream[picked], publish[picked])
+                   cast("list[bytes]", [side.digests[i] for i in np.flatnonzero(picked).tolist()]),
+                   side.stream[picked], side.publish[picked])
 
 
 __all__ = ["IdentityEvidence", "IdentityFindings", "forget_mapped_sources"]

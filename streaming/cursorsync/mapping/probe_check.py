@@ -189,6 +189,9 @@ class ProbeHoleCheck:
         """The partition's ledgers strictly between two (see the per-id check's)."""
         return self.per_id.ledgers_between(key, after, before)
 
+    def learn_ledgers(self, wanted: Mapping[PartitionKey, int]) -> None:
+        self.per_id.learn_ledgers(wanted)
+
     def drain_chunks(self) -> dict[PartitionKey, Pairs]:
         """The chunks mapped by their stamps: only ids checked one by one are read."""
         return self.per_id.drain_chunks()

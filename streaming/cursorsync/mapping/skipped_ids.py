@@ -4,11 +4,12 @@ the gaps between returned entries."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
@@ -63,6 +64,10 @@ class KnowsLedgers(Protocol):
 
     def ledgers_between(self, key: PartitionKey, after: int, before: int) -> list[int]: ...
 
+    def learn_ledgers(self, wanted: Mapping[PartitionKey, int]) -> None:
+        """Read, concurrently, the ledger lists of the partitions whose list does not name
+        the ledger ``wanted`` gives them yet (a batch's in one go, not one after another)."""
+
 
 def ledger_changes(ledgers: npt.NDArray[np.int64], previous: Position | None
                    ) -> list[tuple[int, int]]:
@@ -75,21 +80,34 @@ def ledger_changes(ledgers: npt.NDArray[np.int64], previous: Position | None
     return [(int(ids[i]), int(ids[i + 1])) for i in moved]
 
 
+def ledgers_entered(readers: Iterable[tuple[PartitionKey, npt.NDArray[np.int64],
+                                            Position | None]]) -> dict[PartitionKey, int]:
+    """For each partition whose reader moved past ledger ids between two it returned
+    entries from (its key, its returned ledgers, the last position before them), the last
+    ledger it entered so: the ledger list that answers :meth:`KnowsLedgers.ledgers_between`
+    for it names that ledger."""
+    out = {}
+    for key, ledgers, previous in readers:
+        for left, entered in ledger_changes(ledgers, previous):
+            if entered > left + 1:
+                out[key] = entered
+    return out
+
+
 def source_chunk_spans(source: SideRows) -> tuple[Pairs | None, Runs]:
     """A source reader's chunked messages that are copies of the target's (their stamp,
     the last chunk's, names the target's last chunk: on two clusters a stamped source entry
     came from the target): each last chunk paired with its original, and the ids before it
     in its span (same ledger only) as runs whose stamps a check on the source reads."""
-    rows = source.rows
-    if "first_chunk" not in rows.column_names or not len(source):
+    ends = np.flatnonzero(source.chunked & source.stamped)
+    if not len(ends):
         return None, Runs()
-    firsts = rows.column("first_chunk").to_pylist()
-    stamps = rows.column("source_position").to_pylist()
+    at = pa.array(ends)
+    firsts = source.rows.column("first_chunk").take(at).to_pylist()
+    stamps = source.rows.column("source_position").take(at).to_pylist()
     pairs: list[tuple[int, int, int, int]] = []
     runs: list[tuple[int, int, int]] = []
-    for i, (first, stamp) in enumerate(zip(firsts, stamps, strict=True)):
-        if first is None or stamp is None:
-            continue
+    for i, first, stamp in zip(ends.tolist(), firsts, stamps, strict=True):
         try:
             original, begun = Position.parse(stamp), Position.parse(first)
         except ValueError:
@@ -113,7 +131,7 @@ def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[in
     chunk lies in an earlier ledger, the rest of that ledger is probed like a ledger's end:
     the probe's start is returned too (None: no probe)."""
     none = np.empty((0, 3), np.int64)
-    if "first_chunk" not in target.rows.column_names or not len(target):
+    if not target.chunked.any():
         return none, None
     firsts = [Position.parse(f) for f in target.rows.column("first_chunk").to_pylist()
               if f is not None]
@@ -131,4 +149,5 @@ def read_before_first(target: SideRows) -> tuple[npt.NDArray[np.int64], tuple[in
 
 
 __all__ = ["LEDGER_END_PROBE", "Defers", "FollowsReads", "HoleCheck", "KnowsLedgers",
-           "MapsChunks", "ledger_changes", "read_before_first", "source_chunk_spans"]
+           "MapsChunks", "ledger_changes", "ledgers_entered", "read_before_first",
+           "source_chunk_spans"]

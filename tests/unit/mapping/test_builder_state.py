@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +26,7 @@ from cursorsync.mapping.builder_state import (
     state_table,
     write_state,
 )
-from cursorsync.mapping.columns import by_partition
+from cursorsync.mapping.columns import partition_sides
 
 _ids = st.integers(-1, 2**62)
 _positions = st.one_of(st.none(), st.builds(Position, _ids, _ids))
@@ -121,23 +120,37 @@ def test_the_shared_empty_runs_cannot_be_written_to() -> None:
 
 
 _rows = st.lists(st.tuples(st.sampled_from(["x", "y", "z"]), st.integers(-1, 2),
-                           st.integers(0, 1000)), max_size=30)
+                           st.sampled_from(["a", "b", "c"]), st.integers(0, 3),
+                           st.integers(0, 1000)), max_size=30, unique_by=lambda r: r)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_rows)
-def test_by_partition_is_a_filter_per_partition(items: list[tuple[str, int, int]]) -> None:
-    table = pa.table({"topic": [t for t, _, _ in items],
-                      "partition": pa.array([p for _, p, _ in items], pa.int32()),
-                      "entry": pa.array([e for _, _, e in items], pa.int64())})
-    got = {key: part.column("entry").to_pylist() for key, part in by_partition(table)}
+def test_partition_sides_are_a_filter_per_partition_and_cluster(
+        items: list[tuple[str, int, str, int, int]]) -> None:
+    """Each partition's target (b) and source (a) rows, by position, as a filter of the
+    whole table per partition and cluster would give them; another cluster's (c) left out."""
+    table = pa.table({"topic": [r[0] for r in items],
+                      "partition": pa.array([r[1] for r in items], pa.int32()),
+                      "cluster": [r[2] for r in items],
+                      "ledger": pa.array([r[3] for r in items], pa.int64()),
+                      "entry": pa.array([r[4] for r in items], pa.int64()),
+                      "entry_identity": pa.array([bytes([r[4] % 256]) for r in items]),
+                      "source_position": pa.array([None] * len(items), pa.string())})
+    got = {key: (target.ledger.tolist(), target.entry.tolist(), target.digests,
+                 source.ledger.tolist(), source.entry.tolist())
+           for key, target, source in partition_sides(table, "b", "a")}
     want = {}
-    for topic, partition in {(t, p) for t, p, _ in items}:
-        mask = pc.and_(pc.equal(table.column("topic"), topic),
-                       pc.equal(table.column("partition"), partition))
-        want[PartitionKey(topic, partition)] = table.filter(mask).column("entry").to_pylist()
+    for topic, partition in {(r[0], r[1]) for r in items}:
+        def side(cluster: str, topic: str = topic, partition: int = partition
+                 ) -> list[tuple[int, int]]:
+            return sorted((r[3], r[4]) for r in items
+                          if (r[0], r[1], r[2]) == (topic, partition, cluster))
+        target, source = side("b"), side("a")
+        want[PartitionKey(topic, partition)] = (
+            [lg for lg, _ in target], [e for _, e in target], [bytes([e % 256]) for _, e in target],
+            [lg for lg, _ in source], [e for _, e in source])
     assert got == want
-    assert len(by_partition(table)) == len(want)
 
 
 def test_partitions_share_only_what_cannot_change() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from itertools import pairwise
 from types import SimpleNamespace
@@ -324,6 +325,39 @@ def _claimed_across_ledgers(ledgers: list[list[str]], cuts: list[int],
         (lg, e) for lg, first, n in known.skippable.rows.tolist()
         for e in range(first, first + n)}
     return claimed, table
+
+
+def test_a_batch_reads_the_ledger_lists_it_needs_at_once_and_each_once() -> None:
+    """Partitions that move past ledgers of other topics in one batch have their ledger
+    lists read together on the check's threads before the batch's partitions are worked
+    through, once each; a later batch that stays in those ledgers reads none."""
+    table = {(lg, i): MESSAGE for lg in (5, 8) for i in range(3)}
+    threads: list[str] = []
+
+    class Recording(FakeAdmin):
+        def internal_stats(self, topic: str) -> SimpleNamespace:
+            threads.append(threading.current_thread().name)
+            return super().internal_stats(topic)
+
+    admin = Recording(table)
+    check = AdminHoleCheck(admin, max_workers=4)  # type: ignore[arg-type]
+    b = MappingBuilder(BuilderSettings("A", "B", ("position-property",)), hole_check=check)
+    keys = [PartitionKey("persistent://public/default/t", p) for p in range(20)]
+
+    def rows(ledgers: list[int], ids: list[int]) -> pa.Table:
+        parts = [target_rows(ids, ledgers) for _ in keys]
+        return pa.concat_tables([t.set_column(t.schema.get_field_index("partition"),
+                                              "partition", pa.array([k.partition] * len(ids),
+                                                                    pa.int32()))
+                                 for t, k in zip(parts, keys, strict=True)])
+
+    b.process(rows([5, 5], [0, 1]))
+    assert admin.stats_read == 0
+    b.process(rows([5, 8, 8], [2, 0, 1]))
+    assert admin.stats_read == len(keys)
+    assert all(name.startswith("ledger-lists") for name in threads)
+    b.process(rows([8], [2]))
+    assert admin.stats_read == len(keys)
 
 
 def test_an_unreachable_admin_fails_the_check_naming_the_entry() -> None:
