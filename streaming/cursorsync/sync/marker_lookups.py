@@ -6,6 +6,12 @@ the last message, where no segment on either side vouches for them), so it is no
 "waiting for evidence", and the plan can become exact. Entries past the last mapped one
 are only looked up once the mapping has not moved for a while: under traffic they are
 simply not mapped yet.
+
+The source entries a gap between two segments shows were never replicated as data
+(:func:`cursorsync.core.translate.implied_unreplicated`) are kept the same way, as found:
+a gap across target ledgers can only be judged while the target's ledger list holds both
+its ends, and what it says about those source entries stays true once the target has
+deleted the ledgers and the list no longer shows it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey
 from cursorsync.core.segments import Runs, TopicMapping
-from cursorsync.core.translate import unmapped_source
+from cursorsync.core.translate import implied_unreplicated, unmapped_source
 from cursorsync.errors import CursorSyncError
 
 log = logging.getLogger(__name__)
@@ -71,6 +77,8 @@ class MarkerCache:
     looked_up: dict[PartitionKey, RangeSet] = field(default_factory=dict)
     frontiers: dict[PartitionKey, Frontier] = field(default_factory=dict)
     behind: dict[PartitionKey, Position] = field(default_factory=dict)
+    #: What each partition's gaps were last judged from (see :meth:`MarkerLookups.judged`).
+    judged: dict[PartitionKey, tuple[int, ...]] = field(default_factory=dict)
 
 
 class MarkerLookups:
@@ -105,6 +113,28 @@ class MarkerLookups:
         b = found.bounds
         runs = Runs(np.stack([b[:, 0], b[:, 1] + 1, b[:, 3] - b[:, 1]], axis=1))
         return replace(mapping, unreplicated=mapping.unreplicated.union(runs))
+
+    def judged(self, key: PartitionKey, mapping: TopicMapping, target_ledgers: Ledgers | None,
+               source_ledgers: Ledgers | None) -> None:
+        """Keep, with the markers found, the source entries (of ``source_ledgers``) that the
+        gaps of ``mapping`` show were never replicated as data, judged on the target's live
+        ``target_ledgers``. Judged again only when the segments, the known skippable runs or
+        the ledger list changed."""
+        segments, skips = mapping.segments.rows, mapping.skippable.rows
+        if (target_ledgers is None or source_ledgers is None or len(segments) < 2
+                or not len(skips) or not len(target_ledgers.ids)):
+            return
+        ids = target_ledgers.ids
+        seen = (len(segments), len(skips), int(ids[0]), int(ids[-1]), len(ids),
+                int(target_ledgers.entries[-1]))
+        if self.cache.judged.get(key) == seen:
+            return
+        self.cache.judged[key] = seen
+        found = implied_unreplicated(mapping, target_ledgers)
+        known = self.cache.markers.get(key, RangeSet())
+        new = list((found - known).iter_entries(source_ledgers))
+        if new:
+            self.cache.markers[key] = known | _entries(new)
 
     def look_up(self, obs: ObservedCursor, topic: str, mapping: TopicMapping,
                 target: CursorState) -> bool:

@@ -284,6 +284,8 @@ class SyncStep:
             mapping = mapping.vouched()
         if not whole:
             mapping = holding(mapping)
+        else:
+            self.lookups.judged(obs.key, mapping, target.ledgers, obs.state.ledgers)
         mapping = self.lookups.with_markers(obs.key, mapping)
         plan = translate(obs.state, mapping, target, previous_source=previous_source)
         if plan.unmapped_acked_entries and self.lookups.look_up(obs, item.topic, mapping,

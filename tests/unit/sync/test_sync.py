@@ -18,7 +18,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
-from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
+from cursorsync.core.segments import Runs, Segment, SegmentSet, TopicMapping
 from cursorsync.errors import AdminError, AdminUnavailableError
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitError, EmitResult
@@ -614,3 +614,32 @@ def test_a_batch_reads_its_targets_together_and_an_unreadable_one_skips_only_its
     due = {str(k.partition) for k in keys
            if read_offset((k, "sub")) + 1 >= IDLE_TARGET_READ_EVERY}
     assert {p[0][-1] for p in calls[1]} == {"1"} | due
+
+
+def test_a_gap_judged_across_target_ledgers_stays_judged_once_the_target_deletes_them() -> None:
+    """Source 5:0..5:2 -> target 7:0..7:2 and 5:5..5:9 -> 9:0..9:4, the rest of target
+    ledger 7 known markers, ledger 8 another topic's: source 5:3 and 5:4 were never
+    replicated as data, which the target's ledger list shows only while it holds ledger 7.
+    Once the target has deleted it, they are still not counted unmapped, and nobody asks
+    the source about them."""
+    mapping = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 3), Segment(5, 5, 9, 0, 5)]),
+                           skippable=Runs.of((7, 3, 3)))
+    obs = ObservedCursor(KEY, "sub", CursorState(Position(5, 9), RangeSet(),
+                                                 Ledgers.of([(5, 10)])), NOW)
+    targets = [CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 6), (9, 5)]))]
+    asked: list[list[Position]] = []
+    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: targets[-1],
+                    lambda t, p: asked.append(p) or [])
+    step.lookups.clock = lambda: 1e9  # the mapping long settled: lookups are due
+    first = step.run([obs], {KEY: mapping}).records[0].plan
+    assert (first.outcome, first.unmapped_acked_entries) == ("exact", 0)
+    targets.append(CursorState(Position(9, -1), RangeSet(), Ledgers.of([(9, 5)])))
+    later = step.run([obs], {KEY: mapping}).records[0].plan
+    assert (later.outcome, later.unmapped_acked_entries) == ("exact", 0)
+    assert asked == []
+    # Without the first judgement, the deleted ledger leaves them unmapped and looked up.
+    fresh = SyncStep(StepSettings(dry_run=True), None, lambda t, s: targets[-1],
+                     lambda t, p: asked.append(p) or [])
+    fresh.lookups.clock = lambda: 1e9
+    assert fresh.run([obs], {KEY: mapping}).records[0].plan.unmapped_acked_entries == 2
+    assert asked == [[Position(5, 3), Position(5, 4)]]
