@@ -91,10 +91,6 @@ def is_valid(column: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def by_position(t: pa.Table) -> pa.Table:
-    return t.sort_by([("ledger", "ascending"), ("entry", "ascending")])
-
-
 @dataclass(frozen=True)
 class SideRows:
     """One cluster's rows of a topic partition in a batch, by position, with the columns the
@@ -113,12 +109,6 @@ class SideRows:
     publish: I64
     #: Each row's identity digest (None where it has none).
     digests: list[bytes | None]
-
-    @classmethod
-    def of(cls, entries: pa.Table, cluster: str) -> SideRows:
-        """The rows of ``entries`` (one topic partition's) read from ``cluster``."""
-        return cls.whole(by_position(entries.filter(pc.equal(entries.column("cluster"),
-                                                              cluster))))
 
     @classmethod
     def whole(cls, rows: pa.Table) -> SideRows:
@@ -210,5 +200,5 @@ def _valid(t: pa.Table, name: str) -> Mask:
     return is_valid(t.column(name))
 
 
-__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "SideRows", "by_position", "first_row_per_entry",
+__all__ = ["ORDER_COLUMNS", "STAMP_PATTERN", "SideRows", "first_row_per_entry",
            "is_valid", "partition_sides", "stamp_positions", "streams_and_times"]

@@ -45,11 +45,13 @@ from cursorsync.mapping.skipped_ids import HoleCheck
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker
 from cursorsync.pulsar.raw_entry import RawEntry
+from cursorsync.pulsar.stats import TopicInternalStats
 
 log = logging.getLogger(__name__)
 
 #: MessageMetadata.marker_type of REPLICATED_SUBSCRIPTION_UPDATE.
 UPDATE = 13
+
 
 __all__ = ["AdminHoleCheck", "HoleCheck", "HoleCheckStats", "RunFindings", "read_run",
            "stamped_chunk"]
@@ -155,8 +157,8 @@ class AdminHoleCheck:
         when ``before`` is not in the list read last)."""
         known = self._ledgers.get(key)
         if known is None or before not in known:
-            stats = self.admin.internal_stats(key.concrete_topic())
-            known = self._ledgers[key] = [int(i) for i in stats.ledgers.ids.tolist()]
+            known = self._ledgers[key] = _ledger_ids(
+                self.admin.internal_stats(key.concrete_topic()))
         return [ledger for ledger in known if after < ledger < before]
 
     def learn_ledgers(self, wanted: Mapping[PartitionKey, int]) -> None:
@@ -169,7 +171,7 @@ class AdminHoleCheck:
             found = list(pool.map(lambda key: self.admin.internal_stats(key.concrete_topic()),
                                   stale))
         for key, stats in zip(stale, found, strict=True):
-            self._ledgers[key] = [int(i) for i in stats.ledgers.ids.tolist()]
+            self._ledgers[key] = _ledger_ids(stats)
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind."""
@@ -257,3 +259,6 @@ class AdminHoleCheck:
                      count - run.stop - 1)
         return run
 
+
+def _ledger_ids(stats: TopicInternalStats) -> list[int]:
+    return [int(i) for i in stats.ledgers.ids.tolist()]

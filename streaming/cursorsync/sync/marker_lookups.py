@@ -125,8 +125,9 @@ class MarkerLookups:
                 or not len(skips) or not len(target_ledgers.ids)):
             return
         ids = target_ledgers.ids
-        seen = (len(segments), len(skips), int(ids[0]), int(ids[-1]), len(ids),
-                int(target_ledgers.entries[-1]))
+        # Entry counts, not row counts: a run that grows or two that merge change them.
+        seen = (mapping.segments.entry_count(), mapping.skippable.entry_count(), int(ids[0]),
+                int(ids[-1]), len(ids), int(target_ledgers.entries[-1]))
         if self.cache.judged.get(key) == seen:
             return
         self.cache.judged[key] = seen
