@@ -8,12 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from cursorsync_devtools.bench_e2e import (
-    GROUPS,
-    E2ESpec,
-    run_e2e,
-    table,
-)
+from cursorsync_devtools.bench_e2e import E2ESpec, run_e2e
+from cursorsync_devtools.bench_e2e_report import GROUPS, table
 from cursorsync_devtools.testbed import TestBed
 
 TOP_KEYS = {"benchmark", "spec", "machine", "backlog", "spark_startup_s", "mapping", "lag",
@@ -66,6 +62,11 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         assert figures.keys() >= LAG_FIGURES
         assert figures["covered"] > 0, lag
         assert figures["min_s"] <= figures["p50_s"] <= figures["p99_s"] <= figures["max_s"]
+        # The lag of the entries acked in the topic's first seconds, and after, apart.
+        windows = figures["by_window"]
+        assert list(windows) == ["first 10 s", "after 10 s"], windows
+        assert sum(w["entries"] for w in windows.values()) == figures["entries"], windows
+        assert all(w["p50_s"] <= w["p99_s"] <= figures["max_s"] for w in windows.values())
     # b never acks an entry before a did.
     assert lag["cursorsync"]["min_s"] >= 0, lag
     # The job's tables time every step for most entries; each stage takes no negative time

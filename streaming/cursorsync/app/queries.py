@@ -22,11 +22,15 @@ from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.sync.batch_reads import BatchReads
 from cursorsync.sync.executors import ExecutorSettings
+from cursorsync.sync.follow import SYNC_WAKE, FollowMapping
 from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.sync.sink import SyncSink, SyncSinkSettings
 from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables.store import TableStore
+
+#: The sync query's trigger ticks this many times per trigger interval (see start_queries).
+SYNC_TICKS_PER_INTERVAL = 4
 
 
 @dataclass
@@ -142,6 +146,19 @@ def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSi
     tables' by ``bases``); returns them in that order."""
     ckpt = Path(config.spark.checkpoint_dir)
     trigger = f"{config.spark.trigger_interval_s} seconds"
+    # The cursors source polls every trigger interval; the query ticks more often so that
+    # a poll the mapping asks for (FollowMapping) comes soon after it asks.
+    tick = f"{config.spark.trigger_interval_s / SYNC_TICKS_PER_INTERVAL} seconds"
+    wake_file = str(ckpt / SYNC_WAKE)
+    follow = FollowMapping(wake_file, lambda: sync.waits_on_mapping)
+    maintain = mapping.after_batch
+
+    def after_mapping_batch() -> None:
+        if maintain is not None:
+            maintain()
+        follow.mapping_committed()
+
+    mapping.after_batch = after_mapping_batch
     mapping_trigger = (f"{config.spark.mapping_trigger_interval_s} seconds"
                        if config.spark.mapping_trigger_interval_s else trigger)
     entries = entries_stream(spark, config, "target", wake_file=mapping.wake_file)
@@ -152,9 +169,9 @@ def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSi
           .option("checkpointLocation", str(ckpt / "mapping"))
           .trigger(processingTime=mapping_trigger)
           .start())
-    cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR)).writeStream
+    cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR), wake_file).writeStream
           .queryName("cursorsync-sync").foreachBatch(Rebased(sync, bases["sync"]))
-          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=trigger)
+          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=tick)
           .start())
     return [mq, cq]
 

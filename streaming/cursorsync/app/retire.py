@@ -37,6 +37,7 @@ from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.cleanup import delete_subscription, subscriptions_of
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION
 from cursorsync.pulsar.index_acks import BATCH_READER_SUBSCRIPTION
+from cursorsync.sync.follow import SYNC_WAKE
 from cursorsync.sync.poll_health import POLLS_DIR
 from cursorsync.tables.schema import TABLES
 
@@ -49,7 +50,8 @@ OWN_SUBSCRIPTIONS: dict[Side, tuple[str, ...]] = {
                BATCH_READER_SUBSCRIPTION),
 }
 #: What the job writes under ``spark.checkpoint_dir`` (:mod:`cursorsync.app.queries`).
-CHECKPOINT_PARTS = ("mapping", "sync", "builder-state", POLLS_DIR, "mapping-wake")
+CHECKPOINT_PARTS = ("mapping", "sync", "builder-state", POLLS_DIR, "mapping-wake",
+                    SYNC_WAKE)
 
 
 class RetireError(CursorSyncError):

@@ -20,7 +20,7 @@ def selection(config: Config) -> Selection:
 def entries_stream(spark: Any, config: Config, side: Literal["source", "target"],
                    wake_file: str | None = None) -> Any:
     """The ``pulsar-entries`` stream of one side, with the options the builder needs;
-    ``wake_file``: where the mapping sink asks for batches (:mod:`cursorsync.mapping.wake`)."""
+    ``wake_file``: where the mapping sink asks for batches (:mod:`cursorsync.wake`)."""
     cluster = config.source if side == "source" else config.target
     opts = {**connections(cluster).source_options(), "selection": selection(config).to_option(),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
@@ -52,10 +52,15 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
     return spark.readStream.format("pulsar-entries").options(**opts).load()
 
 
-def cursors_stream(spark: Any, config: Config, state_dir: str) -> Any:
-    """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled."""
+def cursors_stream(spark: Any, config: Config, state_dir: str,
+                   wake_file: str | None = None) -> Any:
+    """The ``pulsar-cursors`` stream: the source's synced subscriptions, polled every
+    trigger interval, or sooner when asked through ``wake_file`` (:mod:`cursorsync.wake`)."""
     opts = {**connections(config.source).source_options(),
             "selection": selection(config).to_option(),
             "stateDir": state_dir, "internalStatsMaxAgeMs":
-            str(round(config.spark.cursor_stats_max_age_s * 1000))}
+            str(round(config.spark.cursor_stats_max_age_s * 1000)),
+            "pollIntervalMs": str(round(config.spark.trigger_interval_s * 1000))}
+    if wake_file is not None:
+        opts["wakeFile"] = wake_file
     return spark.readStream.format("pulsar-cursors").options(**opts).load()

@@ -13,7 +13,7 @@ Offsets: ``{"version": 1, "positions": {"<topic partition>": "L:E", ...}}``
 exclusive and end inclusive, always whole entries, so a batched entry is
 never split between two batches. With the ``wakeFile`` option an offset may also
 carry ``"tick": n``, which moves when the mapping sink asks for a batch
-(:mod:`cursorsync.mapping.wake`): then a batch runs with no new entries.
+(:mod:`cursorsync.wake`): then a batch runs with no new entries.
 
 Where things run: the driver finds the latest
 positions with a durable, zero-queue subscription consumer per topic
@@ -91,10 +91,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from cursorsync import wake
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.mapping import wake
 from cursorsync.mapping.entries_options import (
     EntriesOptions,
     EntriesReadError,

@@ -145,7 +145,7 @@ class EntriesOptions:
     ranges_per_task: int = DEFAULT_RANGES_PER_TASK
     packed: bool = False
     #: Offsets carry a ``tick`` that moves when the mapping sink asks for a batch in this
-    #: file (:mod:`cursorsync.mapping.wake`); None: never.
+    #: file (:mod:`cursorsync.wake`); None: never.
     wake_file: str | None = None
 
     @classmethod

@@ -14,11 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cursorsync import gc_pause
+from cursorsync import gc_pause, wake
 from cursorsync.core.records import BuiltinUpdate, PartitionKey
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.core.segments import TopicMapping
-from cursorsync.mapping import wake
 from cursorsync.mapping.builder import (
     AnchorRead,
     BuilderSettings,

@@ -14,6 +14,10 @@ whose stats showed no change since. Only the read is evidence of the state (the
 sync's continuity check uses ``observed_at``); ``checked_at`` measures how
 current it is.
 
+A poll comes every ``pollIntervalMs`` (the query's trigger may tick more often: a tick
+with no poll runs no batch), or sooner when the request number in ``wakeFile`` grows
+(:mod:`cursorsync.sync.follow`). A poll that fails is tried again after the interval.
+
 A poll cannot be repeated, so replays would not be deterministic. Each
 poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
 checkpoint) under their offset before Spark sees them, and
@@ -36,6 +40,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
+from cursorsync import wake
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
 from cursorsync.files import replace_text
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
@@ -45,6 +50,7 @@ from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync import poll_health
+from cursorsync.sync.follow import WAKE_MIN_GAP
 from cursorsync.sync.poll_health import PollHealth
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,9 @@ WHOLE_READ_MAX_PARTITIONS = 100
 Row = tuple[Any, ...]
 
 OFFSET_VERSION = 1
+#: Of ``pollIntervalMs``: how much sooner a poll may come (the query's trigger ticks a few
+#: times per interval, and a tick a little early would put the poll off by a whole tick).
+POLL_SLACK = 0.1
 STATE_VERSION = 1
 
 SCHEMA = (
@@ -88,6 +97,8 @@ class CursorsOptions:
     #: A partition's internalStats are read again at least this often even while its
     #: topic stats show no change (0: read every poll, no topic stats asked).
     internal_stats_max_age_ms: int = 60_000
+    #: Requests to poll before the interval has passed (:mod:`cursorsync.sync.follow`).
+    wake_file: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> CursorsOptions:
@@ -115,6 +126,7 @@ class CursorsOptions:
             state_retention=o.get_int("stateRetention", 100, minimum=1) or 100,
             internal_stats_max_age_ms=o.get_int("internalStatsMaxAgeMs", 60_000, minimum=0)
             or 0,
+            wake_file=o.get_str("wakeFile"),
         )
 
 
@@ -243,6 +255,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         self.options = options
         self.store = PollStore(options.state_dir)
         self._last_poll = 0.0
+        #: The last request to poll early taken (:mod:`cursorsync.sync.follow`).
+        self._woken = 0 if options.wake_file is None else wake.requested(options.wake_file)
         #: Per topic partition: its stats' fingerprint when its internalStats were last
         #: read, when they must be read again at the latest, and the rows they gave.
         self._known: dict[str, _Known] = {}
@@ -392,20 +406,37 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, Any]]:
         seq = poll_sequence(start)
-        now = time.monotonic()
-        if self._last_poll and (now - self._last_poll) * 1000 < self.options.poll_interval_ms:
+        now = self.clock()
+        if self._last_poll and not self._due(now - self._last_poll):
             return iter(()), start
         try:
             rows = self.poll()
         except AdminUnavailableError as err:
-            # Nothing new this trigger: the next one polls again.
+            # Nothing new this time: polled again after the interval.
             log.warning("cursor poll of cluster %s skipped: %s", self.options.cluster, err)
             self._note(self.health.failed(datetime.now(tz=UTC), str(err)))
+            self._last_poll = now
             return iter(()), start
         self._note(self.health.succeeded(datetime.now(tz=UTC)))
         self._last_poll = now
         self.store.write(seq + 1, rows)
         return iter(rows), poll_offset(seq + 1)
+
+    def _due(self, since_s: float) -> bool:
+        """Whether a poll is due ``since_s`` after the last: the interval has passed (within
+        POLL_SLACK: the query's trigger ticks a few times per interval), or a request to poll
+        early came at least half an interval after the last poll."""
+        interval = self.options.poll_interval_ms / 1000
+        if since_s >= interval * (1 - POLL_SLACK):
+            return True
+        path = self.options.wake_file
+        if path is None or since_s < interval * WAKE_MIN_GAP:
+            return False
+        asked = wake.requested(path)
+        if asked <= self._woken:
+            return False
+        self._woken = asked
+        return True
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
         lo, hi = poll_sequence(start), poll_sequence(end)

@@ -145,6 +145,9 @@ class SyncSink:
         #: phases (a benchmark's figures). The sink keeps no record past its batch: the
         #: collector would walk a row's worth of objects per cursor after every batch.
         self.on_result: Callable[[StepResult], None] | None = None
+        #: The last batch left acked source entries unmapped: it waits for the mapping
+        #: (:class:`cursorsync.sync.follow.FollowMapping`). Set on the driver path only.
+        self.waits_on_mapping = False
 
     def __call__(self, df: Any, batch_id: int) -> None:
         with gc_pause.paused():  # the batch's garbage is freed after it
@@ -240,6 +243,7 @@ class SyncSink:
             self._seeded = True
         self.idle.restore(split, obs, self.step)
         result = self.step.run(obs, mappings)
+        self.waits_on_mapping = any(r.plan.unmapped_acked_entries for r in result.records)
         self._observations.forget(self.idle.keep(self.step, split.rest, obs))
         t4 = time.perf_counter()
         t["step"] = t4 - t3

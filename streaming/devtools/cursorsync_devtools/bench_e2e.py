@@ -45,17 +45,17 @@ from typing import Any
 from cursorsync.app.session import LOCAL_MASTER
 from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
-from cursorsync_devtools.batch_figures import phase_seconds, phase_table
+from cursorsync_devtools.batch_figures import phase_seconds
+from cursorsync_devtools.bench_e2e_report import table
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
-from cursorsync_devtools.testbed.lag_stages import STAGES
 
 log = logging.getLogger(__name__)
 
 SYNC = "sync-shared"
 BUILTIN = "builtin-shared"
-#: Process groups in the order the tables show them.
-GROUPS = ("driver", "spark jvm", "python workers", "broker a", "broker b")
+#: Seconds of the live topic's first traffic its lag is also given apart for.
+WARM_UP_S = 10.0
 
 
 class BenchError(CursorSyncError):
@@ -299,7 +299,13 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
     """The live workload, b's cursors polled meanwhile and until they cover it; the lags,
     and cursorsync's split by stage."""
     from cursorsync.app.job import query_failure
-    from cursorsync_devtools.testbed.lag import CursorPoller, lag_of, run_live, uncovered
+    from cursorsync_devtools.testbed.lag import (
+        CursorPoller,
+        lag_of,
+        lag_windows,
+        run_live,
+        uncovered,
+    )
     from cursorsync_devtools.testbed.workload import verify_source_cursors
 
     live = spec.live()
@@ -334,6 +340,8 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
     for name, sub in (("cursorsync", SYNC), ("builtin", BUILTIN)):
         lag[name] = lag_of(result, sub, on_b, poller.changes,
                            individual=individual[sub]).figures()
+        lag[name]["by_window"] = lag_windows(result, sub, on_b, poller.changes,
+                                             individual=individual[sub], split_s=WARM_UP_S)
     lag["cursorsync_stages"] = _stages(config, result, on_b, poller.changes, bed.topic(live.topic))
     return result, lag
 
@@ -403,85 +411,6 @@ def _machine() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ report
-
-
-def table(report: Mapping[str, Any]) -> str:
-    """The report as text: each figure beside its baseline."""
-    from cursorsync.app.render import format_table
-
-    s, m, b, lag = report["spec"], report["mapping"], report["backlog"], report["lag"]
-    base, check = m["baseline"], m["check"]
-    machine = report["machine"]
-    head = (f"e2e bench: Apache Pulsar {machine['pulsar']} a -> b, {machine['cores']} cores "
-            f"(load {machine['load_average'][0]} at start); evidence "
-            f"{', '.join(s['strategies'])} (identity scope {s['identity_scope']}); trigger "
-            f"{s['trigger_interval_s']:g} s; spark start-up {report['spark_startup_s']:.1f} s; "
-            f"{report['total_s']:.0f} s in all")
-    backlog = (f"backlog: {b['entries']:,} entries ({b['batched_entries']:,} batches of "
-               f"{s['batch_size']}), {b['messages']:,} messages on "
-               f"{_plural(b['partitions'], 'partition')}; produced in {b['produce_s']:.1f} s, "
-               f"replicated in {b['replicate_s']:.1f} s")
-    rates = format_table(("MAPPING INGESTION", "CURSORSYNC", "BASELINE", "RATIO"), [
-        ("entries/s warm", _n(m["entries_per_s_warm"]), _n(base["entries_per_s"]),
-         m["ratio_warm"]),
-        ("entries/s from job start", _n(m["entries_per_s_from_start"]),
-         _n(base["entries_per_s"]), m["ratio_from_start"]),
-        ("seconds", m["seconds_from_start"], base["seconds"], None),
-    ], right=(1, 2, 3))
-    baseline = (f"baseline: plain Readers over cluster(s) {', '.join(base['clusters'])}, "
-                f"{base['readers']} readers, {base['processes']} at a time "
-                f"({base['messages_read']:,} messages); goal: ratio >= 0.8\n"
-                f"mapping check: {check['pairs_checked']:,} pairs, {check['pairs_wrong']} "
-                f"wrong, {check['pairs_unmapped']} unmapped")
-    batches = format_table(
-        ("MAPPING BATCH", "ROWS b", "ROWS a", "SINK S", "TRIGGER S",
-         "CPU-S " + " / ".join(GROUPS)),
-        [(x["batch"], x["rows"].get("b", 0), x["rows"].get("a", 0), x["sink_s"],
-          x["trigger_s"], " / ".join(f"{x['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
-         for x in m["per_batch"]], right=(1, 2, 3, 4))
-    cs, bi = lag["cursorsync"], lag["builtin"]
-    lags = format_table(("SYNC LAG", "CURSORSYNC", "BUILT-IN"), [
-        (label, _s(cs[k]), _s(bi[k])) for label, k in
-        (("p50", "p50_s"), ("p99", "p99_s"), ("max", "max_s"), ("min", "min_s"))
-    ] + [("entries covered", cs["covered"], bi["covered"]),
-         ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
-    st = lag.get("cursorsync_stages") or {}
-    stages = format_table(("CURSORSYNC LAG BY STAGE", "P50", "P99"), [
-        (name, _s(st[name]["p50_s"]), _s(st[name]["p99_s"]))
-        for name in (*STAGES, "lag") if st.get(name)], right=(1, 2))
-    stages += (f"\n{st.get('with_every_time', 0):,} of {st.get('entries', 0):,} entries with "
-               "every step's time: source poll = ack on a -> the job's cursor_states row; "
-               "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
-               "it; target = -> b's cursor polled covering it")
-    batch_phases = phase_table(lag.get("batch_phases_mean_s") or {})
-    live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
-            f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
-            f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
-            f"every {lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 "
-            f"<= 2 s and below the built-in's")
-    fo = report["failover"]
-    failover = format_table(("FAILOVER TO b", "CURSORSYNC", "BUILT-IN"), [
-        (label, fo["cursorsync"][k], fo["builtin"][k]) for label, k in (
-            ("messages", "messages"), ("acked on a", "acked_on_source"),
-            ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
-            ("losses", "losses"))], right=(1, 2))
-    phases = format_table(("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS)), [
-        (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
-        for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
-    return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
-                        lags + "\n" + live, stages, batch_phases, failover, phases))
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _n(v: float | None) -> str | None:
-    return None if v is None else f"{v:,.0f}"
-
-
-def _s(v: float | None) -> str | None:
-    return None if v is None else f"{v:.2f} s"
 
 
 def run_e2e(*, seconds: float = 60.0, json_output: bool = False, backlog: int | None = None,

@@ -273,7 +273,7 @@ def test_a_requested_batch_moves_the_offset_s_tick_and_reads_nothing(
         testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """The mapping sink's request (skipped ids waiting for their check) gives one batch with
     no new entries: the offset's tick moves once, and its ranges are empty."""
-    from cursorsync.mapping import wake
+    from cursorsync import wake
 
     (topic,) = local_topic(testbed, "a", topic_name("wake"))
     produce(client_of(testbed, "a"), topic, unbatched=2, batches=[])

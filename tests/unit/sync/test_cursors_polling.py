@@ -121,3 +121,72 @@ def test_failed_polls_are_kept_beside_the_stored_polls_until_one_succeeds(
     healed = poll_health.read(tmp_path)
     assert healed is not None and not healed.failing and healed.failures == 0
     assert healed.ok_at is not None and ok.ok_at is not None and healed.ok_at > ok.ok_at
+
+
+def test_a_request_brings_a_poll_forward_once_and_no_sooner_than_half_an_interval(
+        admin: StubAdmin, tmp_path: Path) -> None:
+    """The sync follows the mapping (cursorsync.sync.follow): a poll comes every interval,
+    or sooner when the wake file's number grows, but never within half an interval of the
+    last poll, and each request brings one poll."""
+    from cursorsync import wake
+    from cursorsync.sync.follow import FollowMapping
+
+    serve_partitioned(admin, "1:4")
+    path = tmp_path / "sync-wake"
+    waiting = False
+    follow = FollowMapping(path, lambda: waiting)
+    r = cursors_reader(admin, tmp_path / "polls", pollIntervalMs="10000", wakeFile=str(path))
+    now = 100.0
+    r.clock = lambda: now
+    _, off = r.read(r.initialOffset())
+    assert off["seq"] == 1
+    follow.mapping_committed()  # the sync does not wait: no request
+    assert wake.requested(path) == 0
+    waiting = True
+    follow.mapping_committed()
+    assert wake.requested(path) == 1
+    now = 104.0  # asked, but within half an interval of the last poll
+    it, same = r.read(off)
+    assert same == off and list(it) == []
+    now = 105.0
+    it, off = r.read(off)
+    assert off["seq"] == 2 and len(list(it)) == 2
+    now = 111.0  # the same request brings no second poll
+    assert r.read(off)[1] == off
+    now = 114.0  # the interval, within its slack
+    _, off = r.read(off)
+    assert off["seq"] == 3
+    # Requests only grow, across a restart of either side.
+    assert FollowMapping(path, lambda: True).number == 1
+    again = cursors_reader(admin, tmp_path / "polls", pollIntervalMs="10000",
+                           wakeFile=str(path))
+    again.clock = lambda: now
+    _, off2 = again.read(off)  # a fresh reader polls at once
+    assert off2["seq"] == 4
+    now = 120.0
+    assert again.read(off2)[1] == off2  # the old request is not taken again
+
+
+def test_a_failed_poll_is_tried_again_after_the_interval(admin: StubAdmin,
+                                                         tmp_path: Path) -> None:
+    """The query's trigger ticks several times per interval: a poll that fails is not
+    repeated at every tick."""
+    from tests.support.admin_stub import Reply
+
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path, pollIntervalMs="10000")
+    now = 0.0
+    r.clock = lambda: now
+    off = r.initialOffset()
+    served = {path: list(replies) for path, replies in admin.routes.items()}
+    for path in served:
+        admin.set(path, Reply(503, {"reason": "broker busy"}))
+    now = 50.0
+    assert r.read(off)[1] == off
+    asked = len(admin.requests)
+    now = 55.0
+    assert r.read(off)[1] == off and len(admin.requests) == asked
+    for path, replies in served.items():
+        admin.routes[path] = replies
+    now = 60.0
+    assert r.read(off)[1]["seq"] == 1

@@ -243,6 +243,24 @@ def lag_by_ack_time(result: WorkloadResult, subscription: str,
     return np.concatenate(times), np.concatenate(lags)
 
 
+def lag_windows(result: WorkloadResult, subscription: str, on_target: Mapping[str, Position],
+                changes: Changes, *, individual: bool, split_s: float
+                ) -> dict[str, dict[str, float | None]]:
+    """p50 / p99 of the lag of the entries acked in the workload's first ``split_s`` seconds,
+    and of those acked after (see :func:`lag_of`): a new topic's first seconds cost more (the
+    brokers' first reads of it, and a job's), and a whole run's p99 is mostly theirs."""
+    acked, lags = lag_by_ack_time(result, subscription, on_target, changes,
+                                  individual=individual)
+    early = acked < result.started_at + split_s
+    out: dict[str, dict[str, float | None]] = {}
+    for label, pick in ((f"first {split_s:g} s", early), (f"after {split_s:g} s", ~early)):
+        s = lags[pick & ~np.isnan(lags)]
+        out[label] = {"entries": int(pick.sum()),
+                      "p50_s": round(float(np.percentile(s, 50)), 3) if len(s) else None,
+                      "p99_s": round(float(np.percentile(s, 99)), 3) if len(s) else None}
+    return out
+
+
 def uncovered(result: WorkloadResult, subscription: str, on_target: Mapping[str, Position],
               changes: Changes, *, individual: bool) -> int:
     """Entries acked on a that b's latest polled cursor does not cover yet."""

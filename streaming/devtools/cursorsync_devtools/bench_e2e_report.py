@@ -1,0 +1,94 @@
+"""``cursorsync-dev bench e2e``'s report as text: each figure beside its baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cursorsync_devtools.batch_figures import phase_table
+from cursorsync_devtools.testbed.lag_stages import STAGES
+
+#: Process groups in the order the tables show them.
+GROUPS = ("driver", "spark jvm", "python workers", "broker a", "broker b")
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The report as text: each figure beside its baseline."""
+    from cursorsync.app.render import format_table
+
+    s, m, b, lag = report["spec"], report["mapping"], report["backlog"], report["lag"]
+    base, check = m["baseline"], m["check"]
+    machine = report["machine"]
+    head = (f"e2e bench: Apache Pulsar {machine['pulsar']} a -> b, {machine['cores']} cores "
+            f"(load {machine['load_average'][0]} at start); evidence "
+            f"{', '.join(s['strategies'])} (identity scope {s['identity_scope']}); trigger "
+            f"{s['trigger_interval_s']:g} s; spark start-up {report['spark_startup_s']:.1f} s; "
+            f"{report['total_s']:.0f} s in all")
+    backlog = (f"backlog: {b['entries']:,} entries ({b['batched_entries']:,} batches of "
+               f"{s['batch_size']}), {b['messages']:,} messages on "
+               f"{_plural(b['partitions'], 'partition')}; produced in {b['produce_s']:.1f} s, "
+               f"replicated in {b['replicate_s']:.1f} s")
+    rates = format_table(("MAPPING INGESTION", "CURSORSYNC", "BASELINE", "RATIO"), [
+        ("entries/s warm", _n(m["entries_per_s_warm"]), _n(base["entries_per_s"]),
+         m["ratio_warm"]),
+        ("entries/s from job start", _n(m["entries_per_s_from_start"]),
+         _n(base["entries_per_s"]), m["ratio_from_start"]),
+        ("seconds", m["seconds_from_start"], base["seconds"], None),
+    ], right=(1, 2, 3))
+    baseline = (f"baseline: plain Readers over cluster(s) {', '.join(base['clusters'])}, "
+                f"{base['readers']} readers, {base['processes']} at a time "
+                f"({base['messages_read']:,} messages); goal: ratio >= 0.8\n"
+                f"mapping check: {check['pairs_checked']:,} pairs, {check['pairs_wrong']} "
+                f"wrong, {check['pairs_unmapped']} unmapped")
+    batches = format_table(
+        ("MAPPING BATCH", "ROWS b", "ROWS a", "SINK S", "TRIGGER S",
+         "CPU-S " + " / ".join(GROUPS)),
+        [(x["batch"], x["rows"].get("b", 0), x["rows"].get("a", 0), x["sink_s"],
+          x["trigger_s"], " / ".join(f"{x['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
+         for x in m["per_batch"]], right=(1, 2, 3, 4))
+    cs, bi = lag["cursorsync"], lag["builtin"]
+    lags = format_table(("SYNC LAG", "CURSORSYNC", "BUILT-IN"), [
+        (label, _s(cs[k]), _s(bi[k])) for label, k in
+        (("p50", "p50_s"), ("p99", "p99_s"), ("max", "max_s"), ("min", "min_s"))
+    ] + [(f"{q} of entries acked {w}", _s(cs["by_window"][w][f"{q}_s"]),
+          _s(bi["by_window"][w][f"{q}_s"]))
+         for w in cs.get("by_window", {}) for q in ("p50", "p99")
+         ] + [("entries covered", cs["covered"], bi["covered"]),
+         ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
+    st = lag.get("cursorsync_stages") or {}
+    stages = format_table(("CURSORSYNC LAG BY STAGE", "P50", "P99"), [
+        (name, _s(st[name]["p50_s"]), _s(st[name]["p99_s"]))
+        for name in (*STAGES, "lag") if st.get(name)], right=(1, 2))
+    stages += (f"\n{st.get('with_every_time', 0):,} of {st.get('entries', 0):,} entries with "
+               "every step's time: source poll = ack on a -> the job's cursor_states row; "
+               "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
+               "it; target = -> b's cursor polled covering it")
+    batch_phases = phase_table(lag.get("batch_phases_mean_s") or {})
+    live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
+            f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
+            f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
+            f"every {lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 "
+            f"<= 2 s and below the built-in's")
+    fo = report["failover"]
+    failover = format_table(("FAILOVER TO b", "CURSORSYNC", "BUILT-IN"), [
+        (label, fo["cursorsync"][k], fo["builtin"][k]) for label, k in (
+            ("messages", "messages"), ("acked on a", "acked_on_source"),
+            ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
+            ("losses", "losses"))], right=(1, 2))
+    phases = format_table(("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS)), [
+        (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
+        for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
+    return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
+                        lags + "\n" + live, stages, batch_phases, failover, phases))
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _n(v: float | None) -> str | None:
+    return None if v is None else f"{v:,.0f}"
+
+
+def _s(v: float | None) -> str | None:
+    return None if v is None else f"{v:.2f} s"
