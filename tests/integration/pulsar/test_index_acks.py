@@ -13,6 +13,7 @@ import numpy as np
 import pulsar
 import pytest
 
+from cursorsync.core.batches import PartialBatch
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.guard import guard
 from cursorsync.core.positions import Position
@@ -186,3 +187,61 @@ def test_a_readers_ids_carry_the_first_index_of_their_batch(index_bed: TestBed) 
         time.sleep(0.2)
     reader.close()
     acker.close()
+
+
+def test_a_target_broker_that_keeps_no_batch_indexes_ignores_index_acks(
+        testbed: TestBed) -> None:
+    """The session's test bed keeps Pulsar 4.0's default (batch-index acknowledgement off
+    in the brokers). Index acks the emitter sends there are ignored: the batch stays unacked
+    and comes again whole after a failover (duplicates, never a loss), while a whole entry
+    acked on the source is acked on the target as ever. The source side is given as the
+    plugin reports it on a broker that keeps indexes."""
+    bed, name = testbed, "index-acks-off"
+    topic = bed.topic(name)
+    bed.create_topic(name)
+    bed.client("b").subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                              initial_position=pulsar.InitialPosition.Earliest).close()
+    producer = bed.client("a").create_producer(topic, batching_enabled=True,
+                                               batching_max_messages=BATCH,
+                                               batching_max_publish_delay_ms=1000)
+    for i in range(2 * BATCH):
+        producer.send_async(f"o{i:02d}".encode(), None)
+    producer.flush()
+    producer.close()
+    on_a, on_b = _entries(bed, "a", topic, 2 * BATCH), _entries(bed, "b", topic, 2 * BATCH)
+    first, second = sorted(set(on_a.values()))
+    assert first.ledger == second.ledger and second.entry == first.entry + 1
+    pairs = sorted({(on_a[k], on_b[k]) for k in on_a})
+    segments = SegmentSet.from_pairs(*(np.array(v, np.int64) for v in zip(
+        *((s.ledger, s.entry, t.ledger, t.entry) for s, t in pairs), strict=True)))
+    mapping = TopicMapping(segments=segments)
+    # On a: indexes 0 and 3 of the first batch acked, the second batch acked whole.
+    parsed = CursorState.parse(f"{first.ledger}:{first.entry - 1}",
+                               f"[({first.ledger}:{first.entry}..{second.ledger}:{second.entry}]]")
+    source = CursorState(parsed.mark_delete, parsed.individually_deleted,
+                         batches=(PartialBatch(first, BATCH, frozenset({0, 3})),))
+    cursor = bed.internal_stats("b", name)["cursors"]["s"]
+    target = CursorState.parse(cursor["markDeletePosition"], cursor["individuallyDeletedMessages"])
+    plan = with_index_acks(translate(source, mapping, target), source, segments, target)
+    assert [(a.target, a.indexes) for a in plan.index_acks] == [
+        (segments.lookup(first), frozenset({0, 3}))]
+    with PulsarEmitter(bed.service_url("b"), batch_index_acks=True) as emitter:
+        sent = emitter.apply(topic, "s", guard(plan, source, mapping, target), cumulative=False)
+    assert sent.index_acks == 2
+    # The whole entry is acked on b; the first batch stays unacked.
+    copy, batch_copy = segments.lookup(second), segments.lookup(first)
+    assert copy is not None and batch_copy is not None
+    deadline = time.monotonic() + 20
+    while True:
+        cursor = bed.internal_stats("b", name)["cursors"]["s"]
+        state = CursorState.parse(cursor["markDeletePosition"],
+                                  cursor["individuallyDeletedMessages"])
+        if state.acked().contains(copy) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert state.acked().contains(copy), cursor
+    assert not state.acked().contains(batch_copy), cursor
+    time.sleep(1.0)  # an index ack, had the broker kept it, would show by now
+    after_failover = sorted(_received(bed, "b", topic))
+    # The first batch whole, acked indexes too (the duplicates); nothing of it missing.
+    assert after_failover == sorted(k for k, p in on_a.items() if p == first)
