@@ -46,6 +46,11 @@ from cursorsync_devtools.testbed.acking import AckChoice, Acker, Decisions, cons
 from cursorsync_devtools.testbed.testbed import TestBed, TestBedError
 
 SUBSCRIPTION_TYPES = ("Shared", "Failover")
+#: How long a workload producer's send may wait: with 1,000 partitions the two brokers share
+#: two cores with the job, and a send can wait longer than the client's default 30 s.
+SEND_TIMEOUT_MS = 120_000
+
+
 def sync_subscription(kind: str) -> str:
     return f"sync-{kind.lower()}"
 
@@ -214,11 +219,13 @@ class _Publisher:
         prefix = local if cluster == "a" else f"{local}-{cluster}"
         self._plan_name = topic if cluster == "a" else f"{topic}@{cluster}"
         self.singles = [self.client.create_producer(topic, producer_name=f"{prefix}-single-{i}",
-                                                    batching_enabled=False) for i in range(2)]
+                                                    batching_enabled=False,
+                                                    send_timeout_millis=SEND_TIMEOUT_MS)
+                        for i in range(2)]
         self.batching = self.client.create_producer(
             topic, producer_name=f"{prefix}-batch", batching_enabled=True,
             batching_max_messages=10_000, batching_max_publish_delay_ms=3_600_000,
-            batching_max_allowed_size_in_bytes=1 << 30)
+            batching_max_allowed_size_in_bytes=1 << 30, send_timeout_millis=SEND_TIMEOUT_MS)
         self.out: list[Produced] = []
         self.entries = 0
         self.n = 0
@@ -263,9 +270,9 @@ class _Publisher:
                                      event_timestamp=10**12 + self.n)
         self.batching.flush()
         for _ in range(size):
-            if not done.acquire(timeout=30):
+            if not done.acquire(timeout=SEND_TIMEOUT_MS / 1000):
                 raise TestBedError(f"a batch sent to {self.topic} on {self.cluster} was "
-                                   "not confirmed in 30 s")
+                                   f"not confirmed in {SEND_TIMEOUT_MS / 1000:g} s")
         entries = {(m.ledger_id(), m.entry_id()) for m in ids}
         if len(entries) != 1:
             raise TestBedError(f"{self.topic}: a batch of {size} landed in {len(entries)} entries")
