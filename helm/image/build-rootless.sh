@@ -13,7 +13,7 @@
 #      cursorsync wheel and its pinned dependencies from PyPI (pyspark brings Spark's jars
 #      and scripts; /opt/spark links to them), the /opt/cursorsync/main.py and
 #      log4j2.properties links, the jars helm/image/jars.txt pins (fetch_jars.py, from
-#      Maven Central), Spark's Kubernetes entrypoint at /opt/entrypoint.sh, user spark (185);
+#      Maven Central), the driver/executor entrypoint at /opt/entrypoint.sh, user spark (185);
 #   3. a smoke check of the committed image.
 #
 # Usage (as root; needs debootstrap, buildah, podman, runc and a python3 with pip):
@@ -146,7 +146,7 @@ bah copy "$CTR" "$HERE/jars.txt" "$HERE/fetch_jars.py" /tmp/image/
 run_net sh -c "python3 /tmp/image/fetch_jars.py /tmp/image/jars.txt /opt/spark/jars --maven '$MAVEN' \
              && rm -rf /tmp/image"
 
-# Spark's Kubernetes entrypoint (driver/executor/pass-through) and its user, spark (185).
+# The entrypoint (driver/executor/pass-through, entrypoint.sh here) and the user, spark (185).
 bah copy --chmod 755 "$CTR" "$HERE/entrypoint.sh" /opt/entrypoint.sh
 run sh -c 'set -e
   getent group spark >/dev/null || groupadd --system --gid 185 spark
@@ -167,6 +167,8 @@ bah config \
     --label org.opencontainers.image.description="cursorsync on Debian $SUITE, OpenJDK 17, Python 3.11 (helm/image/build-rootless.sh)" \
     "$CTR"
 bah commit --rm "$CTR" "$TAG"
+# A rebuild leaves the previous image untagged; drop it (vfs stores every layer in full).
+pod image prune -f >/dev/null
 
 # --- 4. Smoke check: the CLI, the imports, Java, the jars. With podman and runc (the
 # container's own namespaces, its entrypoint, user 185; explicit ulimits: podman's
@@ -179,7 +181,17 @@ python -c "import sys, importlib.metadata as m, cursorsync, pyspark, deltalake, 
 java -version 2>&1
 id
 ls -l /opt/cursorsync/main.py /opt/cursorsync/log4j2.properties
-ls /opt/spark/jars | grep -E "^(delta-|hadoop-aws|s3-2)" '
+ls /opt/spark/jars | grep -E "^(delta-|hadoop-aws|s3-2)"
+# The entrypoint, as Spark on Kubernetes starts its containers: the driver runs the job
+# through spark-submit; an executor starts Spark'"'"'s Kubernetes backend, which parses its
+# arguments and then fails to reach a driver that is not there.
+/opt/entrypoint.sh driver --conf spark.ui.enabled=false local:///opt/cursorsync/main.py --help 2>/dev/null | head -n 3
+out=$(SPARK_EXECUTOR_MEMORY=512m SPARK_DRIVER_URL=spark://CoarseGrainedScheduler@127.0.0.1:1 \
+      SPARK_EXECUTOR_ID=1 SPARK_EXECUTOR_CORES=1 SPARK_APPLICATION_ID=smoke \
+      SPARK_EXECUTOR_POD_IP=127.0.0.1 SPARK_JAVA_OPT_0=-Dcursorsync.smoke=1 \
+      timeout 120 /opt/entrypoint.sh executor 2>&1 || true)
+echo "$out" | grep -m1 -o "Started daemon with process name: [^ ]*" || { echo "$out" | tail -n 20; exit 1; }
+echo "$out" | grep -m1 -o "Failed to connect to [^ ]*" '
 if command -v runc >/dev/null && pod --runtime runc run --rm --network none \
         --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 "$TAG" true >/dev/null 2>&1; then
     pod --runtime runc run --rm --network none \
