@@ -70,6 +70,8 @@ class RunningJob:
     metrics_server: Any = None
     progress: Any = None
     source_admin: Any = None
+    #: The source tail checks' client (:class:`cursorsync.pulsar.dispatchable.DispatchableTail`).
+    source_tail: Any = None
     stopped: bool = False
 
     def wait_batches(self, n: int, timeout_s: float) -> bool:
@@ -110,6 +112,9 @@ class RunningJob:
         check = self.mapping_sink.builder.hole_check
         if isinstance(check, ProbeHoleCheck):
             check.close()
+        self.sync_sink.step.lookups.close()
+        if self.source_tail is not None:
+            self.source_tail.close()
         for admin in (self.admin, self.source_admin):
             if admin is not None:
                 admin.close()
@@ -197,7 +202,8 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     poller.start()
     log.info("mapping and sync queries started %.1f s after the job", time.perf_counter() - t0)
     return RunningJob(spark, queries, mapping, sync, clients.emitter, clients.target_admin,
-                      server, poller, source_admin=clients.source_admin)
+                      server, poller, source_admin=clients.source_admin,
+                      source_tail=clients.source_tail)
 
 
 def _session_and_tables(config: Config, spark: Any) -> tuple[Any, TableStore]:

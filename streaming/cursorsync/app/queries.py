@@ -19,6 +19,7 @@ from cursorsync.mapping.builder import BuilderSettings
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
+from cursorsync.pulsar.dispatchable import DispatchableTail
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.sync.batch_reads import BatchReads
 from cursorsync.sync.executors import ExecutorSettings
@@ -43,6 +44,8 @@ class Clients:
     target_admin: AdminClient
     #: The target's ack emitter on the driver (None: a dry run, or emission on executors).
     emitter: Any
+    #: Whether anything past a source partition's last mapped entry is dispatchable.
+    source_tail: DispatchableTail
 
     @classmethod
     def open(cls, config: Config, *, dry_run: bool, emitter: Any = None) -> Clients:
@@ -51,7 +54,8 @@ class Clients:
             emitter = target.emitter(subscription_type=config.emission.subscription_type,
                                      ack_batch_size=config.emission.ack_batch_size,
                                      batch_index_acks=config.emission.batch_index_acks)
-        return cls(source, target, source.admin_client(), target.admin_client(), emitter)
+        return cls(source, target, source.admin_client(), target.admin_client(), emitter,
+                   source.dispatchable_tail())
 
 
 def builder_config(config: Config) -> BuilderSettings:
@@ -133,7 +137,8 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                     clients.source_admin.creation, read_targets=targets.many,
                     topology=topology.current, live_ledgers=live,
                     batch_reads=(BatchReads(clients.source_admin, clients.target_admin)
-                                 if config.emission.batch_index_acks else None))
+                                 if config.emission.batch_index_acks else None),
+                    tail_check=clients.source_tail.nothing_dispatchable_after)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due

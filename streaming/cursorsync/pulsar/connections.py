@@ -12,6 +12,7 @@ from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.options import admin_options, client_options
 
 if TYPE_CHECKING:
+    from cursorsync.pulsar.dispatchable import DispatchableTail
     from cursorsync.pulsar.emitter import PulsarEmitter
     from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
     from cursorsync.pulsar.subscriptions import SubscriptionType
@@ -43,6 +44,13 @@ class Connections:
         from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
 
         return AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
+
+    def dispatchable_tail(self) -> DispatchableTail:
+        """Whether a partition holds a dispatchable entry past a position, asked of this
+        cluster's brokers (the caller closes it)."""
+        from cursorsync.pulsar.dispatchable import DispatchableTail
+
+        return DispatchableTail(self.client)
 
     def source_options(self) -> dict[str, str]:
         """The ``pulsar-entries`` / ``pulsar-cursors`` options that say how to reach it."""

@@ -5,7 +5,11 @@ most): a marker never has a data counterpart (snapshot markers at a ledger's end
 the last message, where no segment on either side vouches for them), so it is not
 "waiting for evidence", and the plan can become exact. Entries past the last mapped one
 are only looked up once the mapping has not moved for a while: under traffic they are
-simply not mapped yet.
+simply not mapped yet. With a tail check (:data:`TailCheck`), those are not looked up one
+by one: one question to the source's broker per partition, on threads of their own and
+answered in a later batch, says whether anything past the last mapped entry is
+dispatchable; if nothing is, every acked entry past it is a marker or an aborted
+transaction's message, neither of which a replicator sends as data.
 
 The source entries a gap between two segments shows were never replicated as data
 (:func:`cursorsync.core.translate.implied_unreplicated`) are kept the same way, as found:
@@ -20,6 +24,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -38,6 +43,11 @@ log = logging.getLogger(__name__)
 
 #: Which of these source entries of a concrete topic are markers (asked of the source).
 MarkerLookup = Callable[[str, list[Position]], list[Position]]
+#: Whether a concrete topic holds no entry past a position that a consumer could receive
+#: (asked of the source's broker: :class:`cursorsync.pulsar.dispatchable.DispatchableTail`).
+TailCheck = Callable[[str, Position], bool]
+#: Tail checks asked at once (each a reader opened and closed on the source).
+TAIL_CHECK_THREADS = 8
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
 #: Source entries looked up per sync batch over all cursors, at most, and seconds a batch
@@ -81,12 +91,28 @@ class MarkerCache:
     judged: dict[PartitionKey, tuple[int, ...]] = field(default_factory=dict)
 
 
+class _Tail(NamedTuple):
+    """A tail check under way: the last mapped entry it asks past, the acked entries past it
+    it classifies (all listed by the source before the question), and the answer to come."""
+
+    after: Position
+    entries: list[Position]
+    answer: Future[bool]
+
+
 class MarkerLookups:
     """The lookups of one sync step: what was found (:class:`MarkerCache`, kept across
     batches) and this batch's budget."""
 
-    def __init__(self, lookup: MarkerLookup | None) -> None:
+    def __init__(self, lookup: MarkerLookup | None, tail_check: TailCheck | None = None
+                 ) -> None:
         self.lookup = lookup
+        self.tail_check = tail_check
+        self._tails: dict[PartitionKey, _Tail] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        #: Tail checks answered, and the acked source entries they found markers.
+        self.tail_checks = 0
+        self.tail_markers = 0
         self.cache = MarkerCache()
         self.clock = time.monotonic
         self.wall_clock = time.time
@@ -97,10 +123,30 @@ class MarkerLookups:
         self.resume: tuple[PartitionKey, str] | None = None
 
     def next_batch(self) -> tuple[PartitionKey, str] | None:
-        """A new batch's budget; the cursor it starts at (None: the first)."""
+        """A new batch's budget, with the tail checks answered since the last; the cursor it
+        starts at (None: the first)."""
         self.count = self.seconds = 0
+        self._answered()
         resume, self.resume = self.resume, None
         return resume
+
+    def tails_answered(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for the tail checks asked to be answered (the next batch
+        takes their answers); True when all are."""
+        deadline = time.monotonic() + timeout_s
+        for tail in list(self._tails.values()):
+            try:
+                tail.answer.exception(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return False
+        return True
+
+    def close(self) -> None:
+        """Stops asking: checks not yet begun are dropped."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._tails.clear()
 
     def markers(self, key: PartitionKey) -> RangeSet | None:
         return self.cache.markers.get(key) if self.cache.markers else None
@@ -151,8 +197,13 @@ class MarkerLookups:
         ledgers = obs.state.ledgers
         if ledgers is None or not pending:
             return False
-        wanted = self._wanted(obs, pending, frontier, ledgers,
-                              settled=self._settled(frontier, mapping, now))
+        settled = self._settled(frontier, mapping, now)
+        if self.tail_check is not None:
+            if settled and cache.behind.get(obs.key) != frontier.last_mapped:
+                self._ask_tail(obs.key, topic, frontier.last_mapped,
+                               pending.after(frontier.last_mapped), ledgers)
+            settled = False  # the tail is the check's, not looked up entry by entry
+        wanted = self._wanted(obs, pending, frontier, ledgers, settled=settled)
         if wanted is None:
             return False
         asked = wanted.before + wanted.past
@@ -176,6 +227,43 @@ class MarkerLookups:
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
                   len(asked))
         return True
+
+    def _ask_tail(self, key: PartitionKey, topic: str, after: Position, past: RangeSet,
+                  ledgers: Ledgers) -> None:
+        """Asks, unless a check of the partition is under way, whether anything past
+        ``after`` is dispatchable, for the acked entries ``past`` it (the source's poll
+        listed their ledgers before the question, so each is stored when it is asked)."""
+        if key in self._tails or self.tail_check is None:
+            return
+        entries = list(past.iter_entries(ledgers))
+        if not entries:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(TAIL_CHECK_THREADS, thread_name_prefix="tail-check")
+        self._tails[key] = _Tail(after, entries,
+                                 self._pool.submit(self.tail_check, topic, after))
+
+    def _answered(self) -> None:
+        """The answers of the tail checks done: their entries are markers when nothing past
+        the entry asked after is dispatchable; otherwise the mapping is behind there."""
+        cache = self.cache
+        for key, tail in list(self._tails.items()):
+            if not tail.answer.done():
+                continue
+            del self._tails[key]
+            try:
+                nothing = tail.answer.result()
+            except CursorSyncError as err:
+                log.warning("%s; its source entries past %s stay unmapped", err, tail.after)
+                continue
+            self.tail_checks += 1
+            if not nothing:
+                cache.behind[key] = tail.after
+                continue
+            found = _entries(tail.entries)
+            cache.markers[key] = cache.markers.get(key, RangeSet()) | found
+            cache.looked_up[key] = cache.looked_up.get(key, RangeSet()) | found
+            self.tail_markers += len(tail.entries)
 
     def _frontier(self, key: PartitionKey, mapping: TopicMapping, now: float) -> Frontier:
         """The partition's last mapped source entry, with when this step first saw it."""

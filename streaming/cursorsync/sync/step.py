@@ -65,7 +65,7 @@ from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.batch_reads import HeldBatches
 from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
-from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups
+from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups, TailCheck
 from cursorsync.sync.plans import IdleCursor, Planned
 from cursorsync.sync.step_totals import Emitted, StepResult, Totals
 from cursorsync.sync.target_reads import (
@@ -117,13 +117,16 @@ class SyncStep:
                  read_targets: TargetsReader | None = None,
                  topology: Callable[[str], Topology | None] | None = None,
                  live_ledgers: LiveLedgers | None = None,
-                 batch_reads: BatchReadsLike | None = None) -> None:
+                 batch_reads: BatchReadsLike | None = None,
+                 tail_check: TailCheck | None = None) -> None:
         """``topology``: a topic's replication topology (None: not known); a topic not
         known to have two clusters is planned with the evidence that holds on any
         (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used.
         ``live_ledgers``: where the first live ledgers the step reads go, for the mapping
         builder. ``batch_reads``: both clusters' partly acked batches
-        (``emission.batch_index_acks``); without it no batch index is carried."""
+        (``emission.batch_index_acks``); without it no batch index is carried.
+        ``tail_check``: whether anything past a source partition's last mapped entry is
+        dispatchable; without it the entries there are looked up one by one."""
         self.config = config
         self.batch_reads = batch_reads
         #: This batch's target partial batches, by cursor (None: not known).
@@ -143,7 +146,7 @@ class SyncStep:
         self.first_seen: dict[Key, ObservedCursor] = {}
         #: Cursors halted in the tables: nothing is emitted for them.
         self.halted_keys: set[Key] = set()
-        self.lookups = MarkerLookups(lookup_markers)
+        self.lookups = MarkerLookups(lookup_markers, tail_check)
         self.kept = KeptPlans(config.first_plans_per_batch, dry_run=config.dry_run)
         #: Mappings handed over as dicts, with a version per partition.
         self._held = HeldMappings()

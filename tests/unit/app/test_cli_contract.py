@@ -96,7 +96,8 @@ def test_run_once_that_times_out_exits_2(monkeypatch: pytest.MonkeyPatch,
 
     sinks: Any = {
         "mapping_sink": SimpleNamespace(last_batch=-1, builder=SimpleNamespace(hole_check=None)),
-        "sync_sink": SimpleNamespace(last_batch=-1)}
+        "sync_sink": SimpleNamespace(last_batch=-1, step=SimpleNamespace(
+            lookups=SimpleNamespace(close=lambda: None)))}
     job = job_module.RunningJob(spark=None, queries=[Idle(), Idle()], emitter=None, admin=None,
                                 **sinks)
     monkeypatch.setattr(job_module, "start_job", lambda *a, **k: job)
