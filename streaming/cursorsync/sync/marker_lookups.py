@@ -48,6 +48,11 @@ MarkerLookup = Callable[[str, list[Position]], list[Position]]
 TailCheck = Callable[[str, Position], bool]
 #: Tail checks asked at once (each a reader opened and closed on the source).
 TAIL_CHECK_THREADS = 8
+#: A tail check is asked this long after the poll that saw its entries acked, at least. The
+#: broker takes an entry into its last dispatchable position just after the entry becomes
+#: readable; an entry acked before the poll was readable before it, so the broker's answer
+#: covers it unless that one step took longer than this.
+TAIL_CHECK_AFTER_POLL_S = 1.0
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
 #: Source entries looked up per sync batch over all cursors, at most, and seconds a batch
@@ -200,7 +205,7 @@ class MarkerLookups:
         settled = self._settled(frontier, mapping, now)
         if self.tail_check is not None:
             if settled and cache.behind.get(obs.key) != frontier.last_mapped:
-                self._ask_tail(obs.key, topic, frontier.last_mapped,
+                self._ask_tail(obs, topic, frontier.last_mapped,
                                pending.after(frontier.last_mapped), ledgers)
             settled = False  # the tail is the check's, not looked up entry by entry
         wanted = self._wanted(obs, pending, frontier, ledgers, settled=settled)
@@ -228,20 +233,27 @@ class MarkerLookups:
                   len(asked))
         return True
 
-    def _ask_tail(self, key: PartitionKey, topic: str, after: Position, past: RangeSet,
+    def _ask_tail(self, obs: ObservedCursor, topic: str, after: Position, past: RangeSet,
                   ledgers: Ledgers) -> None:
         """Asks, unless a check of the partition is under way, whether anything past
         ``after`` is dispatchable, for the acked entries ``past`` it (the source's poll
         listed their ledgers before the question, so each is stored when it is asked)."""
-        if key in self._tails or self.tail_check is None:
+        check = self.tail_check
+        if obs.key in self._tails or check is None:
             return
         entries = list(past.iter_entries(ledgers))
         if not entries:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(TAIL_CHECK_THREADS, thread_name_prefix="tail-check")
-        self._tails[key] = _Tail(after, entries,
-                                 self._pool.submit(self.tail_check, topic, after))
+        not_before = obs.observed_at.timestamp() + TAIL_CHECK_AFTER_POLL_S
+        wall = self.wall_clock
+
+        def ask() -> bool:
+            time.sleep(max(0.0, not_before - wall()))
+            return check(topic, after)
+
+        self._tails[obs.key] = _Tail(after, entries, self._pool.submit(ask))
 
     def _answered(self) -> None:
         """The answers of the tail checks done: their entries are markers when nothing past

@@ -5,6 +5,9 @@ once the mapping has stopped moving, and answered in a later batch."""
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -13,7 +16,7 @@ from cursorsync.core.ranges import RangeSet
 from cursorsync.core.records import ObservedCursor
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.errors import CursorSyncError
-from cursorsync.sync.marker_lookups import MARKER_LOOKUP_SETTLE_S
+from cursorsync.sync.marker_lookups import MARKER_LOOKUP_SETTLE_S, TAIL_CHECK_AFTER_POLL_S
 from cursorsync.sync.step import StepSettings, SyncStep
 from tests.unit.sync.test_sync import KEY, NOW, _world
 
@@ -26,11 +29,13 @@ class Tail:
         self.nothing = nothing
         self.error: CursorSyncError | None = None
         self.asked: list[tuple[str, Position]] = []
+        self.asked_at: list[float] = []
         self.gate = threading.Event()
         self.gate.set()
 
     def __call__(self, topic: str, after: Position) -> bool:
         self.asked.append((topic, after))
+        self.asked_at.append(time.time())
         self.gate.wait(10)
         if self.error is not None:
             raise self.error
@@ -62,8 +67,8 @@ def test_one_question_classifies_the_whole_tail_and_no_entry_is_looked_up() -> N
     assert tail.asked == []  # the mapping may still be moving
     now[0] += MARKER_LOOKUP_SETTLE_S
     assert _unmapped(step, obs, mappings) == 40  # asked; the answer is the next batch's
-    assert tail.asked == [(KEY.concrete_topic(), Position(5, 9))]
     assert step.lookups.tails_answered(10)
+    assert tail.asked == [(KEY.concrete_topic(), Position(5, 9))]
     plan = step.run([obs], mappings).records[0].plan
     assert plan.unmapped_acked_entries == 0 and plan.outcome == "exact"
     assert step.lookups.markers(KEY) == RangeSet.of((Position(5, 9), Position(5, 49)))
@@ -153,4 +158,21 @@ def test_a_question_under_way_is_not_asked_twice_and_markers_written_later_are_a
     assert step.lookups.tails_answered(10)
     assert len(tail.asked) == 2
     assert _unmapped(step, more, mappings) == 0
+    step.lookups.close()
+
+
+def test_the_question_waits_until_the_poll_that_saw_the_acks_is_a_while_old() -> None:
+    """An entry acked before the poll was readable before it; the broker takes it into its
+    last dispatchable position just after it becomes readable, so asking a while after the
+    poll leaves that step time to be done."""
+    obs, mappings, target = _world(3)
+    tail, lookups = Tail(), []
+    step, now = _step(target, tail, lookups)
+    step.run([obs], mappings)
+    now[0] += MARKER_LOOKUP_SETTLE_S
+    fresh = replace(obs, observed_at=datetime.now(UTC))
+    step.run([fresh], mappings)
+    assert step.lookups.tails_answered(10)
+    assert tail.asked_at[0] >= fresh.observed_at.timestamp() + TAIL_CHECK_AFTER_POLL_S
+    assert _unmapped(step, fresh, mappings) == 0
     step.lookups.close()
