@@ -9,7 +9,9 @@ simply not mapped yet. With a tail check (:data:`TailCheck`), those are not look
 by one: one question to the source's broker per partition, on threads of their own and
 answered in a later batch, says whether anything past the last mapped entry is
 dispatchable; if nothing is, every acked entry past it is a marker or an aborted
-transaction's message, neither of which a replicator sends as data.
+transaction's message, neither of which a replicator sends as data. If something is (a
+message the mapping has not reached, or a broker that answers its last entry whatever it
+is), they are looked up one by one as without the check.
 
 The source entries a gap between two segments shows were never replicated as data
 (:func:`cursorsync.core.translate.implied_unreplicated`) are kept the same way, as found:
@@ -114,6 +116,9 @@ class MarkerLookups:
         self.lookup = lookup
         self.tail_check = tail_check
         self._tails: dict[PartitionKey, _Tail] = {}
+        #: Per partition, the last mapped entry past which a tail check found something
+        #: dispatchable: its tail is looked up entry by entry until the mapping moves.
+        self._dispatchable: dict[PartitionKey, Position] = {}
         self._pool: ThreadPoolExecutor | None = None
         #: Tail checks answered, and the acked source entries they found markers.
         self.tail_checks = 0
@@ -203,7 +208,8 @@ class MarkerLookups:
         if ledgers is None or not pending:
             return False
         settled = self._settled(frontier, mapping, now)
-        if self.tail_check is not None:
+        if (self.tail_check is not None
+                and self._dispatchable.get(obs.key) != frontier.last_mapped):
             if settled and cache.behind.get(obs.key) != frontier.last_mapped:
                 self._ask_tail(obs, topic, frontier.last_mapped,
                                pending.after(frontier.last_mapped), ledgers)
@@ -257,7 +263,7 @@ class MarkerLookups:
 
     def _answered(self) -> None:
         """The answers of the tail checks done: their entries are markers when nothing past
-        the entry asked after is dispatchable; otherwise the mapping is behind there."""
+        the entry asked after is dispatchable; otherwise they are looked up one by one."""
         cache = self.cache
         for key, tail in list(self._tails.items()):
             if not tail.answer.done():
@@ -270,7 +276,7 @@ class MarkerLookups:
                 continue
             self.tail_checks += 1
             if not nothing:
-                cache.behind[key] = tail.after
+                self._dispatchable[key] = tail.after
                 continue
             found = _entries(tail.entries)
             cache.markers[key] = cache.markers.get(key, RangeSet()) | found

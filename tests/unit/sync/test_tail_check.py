@@ -77,27 +77,41 @@ def test_one_question_classifies_the_whole_tail_and_no_entry_is_looked_up() -> N
     step.lookups.close()
 
 
-def test_something_dispatchable_past_it_leaves_the_tail_unmapped_until_the_mapping_moves(
-        ) -> None:
+def test_something_dispatchable_past_it_sends_the_tail_to_the_lookups_one_by_one() -> None:
+    """A message the mapping has not reached, or a broker that answers its last entry
+    whatever it is: the entries are looked up as without the check; a message found stops
+    the lookups there until the mapping moves, and then the check is asked again."""
     obs, mappings, target = _world(12)
     tail, lookups = Tail(nothing=False), []
-    step, now = _step(target, tail, lookups)
-    step.run([obs], mappings)  # the last mapped entry first seen
+    found = {"markers": False}
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        lookups.append(positions)
+        return positions if found["markers"] else []
+
+    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup,
+                    tail_check=tail)
+    now = [0.0]
+    step.lookups.clock = lambda: now[0]
+    step.run([obs], mappings)
     now[0] += MARKER_LOOKUP_SETTLE_S
     step.run([obs], mappings)
     assert step.lookups.tails_answered(10)
     for _ in range(3):
         assert _unmapped(step, obs, mappings) == 12
         now[0] += MARKER_LOOKUP_SETTLE_S
-    assert len(tail.asked) == 1 and lookups == []
+    assert len(tail.asked) == 1
+    assert lookups == [[Position(5, 10 + i) for i in range(8)]]  # a message: behind
     moved = {KEY: TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 12)]))}
     step.run([obs], moved)
     now[0] += MARKER_LOOKUP_SETTLE_S
-    tail.nothing = True
     step.run([obs], moved)
     assert step.lookups.tails_answered(10)
     assert tail.asked[1] == (KEY.concrete_topic(), Position(5, 11))
-    assert _unmapped(step, obs, moved) == 0
+    found["markers"] = True  # the broker answers its last entry, a marker
+    # 5:12..5:17 were found messages; the rest of the tail is looked up now.
+    assert _unmapped(step, obs, moved) == 6
+    assert lookups[-1] == [Position(5, 18 + i) for i in range(4)]
     step.lookups.close()
 
 
