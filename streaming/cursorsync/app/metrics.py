@@ -132,6 +132,12 @@ class Metrics:
             "id, evidence.holes: verified, and what a probe cursor cannot answer) and "
             "cursor-read (one internalStats per probed partition and batch).",
             ["kind"], registry=r)
+        self._source_lookups = Counter(
+            "cursorsync_source_lookups",
+            "Requests to the source made to classify acked source entries the mapping does "
+            "not map, by kind: raw-entry (one per entry) and tail-check (one per partition: "
+            "whether anything past its last mapped entry is dispatchable).",
+            ["kind"], registry=r)
         self._skipped_waiting = Gauge(
             "cursorsync_skipped_target_ids_waiting",
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
@@ -261,6 +267,10 @@ class Metrics:
     def record_skipped_id_requests(self, kind: str, count: int) -> None:
         """``count`` more admin requests of ``kind`` classified skipped target ids."""
         self._skipped_id_requests.labels(kind=kind).inc(_count(count, "count"))
+
+    def record_source_lookups(self, kind: str, count: int) -> None:
+        """``count`` more requests of ``kind`` classified acked source entries."""
+        self._source_lookups.labels(kind=kind).inc(_count(count, "count"))
 
     def set_failover_ready(self, subscription: str, ready: bool) -> None:
         """Whether the subscription's partitions were all ready at their last sync."""

@@ -98,6 +98,7 @@ class SyncMetrics(Protocol):
     def record_error(self, stage: str, count: int = 1) -> None: ...
     def observe_sync_lags(self, subscription: str, seconds: Iterable[float]) -> None: ...
     def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
+    def record_source_lookups(self, kind: str, count: int) -> None: ...
     def set_failover_ready(self, subscription: str, ready: bool) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
     def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None: ...
@@ -121,6 +122,8 @@ class SyncSink:
                                      spill=self.spill)
         self.last_batch = -1
         self._seeded = False
+        #: The step's tail checks the metrics have counted.
+        self._tail_checks_seen = 0
         #: Parses a batch's rows, taking again what the last batch parsed.
         self._observations = Observations()
         #: The idle cursors between batches, in columns.
@@ -318,6 +321,10 @@ class SyncSink:
             if b.lags:
                 m.observe_sync_lags(sub, b.lags)
                 m.mark_synced(sub)
+        lookups = self.step.lookups
+        m.record_source_lookups("raw-entry", lookups.count)
+        m.record_source_lookups("tail-check", lookups.tail_checks - self._tail_checks_seen)
+        self._tail_checks_seen = lookups.tail_checks
         if done.unavailable:
             m.record_error("admin", done.unavailable)
         if done.anchor_conflicts:

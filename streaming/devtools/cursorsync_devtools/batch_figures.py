@@ -18,9 +18,15 @@ def _samples(metrics: Any, family: str) -> Iterator[Any]:
 
 
 def skipped_id_requests(metrics: Any) -> dict[str, float]:
-    """The job's ``cursorsync_skipped_id_requests`` by kind."""
-    return {s.labels["kind"]: s.value for s in _samples(metrics, "cursorsync_skipped_id_requests")
-            if s.name.endswith("_total")}
+    """The job's ``cursorsync_skipped_id_requests`` by kind, and its
+    ``cursorsync_source_lookups`` as ``source <kind>``."""
+    found = {s.labels["kind"]: s.value
+             for s in _samples(metrics, "cursorsync_skipped_id_requests")
+             if s.name.endswith("_total")}
+    found.update({f"source {s.labels['kind']}": s.value
+                  for s in _samples(metrics, "cursorsync_source_lookups")
+                  if s.name.endswith("_total")})
+    return found
 
 
 def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
