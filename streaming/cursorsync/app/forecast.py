@@ -9,9 +9,12 @@ unacked on the target. cursorsync leaves a copy unacked for four causes, counted
   acknowledged).
 * ``acked_since_sync``: acked on the source after the last sync's observation; only a
   read of the source cursor now (``source_read``) shows them.
-* ``partial_batches``: batches some of whose messages are acked. The broker shows no
-  batch-index acks, so the entry is unacked on the source too, and its acked messages
-  come again there as well: not progress cursorsync drops.
+* ``partial_batches``: batches some of whose messages are acked. The broker's statistics
+  show no batch-index acks: with brokers that keep none, the entry is unacked on the source
+  too, and its acked messages come again there as well (not progress cursorsync drops), and
+  the figure is a bound. With brokers that keep them and cursorsync's broker plugin on the
+  source, the acked indexes are read: each one whose target copy is not acked, whole or at
+  that index, comes again (exact with the plugin on the target too).
 * ``chunks``: the entries of chunked messages not mapped at the last sync (chunks map by
   their stamps, with ``position-property`` evidence only) or acked since.
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from cursorsync.app.status import DRY_RUN, StatusRow
+from cursorsync.core.batches import PartialBatch
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
@@ -195,6 +199,12 @@ class Sources:
     #: Why the source was not read (when ``now`` is None).
     not_read: str = "the source was not read"
     target_ledgers: Ledgers | None = None
+    #: The source cursor's partly acked batches now, from cursorsync's broker plugin (None:
+    #: not read whole), and the target cursor's, by position (None: not read).
+    source_batches: tuple[PartialBatch, ...] | None = None
+    target_batches: Mapping[Position, PartialBatch] | None = None
+    #: The target cursor's acked entries now (None: not read).
+    target_acked: RangeSet | None = None
 
 
 @dataclass(frozen=True)
@@ -327,6 +337,8 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
     acked as an entry); they come again on the source too."""
     if q.unacked is None:
         return unknown(f"unacked batches not read ({src.not_read})")
+    if index_acks and src.source_batches is not None and src.mapping is not None:
+        return _partial_read(src.source_batches, src)
     entries = q.listed(q.unacked)
     if entries is None or any(p not in facts for p in entries):
         return unknown(_not_read(src, q.count(q.unacked)))
@@ -337,6 +349,32 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
     return Figure(len(batches), sum(n - 1 for n in batches), "bound",
                   "the broker shows no batch-index acks: at most every message but one of "
                   f"each unacked batch, {_ON_THE_SOURCE[index_acks]}")
+
+
+def _partial_read(batches: tuple[PartialBatch, ...], src: Sources) -> Figure:
+    """The source's acked batch indexes, read: each whose target copy is not acked, whole or
+    at that index, comes again (an unmapped batch's all do). Exact when the target's cursor
+    and batch indexes were read too; else at most every index acked on the source."""
+    assert src.mapping is not None
+    if not batches:
+        return NOTHING
+    known = src.target_batches is not None and src.target_acked is not None
+    entries = messages = 0
+    for b in batches:
+        copies: list[Position | None] = [*src.mapping.segments.copies(b.position)] or [None]
+        for t in copies:
+            if t is not None and src.target_acked is not None and t in src.target_acked:
+                continue
+            held = None if t is None else (src.target_batches or {}).get(t)
+            todo = b.acked - held.acked if held is not None and held.size == b.size else b.acked
+            if todo:
+                entries += 1
+                messages += len(todo)
+    if known:
+        return Figure(entries, messages, "exact")
+    return Figure(entries, messages, "bound",
+                  "the target's batch indexes not read (no cursorsync plugin there): at most "
+                  "every index acked on the source")
 
 
 #: What a restart on the source would deliver of those messages, by whether the source's

@@ -24,6 +24,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.batch_acks import BatchAcks, fetch_batch_acks
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import RowFilter, TableStore
@@ -106,13 +107,70 @@ def forecast(store: TableStore, rows: Sequence[StatusRow], *,
                             None if cur is None else cur.state,
                             None if isinstance(s, str) else s.last_confirmed_entry, reason,
                             None if ts is None or isinstance(ts, str) else ts.ledgers))
+    index_acks = None if source is None else batch_index_acks(source)
+    if source is not None and index_acks:
+        srcs = _with_batches(rows, srcs, source, target, tlive)
     qs = [questions(s) for s in srcs]
     facts: dict[tuple[str, Position], EntryFacts] = {}
     if source is not None and any(s.now is not None for s in srcs):
         facts = _read_entries(source, _wanted(rows, qs, srcs))
-    index_acks = None if source is None else batch_index_acks(source)
     return [partition_forecast(r, s, q, _facts_of(r, facts), index_acks=index_acks)
             for r, s, q in zip(rows, srcs, qs, strict=True)]
+
+
+def _with_batches(rows: Sequence[StatusRow], srcs: list[Sources], source: AdminClient,
+                  target: AdminClient | None, tlive: Mapping[str, TopicInternalStats | str],
+                  ) -> list[Sources]:
+    """The sources with the partly acked batches cursorsync's broker plugin reads on each
+    cluster, and the target cursors' acked entries (a cursor left as it was where a read
+    fails, or the plugin is absent: its figure stays a bound)."""
+    keys = [(r.key.concrete_topic(), r.subscription) for r, s in zip(rows, srcs, strict=True)
+            if s.now is not None]
+    on_source = _read_batches(source, keys)
+    if not any(b is not None for b in on_source.values()):
+        return srcs
+    wanted = [k for k, b in on_source.items() if b is not None and b.batches]
+    on_target = {} if target is None else _read_batches(target, wanted)
+    out = []
+    for r, s in zip(rows, srcs, strict=True):
+        k = (r.key.concrete_topic(), r.subscription)
+        got = on_source.get(k)
+        if got is None:
+            out.append(s)
+            continue
+        held, ts = on_target.get(k), tlive.get(k[0])
+        cur = None if ts is None or isinstance(ts, str) else ts.subscriptions.get(k[1])
+        both = held is not None and cur is not None
+        out.append(replace(
+            s, source_batches=got.batches,
+            target_batches=None if held is None or not both else {
+                b.position: b for b in held.batches},
+            target_acked=None if cur is None or not both else cur.state.acked()))
+    return out
+
+
+def _read_batches(admin: AdminClient, keys: Sequence[tuple[str, str]]
+                  ) -> dict[tuple[str, str], BatchAcks | None]:
+    """Each (topic partition, subscription)'s partly acked batches from the plugin of
+    ``admin``'s cluster (None: not read whole; the first failure is logged)."""
+    said: list[str] = []
+
+    def one(k: tuple[str, str]) -> BatchAcks | None:
+        try:
+            got = fetch_batch_acks(admin, k[0], k[1])
+        except CursorSyncError as err:
+            if not said:
+                said.append(str(err))
+                log.info("forecast: batch indexes not read (%s): partly acked batches stay "
+                         "a bound", err)
+            return None
+        return None if got.truncated else got
+
+    if not keys:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(admin.config.max_workers, len(keys)))) as pool:
+        found = list(pool.map(one, keys))
+    return dict(zip(keys, found, strict=True))
 
 
 #: The broker setting that keeps a partially acked batch's acked messages (4.1's default).

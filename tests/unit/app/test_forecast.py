@@ -30,6 +30,7 @@ from cursorsync.app.forecast_read import forecast
 from cursorsync.app.render import forecast_cell, forecast_json, render_forecast
 from cursorsync.app.settings import EMBEDDED_CONFIG_PATH
 from cursorsync.app.status import StatusRow, subscription_status
+from cursorsync.core.batches import PartialBatch
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
@@ -108,6 +109,56 @@ def test_partial_batches_say_what_a_restart_on_the_source_would_deliver(
                                  index_acks=index_acks).causes["partial_batches"]
     assert (partial.messages, partial.basis) == (4 + 1, "bound")
     assert says in partial.why
+
+
+def _batches_world(**kw: Any) -> Sources:
+    """1:0..1:19 mapped to 5:0..5:19; unacked now from 1:13 on. The source's plugin says
+    1:13 (5 messages) has indexes 0 and 2 acked, 1:19 (2) index 1; the target's says 5:13
+    has index 0 acked, and the target acks 5:19 whole."""
+    src, _ = _world()
+    mapping = TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 20)]))
+    batches = (PartialBatch(P("1:13"), 5, frozenset({0, 2})),
+               PartialBatch(P("1:19"), 2, frozenset({1})))
+    base = replace(src, mapping=mapping, source_batches=batches,
+                   target_batches={P("5:13"): PartialBatch(P("5:13"), 5, frozenset({0}))},
+                   target_acked=RangeSet.parse("[(5:18..5:19]]"))
+    return replace(base, **kw)
+
+
+def test_partial_batches_read_on_both_clusters_are_exact() -> None:
+    """With the source's brokers keeping batch indexes and the plugin read on both
+    clusters: each index acked on the source whose target copy is not acked, whole or at
+    that index, comes again; nothing else does."""
+    src, facts = _batches_world(), _world()[1]
+    partial = partition_forecast(_row(), src, questions(src), facts,
+                                 index_acks=True).causes["partial_batches"]
+    assert partial == Figure(1, 1, "exact")  # 1:13's index 2
+
+
+def test_partial_batches_without_the_target_s_indexes_are_a_bound_of_the_source_s() -> None:
+    src, facts = _batches_world(target_batches=None, target_acked=None), _world()[1]
+    partial = partition_forecast(_row(), src, questions(src), facts,
+                                 index_acks=True).causes["partial_batches"]
+    assert (partial.entries, partial.messages, partial.basis) == (2, 3, "bound")
+    assert "target's batch indexes not read" in partial.why
+
+
+def test_an_unmapped_partial_batch_comes_again_whole_and_no_batches_is_nothing() -> None:
+    src, facts = _batches_world(mapping=_world()[0].mapping), _world()[1]
+    partial = partition_forecast(_row(), src, questions(src), facts,
+                                 index_acks=True).causes["partial_batches"]
+    assert partial == Figure(2, 3, "exact")
+    none = _batches_world(source_batches=())
+    assert partition_forecast(_row(), none, questions(none), facts,
+                              index_acks=True).causes["partial_batches"] == NOTHING
+
+
+def test_batches_read_are_not_used_where_the_brokers_keep_no_batch_indexes() -> None:
+    src, facts = _batches_world(), _world()[1]
+    for index_acks in (False, None):
+        partial = partition_forecast(_row(), src, questions(src), facts,
+                                     index_acks=index_acks).causes["partial_batches"]
+        assert (partial.messages, partial.basis) == (4 + 1, "bound")
 
 
 def test_the_brokers_batch_index_setting_is_read_and_unknown_without_rights(
