@@ -70,6 +70,27 @@ def send_chunked(bed: TestBed, topic: str, count: int, size: int) -> list[Positi
     return [Position.parse(json.loads(line)["first_chunk"]) for line in done.stdout.splitlines()]
 
 
+def kill_mid_chunked_message(bed: TestBed, topic: str) -> Position:
+    """A producer ``chunky-killed`` on a, killed a few chunks into a 16 MB chunked message
+    that so never completes; a's last entry before its first chunk."""
+    from tests.support.waiting import wait_for
+
+    before = bed.last_entry("a", topic)
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", bed.service_url("a"),
+         topic, str(16 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    assert killed.stdin is not None
+    killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
+    killed.stdin.close()
+    wait_for("a few chunks of the message that never completes on a",
+             lambda: bed.last_entry("a", topic) > Position(before.ledger, before.entry + 2),
+             timeout_s=60)
+    killed.kill()
+    killed.wait(timeout=30)
+    return before
+
+
 def runtime_setting(bed: TestBed, cluster: str, name: str) -> str:
     conf = bed.admin_call(cluster, "GET", "/admin/v2/brokers/configuration/runtime", ok=(200,))
     return str(conf[name])

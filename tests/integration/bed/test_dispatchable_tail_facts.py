@@ -9,9 +9,6 @@ what the admin API's raw entries say every entry past that position is.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -23,7 +20,7 @@ from cursorsync.pulsar.dispatchable import DispatchableTail
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.replicated import send_with_snapshots
-from tests.support.skipped_ids import delivered, raw_headers, stored
+from tests.support.skipped_ids import delivered, kill_mid_chunked_message, raw_headers, stored
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -105,19 +102,7 @@ def test_the_chunks_of_a_message_that_never_completes_are_dispatchable(
     sub = send_with_snapshots(testbed.client("a"), t, 2)
     last = markers_after_last_message(testbed, t)
     assert tail.nothing_dispatchable_after(t, last)
-    before = testbed.last_entry("a", t)
-    killed = subprocess.Popen(
-        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
-         t, str(16 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True)
-    assert killed.stdin is not None
-    killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
-    killed.stdin.close()
-    wait_for("a few chunks of the message that never completes on a",
-             lambda: testbed.last_entry("a", t) > Position(before.ledger, before.entry + 2),
-             timeout_s=60)
-    killed.kill()
-    killed.wait(timeout=30)
+    before = kill_mid_chunked_message(testbed, t)
     time.sleep(1)
     assert delivered(testbed, "a", t)[-1][1] == last  # no reader returns the chunks
     # Past ``before``: the chunks, and the markers of the snapshots they set off.

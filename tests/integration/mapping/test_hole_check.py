@@ -21,7 +21,7 @@ from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.entries import entries_reader, read_range_by_range
 from tests.support.replicated import send_with_snapshots, source_positions_on_b
-from tests.support.skipped_ids import raw_headers
+from tests.support.skipped_ids import kill_mid_chunked_message, raw_headers
 from tests.support.waiting import wait_for
 
 
@@ -125,19 +125,7 @@ def test_interleaved_chunked_messages_map_chunk_by_chunk_among_markers_on_real_b
     sub = send_with_snapshots(a, t, 4)
     for s in senders:
         assert s.wait(timeout=120) == 0
-    before = testbed.last_entry("a", t)
-    killed = subprocess.Popen(
-        [sys.executable, "-m", "cursorsync_devtools.testbed._chunked", testbed.service_url("a"),
-         t, str(16 * 1024 * 1024), "5", "chunky-killed"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True)
-    assert killed.stdin is not None
-    killed.stdin.write(json.dumps([{"key": "never", "properties": {}, "partition_key": "k"}]))
-    killed.stdin.close()
-    wait_for("a few chunks of the message that never completes on a",
-             lambda: testbed.last_entry("a", t) > Position(before.ledger, before.entry + 2),
-             timeout_s=60)
-    killed.kill()
-    killed.wait(timeout=30)
+    kill_mid_chunked_message(testbed, t)
     # Chunks the broker already buffered from the killed producer are still written after
     # the kill; once the broker has dropped the producer no more are, so "after" is last.
     wait_for("the killed producer dropped by a", lambda: not any(

@@ -96,11 +96,15 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     sink.metrics = Metrics()
     sink.step = SyncStep(StepSettings(cumulative=True), None, lambda t, s: None)
     sink._not_ready = {}
+    sink._tail_checks_seen = 0
+    sink.step.lookups.count, sink.step.lookups.tail_checks = 3, 2
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
     assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
     assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
     assert 'cursorsync_errors_total{stage="guard"} 2.0' in text
+    assert 'cursorsync_source_lookups_total{kind="raw-entry"} 3.0' in text
+    assert 'cursorsync_source_lookups_total{kind="tail-check"} 2.0' in text
     assert 'cursorsync_errors_total{stage="emit"} 1.0' in text
     for result, n in (("emitted", 1), ("refused", 2), ("failed", 1), ("halted", 1)):
         assert (f'cursorsync_sync_outcomes_total{{result="{result}",subscription="billing"}} '
