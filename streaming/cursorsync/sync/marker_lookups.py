@@ -120,22 +120,22 @@ class MarkerLookups:
         #: dispatchable: its tail is looked up entry by entry until the mapping moves.
         self._dispatchable: dict[PartitionKey, Position] = {}
         self._pool: ThreadPoolExecutor | None = None
-        #: Tail checks answered, and the acked source entries they found markers.
-        self.tail_checks = 0
-        self.tail_markers = 0
         self.cache = MarkerCache()
         self.clock = time.monotonic
         self.wall_clock = time.time
         #: Source entries looked up in this batch, and the seconds they took.
         self.count = 0
         self.seconds = 0.0
+        #: Tail checks answered in this batch, and the acked source entries they found markers.
+        self.tail_checks = 0
+        self.tail_markers = 0
         #: The first cursor a batch had no lookup budget left for: the next batch starts there.
         self.resume: tuple[PartitionKey, str] | None = None
 
     def next_batch(self) -> tuple[PartitionKey, str] | None:
         """A new batch's budget, with the tail checks answered since the last; the cursor it
         starts at (None: the first)."""
-        self.count = self.seconds = 0
+        self.count = self.seconds = self.tail_checks = self.tail_markers = 0
         self._answered()
         resume, self.resume = self.resume, None
         return resume

@@ -122,8 +122,6 @@ class SyncSink:
                                      spill=self.spill)
         self.last_batch = -1
         self._seeded = False
-        #: The step's tail checks the metrics have counted.
-        self._tail_checks_seen = 0
         #: Parses a batch's rows, taking again what the last batch parsed.
         self._observations = Observations()
         #: The idle cursors between batches, in columns.
@@ -323,8 +321,7 @@ class SyncSink:
                 m.mark_synced(sub)
         lookups = self.step.lookups
         m.record_source_lookups("raw-entry", lookups.count)
-        m.record_source_lookups("tail-check", lookups.tail_checks - self._tail_checks_seen)
-        self._tail_checks_seen = lookups.tail_checks
+        m.record_source_lookups("tail-check", lookups.tail_checks)
         if done.unavailable:
             m.record_error("admin", done.unavailable)
         if done.anchor_conflicts:

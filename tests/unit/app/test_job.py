@@ -96,7 +96,6 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     sink.metrics = Metrics()
     sink.step = SyncStep(StepSettings(cumulative=True), None, lambda t, s: None)
     sink._not_ready = {}
-    sink._tail_checks_seen = 0
     sink.step.lookups.count, sink.step.lookups.tail_checks = 3, 2
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
