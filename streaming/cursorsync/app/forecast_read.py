@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -76,8 +75,7 @@ def _read_entries(source: AdminClient, wanted: Sequence[tuple[str, Position]],
             return None
         return None if raw is None else EntryFacts.of(raw)
 
-    with ThreadPoolExecutor(max_workers=max(1, source.config.max_workers)) as pool:
-        found = list(pool.map(one, wanted))
+    found = source.map_each(one, wanted)
     return {w: f for w, f in zip(wanted, found, strict=True) if f is not None}
 
 
@@ -166,11 +164,7 @@ def _read_batches(admin: AdminClient, keys: Sequence[tuple[str, str]]
             return None
         return None if got.truncated else got
 
-    if not keys:
-        return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(admin.config.max_workers, len(keys)))) as pool:
-        found = list(pool.map(one, keys))
-    return dict(zip(keys, found, strict=True))
+    return dict(zip(keys, admin.map_each(one, keys), strict=True))
 
 
 #: The broker setting that keeps a partially acked batch's acked messages (4.1's default).

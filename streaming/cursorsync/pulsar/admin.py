@@ -49,6 +49,7 @@ from cursorsync.pulsar.topic_stats import partition_docs
 from cursorsync.pulsar.topics import TopicName, namespace_admin_path, parse_namespace
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 #: Topic stats without what the broker must count entry by entry or read from storage.
 _CHEAP_STATS = ("?getPreciseBacklog=false&subscriptionBacklogSize=false"
@@ -318,11 +319,15 @@ class AdminClient:
                          topics: Iterable[str | TopicName]) -> dict[str, T]:
         """Run ``fn`` for many topics on a thread pool; the first error is raised."""
         ts = [_topic(t) for t in topics]
-        if not ts:
-            return {}
-        with ThreadPoolExecutor(max_workers=min(self.config.max_workers, len(ts))) as pool:
-            results = list(pool.map(fn, ts))
-        return {str(t): r for t, r in zip(ts, results, strict=True)}
+        return {str(t): r for t, r in zip(ts, self.map_each(fn, ts), strict=True)}
+
+    def map_each(self, fn: Callable[[K], T], items: Sequence[K]) -> list[T]:
+        """``fn`` of each item, in order, run on up to ``max_workers`` threads (the
+        requests this client makes at once); the first error is raised."""
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.config.max_workers, len(items))) as pool:
+            return list(pool.map(fn, items))
 
     def internal_stats_many(self, topics: Iterable[str | TopicName]
                             ) -> dict[str, TopicInternalStats]:
