@@ -221,8 +221,8 @@ class CursorWatch:
         return self
 
     def _poll(self) -> None:
-        for p in self.partitions:
-            cur = self.bed.internal_stats("b", p).get("cursors", {}).get(self.subscription)
+        for p, stats in self.bed.internal_stats_of("b", self.partitions).items():
+            cur = stats.get("cursors", {}).get(self.subscription)
             state = None if cur is None else (cur["markDeletePosition"],
                                               cur["individuallyDeletedMessages"])
             if self._state.get(p, "unset") != state:

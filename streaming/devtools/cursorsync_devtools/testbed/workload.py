@@ -413,17 +413,20 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
 def verify_source_cursors(bed: TestBed, result: WorkloadResult) -> None:
     """Every entry the ground truth calls acked is acked in a's internalStats, and no
     workload entry it calls unacked is; TestBedError naming the first difference."""
+    by_topic: dict[str, list[Produced]] = {}
+    for m in result.messages:
+        if not m.chunked:
+            by_topic.setdefault(m.topic, []).append(m)
+    stats = bed.internal_stats_of("a", result.topic_partitions())
     for sub in result.acked:
         acked = result.acked_entries(sub)
         for topic in result.topic_partitions():
-            cur = bed.internal_stats("a", topic)["cursors"].get(sub)
+            cur = stats[topic]["cursors"].get(sub)
             if cur is None:
                 raise TestBedError(f"{topic}: a has no subscription {sub}")
             done = (RangeSet.parse(cur["individuallyDeletedMessages"])
                     | RangeSet.up_to(Position.parse(cur["markDeletePosition"])))
-            for m in result.messages:
-                if m.topic != topic or m.chunked:
-                    continue
+            for m in by_topic.get(topic, ()):
                 if (m.position in done) != (m.position in acked[topic]):
                     raise TestBedError(
                         f"{topic} {sub}: entry {m.position} is "
