@@ -199,6 +199,12 @@ def _only(result: WorkloadResult, topic: str) -> WorkloadResult:
                           result.started_at, result.last_ack_at, result.finished_at)
 
 
+#: A cursor watch waits this many times as long as its last poll took before the next: a
+#: poll of a thousand partitions keeps the broker busy for a while, and the watch measures
+#: the brokers it loads (its resolution is a poll and its wait).
+WATCH_PACE = 3.0
+
+
 class CursorWatch:
     """Follows a subscription's cursor on b for topic partitions, in a thread, and notes
     when it last changed: how long Pulsar's replicated subscriptions take to bring b
@@ -211,6 +217,8 @@ class CursorWatch:
         self.subscription = subscription
         self.interval_s = interval_s
         self.last_change = time.time()
+        #: The last poll and the wait after it: two of them without a change are quiet.
+        self.cycle_s = interval_s
         self._state: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{subscription}",
@@ -230,17 +238,24 @@ class CursorWatch:
                 self.last_change = time.time()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        wait = self.interval_s
+        while not self._stop.wait(wait):
+            t0 = time.monotonic()
             try:
                 self._poll()
             except Exception as err:  # a transient admin error: poll again
                 log.debug("watching %s: %s", self.subscription, err)
+            took = time.monotonic() - t0
+            wait = max(self.interval_s, WATCH_PACE * took)
+            self.cycle_s = took + wait
 
     def settle(self, quiet_s: float = 5.0, timeout_s: float = 90.0) -> float:
-        """Wait until nothing changed for ``quiet_s`` (at most ``timeout_s``), stop, and
-        return when the last change happened (epoch seconds)."""
+        """Wait until nothing changed for ``quiet_s`` or two poll cycles, the longer (at
+        most ``timeout_s``), stop, and return when the last change happened (epoch
+        seconds)."""
         deadline = time.monotonic() + timeout_s
-        while time.time() - self.last_change < quiet_s and time.monotonic() < deadline:
+        while (time.time() - self.last_change < max(quiet_s, 2 * self.cycle_s)
+               and time.monotonic() < deadline):
             time.sleep(0.2)
         self._stop.set()
         self._thread.join()
