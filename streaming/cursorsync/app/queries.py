@@ -138,7 +138,8 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                     topology=topology.current, live_ledgers=live,
                     batch_reads=(BatchReads(clients.source_admin, clients.target_admin)
                                  if config.emission.batch_index_acks else None),
-                    tail_check=clients.source_tail.nothing_dispatchable_after)
+                    tail_check=clients.source_tail.nothing_dispatchable_after,
+                    lookups_in_background=True)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due

@@ -1,17 +1,19 @@
 """Source entries looked up on the source's admin API while the sync plans.
 
 Source entries a plan counts as unmapped are looked up, once each (a few per sync at
-most): a marker never has a data counterpart (snapshot markers at a ledger's end or after
-the last message, where no segment on either side vouches for them), so it is not
-"waiting for evidence", and the plan can become exact. Entries past the last mapped one
-are only looked up once the mapping has not moved for a while: under traffic they are
-simply not mapped yet. With a tail check (:data:`TailCheck`), those are not looked up one
-by one: one question to the source's broker per partition, on threads of their own and
-answered in a later batch, says whether anything past the last mapped entry is
-dispatchable; if nothing is, every acked entry past it is a marker or an aborted
-transaction's message, neither of which a replicator sends as data. If something is (a
-message the mapping has not reached, or a broker that answers its last entry whatever it
-is), they are looked up one by one as without the check.
+most; on the job's driver in the background, a batch taking the answers come since the
+last, so that no batch waits for them): a marker never has a data counterpart (snapshot
+markers at a ledger's end or after the last message, where no segment on either side
+vouches for them), so it is not "waiting for evidence", and the plan can become exact.
+Entries past the last mapped one are only looked up once the mapping has not moved for a
+while: under traffic they are simply not mapped yet. With a tail check
+(:data:`TailCheck`), those are not looked up one by one: one question to the source's
+broker per partition, on threads of their own and answered in a later batch, says
+whether anything past the last mapped entry is dispatchable; if nothing is, every acked
+entry past it is a marker or an aborted transaction's message, neither of which a
+replicator sends as data. If something is (a message the mapping has not reached, or a
+broker that answers its last entry whatever it is), they are looked up one by one as
+without the check.
 
 The source entries a gap between two segments shows were never replicated as data
 (:func:`cursorsync.core.translate.implied_unreplicated`) are kept the same way, as found:
@@ -55,6 +57,11 @@ TAIL_CHECK_THREADS = 8
 #: readable; an entry acked before the poll was readable before it, so the broker's answer
 #: covers it unless that one step took longer than this.
 TAIL_CHECK_AFTER_POLL_S = 1.0
+#: Source entries whose lookup is under way at once, at most, when lookups run in the
+#: background (each lookup call asks up to the source admin client's workers at a time).
+MARKER_LOOKUPS_IN_FLIGHT = 512
+#: Lookup calls (a cursor's entries each) running at once in the background.
+MARKER_LOOKUP_THREADS = 2
 #: Source entries looked up per (topic partition, subscription) and sync, at most.
 MARKER_LOOKUPS_PER_SYNC = 64
 #: Source entries looked up per sync batch over all cursors, at most, and seconds a batch
@@ -107,14 +114,32 @@ class _Tail(NamedTuple):
     answer: Future[bool]
 
 
+class _Asked(NamedTuple):
+    """A lookup under way in the background: the partition's last mapped entry when asked,
+    the entries asked, and the markers among them to come."""
+
+    topic: str
+    after: Position
+    wanted: _Wanted
+    answer: Future[list[Position]]
+
+
 class MarkerLookups:
     """The lookups of one sync step: what was found (:class:`MarkerCache`, kept across
-    batches) and this batch's budget."""
+    batches) and this batch's budget.
 
-    def __init__(self, lookup: MarkerLookup | None, tail_check: TailCheck | None = None
-                 ) -> None:
+    ``in_background``: lookups run on threads of their own, at most MARKER_LOOKUPS_IN_FLIGHT
+    entries at a time, and a batch takes the answers come since the last (a batch then
+    spends no time on them); otherwise a batch waits for its lookups, within its budget."""
+
+    def __init__(self, lookup: MarkerLookup | None, tail_check: TailCheck | None = None, *,
+                 in_background: bool = False) -> None:
         self.lookup = lookup
         self.tail_check = tail_check
+        self.in_background = in_background
+        self._asked: dict[PartitionKey, _Asked] = {}
+        self._in_flight = 0
+        self._lookup_pool: ThreadPoolExecutor | None = None
         self._tails: dict[PartitionKey, _Tail] = {}
         #: Per partition, the last mapped entry past which a tail check found something
         #: dispatchable: its tail is looked up entry by entry until the mapping moves.
@@ -137,26 +162,32 @@ class MarkerLookups:
         starts at (None: the first)."""
         self.count = self.seconds = self.tail_checks = self.tail_markers = 0
         self._answered()
+        self._looked_up()
         resume, self.resume = self.resume, None
         return resume
 
-    def tails_answered(self, timeout_s: float) -> bool:
-        """Waits up to ``timeout_s`` for the tail checks asked to be answered (the next batch
-        takes their answers); True when all are."""
+    def answered(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for the tail checks and background lookups asked to be
+        answered (the next batch takes their answers); True when all are."""
         deadline = time.monotonic() + timeout_s
-        for tail in list(self._tails.values()):
+        pending: list[Future[bool] | Future[list[Position]]] = [
+            *(t.answer for t in self._tails.values()), *(a.answer for a in self._asked.values())]
+        for answer in pending:
             try:
-                tail.answer.exception(max(0.0, deadline - time.monotonic()))
+                answer.exception(max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return False
         return True
 
     def close(self) -> None:
-        """Stops asking: checks not yet begun are dropped."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stops asking: checks and lookups not yet begun are dropped."""
+        for pool in (self._pool, self._lookup_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._lookup_pool = None
         self._tails.clear()
+        self._asked.clear()
+        self._in_flight = 0
 
     def markers(self, key: PartitionKey) -> RangeSet | None:
         return self.cache.markers.get(key) if self.cache.markers else None
@@ -214,8 +245,13 @@ class MarkerLookups:
                 self._ask_tail(obs, topic, frontier.last_mapped,
                                pending.after(frontier.last_mapped), ledgers)
             settled = False  # the tail is the check's, not looked up entry by entry
+        if self.in_background and obs.key in self._asked:
+            return False  # its answer is a later batch's
         wanted = self._wanted(obs, pending, frontier, ledgers, settled=settled)
         if wanted is None:
+            return False
+        if self.in_background:
+            self._ask(obs.key, topic, frontier.last_mapped, wanted)
             return False
         asked = wanted.before + wanted.past
         self.count += len(asked)
@@ -228,16 +264,55 @@ class MarkerLookups:
             return False
         finally:
             self.seconds += time.perf_counter() - t0
-        cache.looked_up[obs.key] = seen | _entries(asked)
+        return self._found(obs.key, topic, frontier.last_mapped, wanted, markers)
+
+    def _found(self, key: PartitionKey, topic: str, after: Position, wanted: _Wanted,
+               markers: list[Position]) -> bool:
+        """Keeps what a lookup of ``wanted`` (asked while ``after`` was the partition's last
+        mapped entry) found; True when some entries are markers."""
+        cache = self.cache
+        asked = wanted.before + wanted.past
+        cache.looked_up[key] = cache.looked_up.get(key, RangeSet()) | _entries(asked)
         if not set(wanted.past) <= set(markers):
             # A message past it: the mapping is behind.
-            cache.behind[obs.key] = frontier.last_mapped
+            cache.behind[key] = after
         if not markers:
             return False
-        cache.markers[obs.key] = cache.markers.get(obs.key, RangeSet()) | _entries(markers)
+        cache.markers[key] = cache.markers.get(key, RangeSet()) | _entries(markers)
         log.debug("%s: %d of %d unmapped source entries are markers", topic, len(markers),
                   len(asked))
         return True
+
+    def _ask(self, key: PartitionKey, topic: str, after: Position, wanted: _Wanted) -> None:
+        """Starts looking up ``wanted`` in the background."""
+        lookup = self.lookup
+        assert lookup is not None
+        if self._lookup_pool is None:
+            self._lookup_pool = ThreadPoolExecutor(MARKER_LOOKUP_THREADS,
+                                                   thread_name_prefix="marker-lookups")
+        asked = wanted.before + wanted.past
+        self._asked[key] = _Asked(topic, after, wanted,
+                                  self._lookup_pool.submit(lookup, topic, asked))
+        self._in_flight += len(asked)
+
+    def _looked_up(self) -> None:
+        """The answers of the background lookups done, kept as if looked up in this batch;
+        a lookup that failed is asked again."""
+        for key, asked in list(self._asked.items()):
+            if not asked.answer.done():
+                continue
+            del self._asked[key]
+            n = len(asked.wanted.before) + len(asked.wanted.past)
+            self._in_flight -= n
+            topic = asked.topic
+            try:
+                markers = asked.answer.result()
+            except CursorSyncError as err:
+                log.warning("%s: cannot look up unmapped source entries (%s); they stay "
+                            "unmapped", topic, err)
+                continue
+            self.count += n
+            self._found(key, topic, asked.after, asked.wanted, markers)
 
     def _ask_tail(self, obs: ObservedCursor, topic: str, after: Position, past: RangeSet,
                   ledgers: Ledgers) -> None:
@@ -304,8 +379,11 @@ class MarkerLookups:
         last mapped entry, and a few past it once the mapping ``settled``, unless a lookup
         found a message past it; None: none."""
         past = pending.after(frontier.last_mapped)
-        budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
-        if self.seconds >= MARKER_LOOKUP_SECONDS_PER_BATCH:
+        if self.in_background:
+            budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_IN_FLIGHT - self._in_flight)
+        else:
+            budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
+        if not self.in_background and self.seconds >= MARKER_LOOKUP_SECONDS_PER_BATCH:
             budget = 0
         if budget <= 0:
             if self.resume is None:

@@ -118,7 +118,8 @@ class SyncStep:
                  topology: Callable[[str], Topology | None] | None = None,
                  live_ledgers: LiveLedgers | None = None,
                  batch_reads: BatchReadsLike | None = None,
-                 tail_check: TailCheck | None = None) -> None:
+                 tail_check: TailCheck | None = None,
+                 lookups_in_background: bool = False) -> None:
         """``topology``: a topic's replication topology (None: not known); a topic not
         known to have two clusters is planned with the evidence that holds on any
         (:func:`cursorsync.core.topology.holding`). Without it, every mapping is used.
@@ -126,7 +127,9 @@ class SyncStep:
         builder. ``batch_reads``: both clusters' partly acked batches
         (``emission.batch_index_acks``); without it no batch index is carried.
         ``tail_check``: whether anything past a source partition's last mapped entry is
-        dispatchable; without it the entries there are looked up one by one."""
+        dispatchable; without it the entries there are looked up one by one.
+        ``lookups_in_background``: source lookups run beside the batches, their answers
+        taken by the next (for a step that lives across batches)."""
         self.config = config
         self.batch_reads = batch_reads
         #: This batch's target partial batches, by cursor (None: not known).
@@ -146,7 +149,8 @@ class SyncStep:
         self.first_seen: dict[Key, ObservedCursor] = {}
         #: Cursors halted in the tables: nothing is emitted for them.
         self.halted_keys: set[Key] = set()
-        self.lookups = MarkerLookups(lookup_markers, tail_check)
+        self.lookups = MarkerLookups(lookup_markers, tail_check,
+                                     in_background=lookups_in_background)
         self.kept = KeptPlans(config.first_plans_per_batch, dry_run=config.dry_run)
         #: Mappings handed over as dicts, with a version per partition.
         self._held = HeldMappings()

@@ -3,6 +3,7 @@ those past the last mapped entry only once the mapping has stopped moving."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitError, EmitResult
 from cursorsync.sync.marker_lookups import (
     MARKER_LOOKUP_SETTLE_S,
+    MARKER_LOOKUPS_IN_FLIGHT,
     MARKER_LOOKUPS_PER_BATCH,
     MARKER_TAIL_LOOKUPS,
     MarkerLookup,
@@ -643,3 +645,103 @@ def test_a_gap_judged_across_target_ledgers_stays_judged_once_the_target_deletes
     fresh.lookups.clock = lambda: 1e9
     assert fresh.run([obs], {KEY: mapping}).records[0].plan.unmapped_acked_entries == 2
     assert asked == [[Position(5, 3), Position(5, 4)]]
+
+
+def _background_step(target: CursorState, lookup: MarkerLookup) -> SyncStep:
+    return SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup,
+                    lookups_in_background=True)
+
+
+def test_background_lookups_keep_the_batch_from_waiting_and_the_next_takes_their_answers(
+        ) -> None:
+    obs, mappings, target = _world(3)
+    asked: list[list[Position]] = []
+    gate = threading.Event()
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        assert gate.wait(10)
+        asked.append(positions)
+        return [p for p in positions if p.entry != 11]
+
+    step = _background_step(target, lookup)
+    now = [0.0]
+    step.lookups.clock = lambda: now[0]
+    step.run([obs], mappings)
+    now[0] += MARKER_LOOKUP_SETTLE_S
+    # Asked, and the batch goes on without the answer: its lookup is still held back.
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 3
+    assert not step.lookups.answered(0.1)
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 3
+    gate.set()
+    assert step.lookups.answered(10)
+    plan = step.run([obs], mappings).records[0].plan
+    assert asked == [[Position(5, 10), Position(5, 11), Position(5, 12)]]  # once
+    assert plan.unmapped_acked_entries == 1 and step.lookups.count == 3
+    step.run([obs], mappings)
+    assert len(asked) == 1 and step.lookups.count == 0
+    step.lookups.close()
+
+
+def test_background_lookups_are_bounded_in_flight_and_the_cursors_left_out_go_first_next(
+        ) -> None:
+    per = 10
+    cursors = MARKER_LOOKUPS_IN_FLIGHT // per + 3
+    observed, mappings = [], {}
+    for i in range(cursors):
+        key = PartitionKey(f"persistent://t/n/t{i:04d}", 0)
+        mappings[key] = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10),
+                                                    Segment(5, 10 + per, 7, 10 + per, 1)]))
+        observed.append(ObservedCursor(key, "sub", CursorState(
+            Position(5, 10 + per), RangeSet(), Ledgers.of([(5, 11 + per)])), NOW))
+    asked: list[str] = []
+    gate = threading.Event()
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        asked.append(topic)
+        assert gate.wait(10)
+        return positions
+
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
+    step = _background_step(target, lookup)
+    step.run(observed, mappings)
+    step.run(observed, mappings)  # nothing answered: nothing more asked
+    gate.set()
+    assert step.lookups.answered(10)
+    first = sorted(asked)
+    assert len(first) == MARKER_LOOKUPS_IN_FLIGHT // per + 1  # the last one in part
+    asked.clear()
+    taken = step.run(observed, mappings)
+    assert sum(r.plan.unmapped_acked_entries for r in taken.records) == (
+        cursors * per - MARKER_LOOKUPS_IN_FLIGHT)
+    # The first cursor the bound left out (in the batch that found all in flight) goes
+    # first, and the rest are asked now.
+    assert asked[0] == observed[MARKER_LOOKUPS_IN_FLIGHT // per + 1].key.concrete_topic()
+    assert len(asked) == cursors - MARKER_LOOKUPS_IN_FLIGHT // per
+    assert step.lookups.answered(10)
+    done = step.run(observed, mappings)
+    assert sum(r.plan.unmapped_acked_entries for r in done.records) == 0
+    step.lookups.close()
+
+
+def test_a_background_lookup_that_fails_is_asked_again() -> None:
+    obs, mappings, target = _world(2)
+    calls: list[int] = []
+
+    def lookup(topic: str, positions: list[Position]) -> list[Position]:
+        calls.append(len(positions))
+        if len(calls) == 1:
+            raise AdminUnavailableError("the admin API of http://a:8080 did not answer")
+        return positions
+
+    step = _background_step(target, lookup)
+    now = [0.0]
+    step.lookups.clock = lambda: now[0]
+    step.run([obs], mappings)
+    now[0] += MARKER_LOOKUP_SETTLE_S
+    step.run([obs], mappings)
+    assert step.lookups.answered(10)
+    assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2  # again
+    assert step.lookups.answered(10)
+    assert step.run([obs], mappings).records[0].plan.outcome == "exact"
+    assert calls == [2, 2]
+    step.lookups.close()

@@ -67,7 +67,7 @@ def test_one_question_classifies_the_whole_tail_and_no_entry_is_looked_up() -> N
     assert tail.asked == []  # the mapping may still be moving
     now[0] += MARKER_LOOKUP_SETTLE_S
     assert _unmapped(step, obs, mappings) == 40  # asked; the answer is the next batch's
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert tail.asked == [(KEY.concrete_topic(), Position(5, 9))]
     plan = step.run([obs], mappings).records[0].plan
     assert plan.unmapped_acked_entries == 0 and plan.outcome == "exact"
@@ -96,7 +96,7 @@ def test_something_dispatchable_past_it_sends_the_tail_to_the_lookups_one_by_one
     step.run([obs], mappings)
     now[0] += MARKER_LOOKUP_SETTLE_S
     step.run([obs], mappings)
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     for _ in range(3):
         assert _unmapped(step, obs, mappings) == 12
         now[0] += MARKER_LOOKUP_SETTLE_S
@@ -106,7 +106,7 @@ def test_something_dispatchable_past_it_sends_the_tail_to_the_lookups_one_by_one
     step.run([obs], moved)
     now[0] += MARKER_LOOKUP_SETTLE_S
     step.run([obs], moved)
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert tail.asked[1] == (KEY.concrete_topic(), Position(5, 11))
     found["markers"] = True  # the broker answers its last entry, a marker
     # 5:12..5:17 were found messages; the rest of the tail is looked up now.
@@ -123,10 +123,10 @@ def test_a_failed_question_is_asked_again_and_classifies_nothing() -> None:
     step.run([obs], mappings)  # the last mapped entry first seen
     now[0] += MARKER_LOOKUP_SETTLE_S
     step.run([obs], mappings)
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     tail.error = None
     assert _unmapped(step, obs, mappings) == 5  # the error taken; asked again
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert len(tail.asked) == 2
     assert _unmapped(step, obs, mappings) == 0
     assert step.lookups.tail_checks == 1
@@ -145,7 +145,7 @@ def test_only_entries_the_source_listed_before_the_question_are_classified() -> 
     step.run([obs], {KEY: mapping})  # the last mapped entry first seen
     now[0] += MARKER_LOOKUP_SETTLE_S
     step.run([obs], {KEY: mapping})
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     step.run([obs], {KEY: mapping})
     assert step.lookups.markers(KEY) == RangeSet.of((Position(5, 9), Position(5, 12)))
     step.lookups.close()
@@ -161,15 +161,15 @@ def test_a_question_under_way_is_not_asked_twice_and_markers_written_later_are_a
     now[0] += MARKER_LOOKUP_SETTLE_S
     for _ in range(3):
         assert _unmapped(step, obs, mappings) == 4
-    assert not step.lookups.tails_answered(0.2)
+    assert not step.lookups.answered(0.2)
     assert len(tail.asked) == 1
     tail.gate.set()
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert _unmapped(step, obs, mappings) == 0
     more = ObservedCursor(KEY, "sub", CursorState(Position(5, 15), RangeSet(),
                                                   Ledgers.of([(5, 16)])), NOW)
     assert _unmapped(step, more, mappings) == 2  # two markers written since
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert len(tail.asked) == 2
     assert _unmapped(step, more, mappings) == 0
     step.lookups.close()
@@ -186,7 +186,7 @@ def test_the_question_waits_until_the_poll_that_saw_the_acks_is_a_while_old() ->
     now[0] += MARKER_LOOKUP_SETTLE_S
     fresh = replace(obs, observed_at=datetime.now(UTC))
     step.run([fresh], mappings)
-    assert step.lookups.tails_answered(10)
+    assert step.lookups.answered(10)
     assert tail.asked_at[0] >= fresh.observed_at.timestamp() + TAIL_CHECK_AFTER_POLL_S
     assert _unmapped(step, fresh, mappings) == 0
     step.lookups.close()
