@@ -46,9 +46,11 @@ def _world(tail: int) -> tuple[ObservedCursor, dict[PartitionKey, TopicMapping],
     return ObservedCursor(KEY, "sub", source, NOW), {KEY: mapping}, target
 
 
-def _step(target: CursorState, lookup: MarkerLookup) -> tuple[SyncStep, Callable[[float], None]]:
+def _step(target: CursorState, lookup: MarkerLookup, *, background: bool = False,
+          ) -> tuple[SyncStep, Callable[[float], None]]:
     """A step whose clock the test moves."""
-    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup)
+    step = SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup,
+                    lookups_in_background=background)
     now = [0.0]
     step.lookups.clock = lambda: now[0]
 
@@ -140,25 +142,31 @@ def test_a_message_past_the_last_mapped_entry_stops_lookups_there_until_the_mapp
     assert asked[1] == [Position(5, 18 + i) for i in range(MARKER_TAIL_LOOKUPS)]
 
 
-def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() -> None:
-    per = 10
-    cursors = MARKER_LOOKUPS_PER_BATCH // per + 3
+def _gapped(cursors: int, per: int) -> tuple[list[ObservedCursor],
+                                             dict[PartitionKey, TopicMapping], CursorState]:
+    """``cursors`` partitions, each with 5:0..5:9 mapped, then ``per`` entries acked and
+    unmapped before one mapped (and target entries between the two that nothing maps yet)."""
     observed, mappings = [], {}
     for i in range(cursors):
         key = PartitionKey(f"persistent://t/n/t{i:04d}", 0)
-        # 5:0..5:9 mapped, then 5:10..5:19 acked and unmapped before 5:20, mapped (and
-        # target entries between the two that nothing maps yet).
         mappings[key] = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10),
                                                     Segment(5, 10 + per, 7, 10 + per, 1)]))
         observed.append(ObservedCursor(key, "sub", CursorState(
             Position(5, 10 + per), RangeSet(), Ledgers.of([(5, 11 + per)])), NOW))
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
+    return observed, mappings, target
+
+
+def test_lookups_are_bounded_per_batch_and_the_cursors_left_out_go_first_next() -> None:
+    per = 10
+    cursors = MARKER_LOOKUPS_PER_BATCH // per + 3
+    observed, mappings, target = _gapped(cursors, per)
     asked: list[str] = []
 
     def lookup(topic: str, positions: list[Position]) -> list[Position]:
         asked.append(topic)
         return positions
 
-    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
     step, _ = _step(target, lookup)
     first = step.run(observed, mappings)
     assert step.lookups.count == MARKER_LOOKUPS_PER_BATCH
@@ -647,11 +655,6 @@ def test_a_gap_judged_across_target_ledgers_stays_judged_once_the_target_deletes
     assert asked == [[Position(5, 3), Position(5, 4)]]
 
 
-def _background_step(target: CursorState, lookup: MarkerLookup) -> SyncStep:
-    return SyncStep(StepSettings(dry_run=True), None, lambda t, s: target, lookup,
-                    lookups_in_background=True)
-
-
 def test_background_lookups_keep_the_batch_from_waiting_and_the_next_takes_their_answers(
         ) -> None:
     obs, mappings, target = _world(3)
@@ -663,11 +666,9 @@ def test_background_lookups_keep_the_batch_from_waiting_and_the_next_takes_their
         asked.append(positions)
         return [p for p in positions if p.entry != 11]
 
-    step = _background_step(target, lookup)
-    now = [0.0]
-    step.lookups.clock = lambda: now[0]
+    step, advance = _step(target, lookup, background=True)
     step.run([obs], mappings)
-    now[0] += MARKER_LOOKUP_SETTLE_S
+    advance(MARKER_LOOKUP_SETTLE_S)
     # Asked, and the batch goes on without the answer: its lookup is still held back.
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 3
     assert not step.lookups.answered(0.1)
@@ -686,13 +687,7 @@ def test_background_lookups_are_bounded_in_flight_and_the_cursors_left_out_go_fi
         ) -> None:
     per = 10
     cursors = MARKER_LOOKUPS_IN_FLIGHT // per + 3
-    observed, mappings = [], {}
-    for i in range(cursors):
-        key = PartitionKey(f"persistent://t/n/t{i:04d}", 0)
-        mappings[key] = TopicMapping(SegmentSet.of([Segment(5, 0, 7, 0, 10),
-                                                    Segment(5, 10 + per, 7, 10 + per, 1)]))
-        observed.append(ObservedCursor(key, "sub", CursorState(
-            Position(5, 10 + per), RangeSet(), Ledgers.of([(5, 11 + per)])), NOW))
+    observed, mappings, target = _gapped(cursors, per)
     asked: list[str] = []
     gate = threading.Event()
 
@@ -701,8 +696,7 @@ def test_background_lookups_are_bounded_in_flight_and_the_cursors_left_out_go_fi
         assert gate.wait(10)
         return positions
 
-    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11 + per)]))
-    step = _background_step(target, lookup)
+    step, _ = _step(target, lookup, background=True)
     step.run(observed, mappings)
     step.run(observed, mappings)  # nothing answered: nothing more asked
     gate.set()
@@ -733,11 +727,9 @@ def test_a_background_lookup_that_fails_is_asked_again() -> None:
             raise AdminUnavailableError("the admin API of http://a:8080 did not answer")
         return positions
 
-    step = _background_step(target, lookup)
-    now = [0.0]
-    step.lookups.clock = lambda: now[0]
+    step, advance = _step(target, lookup, background=True)
     step.run([obs], mappings)
-    now[0] += MARKER_LOOKUP_SETTLE_S
+    advance(MARKER_LOOKUP_SETTLE_S)
     step.run([obs], mappings)
     assert step.lookups.answered(10)
     assert step.run([obs], mappings).records[0].plan.unmapped_acked_entries == 2  # again
