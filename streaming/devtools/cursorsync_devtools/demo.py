@@ -326,9 +326,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         job.stop()
     marks: dict[str, dict[str, str]] = {sync_subscription(k): {} for k in
                                          spec.subscription_types}
-    on_b = bed.internal_stats_of("b", [p for parts in partitions.values() for p in parts])
-    for p, stats in on_b.items():
-        cursors = stats.get("cursors", {})
+    for p in (p for parts in partitions.values() for p in parts):
+        cursors = bed.internal_stats("b", p).get("cursors", {})
         for sub, found in marks.items():
             if sub in cursors:
                 found[p] = cursors[sub]["markDeletePosition"]

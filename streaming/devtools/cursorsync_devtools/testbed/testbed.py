@@ -359,32 +359,6 @@ class TestBed:
                                                 ok=(200,))
         return found
 
-    def internal_stats_of(self, cluster: str, topics: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """internalStats of each topic partition in ``topics`` (full names), keyed by it:
-        one partitioned-internalStats request per partitioned topic, so that watching a
-        thousand partitions costs the broker and this process a request, not a thousand."""
-        by_base: dict[TopicName, list[tuple[str, str]]] = {}
-        out: dict[str, dict[str, Any]] = {}
-        for topic in topics:
-            t = TopicName.parse(self.topic(topic))
-            if t.partition < 0:
-                out[topic] = self.internal_stats(cluster, topic)
-            else:
-                by_base.setdefault(t.base, []).append((topic, str(t)))
-        for base, wanted in by_base.items():
-            doc = self.admin_call(cluster, "GET", base.admin_path("partitioned-internalStats"),
-                                  ok=(200,))
-            parts = (doc or {}).get("partitions", {})
-            found = {str(TopicName.parse(k) if "/" in k
-                         else TopicName(base.tenant, base.namespace, k)): v
-                     for k, v in parts.items()}
-            for topic, name in wanted:
-                if name not in found:
-                    raise TestBedError(f"cluster {cluster}: partitioned-internalStats of {base} "
-                                       f"has no {name}")
-                out[topic] = found[name]
-        return out
-
     def partitions(self, name: str) -> list[str]:
         """The topic partitions of ``name`` on a (the topic itself when not partitioned)."""
         t = TopicName.parse(self.topic(name))

@@ -417,11 +417,10 @@ def verify_source_cursors(bed: TestBed, result: WorkloadResult) -> None:
     for m in result.messages:
         if not m.chunked:
             by_topic.setdefault(m.topic, []).append(m)
-    stats = bed.internal_stats_of("a", result.topic_partitions())
     for sub in result.acked:
         acked = result.acked_entries(sub)
         for topic in result.topic_partitions():
-            cur = stats[topic]["cursors"].get(sub)
+            cur = bed.internal_stats("a", topic)["cursors"].get(sub)
             if cur is None:
                 raise TestBedError(f"{topic}: a has no subscription {sub}")
             done = (RangeSet.parse(cur["individuallyDeletedMessages"])
