@@ -684,7 +684,8 @@ def test_background_lookups_keep_the_batch_from_waiting_and_the_next_takes_their
 
 
 def test_background_lookups_are_bounded_in_flight_and_the_cursors_left_out_go_first_next(
-        ) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(marker_lookups_module, "MARKER_LOOKUP_THREADS", 1)  # calls in order
     per = 10
     cursors = MARKER_LOOKUPS_IN_FLIGHT // per + 3
     observed, mappings, target = _gapped(cursors, per)
@@ -709,9 +710,9 @@ def test_background_lookups_are_bounded_in_flight_and_the_cursors_left_out_go_fi
         cursors * per - MARKER_LOOKUPS_IN_FLIGHT)
     # The first cursor the bound left out (in the batch that found all in flight) goes
     # first, and the rest are asked now.
+    assert step.lookups.answered(10)
     assert asked[0] == observed[MARKER_LOOKUPS_IN_FLIGHT // per + 1].key.concrete_topic()
     assert len(asked) == cursors - MARKER_LOOKUPS_IN_FLIGHT // per
-    assert step.lookups.answered(10)
     done = step.run(observed, mappings)
     assert sum(r.plan.unmapped_acked_entries for r in done.records) == 0
     step.lookups.close()
