@@ -158,8 +158,8 @@ class MarkerLookups:
         self.resume: tuple[PartitionKey, str] | None = None
 
     def next_batch(self) -> tuple[PartitionKey, str] | None:
-        """A new batch's budget, with the tail checks answered since the last; the cursor it
-        starts at (None: the first)."""
+        """A new batch's budget, with the tail checks and background lookups answered since
+        the last; the cursor it starts at (None: the first)."""
         self.count = self.seconds = self.tail_checks = self.tail_markers = 0
         self._answered()
         self._looked_up()
@@ -381,10 +381,10 @@ class MarkerLookups:
         past = pending.after(frontier.last_mapped)
         if self.in_background:
             budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_IN_FLIGHT - self._in_flight)
+        elif self.seconds >= MARKER_LOOKUP_SECONDS_PER_BATCH:
+            budget = 0
         else:
             budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_PER_BATCH - self.count)
-        if not self.in_background and self.seconds >= MARKER_LOOKUP_SECONDS_PER_BATCH:
-            budget = 0
         if budget <= 0:
             if self.resume is None:
                 self.resume = (obs.key, obs.subscription)
