@@ -138,6 +138,8 @@ class MarkerLookups:
         self.tail_check = tail_check
         self.in_background = in_background
         self._asked: dict[PartitionKey, _Asked] = {}
+        #: The entries of ``_asked``, counted as they come and go: summing them for each
+        #: cursor a batch plans would cost a pass over every partition's call.
         self._in_flight = 0
         self._lookup_pool: ThreadPoolExecutor | None = None
         self._tails: dict[PartitionKey, _Tail] = {}
@@ -253,14 +255,13 @@ class MarkerLookups:
         if self.in_background:
             self._ask(obs.key, topic, frontier.last_mapped, wanted)
             return False
-        asked = wanted.before + wanted.past
+        asked = wanted.entries
         self.count += len(asked)
         t0 = time.perf_counter()
         try:
             markers = self.lookup(topic, asked)
         except CursorSyncError as err:
-            log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
-                        topic, err)
+            _not_looked_up(topic, err)
             return False
         finally:
             self.seconds += time.perf_counter() - t0
@@ -271,7 +272,7 @@ class MarkerLookups:
         """Keeps what a lookup of ``wanted`` (asked while ``after`` was the partition's last
         mapped entry) found; True when some entries are markers."""
         cache = self.cache
-        asked = wanted.before + wanted.past
+        asked = wanted.entries
         cache.looked_up[key] = cache.looked_up.get(key, RangeSet()) | _entries(asked)
         if not set(wanted.past) <= set(markers):
             # A message past it: the mapping is behind.
@@ -290,10 +291,9 @@ class MarkerLookups:
         if self._lookup_pool is None:
             self._lookup_pool = ThreadPoolExecutor(MARKER_LOOKUP_THREADS,
                                                    thread_name_prefix="marker-lookups")
-        asked = wanted.before + wanted.past
         self._asked[key] = _Asked(topic, after, wanted,
-                                  self._lookup_pool.submit(lookup, topic, asked))
-        self._in_flight += len(asked)
+                                  self._lookup_pool.submit(lookup, topic, wanted.entries))
+        self._in_flight += wanted.size
 
     def _looked_up(self) -> None:
         """The answers of the background lookups done, kept as if looked up in this batch;
@@ -302,16 +302,14 @@ class MarkerLookups:
             if not asked.answer.done():
                 continue
             del self._asked[key]
-            n = len(asked.wanted.before) + len(asked.wanted.past)
-            self._in_flight -= n
+            self._in_flight -= asked.wanted.size
             topic = asked.topic
             try:
                 markers = asked.answer.result()
             except CursorSyncError as err:
-                log.warning("%s: cannot look up unmapped source entries (%s); they stay "
-                            "unmapped", topic, err)
+                _not_looked_up(topic, err)
                 continue
-            self.count += n
+            self.count += asked.wanted.size
             self._found(key, topic, asked.after, asked.wanted, markers)
 
     def _ask_tail(self, obs: ObservedCursor, topic: str, after: Position, past: RangeSet,
@@ -404,6 +402,19 @@ class _Wanted(NamedTuple):
 
     before: list[Position]
     past: list[Position]
+
+    @property
+    def entries(self) -> list[Position]:
+        return self.before + self.past
+
+    @property
+    def size(self) -> int:
+        return len(self.before) + len(self.past)
+
+
+def _not_looked_up(topic: str, err: CursorSyncError) -> None:
+    log.warning("%s: cannot look up unmapped source entries (%s); they stay unmapped",
+                topic, err)
 
 
 def _entries(positions: list[Position]) -> RangeSet:
