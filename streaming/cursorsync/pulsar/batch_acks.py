@@ -100,11 +100,12 @@ def fetch_batch_acks(admin: AdminClient, topic: str | TopicName, subscription: s
 
     doc = admin.get_json(f"{PLUGIN_PATH}?{urlencode(params)}", what, none_if=not_found)
     if doc is None:
-        raise _not_found(admin.cluster, what, refused[-1])
+        raise plugin_not_found(admin.cluster, what, refused[-1])
     return parse_batch_acks(str(t), subscription, doc)
 
 
-def _not_found(cluster: str, what: str, resp: httpx.Response) -> AdminError:
+def plugin_not_found(cluster: str, what: str, resp: httpx.Response) -> AdminError:
+    """A 404 of a plugin endpoint: the plugin's own (it carries the mark) or the broker's."""
     try:
         body = parse_json(what, resp.content)
     except MalformedAdminOutputError:

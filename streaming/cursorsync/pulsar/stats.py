@@ -59,6 +59,9 @@ class TopicInternalStats:
     state: str
     subscriptions: Mapping[str, CursorStats]
     replicators: Mapping[str, CursorStats]
+    #: Entries and bytes over the ledgers kept (None: not in the answer).
+    number_of_entries: int | None = None
+    total_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,8 @@ def parse_internal_stats(topic: str | TopicName, doc: Any) -> TopicInternalStats
         state=state or "",
         subscriptions=subs,
         replicators=repls,
+        number_of_entries=_optional(name, doc, "numberOfEntries", int),
+        total_size=_optional(name, doc, "totalSize", int),
     )
 
 

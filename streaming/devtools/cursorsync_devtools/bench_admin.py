@@ -17,7 +17,10 @@ subscription of its own; seconds and the broker's CPU per partition.
 
 Source poll: ``pulsar-cursors`` polls the topic with nothing changed since its previous
 poll, reading every partition's internalStats each poll (the baseline) and with its topic
-stats asked first; seconds, partitions read and the broker's CPU per partition.
+stats asked first; seconds, partitions read and the broker's CPU per partition. With the
+broker plugin loaded (``plugin``), beside them: what the plugin's one request per broker
+(:mod:`cursorsync.pulsar.cursor_digests`) costs to tell which partitions moved, with the
+topics it listed and how many it says moved (none: nothing changed).
 """
 
 from __future__ import annotations
@@ -41,13 +44,15 @@ IDLE_S = 3.0
 
 def bench_admin(partitions: int = 1000, *, workers: Sequence[int] = (1, 4, 8, 16),
                 repeat: int = 3, bed: Any = None, work_dir: str | None = None,
-                ) -> dict[str, Any]:
-    """Start the test bed (unless ``bed`` is given), read the targets and poll the cursors,
-    return the figures."""
-    from cursorsync_devtools.testbed import TestBed
+                plugin: bool = False) -> dict[str, Any]:
+    """Start the test bed (unless ``bed`` is given; with the broker plugin when ``plugin``),
+    read the targets and poll the cursors, return the figures."""
+    from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 
     own = bed is None
-    bed = TestBed().start() if own else bed
+    if own:
+        bed = TestBed(TestBedConfig(broker_plugin=broker_plugin_path() if plugin else None)
+                      ).start()
     try:
         with tempfile.TemporaryDirectory(dir=work_dir) as polls:
             return _bench(bed, partitions, workers, repeat, Path(polls))
@@ -98,6 +103,8 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
     source_poll = {
         label: _poll(bed, topic, polls / label, age, pid, idle, repeat, partitions)
         for label, age in (("every_poll", 0), ("stats_first", 600_000))}
+    if bed.config.broker_plugin is not None:
+        source_poll["plugin_digests"] = _digests(bed, names, pid, idle, repeat)
     placement = _place_probes(bed, names, pid, idle)
     return {"benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
             "requests_per_round": partitions, "rounds": repeat, "by_workers": rows,
@@ -120,6 +127,30 @@ def _poll(bed: Any, topic: str, state: Path, max_age_ms: int, pid: int | None, i
     reader.poll()
     got = _timed(reader.poll, pid, idle, repeat, partitions)
     return {"seconds": got["seconds"], "partitions_read": reader.partitions_read,
+            "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
+            "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
+
+
+def _digests(bed: Any, names: list[str], pid: int | None, idle: float, repeat: int
+             ) -> dict[str, float]:
+    """The plugin's answer for the bed's namespace, asked again with nothing changed: the
+    topics it lists, how many of the partitions ``names`` it lists, and says moved."""
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
+    from cursorsync.pulsar.cursor_digests import fetch_cursor_digests, moved
+
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
+        first = fetch_cursor_digests(admin, bed.namespace, [SUBSCRIPTION]).topics
+        answers = []
+
+        def ask() -> None:
+            answers.append(fetch_cursor_digests(admin, bed.namespace, [SUBSCRIPTION]).topics)
+
+        got = _timed(ask, pid, idle, repeat, len(first))
+    ours = set(names)
+    return {"seconds": got["seconds"], "requests": 1, "topics_listed": len(first),
+            "partitions_listed": len(ours & set(first)),
+            "partitions_moved": max(len(moved(first, a, [SUBSCRIPTION]) & ours)
+                                    for a in answers),
             "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
             "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
 

@@ -290,11 +290,16 @@ def bench_admin(
     workers: Annotated[str, typer.Option("--workers",
                                          help="Thread counts to compare, comma-separated; "
                                               "1 is one request after another.")] = "1,4,8,16",
+    plugin: Annotated[bool, typer.Option(
+        "--plugin", help="Load cursorsync's broker plugin and measure its one request per "
+                         "broker that tells which partitions moved, beside the source "
+                         "polls.")] = False,
     json_output: JsonOption = False,
 ) -> None:
     """A sync batch's admin requests on the local test bed's broker: the target reads (one
     internalStats request per partition) for each thread count, and a source poll with and
-    without the topic stats first; seconds, and the broker's CPU per request."""
+    without the topic stats first (and, with --plugin, the plugin's digests); seconds, and
+    the broker's CPU per request."""
     try:
         counts = [int(w) for w in workers.split(",") if w.strip()]
     except ValueError:
@@ -305,7 +310,7 @@ def bench_admin(
     from cursorsync_devtools.bench_admin import bench_admin as run_bench
 
     with progress(f"bench admin: {partitions} partitions", json_output=json_output):
-        result = run_bench(partitions, workers=counts)
+        result = run_bench(partitions, workers=counts, plugin=plugin)
     rows = [(k, v) for k, v in result.items()
             if k not in ("by_workers", "source_poll", "probe_placement")]
     rows += [(f"target reads, {r['workers']} threads: {k}", v) for r in result["by_workers"]

@@ -1,6 +1,8 @@
 """cursorsync's broker plugin (streaming/broker-plugin) loaded into real Pulsar 4.0.8 brokers:
-its endpoint names exactly the acked indexes the source broker holds of each partially
-acked batch (issue 38), read through :mod:`cursorsync.pulsar.batch_acks`.
+its batch-acks endpoint names exactly the acked indexes the source broker holds of each
+partially acked batch (issue 38), read through :mod:`cursorsync.pulsar.batch_acks`; its
+cursors endpoint tells which partitions' cursors or ledgers changed, batch-index acks
+included (:mod:`cursorsync.pulsar.cursor_digests`).
 
 Each claim is checked against the broker's own behaviour too: a consumer that reconnects
 is sent again exactly the messages the plugin does not name as acked.
@@ -17,13 +19,19 @@ from typing import Any
 import pulsar
 import pytest
 
-from cursorsync.core.positions import Position
+from cursorsync.core.positions import Position, parse_range_bounds
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import (
     BatchAcks,
     BatchAcksNotFoundError,
     BatchAcksPluginAbsentError,
     fetch_batch_acks,
+)
+from cursorsync.pulsar.cursor_digests import (
+    TopicDigest,
+    acks_digest,
+    fetch_cursor_digests,
+    moved,
 )
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import (
@@ -237,3 +245,138 @@ def test_a_plugin_not_built_is_named_with_its_build(tmp_path: Path) -> None:
     with pytest.raises(TestBedError, match="build it first") as err:
         TestBed(config)
     assert BROKER_PLUGIN_BUILD in str(err.value)
+
+
+def _digests(bed: TestBed, subscriptions: tuple[str, ...] = ("s",)) -> dict[str, TopicDigest]:
+    with _admin(bed, "a") as admin:
+        got = fetch_cursor_digests(admin, bed.namespace, subscriptions)
+    assert got.namespace == bed.namespace and got.broker
+    return dict(got.topics)
+
+
+def _change(bed: TestBed, before: dict[str, TopicDigest], parts: list[str]
+            ) -> tuple[set[str], dict[str, TopicDigest]]:
+    """The topics of ``parts`` that moved since ``before`` once something did (acks reach
+    the broker a little after acknowledge() returns), read again half a second later."""
+    deadline = time.monotonic() + 15
+    while True:
+        now = _digests(bed)
+        if moved(before, now) & set(parts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    now = _digests(bed)
+    return moved(before, now) & set(parts), now
+
+
+def _cursor(bed: TestBed, part: str) -> tuple[str, str]:
+    c = bed.internal_stats("a", part)["cursors"]["s"]
+    return c["markDeletePosition"], c["individuallyDeletedMessages"]
+
+
+def _same_as_internal_stats(bed: TestBed, digests: dict[str, TopicDigest],
+                            parts: list[str]) -> None:
+    """The acks digest of each partition's s is the one cursorsync computes from what
+    internalStats show of it."""
+    for part in parts:
+        md, ranges = _cursor(bed, part)
+        assert digests[part].cursors["s"].acks == acks_digest(
+            Position.parse(md), parse_range_bounds(ranges)), (part, md, ranges)
+
+
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
+def test_the_cursor_digests_change_with_each_kind_of_ack_and_nothing_else(
+        plugin_bed: TestBed) -> None:
+    bed = plugin_bed
+    name = "digests"
+    parts = bed.create_topic(name, partitions=3)
+    client = bed.client("a")
+    consumer = client.subscribe(bed.topic(name), "s", consumer_type=pulsar.ConsumerType.Shared,
+                                batch_index_ack_enabled=True)
+    other = client.subscribe(bed.topic(name), "other", consumer_type=pulsar.ConsumerType.Shared)
+    got: dict[str, list[Any]] = {p: [] for p in parts}
+    for part in parts:
+        single = client.create_producer(part, batching_enabled=False)
+        for i in range(4):
+            single.send(f"single-{i}".encode())
+        single.close()
+        batched = client.create_producer(part, batching_enabled=True,
+                                         batching_max_messages=BATCH,
+                                         batching_max_publish_delay_ms=1000)
+        for i in range(BATCH):
+            batched.send_async(f"batched-{i}".encode(), None)
+        batched.flush()
+        batched.close()
+    for _ in range(len(parts) * (4 + BATCH)):
+        m = consumer.receive(10_000)
+        got[m.topic_name()].append(m)
+    for _ in range(len(parts) * (4 + BATCH)):
+        other.acknowledge(other.receive(10_000))
+
+    # Nothing acked on s: the answer holds still, and names s only.
+    before = _digests(bed)
+    time.sleep(1.0)
+    assert _digests(bed) == before
+    assert set(parts) <= set(before)
+    assert all(set(before[p].cursors) == {"s"} for p in parts)
+    assert all(set(d.cursors) == {"s", "other"} for p, d in _digests(bed, ()).items()
+               if p in parts)
+    _same_as_internal_stats(bed, before, parts)
+
+    # A hole: the second message of partition 0 acked alone.
+    p0, p1, p2 = parts
+    consumer.acknowledge(got[p0][1])
+    changed, now = _change(bed, before, parts)
+    assert changed == {p0} and now[p0].ledgers == before[p0].ledgers
+    _same_as_internal_stats(bed, now, parts)  # with a hole in the ranges
+    # A batch-index ack on partition 1: the cursor's markDeletePosition and ranges in
+    # internalStats do not move, the digest does.
+    stats_before, before = _cursor(bed, p1), now
+    batched = [m for m in got[p1] if m.message_id().batch_index() >= 0
+               and m.data().startswith(b"batched")]
+    consumer.acknowledge(batched[2])
+    changed, now = _change(bed, before, parts)
+    assert changed == {p1}
+    assert _cursor(bed, p1) == stats_before
+    assert now[p1].cursors["s"].acks == before[p1].cursors["s"].acks
+    # The markDeletePosition moves on partition 2.
+    before = now
+    consumer.acknowledge(got[p2][0])
+    changed, now = _change(bed, before, parts)
+    assert changed == {p2} and now[p2].ledgers == before[p2].ledgers
+    _same_as_internal_stats(bed, now, parts)
+    # An entry added to partition 2: its ledgers line moves, its cursor does not.
+    before = now
+    producer = client.create_producer(p2, batching_enabled=False)
+    producer.send(b"late")
+    producer.close()
+    changed, now = _change(bed, before, parts)
+    assert changed == {p2}
+    assert now[p2].ledgers != before[p2].ledgers and now[p2].cursors == before[p2].cursors
+    consumer.close()
+    other.close()
+
+
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
+def test_the_cursor_digests_of_a_namespace_nobody_serves_here_are_none(
+        plugin_bed: TestBed) -> None:
+    bed = plugin_bed
+    with _admin(bed, "a") as admin:
+        assert fetch_cursor_digests(admin, "public/unserved").topics == {}
+    answer = bed.admin_call("a", "GET", "/cursorsync/cursors?namespace=not-a-namespace",
+                            ok=(400,))
+    assert answer["plugin"] == "cursorsync" and "not a valid namespace" in answer["error"]
+
+
+@pytest.mark.slow  # a benchmark, on a test bed of its own
+def test_bench_admin_measures_the_plugins_digests_beside_the_source_polls(
+        plugin_bed: TestBed, tmp_path: Path) -> None:
+    """With the plugin loaded, the benchmark asks for the namespace's digests too: it lists
+    every partition of its topic, and with nothing changed says none moved."""
+    from cursorsync_devtools.bench_admin import bench_admin
+
+    r = bench_admin(20, workers=(1,), repeat=2, bed=plugin_bed, work_dir=str(tmp_path))
+    digests = r["source_poll"]["plugin_digests"]
+    assert digests["partitions_listed"] == 20 and digests["partitions_moved"] == 0
+    assert digests["topics_listed"] >= 20
+    assert digests["seconds"] > 0 and digests["requests"] == 1

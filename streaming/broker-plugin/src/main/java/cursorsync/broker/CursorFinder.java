@@ -1,16 +1,24 @@
 package cursorsync.broker;
 
 import java.net.URL;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
 import org.apache.bookkeeper.mledger.ManagedCursor;
 import org.apache.pulsar.broker.PulsarService;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
+import org.apache.pulsar.broker.authorization.AuthorizationService;
+import org.apache.pulsar.broker.loadbalance.LoadManager;
 import org.apache.pulsar.broker.namespace.LookupOptions;
 import org.apache.pulsar.broker.namespace.NamespaceService;
+import org.apache.pulsar.broker.service.BrokerService;
 import org.apache.pulsar.broker.service.Topic;
 import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
 import org.apache.pulsar.broker.service.persistent.PersistentTopic;
+import org.apache.pulsar.common.naming.NamespaceName;
 import org.apache.pulsar.common.naming.TopicName;
+import org.apache.pulsar.common.policies.data.NamespaceOperation;
 import org.apache.pulsar.common.policies.data.TopicOperation;
 
 /**
@@ -48,6 +56,84 @@ final class CursorFinder {
         return new Found(topic, subscription, sub.getCursor());
     }
 
+    BrokerService brokers() {
+        return pulsar.getBrokerService();
+    }
+
+    String brokerId() {
+        return pulsar.getBrokerId();
+    }
+
+    /** The cluster's available brokers (their ids, host:web port), sorted. */
+    List<String> availableBrokers() {
+        LoadManager manager = pulsar.getLoadManager().get();
+        if (manager == null) {
+            throw new HttpProblem(503, "this broker's load manager has not started yet");
+        }
+        List<String> out = new ArrayList<>(Waits.await(manager.getAvailableBrokersAsync(),
+                timeoutSeconds(), "listing the cluster's available brokers"));
+        out.sort(null);
+        return out;
+    }
+
+    /**
+     * A namespace the caller may list the topics of (NamespaceOperation.GET_TOPICS, checked
+     * only when authentication and authorization are both on, as Pulsar's admin API does).
+     */
+    NamespaceName namespace(String text, Caller caller) {
+        NamespaceName name;
+        try {
+            name = NamespaceName.get(text);
+        } catch (IllegalArgumentException e) {
+            throw new HttpProblem(400, "namespace " + text + " is not a valid namespace name "
+                    + "(tenant/namespace): " + e.getMessage());
+        }
+        if (!authorizing()) {
+            return name;
+        }
+        if (caller.role() == null) {
+            throw new HttpProblem(401, "no authenticated role for " + name);
+        }
+        boolean allowed = Waits.await(pulsar.getBrokerService().getAuthorizationService()
+                        .allowNamespaceOperationAsync(name, NamespaceOperation.GET_TOPICS,
+                                caller.role(), caller.authData()),
+                timeoutSeconds(), "checking role " + caller.role() + " on " + name);
+        if (!allowed) {
+            throw new HttpProblem(403, "role " + caller.role() + " may not list the topics of "
+                    + name + " (GET_TOPICS)");
+        }
+        return name;
+    }
+
+    /**
+     * The topics of {@code topics} whose stats the caller may read (GET_STATS, as internalStats
+     * requires); the others are left out, as if this broker did not serve them.
+     */
+    List<CursorDigests.TopicDigest> readable(List<CursorDigests.TopicDigest> topics,
+                                             Caller caller) {
+        if (!authorizing()) {
+            return topics;
+        }
+        AuthorizationService auth = pulsar.getBrokerService().getAuthorizationService();
+        List<CompletableFuture<Boolean>> allowed = topics.stream()
+                .map(t -> auth.allowTopicOperationAsync(TopicName.get(t.topic()),
+                        TopicOperation.GET_STATS, caller.role(), caller.authData()))
+                .toList();
+        List<CursorDigests.TopicDigest> out = new ArrayList<>();
+        for (int i = 0; i < topics.size(); i++) {
+            if (Waits.await(allowed.get(i), timeoutSeconds(), "checking role " + caller.role()
+                    + " on " + topics.get(i).topic())) {
+                out.add(topics.get(i));
+            }
+        }
+        return out;
+    }
+
+    private boolean authorizing() {
+        return pulsar.getConfiguration().isAuthenticationEnabled()
+                && pulsar.getConfiguration().isAuthorizationEnabled();
+    }
+
     /** Who asks, as the broker's authentication filter found them (role null: none). */
     record Caller(String role, AuthenticationDataSource authData, boolean https,
                   boolean authoritative) {
@@ -70,8 +156,7 @@ final class CursorFinder {
 
     private void authorize(TopicName name, Caller caller) {
         // As PulsarWebResource.validateTopicOperationAsync: checked only when both are on.
-        if (!pulsar.getConfiguration().isAuthenticationEnabled()
-                || !pulsar.getConfiguration().isAuthorizationEnabled()) {
+        if (!authorizing()) {
             return;
         }
         if (caller.role() == null) {

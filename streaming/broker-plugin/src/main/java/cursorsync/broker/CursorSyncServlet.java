@@ -7,7 +7,7 @@ import org.eclipse.jetty.servlet.ServletHolder;
 
 /**
  * What the broker loads (named in META-INF/services/additional_servlet.yml): mounts
- * {@link BatchAcksHttpServlet} under {@value #BASE_PATH} on the broker's web port.
+ * {@link PluginHttpServlet} under {@value #BASE_PATH} on the broker's web port.
  *
  * <p>The broker calls loadConfig, then setPulsarService, then getServletHolder
  * (PulsarService.addBrokerAdditionalServlets, 4.0), so the holder is made last.
@@ -35,7 +35,7 @@ public class CursorSyncServlet implements AdditionalServletWithPulsarService {
 
     @Override
     public ServletHolder getServletHolder() {
-        return new ServletHolder(new BatchAcksHttpServlet(new CursorFinder(pulsar)));
+        return new ServletHolder(new PluginHttpServlet(new CursorFinder(pulsar)));
     }
 
     @Override

@@ -2,7 +2,7 @@ package cursorsync.broker;
 
 /**
  * An answer other than 200, with the sentence the caller reads: thrown wherever the request
- * cannot go on, turned into a status and a JSON error by {@link BatchAcksHttpServlet}.
+ * cannot go on, turned into a status and a JSON error by {@link PluginHttpServlet}.
  */
 final class HttpProblem extends RuntimeException {
 

@@ -3,39 +3,51 @@ package cursorsync.broker;
 import java.io.IOException;
 import java.net.URL;
 import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
 import java.util.stream.Collectors;
 import javax.servlet.http.HttpServlet;
 import javax.servlet.http.HttpServletRequest;
 import javax.servlet.http.HttpServletResponse;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
 import org.apache.pulsar.broker.web.AuthenticationFilter;
+import org.apache.pulsar.common.naming.NamespaceName;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N]: the HTTP side only
- * (parameters, status codes, redirects); the work is {@link CursorFinder}'s and
- * {@link PartialBatches}'. Read-only: no method but GET is served.
+ * The HTTP side only (parameters, status codes, redirects) of the plugin's two endpoints:
+ * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N] (the work is
+ * {@link CursorFinder}'s and {@link PartialBatches}') and
+ * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...] ({@link CursorDigests}').
+ * Read-only: no method but GET is served.
  */
-final class BatchAcksHttpServlet extends HttpServlet {
+final class PluginHttpServlet extends HttpServlet {
 
     static final String PATH = "/batch-acks";
+    static final String CURSORS_PATH = "/cursors";
     static final int DEFAULT_LIMIT = 1000;
     static final int MAX_LIMIT = 100_000;
-    private static final Logger LOG = LoggerFactory.getLogger(BatchAcksHttpServlet.class);
+    private static final Logger LOG = LoggerFactory.getLogger(PluginHttpServlet.class);
 
     private final transient CursorFinder finder;
 
-    BatchAcksHttpServlet(CursorFinder finder) {
+    PluginHttpServlet(CursorFinder finder) {
         this.finder = finder;
     }
 
     @Override
     protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
         try {
+            if (CURSORS_PATH.equals(req.getPathInfo())) {
+                cursors(req, resp);
+                return;
+            }
             if (!PATH.equals(req.getPathInfo())) {
                 throw new HttpProblem(404, "no such endpoint; this plugin answers GET "
-                        + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=...");
+                        + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=... and "
+                        + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=...");
             }
             String topic = required(req, "topic");
             String subscription = required(req, "subscription");
@@ -47,7 +59,7 @@ final class BatchAcksHttpServlet extends HttpServlet {
                     finder.timeoutSeconds(), "subscription " + subscription + " of " + name);
             resp.setStatus(200);
             resp.setContentType("application/json");
-            BatchAcksJson.writeView(resp.getWriter(), name, subscription, view);
+            PluginJson.writeView(resp.getWriter(), name, subscription, view);
         } catch (Redirect r) {
             resp.setStatus(307);
             resp.setHeader("Location", redirect(req, r.owner));
@@ -62,6 +74,19 @@ final class BatchAcksHttpServlet extends HttpServlet {
             LOG.warn("cursorsync batch-acks: {} failed", req.getQueryString(), e);
             error(resp, 500, "unexpected: " + e);
         }
+    }
+
+    /** GET /cursorsync/cursors: answered for the topics this broker serves; no redirect. */
+    private void cursors(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+        NamespaceName namespace = finder.namespace(required(req, "namespace"), caller(req));
+        String[] subs = req.getParameterValues("subscription");
+        Set<String> wanted = subs == null ? Set.of() : new HashSet<>(Arrays.asList(subs));
+        List<CursorDigests.TopicDigest> topics = finder.readable(
+                CursorDigests.of(finder.brokers(), namespace, wanted), caller(req));
+        resp.setStatus(200);
+        resp.setContentType("application/json");
+        PluginJson.writeDigests(resp.getWriter(), finder.brokerId(), finder.availableBrokers(),
+                namespace.toString(), topics);
     }
 
     private static String required(HttpServletRequest req, String name) {
@@ -111,6 +136,6 @@ final class BatchAcksHttpServlet extends HttpServlet {
             throws IOException {
         resp.setStatus(status);
         resp.setContentType("application/json");
-        BatchAcksJson.writeError(resp.getWriter(), message);
+        PluginJson.writeError(resp.getWriter(), message);
     }
 }

@@ -4,19 +4,21 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
 import java.io.IOException;
 import java.io.Writer;
+import java.util.List;
+import java.util.Map;
 import org.apache.bookkeeper.mledger.Position;
 
 /**
- * The endpoint's JSON, written with the broker's own jackson-core. Every answer, errors
+ * The endpoints' JSON, written with the broker's own jackson-core. Every answer, errors
  * included, says {"plugin": "cursorsync"}: a 404 without it is the broker saying the plugin
  * is not loaded, one with it is the plugin saying the topic or subscription is unknown.
  */
-final class BatchAcksJson {
+final class PluginJson {
 
     static final String PLUGIN = "cursorsync";
     private static final JsonFactory JSON = new JsonFactory();
 
-    private BatchAcksJson() {
+    private PluginJson() {
     }
 
     static void writeView(Writer out, String topic, String subscription,
@@ -42,6 +44,38 @@ final class BatchAcksJson {
             }
             g.writeEndArray();
             g.writeBooleanField("truncated", view.truncated());
+            g.writeEndObject();
+        }
+    }
+
+    static void writeDigests(Writer out, String broker, List<String> brokers, String namespace,
+                             List<CursorDigests.TopicDigest> topics) throws IOException {
+        try (JsonGenerator g = JSON.createGenerator(out)) {
+            g.writeStartObject();
+            g.writeStringField("plugin", PLUGIN);
+            g.writeStringField("broker", broker);
+            g.writeArrayFieldStart("brokers");
+            for (String b : brokers) {
+                g.writeString(b);
+            }
+            g.writeEndArray();
+            g.writeStringField("namespace", namespace);
+            g.writeArrayFieldStart("topics");
+            for (CursorDigests.TopicDigest t : topics) {
+                g.writeStartObject();
+                g.writeStringField("topic", t.topic());
+                g.writeStringField("ledgers", t.ledgers());
+                g.writeObjectFieldStart("cursors");
+                for (Map.Entry<String, CursorDigests.Digest> c : t.cursors().entrySet()) {
+                    g.writeObjectFieldStart(c.getKey());
+                    g.writeStringField("acks", c.getValue().acks());
+                    g.writeStringField("batches", c.getValue().batches());
+                    g.writeEndObject();
+                }
+                g.writeEndObject();
+                g.writeEndObject();
+            }
+            g.writeEndArray();
             g.writeEndObject();
         }
     }

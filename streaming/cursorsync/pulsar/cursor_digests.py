@@ -1,0 +1,261 @@
+"""Which cursors moved, from cursorsync's optional broker plugin (streaming/broker-plugin):
+``GET /cursorsync/cursors?namespace=TENANT/NS[&subscription=S...]``, asked of one broker.
+
+The broker answers for every persistent topic of the namespace that it serves (no redirect:
+each broker is asked for its own)::
+
+    {"plugin": "cursorsync", "broker": "host:8080", "brokers": ["host:8080", ...],
+     "namespace": "t/n",
+     "topics": [{"topic": "persistent://t/n/x-partition-0", "ledgers": "120:5400:12:3",
+                 "cursors": {"s": {"acks": "0f1e2d3c4b5a6978", "batches": "..."}}}]}
+
+``ledgers`` (entries:bytes:last confirmed entry) changes with every entry added and ledger
+trimmed. Each cursor has two digests (16 hex digits each): ``acks``, a hash of its
+individually deleted ranges and markDeletePosition, exactly what ``internalStats`` shows of
+it (:func:`acks_digest` computes the same from an internalStats answer), and ``batches``, a
+hash of its partly acked batches, which the topic stats show only while a consumer is
+connected. Equal digests mean an unchanged cursor but for a 64-bit hash collision. One
+request per broker covers all its topics of the namespace, where topic stats cost one
+request per topic and a read of every partition's stats inside the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from cursorsync.core.positions import Position, parse_range_bounds
+from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
+from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.batch_acks import PLUGIN_MARK, plugin_not_found
+from cursorsync.pulsar.stats import TopicInternalStats
+
+log = logging.getLogger(__name__)
+
+#: Where the plugin answers on a broker's web port.
+CURSORS_PATH = "/cursorsync/cursors"
+_DIGEST = re.compile(r"[0-9a-f]{16}")
+_LEDGERS = re.compile(r"\d+:\d+:-?\d+:-?\d+")
+_BROKER = re.compile(r"[^\s/:]+(:\d+)?|\[[0-9a-fA-F:.]+\](:\d+)?")
+
+
+@dataclass(frozen=True)
+class CursorDigest:
+    """A cursor's two digests."""
+
+    #: Of its individually deleted ranges and markDeletePosition (:func:`acks_digest`).
+    acks: str
+    #: Of its partly acked batches' words.
+    batches: str
+
+
+@dataclass(frozen=True)
+class TopicDigest:
+    """One topic as a broker's plugin saw it."""
+
+    #: entries:bytes:last confirmed entry, over the ledgers the topic keeps.
+    ledgers: str
+    #: Subscription -> its cursor's digests.
+    cursors: Mapping[str, CursorDigest]
+
+
+@dataclass(frozen=True)
+class CursorDigests:
+    """One broker's answer: the topics of a namespace it serves, by full name."""
+
+    broker: str
+    namespace: str
+    topics: Mapping[str, TopicDigest]
+    #: The cluster's available brokers (ids, host:web port), the answering one among them.
+    brokers: tuple[str, ...] = ()
+
+
+def fetch_cursor_digests(admin: AdminClient, namespace: str,
+                         subscriptions: Sequence[str] = ()) -> CursorDigests:
+    """Ask the broker behind ``admin`` about the topics of ``namespace`` it serves, and of
+    each the cursors of ``subscriptions`` (none: every durable one).
+
+    BatchAcksPluginAbsentError when the broker has no plugin, BatchAcksNotFoundError when
+    its plugin has no such endpoint (an older build), MalformedAdminOutputError for an
+    answer that is not the plugin's; otherwise the AdminClient's errors."""
+    params = [("namespace", namespace), *(("subscription", s) for s in subscriptions)]
+    what = f"cursor digests of namespace {namespace}"
+    refused: list[httpx.Response] = []
+
+    def not_found(resp: httpx.Response) -> bool:
+        refused.append(resp)
+        return resp.status_code == 404
+
+    doc = admin.get_json(f"{CURSORS_PATH}?{urlencode(params)}", what, none_if=not_found)
+    if doc is None:
+        raise plugin_not_found(admin.cluster, what, refused[-1])
+    return parse_cursor_digests(namespace, doc)
+
+
+def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
+                    subscriptions: Sequence[str] = ()) -> dict[str, TopicDigest]:
+    """What every broker of ``admin``'s cluster says of the topics of ``namespaces`` it
+    serves, by topic: the broker behind ``admin``'s URL first, then each other broker it
+    lists at its own web address (with ``admin``'s settings; the URL's scheme). A topic two
+    brokers list (one being moved between them) is left out, as is every topic of a broker
+    that cannot be asked (logged): a caller reads those as it would without the plugin.
+
+    The first broker's errors are raised (BatchAcksPluginAbsentError: no plugin there)."""
+    if not namespaces:
+        return {}
+    first = {ns: fetch_cursor_digests(admin, ns, subscriptions) for ns in namespaces}
+    here = {d.broker for d in first.values()}
+    others = sorted({b for d in first.values() for b in d.brokers} - here)
+    scheme = admin.config.urls[0].split("://", 1)[0]
+
+    def ask(broker: str) -> list[CursorDigests]:
+        settings = replace(admin.config, urls=(f"{scheme}://{broker}",), max_workers=1)
+        try:
+            with AdminClient(settings) as other:
+                return [fetch_cursor_digests(other, ns, subscriptions) for ns in namespaces]
+        except CursorSyncError as err:
+            log.warning("broker %s of cluster %s: no cursor digests (%s); its topics are "
+                        "read without them", broker, admin.cluster, err)
+            return []
+
+    answers = [*first.values(), *(d for got in admin.map_each(ask, others) for d in got)]
+    out: dict[str, TopicDigest] = {}
+    twice: set[str] = set()
+    for answer in answers:
+        for name, digest in answer.topics.items():
+            if name in out:
+                twice.add(name)
+            out[name] = digest
+    for name in twice:
+        del out[name]
+    return out
+
+
+def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:
+    """The plugin's answer for ``namespace`` -> :class:`CursorDigests`; one
+    MalformedAdminOutputError naming the namespace, and what is wrong, for anything else."""
+
+    def bad(why: str) -> MalformedAdminOutputError:
+        return MalformedAdminOutputError(f"cursor digests of namespace {namespace}: {why}")
+
+    if not isinstance(doc, dict):
+        raise bad(f"expected a JSON object, got {str(doc)[:200]}")
+    if doc.get("plugin") != PLUGIN_MARK:
+        raise bad(f"plugin is {doc.get('plugin')!r}, not {PLUGIN_MARK!r}")
+    if doc.get("namespace") != namespace:
+        raise bad(f"the answer is for namespace {doc.get('namespace')!r}")
+    broker, topics, brokers = doc.get("broker"), doc.get("topics"), doc.get("brokers")
+    if not isinstance(broker, str) or not isinstance(topics, list):
+        raise bad("expected a broker string and a topics list")
+    if not isinstance(brokers, list) or not all(
+            isinstance(b, str) and _BROKER.fullmatch(b) for b in brokers):
+        raise bad(f"brokers {str(brokers)[:200]} is not a list of host:port")
+    out: dict[str, TopicDigest] = {}
+    for i, t in enumerate(topics):
+        if not isinstance(t, dict):
+            raise bad(f"topics[{i}]: expected an object, got {str(t)[:200]}")
+        name, ledgers, cursors = t.get("topic"), t.get("ledgers"), t.get("cursors")
+        if not isinstance(name, str) or not name.startswith(f"persistent://{namespace}/"):
+            raise bad(f"topics[{i}]: topic {name!r} is not a persistent topic of it")
+        if not isinstance(ledgers, str) or not _LEDGERS.fullmatch(ledgers):
+            raise bad(f"{name}: ledgers {ledgers!r} is not entries:bytes:ledger:entry")
+        if not isinstance(cursors, dict) or not all(_is_digest(d) for d in cursors.values()):
+            raise bad(f"{name}: cursors {str(cursors)[:200]} is not subscription -> acks and "
+                      f"batches, 16 hex digits each")
+        if name in out:
+            raise bad(f"{name} is listed twice")
+        out[name] = TopicDigest(ledgers, {
+            s: CursorDigest(d["acks"], d["batches"]) for s, d in cursors.items()})
+    return CursorDigests(broker, namespace, out, tuple(brokers))
+
+
+def _is_digest(d: Any) -> bool:
+    return isinstance(d, dict) and set(d) == {"acks", "batches"} and all(
+        isinstance(v, str) and _DIGEST.fullmatch(v) for v in d.values())
+
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(value: int, v: int) -> int:
+    """The plugin's Hash.add: ``v`` (a Java long) into ``value`` (splitmix64's finalizer)."""
+    z = value ^ ((v + _GOLDEN) & _MASK)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def acks_digest(mark_delete: Position, ranges: npt.NDArray[np.int64]) -> str:
+    """The plugin's ``acks`` digest of a cursor whose internalStats show ``mark_delete`` and
+    the individually deleted ``ranges`` (lower ledger, lower entry, upper ledger, upper
+    entry; in the order written, :func:`cursorsync.core.positions.parse_range_bounds`)."""
+    value = _GOLDEN
+    for v in ranges.reshape(-1).tolist():
+        value = _mix(value, v)
+    value = _mix(_mix(value, mark_delete.ledger), mark_delete.entry)
+    return f"{value:016x}"
+
+
+def moved(before: Mapping[str, TopicDigest], now: Mapping[str, TopicDigest],
+          subscriptions: Sequence[str] | None = None) -> set[str]:
+    """The topics of ``now`` whose ledgers or cursors (of ``subscriptions``; None: all)
+    differ from ``before``, or that ``before`` lacks."""
+    out = set()
+    for name, d in now.items():
+        was = before.get(name)
+        if was is None or was.ledgers != d.ledgers or _picked(was, subscriptions) != _picked(
+                d, subscriptions):
+            out.add(name)
+    return out
+
+
+#: A partition as the plugin sees it: its ledgers line and, per wanted subscription in name
+#: order, (name, acks digest, batches digest).
+DigestPrint = tuple[str, tuple[tuple[str, str, str], ...]]
+
+
+def told_print(d: TopicDigest | None, subscriptions: Sequence[str] | None,
+               ) -> DigestPrint | None:
+    """What the plugin said of a partition (None: not listed by any broker)."""
+    if d is None:
+        return None
+    return d.ledgers, tuple((s, c.acks, c.batches)
+                            for s, c in sorted(_picked(d, subscriptions).items()))
+
+
+def read_print(stats: TopicInternalStats, subscriptions: Sequence[str] | None,
+               told: DigestPrint | None) -> DigestPrint | None:
+    """What the plugin says of the partition while it stands as ``stats`` show it: computed
+    from the read itself, so that a change between the plugin's answer and the read is never
+    taken for the state read. The batches digests (internalStats show no batch indexes) are
+    those ``told`` before the read: a batch-index ack in between makes the next answer
+    differ, and the partition is read again. None: not comparable (a field or a
+    subscription missing), so the partition is read again next poll."""
+    if told is None or stats.number_of_entries is None or stats.total_size is None:
+        return None
+    batches = {s: b for s, _, b in told[1]}
+    subs = sorted(n for n in stats.subscriptions
+                  if subscriptions is None or n in subscriptions)
+    if set(subs) != set(batches):
+        return None
+    lce = stats.last_confirmed_entry
+    line = f"{stats.number_of_entries}:{stats.total_size}:{lce.ledger}:{lce.entry}"
+    cursors = stats.subscriptions
+    return line, tuple(
+        (s, acks_digest(cursors[s].state.mark_delete,
+                        parse_range_bounds(cursors[s].individually_deleted_text)), batches[s])
+        for s in subs)
+
+
+def _picked(d: TopicDigest, subscriptions: Sequence[str] | None) -> dict[str, CursorDigest]:
+    return dict(d.cursors) if subscriptions is None else {
+        s: d.cursors[s] for s in subscriptions if s in d.cursors}

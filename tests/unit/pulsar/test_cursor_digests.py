@@ -1,0 +1,160 @@
+"""The plugin's cursor digests (cursorsync.pulsar.cursor_digests): parsing, which topics
+moved, and asking a stub broker."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cursorsync.core.positions import Position, parse_range_bounds
+from cursorsync.errors import MalformedAdminOutputError
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.batch_acks import BatchAcksNotFoundError, BatchAcksPluginAbsentError
+from cursorsync.pulsar.cursor_digests import (
+    CURSORS_PATH,
+    CursorDigest,
+    TopicDigest,
+    acks_digest,
+    fetch_cursor_digests,
+    moved,
+    parse_cursor_digests,
+)
+from tests.support.admin_stub import Reply, StubAdmin
+
+NS = "acme/orders"
+P0 = f"persistent://{NS}/events-partition-0"
+P1 = f"persistent://{NS}/events-partition-1"
+D1, D2 = "0123456789abcdef", "fedcba9876543210"
+
+
+def answer(*topics: dict[str, Any]) -> dict[str, Any]:
+    return {"plugin": "cursorsync", "broker": "broker-1:8080", "namespace": NS,
+            "topics": list(topics)}
+
+
+def topic(name: str = P0, ledgers: str = "20:2000:12:19", **cursors: Any) -> dict[str, Any]:
+    return {"topic": name, "ledgers": ledgers,
+            "cursors": cursors or {"svc": {"acks": D1, "batches": D2}}}
+
+
+def digest(acks: str = D1, batches: str = D2) -> dict[str, str]:
+    return {"acks": acks, "batches": batches}
+
+
+def test_an_answer_reads_as_topic_to_ledgers_and_digests() -> None:
+    got = parse_cursor_digests(NS, answer(topic(), topic(P1, "0:0:-1:-1", svc=digest(D2, D1),
+                                                         b=digest())))
+    assert got.broker == "broker-1:8080" and got.namespace == NS
+    assert got.topics == {P0: TopicDigest("20:2000:12:19", {"svc": CursorDigest(D1, D2)}),
+                          P1: TopicDigest("0:0:-1:-1", {"svc": CursorDigest(D2, D1),
+                                                        "b": CursorDigest(D1, D2)})}
+
+
+BROKEN = [
+    ("not an object", [], "expected a JSON object"),
+    ("no mark", {**answer(), "plugin": None}, "plugin is None"),
+    ("other namespace", {**answer(), "namespace": "acme/other"}, "for namespace 'acme/other'"),
+    ("no topics", {**answer(), "topics": None}, "a topics list"),
+    ("topic elsewhere", answer(topic("persistent://acme/other/x")), "not a persistent topic"),
+    ("non-persistent", answer(topic(f"non-persistent://{NS}/x")), "not a persistent topic"),
+    ("bad ledgers", answer(topic(ledgers="20:2000")), "is not entries:bytes:ledger:entry"),
+    ("one digest", answer(topic(svc=D1)), "16 hex digits each"),
+    ("short digest", answer(topic(svc=digest("0123"))), "16 hex digits each"),
+    ("upper digest", answer(topic(svc=digest(batches=D1.upper()))), "16 hex digits each"),
+    ("more digests", answer(topic(svc={**digest(), "x": D1})), "16 hex digits each"),
+    ("twice", answer(topic(), topic()), "listed twice"),
+]
+
+
+@pytest.mark.parametrize(("doc", "why"), [(d, w) for _, d, w in BROKEN],
+                         ids=[n for n, _, _ in BROKEN])
+def test_anything_else_is_one_error_naming_the_namespace(doc: Any, why: str) -> None:
+    with pytest.raises(MalformedAdminOutputError) as err:
+        parse_cursor_digests(NS, copy.deepcopy(doc))
+    assert f"cursor digests of namespace {NS}: " in str(err.value)
+    assert why in str(err.value)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12))
+def test_arbitrary_json_is_refused_or_read_never_crashes(doc: Any) -> None:
+    with contextlib.suppress(MalformedAdminOutputError):
+        parse_cursor_digests(NS, doc)
+
+
+def test_moved_names_new_topics_ledgers_and_cursors_of_the_wanted_subscriptions() -> None:
+    c1, c2 = CursorDigest(D1, D1), CursorDigest(D1, D2)  # the batches differ only
+    before = {P0: TopicDigest("1:1:1:0", {"svc": c1, "b": c1}),
+              P1: TopicDigest("1:1:1:0", {"svc": c1})}
+    assert moved(before, before) == set()
+    assert moved({}, before) == {P0, P1}
+    assert moved(before, {P0: TopicDigest("2:2:1:1", {"svc": c1, "b": c1})}) == {P0}
+    other = {P0: TopicDigest("1:1:1:0", {"svc": c1, "b": c2})}
+    assert moved(before, other) == {P0}
+    assert moved(before, other, ["svc"]) == set()  # b is not synced
+    assert moved(before, {P0: TopicDigest("1:1:1:0", {"b": c1})}, ["svc"]) == {P0}  # svc gone
+
+
+def splitmix_reference(values: list[int]) -> str:
+    """The plugin's Hash, step by step in Java's terms (64-bit wrap, unsigned shifts)."""
+    def wrap(x: int) -> int:
+        return x & 0xFFFFFFFFFFFFFFFF
+
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        z = h ^ wrap(v + 0x9E3779B97F4A7C15)
+        z = wrap((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9)
+        z = wrap((z ^ (z >> 27)) * 0x94D049BB133111EB)
+        h = z ^ (z >> 31)
+    return f"{h:016x}"
+
+
+def test_the_acks_digest_hashes_each_range_then_the_mark_delete_position() -> None:
+    ranges = parse_range_bounds("[(12:3..12:5], (13:-1..13:7]]")
+    got = acks_digest(Position(12, 2), ranges)
+    assert got == splitmix_reference([12, 3, 12, 5, 13, -1, 13, 7, 12, 2])
+    assert acks_digest(Position(12, 2), parse_range_bounds("[]")) == splitmix_reference(
+        [12, 2])
+    # Order and every number count.
+    assert got != acks_digest(Position(12, 2), parse_range_bounds("[(13:-1..13:7], (12:3..12:5]]"))
+    assert got != acks_digest(Position(12, 1), ranges)
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAdmin]:
+    s = StubAdmin().start()
+    yield s
+    s.stop()
+
+
+def client(url: str) -> AdminClient:
+    return AdminClient(AdminSettings.from_urls(url, cluster="a", attempts=2,
+                                               backoff_initial_s=0.01, timeout_s=2.0))
+
+
+def test_fetch_asks_for_the_namespace_and_each_subscription(stub: StubAdmin) -> None:
+    query = urlencode([("namespace", NS), ("subscription", "svc"), ("subscription", "b")])
+    path = f"{CURSORS_PATH}?{query}"
+    stub.set(path, Reply(body=answer(topic())))
+    with client(stub.url) as admin:
+        got = fetch_cursor_digests(admin, NS, ["svc", "b"])
+    assert got.topics == {P0: TopicDigest("20:2000:12:19", {"svc": CursorDigest(D1, D2)})}
+
+
+def test_a_broker_without_the_plugin_or_an_older_plugin_is_named(stub: StubAdmin) -> None:
+    with client(stub.url) as admin, pytest.raises(BatchAcksPluginAbsentError,
+                                                  match="no cursorsync plugin loaded"):
+        fetch_cursor_digests(admin, NS)
+    stub.set(f"{CURSORS_PATH}?namespace={NS.replace('/', '%2F')}",
+             Reply(404, {"plugin": "cursorsync", "error": "no such endpoint"}))
+    with client(stub.url) as admin, pytest.raises(BatchAcksNotFoundError,
+                                                  match="no such endpoint"):
+        fetch_cursor_digests(admin, NS)
