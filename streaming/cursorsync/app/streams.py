@@ -60,7 +60,8 @@ def cursors_stream(spark: Any, config: Config, state_dir: str,
             "selection": selection(config).to_option(),
             "stateDir": state_dir, "internalStatsMaxAgeMs":
             str(round(config.spark.cursor_stats_max_age_s * 1000)),
-            "pollIntervalMs": str(round(config.spark.trigger_interval_s * 1000))}
+            "pollIntervalMs": str(round(config.spark.trigger_interval_s * 1000)),
+            "cursorDigests": str(config.spark.cursor_digests).lower()}
     if wake_file is not None:
         opts["wakeFile"] = wake_file
     return spark.readStream.format("pulsar-cursors").options(**opts).load()

@@ -44,6 +44,12 @@ from cursorsync import wake
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
 from cursorsync.files import replace_text
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.cursor_digests import (
+    DigestPrint,
+    cluster_digests,
+    read_print,
+    told_print,
+)
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import EVERY, Selection
 from cursorsync.pulsar.stats import TopicInternalStats
@@ -99,6 +105,9 @@ class CursorsOptions:
     internal_stats_max_age_ms: int = 60_000
     #: Requests to poll before the interval has passed (:mod:`cursorsync.sync.follow`).
     wake_file: str | None = None
+    #: Ask the source brokers' cursorsync plugin which partitions moved (one request per
+    #: broker and namespace) instead of the topic stats.
+    cursor_digests: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> CursorsOptions:
@@ -127,6 +136,7 @@ class CursorsOptions:
             internal_stats_max_age_ms=o.get_int("internalStatsMaxAgeMs", 60_000, minimum=0)
             or 0,
             wake_file=o.get_str("wakeFile"),
+            cursor_digests=o.get_bool("cursorDigests", False),
         )
 
 
@@ -243,7 +253,7 @@ def _wanted(subscriptions: Sequence[str]) -> Sequence[str] | None:
 
 @dataclass(frozen=True)
 class _Known:
-    fingerprint: Fingerprint
+    fingerprint: Fingerprint | DigestPrint
     due: float
     rows: list[Row]
 
@@ -321,10 +331,15 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         o = self.options
         # Before the stats are asked: what they show unchanged is unchanged since then.
         checked_at = datetime.now(tz=UTC)
-        docs = self._topic_stats(admin, partitioned, concrete)
-        # Taken before the internalStats are read: a change in between shows next time.
-        subs = {n: o.selection.subscriptions_of(n) for n in docs}
-        prints = {n: fingerprint(n, d, _wanted(subs[n])) for n, d in docs.items()}
+        told = self._told(admin, partitioned, concrete) if o.cursor_digests else None
+        if told is not None:
+            subs = {n: o.selection.subscriptions_of(n) for n in told}
+            prints: dict[str, Any] = told
+        else:
+            docs = self._topic_stats(admin, partitioned, concrete)
+            # Taken before the internalStats are read: a change in between shows next time.
+            subs = {n: o.selection.subscriptions_of(n) for n in docs}
+            prints = {n: fingerprint(n, d, _wanted(subs[n])) for n, d in docs.items()}
         now = self.clock()
 
         def unchanged(name: str) -> bool:
@@ -350,7 +365,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
                 continue
             got = rows_from_stats(o.cluster, read, subs[name], observed_at)
             rows.extend(got)
-            self._remember(name, prints[name], got, now)
+            self._remember(name, prints[name] if told is None else read_print(
+                read, _wanted(subs[name]), prints[name]), got, now)
         for gone in self._known.keys() - prints.keys():
             del self._known[gone]
         self.partitions_read = len(stats)
@@ -358,6 +374,23 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         log.debug("cursor poll of %s: %d partitions read, %d unchanged", o.cluster,
                   self.partitions_read, self.partitions_unchanged)
         return rows
+
+    def _told(self, admin: AdminClient, partitioned: dict[TopicName, int],
+              concrete: list[TopicName]) -> dict[str, DigestPrint | None] | None:
+        """What the source brokers' plugin says of every partition polled (None for one no
+        broker lists: it is read); None when the plugin cannot be asked (the topic stats
+        are asked instead)."""
+        names = sorted({*(str(t.with_partition(i)) for t, n in partitioned.items()
+                          for i in range(n)), *(str(t) for t in concrete)})
+        namespaces = sorted({f"{t.tenant}/{t.namespace}" for t in map(TopicName.parse, names)})
+        try:
+            digests = cluster_digests(admin, namespaces)
+        except CursorSyncError as err:
+            log.warning("cluster %s: no cursor digests from its brokers' plugin (%s); the "
+                        "topic stats are asked instead", self.options.cluster, err)
+            return None
+        return {n: told_print(digests.get(n), _wanted(self.options.selection.subscriptions_of(n)))
+                for n in names}
 
     @staticmethod
     def _topic_stats(admin: AdminClient, partitioned: dict[TopicName, int],
@@ -372,7 +405,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
             admin.topic_stats, sorted({t for t in concrete if str(t) not in docs})))
         return docs
 
-    def _remember(self, name: str, fp: Fingerprint | None, rows: list[Row], now: float) -> None:
+    def _remember(self, name: str, fp: Fingerprint | DigestPrint | None, rows: list[Row],
+                  now: float) -> None:
         """A partition's internalStats were read now, and gave ``rows``: they stand for the
         partition while its stats show ``fp``, for up to internalStatsMaxAgeMs."""
         if fp is None:

@@ -394,7 +394,7 @@ def test_bad_namespace_regex() -> None:
         ("tables.colour", "backend, compact_every_batches, cursor_states_retention_s, "
                           "maintenance_interval_s, path, storage_options, "
                           "sync_progress_retention_s, unchanged_rows_every_batches"),
-        ("spark.colour", "app_name, checkpoint_dir, conf, cursor_stats_max_age_s, "
+        ("spark.colour", "app_name, checkpoint_dir, conf, cursor_digests, cursor_stats_max_age_s, "
                          "entries_per_task, "
                          "mapping_trigger_interval_s, master, max_entries_per_batch, "
                          "ranges_per_task, topic_discovery_interval_s, trigger_interval_s"),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from cursorsync.app.settings.base import LogLevel, TableBackend, _invalid, _Section
 
@@ -128,6 +128,19 @@ class SparkConfig(_Section):
     #: change, and at least this often however still they stand; 0: every poll, with no
     #: topic stats asked first.
     cursor_stats_max_age_s: float = Field(default=60.0, ge=0)
+    #: Which source partitions' cursors moved is asked of the source brokers' cursorsync
+    #: plugin (one request per broker and namespace, streaming/broker-plugin) instead of
+    #: their topic stats (one request per topic, a stats read per partition inside the
+    #: broker). A broker without the plugin: the topic stats, with a warning.
+    cursor_digests: bool = False
+
+    @model_validator(mode="after")
+    def _digests_need_a_max_age(self) -> Self:
+        if self.cursor_digests and not self.cursor_stats_max_age_s:
+            raise _invalid("cursor_digests tells which cursors to read again, and "
+                             "cursor_stats_max_age_s 0 reads every one every poll: set it "
+                             "above 0, or cursor_digests false")
+        return self
 
     @field_validator("checkpoint_dir")
     @classmethod
