@@ -11,7 +11,10 @@ of the run), and ``mappings`` rows per mapped entry, as the batches wrote them.
 
 With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
 and the workload's consumers ack by batch index; each mode then runs twice, the job without
-carrying partly acked batches (the baseline) and with (``<mode>-batches``).
+carrying partly acked batches (the baseline) and with (``<mode>-batches``). With
+``cursor_digests`` the brokers load the plugin and each run is made twice again: the job's
+source polls asking the topic stats which partitions moved (the baseline), and asking the
+plugin (``...-digests``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ HOLES = ("verified", "probe")
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
-                     batch_index_acks: bool = False) -> dict[str, Any]:
+                     batch_index_acks: bool = False, cursor_digests: bool = False,
+                     ) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
-    ``holes`` (twice each with ``batch_index_acks``), on one test bed; return the figures
-    per run."""
+    ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests``), on
+    one test bed; return the figures per run."""
     from cursorsync_devtools.demo import DemoError
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 
@@ -43,7 +47,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
     bed = TestBed(TestBedConfig(
         work_dir=root / "pulsar", settings={"a": on, "b": on} if batch_index_acks else {},
-        broker_plugin=broker_plugin_path() if batch_index_acks else None)).start()
+        broker_plugin=broker_plugin_path() if batch_index_acks or cursor_digests else None,
+    )).start()
     try:
         # Consumed ledgers stay on a for the run: a subscription first synced after its
         # topic's first ledgers were trimmed halts until resumed (docs/operation.md, "A
@@ -54,30 +59,38 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
         runs = {}
         for mode in holes:
             for carry in (False, True) if batch_index_acks else (False,):
-                label = f"{mode}-batches" if carry else mode
-                try:
-                    runs[label] = _run(bed, root / label, partitions, entries_per_partition,
-                                       produce_seconds, timeout_s, mode,
-                                       batch_index_acks=batch_index_acks, carry=carry)
-                except DemoError as err:  # a mode that never catches up is a figure too
-                    runs[label] = {"holes": mode, "failed": str(err).splitlines()[0]}
+                for digests in (False, True) if cursor_digests else (False,):
+                    label = _label(mode, carry, digests)
+                    try:
+                        runs[label] = _run(bed, root / label, partitions,
+                                           entries_per_partition, produce_seconds, timeout_s,
+                                           mode, batch_index_acks=batch_index_acks,
+                                           carry=carry, digests=digests)
+                    except DemoError as err:  # a mode that never catches up is a figure too
+                        runs[label] = {"holes": mode, "failed": str(err).splitlines()[0]}
     finally:
         bed.stop()
         if not work_dir:
             shutil.rmtree(root, ignore_errors=True)
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
-            "batch_index_acks": batch_index_acks, "runs": runs}
+            "batch_index_acks": batch_index_acks, "cursor_digests": cursor_digests,
+            "runs": runs}
+
+
+def _label(holes: str, carry: bool, digests: bool) -> str:
+    return holes + ("-batches" if carry else "") + ("-digests" if digests else "")
 
 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str, *,
-         batch_index_acks: bool = False, carry: bool = False) -> dict[str, Any]:
+         batch_index_acks: bool = False, carry: bool = False, digests: bool = False,
+         ) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
-    label = f"{holes}-batches" if carry else holes
+    label = _label(holes, carry, digests)
     spec = WorkloadSpec(partitioned_topic=f"wide-{label}", partitions=partitions,
                         plain_topic=f"wide-plain-{label}", chunked_topic=None,
                         batch_index_acks=batch_index_acks,
@@ -87,7 +100,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before = cpu.sample()
     report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s,
-                  holes=holes, carry_batches=carry)
+                  holes=holes, carry_batches=carry, cursor_digests=digests)
     used = CpuSampler.diff(before, cpu.sample())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
@@ -98,7 +111,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     ours, builtin = report.cursorsync["Shared"], report.builtin["Shared"]
     messages = ours["messages"]
     return {
-        "holes": holes, "carry_batches": carry, "topics": report.topics, "messages": messages,
+        "holes": holes, "carry_batches": carry, "cursor_digests": digests,
+        "topics": report.topics, "messages": messages,
         "losses": ours["losses"], "duplicates": ours["duplicates"],
         "duplicates_partial_batch": ours["partial_batch"],
         "builtin_duplicates": builtin["duplicates"], "builtin_losses": builtin["losses"],

@@ -255,6 +255,9 @@ def bench_partitions(
     batch_index_acks: Annotated[bool, typer.Option(
         "--batch-index-acks", help="Brokers and consumers ack by batch index, the plugin "
         "loaded; each mode runs without and with emission.batch_index_acks.")] = False,
+    cursor_digests: Annotated[bool, typer.Option(
+        "--cursor-digests", help="The plugin loaded; each run is made without and with "
+        "spark.cursor_digests (the source polls ask it which partitions moved).")] = False,
     work_dir: Annotated[str | None, typer.Option(
         "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
         "(default: a temporary directory, removed).")] = None,
@@ -272,7 +275,7 @@ def bench_partitions(
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
-                           work_dir=work_dir)
+                           cursor_digests=cursor_digests, work_dir=work_dir)
     if json_output:
         print_figures(result, json_output)
         return

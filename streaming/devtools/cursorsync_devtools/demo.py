@@ -49,11 +49,12 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
                 spread: bool = False, identity_scope: str | None = None,
                 backend: str | None = None, spark_conf: dict[str, str] | None = None,
                 admin_urls: dict[str, str] | None = None, holes: str | None = None,
-                batch_index_acks: bool = False) -> Config:
+                batch_index_acks: bool = False, cursor_digests: bool = False) -> Config:
     """The embedded config with the test bed's URLs, the topics and the work dir filled in.
 
     ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say).
-    ``batch_index_acks``: carry partly acked batches (the bed's brokers need the plugin)."""
+    ``batch_index_acks``: carry partly acked batches; ``cursor_digests``: ask the source
+    brokers which cursors moved (both need the plugin on the bed's brokers)."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
     admin = {c: (admin_urls or {}).get(c) or bed.admin_url(c) for c in ("a", "b")}
     cfg = cfg.with_cluster("source", service_url=bed.service_url("a"), admin_url=admin["a"])
@@ -75,6 +76,7 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
         data["spark"]["conf"] = {**data["spark"]["conf"], **spark_conf}
     data["emission"]["spread_across_executors"] = spread
     data["emission"]["batch_index_acks"] = batch_index_acks
+    data["spark"]["cursor_digests"] = cursor_digests
     return parse_config(data)
 
 
@@ -169,7 +171,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          identity_scope: str | None = None, spread: bool = False,
          backend: str | None = None, spark_conf: dict[str, str] | None = None,
          crash_sync_batch: int | None = None, crash_mapping_claims: bool = False,
-         carry_batches: bool | None = None,
+         carry_batches: bool | None = None, cursor_digests: bool = False,
          timeout_s: float = 240.0,
          admin_urls: dict[str, str] | None = None, holes: str | None = None,
          restart_on_source: bool = False) -> DemoReport:
@@ -183,7 +185,9 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     A ``spec`` with ``batch_index_acks`` starts its own bed with the brokers keeping
     batch-index acks and cursorsync's broker plugin loaded, and the job carries partly
     acked batches (a given ``bed`` must be such a bed); ``carry_batches`` False runs the job
-    without carrying them on such a bed (None: as the spec says). ``restart_on_source``:
+    without carrying them on such a bed (None: as the spec says). ``cursor_digests``: the
+    job asks the source brokers' plugin which cursors moved (a given ``bed`` needs the
+    plugin; an own bed loads it). ``restart_on_source``:
     also count what a restart on a would deliver again (about 8 s more).
     """
     from cursorsync_devtools.testbed import (
@@ -202,7 +206,8 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     if own_bed:
         on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
         settings = {"a": on, "b": on} if spec.batch_index_acks else {}
-        plugin = broker_plugin_path() if spec.batch_index_acks else None
+        plugin = (broker_plugin_path() if spec.batch_index_acks or cursor_digests
+                  else None)
         bed = TestBed(TestBedConfig(work_dir=root / "pulsar", settings=settings,
                                     broker_plugin=plugin)).start()
     try:
@@ -213,7 +218,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
                       admin_urls=admin_urls, holes=holes,
                       restart_on_source=restart_on_source,
                       carry_batches=(spec.batch_index_acks if carry_batches is None
-                                     else carry_batches))
+                                     else carry_batches), cursor_digests=cursor_digests)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -228,7 +233,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          timeout_s: float, crash_mapping_claims: bool = False,
          admin_urls: dict[str, str] | None = None,
          holes: str | None = None, restart_on_source: bool = True,
-         carry_batches: bool = False) -> DemoReport:
+         carry_batches: bool = False, cursor_digests: bool = False) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
@@ -252,7 +257,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                          subscriptions=[sync_subscription(k) for k in spec.subscription_types],
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
                          backend=backend, spark_conf=spark_conf, admin_urls=admin_urls,
-                         holes=holes, batch_index_acks=carry_batches)
+                         holes=holes, batch_index_acks=carry_batches,
+                         cursor_digests=cursor_digests)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
