@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
+
 
 @dataclass
 class Reply:
@@ -82,6 +84,12 @@ class StubAdmin:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def fast_client(url: str) -> AdminClient:
+    """An admin client for the stub that gives up quickly (two attempts, 2 s each)."""
+    return AdminClient(AdminSettings.from_urls(url, cluster="a", attempts=2,
+                                               backoff_initial_s=0.01, timeout_s=2.0))
 
 
 #: The admin path of the topic the stub docs describe (persistent://acme/orders/events).

@@ -91,6 +91,13 @@ def fetch_batch_acks(admin: AdminClient, topic: str | TopicName, subscription: s
     if limit is not None:
         params["limit"] = limit
     what = f"batch acks of subscription {subscription} on {t}"
+    doc = plugin_get(admin, f"{PLUGIN_PATH}?{urlencode(params)}", what)
+    return parse_batch_acks(str(t), subscription, doc)
+
+
+def plugin_get(admin: AdminClient, path: str, what: str) -> Any:
+    """The JSON a plugin endpoint answers (``path`` with its query); its 404 raised as
+    :func:`plugin_not_found` tells, else the AdminClient's errors."""
     refused: list[httpx.Response] = []
 
     def not_found(resp: httpx.Response) -> bool:
@@ -98,10 +105,10 @@ def fetch_batch_acks(admin: AdminClient, topic: str | TopicName, subscription: s
         refused.append(resp)
         return resp.status_code == 404
 
-    doc = admin.get_json(f"{PLUGIN_PATH}?{urlencode(params)}", what, none_if=not_found)
+    doc = admin.get_json(path, what, none_if=not_found)
     if doc is None:
         raise plugin_not_found(admin.cluster, what, refused[-1])
-    return parse_batch_acks(str(t), subscription, doc)
+    return doc
 
 
 def plugin_not_found(cluster: str, what: str, resp: httpx.Response) -> AdminError:

@@ -28,14 +28,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 
 from cursorsync.core.positions import Position, parse_range_bounds
 from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient
-from cursorsync.pulsar.batch_acks import PLUGIN_MARK, plugin_not_found
+from cursorsync.pulsar.batch_acks import PLUGIN_MARK, plugin_get
 from cursorsync.pulsar.stats import TopicInternalStats
 
 log = logging.getLogger(__name__)
@@ -88,15 +87,7 @@ def fetch_cursor_digests(admin: AdminClient, namespace: str,
     answer that is not the plugin's; otherwise the AdminClient's errors."""
     params = [("namespace", namespace), *(("subscription", s) for s in subscriptions)]
     what = f"cursor digests of namespace {namespace}"
-    refused: list[httpx.Response] = []
-
-    def not_found(resp: httpx.Response) -> bool:
-        refused.append(resp)
-        return resp.status_code == 404
-
-    doc = admin.get_json(f"{CURSORS_PATH}?{urlencode(params)}", what, none_if=not_found)
-    if doc is None:
-        raise plugin_not_found(admin.cluster, what, refused[-1])
+    doc = plugin_get(admin, f"{CURSORS_PATH}?{urlencode(params)}", what)
     return parse_cursor_digests(namespace, doc)
 
 

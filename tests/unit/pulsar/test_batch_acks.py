@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 
 from cursorsync.core.positions import Position
 from cursorsync.errors import AdminUnavailableError, MalformedAdminOutputError
-from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import (
     PLUGIN_PATH,
     BatchAcksNotFoundError,
@@ -23,6 +21,7 @@ from cursorsync.pulsar.batch_acks import (
     parse_batch_acks,
 )
 from tests.support.admin_stub import Reply, StubAdmin
+from tests.support.admin_stub import fast_client as client
 
 T = "persistent://acme/orders/events-partition-0"
 S = "svc"
@@ -126,15 +125,8 @@ def test_arbitrary_json_is_refused_or_read_never_crashes(doc: Any) -> None:
 
 
 @pytest.fixture
-def stub() -> Iterator[StubAdmin]:
-    s = StubAdmin().start()
-    yield s
-    s.stop()
-
-
-def client(url: str) -> AdminClient:
-    return AdminClient(AdminSettings.from_urls(url, cluster="a", attempts=2,
-                                               backoff_initial_s=0.01, timeout_s=2.0))
+def stub(admin: StubAdmin) -> StubAdmin:
+    return admin
 
 
 def path(**extra: Any) -> str:

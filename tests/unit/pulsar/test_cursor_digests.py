@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,7 +14,6 @@ from hypothesis import strategies as st
 
 from cursorsync.core.positions import Position, parse_range_bounds
 from cursorsync.errors import MalformedAdminOutputError
-from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import BatchAcksNotFoundError, BatchAcksPluginAbsentError
 from cursorsync.pulsar.cursor_digests import (
     CURSORS_PATH,
@@ -27,6 +25,7 @@ from cursorsync.pulsar.cursor_digests import (
     parse_cursor_digests,
 )
 from tests.support.admin_stub import Reply, StubAdmin
+from tests.support.admin_stub import fast_client as client
 
 NS = "acme/orders"
 P0 = f"persistent://{NS}/events-partition-0"
@@ -35,7 +34,8 @@ D1, D2 = "0123456789abcdef", "fedcba9876543210"
 
 
 def answer(*topics: dict[str, Any]) -> dict[str, Any]:
-    return {"plugin": "cursorsync", "broker": "broker-1:8080", "namespace": NS,
+    return {"plugin": "cursorsync", "broker": "broker-1:8080",
+            "brokers": ["broker-1:8080", "broker-2:8080"], "namespace": NS,
             "topics": list(topics)}
 
 
@@ -52,6 +52,7 @@ def test_an_answer_reads_as_topic_to_ledgers_and_digests() -> None:
     got = parse_cursor_digests(NS, answer(topic(), topic(P1, "0:0:-1:-1", svc=digest(D2, D1),
                                                          b=digest())))
     assert got.broker == "broker-1:8080" and got.namespace == NS
+    assert got.brokers == ("broker-1:8080", "broker-2:8080")
     assert got.topics == {P0: TopicDigest("20:2000:12:19", {"svc": CursorDigest(D1, D2)}),
                           P1: TopicDigest("0:0:-1:-1", {"svc": CursorDigest(D2, D1),
                                                         "b": CursorDigest(D1, D2)})}
@@ -62,6 +63,8 @@ BROKEN = [
     ("no mark", {**answer(), "plugin": None}, "plugin is None"),
     ("other namespace", {**answer(), "namespace": "acme/other"}, "for namespace 'acme/other'"),
     ("no topics", {**answer(), "topics": None}, "a topics list"),
+    ("no brokers", {**answer(), "brokers": None}, "not a list of host:port"),
+    ("a URL for a broker", {**answer(), "brokers": ["http://b:8080"]}, "not a list of host:port"),
     ("topic elsewhere", answer(topic("persistent://acme/other/x")), "not a persistent topic"),
     ("non-persistent", answer(topic(f"non-persistent://{NS}/x")), "not a persistent topic"),
     ("bad ledgers", answer(topic(ledgers="20:2000")), "is not entries:bytes:ledger:entry"),
@@ -129,15 +132,8 @@ def test_the_acks_digest_hashes_each_range_then_the_mark_delete_position() -> No
 
 
 @pytest.fixture
-def stub() -> Iterator[StubAdmin]:
-    s = StubAdmin().start()
-    yield s
-    s.stop()
-
-
-def client(url: str) -> AdminClient:
-    return AdminClient(AdminSettings.from_urls(url, cluster="a", attempts=2,
-                                               backoff_initial_s=0.01, timeout_s=2.0))
+def stub(admin: StubAdmin) -> StubAdmin:
+    return admin
 
 
 def test_fetch_asks_for_the_namespace_and_each_subscription(stub: StubAdmin) -> None:
