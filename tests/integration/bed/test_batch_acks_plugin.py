@@ -380,3 +380,71 @@ def test_bench_admin_measures_the_plugins_digests_beside_the_source_polls(
     assert digests["partitions_listed"] == 20 and digests["partitions_moved"] == 0
     assert digests["topics_listed"] >= 20
     assert digests["seconds"] > 0 and digests["requests"] == 1
+
+
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
+def test_a_poll_with_digests_reads_only_the_partitions_that_moved(
+        plugin_bed: TestBed, tmp_path: Path) -> None:
+    """``pulsar-cursors`` with ``cursorDigests`` on real brokers: a poll with nothing changed
+    reads no partition and keeps the rows it read; an ack (a hole, then a batch-index ack
+    that leaves internalStats as they were) has its partition read again, the others not;
+    the rows are those a poll without the digests reads."""
+    from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
+
+    bed = plugin_bed
+    name = "polled-by-digests"
+    parts = bed.create_topic(name, partitions=3)
+    client = bed.client("a")
+    consumer = client.subscribe(bed.topic(name), "s", consumer_type=pulsar.ConsumerType.Shared,
+                                batch_index_ack_enabled=True)
+    for part in parts:
+        producer = client.create_producer(part, batching_enabled=True,
+                                          batching_max_messages=BATCH,
+                                          batching_max_publish_delay_ms=1000)
+        for i in range(2 * BATCH):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        producer.close()
+    got: dict[str, list[Any]] = {p: [] for p in parts}
+    for _ in range(len(parts) * 2 * BATCH):
+        m = consumer.receive(10_000)
+        got[m.topic_name()].append(m)
+
+    def reader(state: str, **extra: str) -> PulsarCursorsStreamReader:
+        return PulsarCursorsStreamReader(CursorsOptions.parse({
+            "adminUrl": bed.admin_url("a"), "cluster": "a", "topics": bed.topic(name),
+            "subscriptions": "s", "stateDir": str(tmp_path / state), **extra}))
+
+    def poll(r: PulsarCursorsStreamReader) -> dict[int, tuple[Any, ...]]:
+        return {row[2]: row for row in r.poll()}
+
+    polls = reader("digests", internalStatsMaxAgeMs="600000", cursorDigests="true")
+    first = poll(polls)
+    assert polls.partitions_read == 3
+    second = poll(polls)
+    assert (polls.partitions_read, polls.partitions_unchanged) == (0, 3)
+    assert {p: r[:9] for p, r in second.items()} == {p: r[:9] for p, r in first.items()}
+    # A whole batch acked on partition 1, leaving the first unacked: a hole.
+    _, p1, p2 = parts
+    before = _cursor(bed, p1)
+    for m in got[p1][BATCH:]:
+        consumer.acknowledge(m)
+    deadline = time.monotonic() + 15
+    while _cursor(bed, p1) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    third = poll(polls)
+    assert (polls.partitions_read, polls.partitions_unchanged) == (1, 2)
+    assert third[1][5] != first[1][5]
+    # One message of partition 2's first batch: internalStats stay as they were, the
+    # batches digest moves, the partition is read again.
+    before = _digests(bed)
+    consumer.acknowledge(got[p2][1])
+    changed, _ = _change(bed, before, parts)
+    assert changed == {p2}
+    poll(polls)
+    assert (polls.partitions_read, polls.partitions_unchanged) == (1, 2)
+    consumer.close()
+    # The same rows as a poll that reads every partition.
+    plain = reader("plain", internalStatsMaxAgeMs="0")
+    assert {p: r[:7] for p, r in poll(plain).items()} == {
+        p: r[:7] for p, r in poll(polls).items()}
