@@ -67,11 +67,13 @@ final class PluginHttpServlet extends HttpServlet {
             error(resp, p.status, p.getMessage());
         } catch (LinkageError e) {
             // A broker whose classes are not those this NAR was compiled against (4.0.8).
-            LOG.warn("cursorsync batch-acks: this broker's classes differ from 4.0's", e);
+            LOG.warn("cursorsync plugin {}: this broker's classes differ from 4.0's",
+                    req.getPathInfo(), e);
             error(resp, 501, "this plugin was built against Pulsar 4.0 and this broker's "
                     + "classes differ: " + e);
         } catch (RuntimeException e) {
-            LOG.warn("cursorsync batch-acks: {} failed", req.getQueryString(), e);
+            LOG.warn("cursorsync plugin {}?{} failed", req.getPathInfo(), req.getQueryString(),
+                    e);
             error(resp, 500, "unexpected: " + e);
         }
     }
