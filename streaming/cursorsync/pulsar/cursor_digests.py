@@ -102,22 +102,26 @@ def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
     The first broker's errors are raised (BatchAcksPluginAbsentError: no plugin there)."""
     if not namespaces:
         return {}
-    first = {ns: fetch_cursor_digests(admin, ns, subscriptions) for ns in namespaces}
-    here = {d.broker for d in first.values()}
-    others = sorted({b for d in first.values() for b in d.brokers} - here)
+    # Behind a load balancer each namespace's first answer may come from another broker.
+    first = [fetch_cursor_digests(admin, ns, subscriptions) for ns in namespaces]
+    answered = {(d.broker, d.namespace) for d in first}
+    brokers = sorted({b for d in first for b in (d.broker, *d.brokers)})
+    todo = [(b, [ns for ns in namespaces if (b, ns) not in answered]) for b in brokers]
     scheme = admin.config.urls[0].split("://", 1)[0]
 
-    def ask(broker: str) -> list[CursorDigests]:
+    def ask(job: tuple[str, list[str]]) -> list[CursorDigests]:
+        broker, missing = job
         settings = replace(admin.config, urls=(f"{scheme}://{broker}",), max_workers=1)
         try:
             with AdminClient(settings) as other:
-                return [fetch_cursor_digests(other, ns, subscriptions) for ns in namespaces]
+                return [fetch_cursor_digests(other, ns, subscriptions) for ns in missing]
         except CursorSyncError as err:
             log.warning("broker %s of cluster %s: no cursor digests (%s); its topics are "
                         "read without them", broker, admin.cluster, err)
             return []
 
-    answers = [*first.values(), *(d for got in admin.map_each(ask, others) for d in got)]
+    answers = [*first, *(d for got in admin.map_each(ask, [j for j in todo if j[1]])
+                         for d in got)]
     out: dict[str, TopicDigest] = {}
     twice: set[str] = set()
     for answer in answers:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from hypothesis import given
@@ -20,6 +20,7 @@ from cursorsync.pulsar.cursor_digests import (
     CursorDigest,
     TopicDigest,
     acks_digest,
+    cluster_digests,
     fetch_cursor_digests,
     moved,
     parse_cursor_digests,
@@ -154,3 +155,37 @@ def test_a_broker_without_the_plugin_or_an_older_plugin_is_named(stub: StubAdmin
     with client(stub.url) as admin, pytest.raises(BatchAcksNotFoundError,
                                                   match="no such endpoint"):
         fetch_cursor_digests(admin, NS)
+
+
+def test_every_broker_is_asked_for_each_namespace_it_has_not_answered(stub: StubAdmin) -> None:
+    """Behind a load balancer, each namespace's first answer may come from another broker:
+    each broker is then asked for the namespaces it has not answered yet. The stub plays
+    both brokers (127.0.0.1 and localhost on its port)."""
+    port = urlsplit(stub.url).port
+    one, two = f"127.0.0.1:{port}", f"localhost:{port}"
+    other_ns = "acme/billing"
+
+    def reply(broker: str, namespace: str, *names: str) -> Reply:
+        return Reply(body={"plugin": "cursorsync", "broker": broker, "brokers": [one, two],
+                           "namespace": namespace,
+                           "topics": [topic(f"persistent://{namespace}/{n}") for n in names]})
+
+    stub.set(f"{CURSORS_PATH}?namespace=acme%2Forders",
+             reply(one, NS, "a"), reply(two, NS, "b"))
+    stub.set(f"{CURSORS_PATH}?namespace=acme%2Fbilling",
+             reply(two, other_ns, "c"), reply(one, other_ns, "d"))
+    with client(stub.url) as admin:
+        got = cluster_digests(admin, [NS, other_ns])
+    assert set(got) == {f"persistent://{NS}/a", f"persistent://{NS}/b",
+                        f"persistent://{other_ns}/c", f"persistent://{other_ns}/d"}
+    assert sorted(p for p, _ in stub.requests) == sorted(
+        [f"{CURSORS_PATH}?namespace=acme%2Forders"] * 2
+        + [f"{CURSORS_PATH}?namespace=acme%2Fbilling"] * 2)
+
+
+def test_a_broker_that_cannot_be_asked_leaves_its_topics_out(stub: StubAdmin) -> None:
+    stub.set(f"{CURSORS_PATH}?namespace=acme%2Forders", Reply(body={
+        **answer(topic()), "broker": urlsplit(stub.url).netloc,
+        "brokers": [urlsplit(stub.url).netloc, "127.0.0.1:1"]}))
+    with client(stub.url) as admin:
+        assert set(cluster_digests(admin, [NS])) == {P0}  # 127.0.0.1:1 refuses: logged
