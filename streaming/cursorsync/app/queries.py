@@ -5,6 +5,7 @@ state they share (:class:`~cursorsync.core.retention.LiveLedgers`) as an argumen
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,16 @@ from cursorsync.app.connect import connections
 from cursorsync.app.maintenance import TableMaintenance
 from cursorsync.app.metrics import Metrics
 from cursorsync.app.settings import Config
-from cursorsync.app.streams import cursors_stream, entries_stream
+from cursorsync.app.streams import cursors_stream, entries_stream, selection
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.mapping.builder import BuilderSettings
 from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
+from cursorsync.pulsar.cursor_digests import cluster_digests
 from cursorsync.pulsar.dispatchable import DispatchableTail
 from cursorsync.pulsar.replication import TopologyWatch
+from cursorsync.sync.batch_moves import BatchMoves
 from cursorsync.sync.batch_reads import BatchReads
 from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.follow import SYNC_WAKE, FollowMapping
@@ -138,6 +141,10 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                     topology=topology.current, live_ledgers=live,
                     batch_reads=(BatchReads(clients.source_admin, clients.target_admin)
                                  if config.emission.batch_index_acks else None),
+                    batch_moves=(BatchMoves(partial(
+                        cluster_digests, clients.source_admin,
+                        selection(config).namespace_names()))
+                        if config.emission.batch_index_acks else None),
                     tail_check=clients.source_tail.nothing_dispatchable_after,
                     lookups_in_background=True)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)

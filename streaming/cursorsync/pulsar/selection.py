@@ -82,6 +82,12 @@ class Selection:
                 subs.update(n.subscriptions)
         return (EVERY,) if EVERY in subs else tuple(sorted(subs))
 
+    def namespace_names(self) -> list[str]:
+        """The namespaces (tenant/namespace) its rules cover, sorted."""
+        named = {f"{t.tenant}/{t.namespace}" for t in (TopicName.parse(r.topic)
+                                                       for r in self.topics)}
+        return sorted(named | {n.namespace for n in self.namespaces})
+
     def expand(self, admin: AdminClient) -> list[TopicName]:
         """The concrete topic partitions the selection covers now (partitioned topics from
         their metadata, namespaces from their topic lists)."""

@@ -245,13 +245,15 @@ class IdleStore:
 
     @staticmethod
     def _left_out(cols: CursorColumns, step: SyncStep) -> np.ndarray:
-        """Per row, whether the step must see it whatever its state: its cursor is halted,
-        or its partition has markers found."""
+        """Per row, whether the step must see it whatever its state: its cursor is halted
+        or its partly acked batches changed on the source, or its partition has markers
+        found."""
         out = np.zeros(len(cols.missing), bool)
-        if step.halted_keys:
-            named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in step.halted_keys],
-                             pa.string())
-            out |= pc.is_in(cols.keys, value_set=named).to_numpy(zero_copy_only=False)
+        for keys in (step.halted_keys, step.batches_moved):
+            if keys:
+                named = pa.array([f"{k.topic}\0{k.partition}\0{sub}" for k, sub in keys],
+                                 pa.string())
+                out |= pc.is_in(cols.keys, value_set=named).to_numpy(zero_copy_only=False)
         marked = step.lookups.cache.markers
         if marked:
             named = pa.array([f"{k.topic}\0{k.partition}" for k in marked], pa.string())

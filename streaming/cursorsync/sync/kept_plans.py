@@ -88,14 +88,17 @@ class KeptPlans:
             latest, lambda k: k in self.idle or k in self.plans, previous)
 
     def sort(self, obs: ObservedCursor, version: int, markers: RangeSet | None,
-             halted: set[Key]) -> SyncRecord | Work:
+             halted: set[Key], batches_moved: frozenset[Key] = frozenset(),
+             ) -> SyncRecord | Work:
         """What a cursor of the batch needs (``version``: its mapping's, ``markers``: its
-        partition's markers found): an idle cursor's record again when nothing changed
-        for it and its target is not due, else the work to do once targets are read."""
+        partition's markers found, ``batches_moved``: cursors whose partly acked batches
+        changed on the source): an idle cursor's record again when nothing changed for it
+        and its target is not due, else the work to do once targets are read."""
         k = (obs.key, obs.subscription)
         idle = self.idle.get(k)
         if idle is not None:
-            if (halted and k in halted) or not idle.unchanged(obs.state, version, markers):
+            if ((halted and k in halted) or (batches_moved and k in batches_moved)
+                    or not idle.unchanged(obs.state, version, markers)):
                 kind = WorkKind.UNPACK
             elif idle.unread + 1 < IDLE_TARGET_READ_EVERY:
                 idle.unread += 1

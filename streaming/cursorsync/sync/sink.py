@@ -231,6 +231,7 @@ class SyncSink:
         follows = self._ran == batch_id - 1 == self.last_batch
         self._ran = batch_id
         every = self.settings.unchanged_rows_every_batches
+        self.step.note_batches()
         split = self.idle.split(table, mappings, self.step, bulk=follows, batch_id=batch_id,
                                 rows_every=every)
         obs = self._observations(split.rest)

@@ -63,6 +63,7 @@ from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate, with_index_acks
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
 from cursorsync.pulsar.admin import TopicCreation
+from cursorsync.sync.batch_moves import BatchMoves
 from cursorsync.sync.batch_reads import HeldBatches
 from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups, TailCheck
@@ -118,6 +119,7 @@ class SyncStep:
                  topology: Callable[[str], Topology | None] | None = None,
                  live_ledgers: LiveLedgers | None = None,
                  batch_reads: BatchReadsLike | None = None,
+                 batch_moves: BatchMoves | None = None,
                  tail_check: TailCheck | None = None,
                  lookups_in_background: bool = False) -> None:
         """``topology``: a topic's replication topology (None: not known); a topic not
@@ -126,12 +128,15 @@ class SyncStep:
         ``live_ledgers``: where the first live ledgers the step reads go, for the mapping
         builder. ``batch_reads``: both clusters' partly acked batches
         (``emission.batch_index_acks``); without it no batch index is carried.
+        ``batch_moves``: whose partly acked batches changed (:meth:`note_batches`).
         ``tail_check``: whether anything past a source partition's last mapped entry is
         dispatchable; without it the entries there are looked up one by one.
         ``lookups_in_background``: source lookups run beside the batches, their answers
         taken by the next (for a step that lives across batches)."""
         self.config = config
         self.batch_reads = batch_reads
+        self.batch_moves = batch_moves
+        self.batches_moved: frozenset[Key] = frozenset()  # this batch's (note_batches)
         #: This batch's target partial batches, by cursor (None: not known).
         self._target_batches: dict[tuple[str, str], dict[Position, PartialBatch] | None] = {}
         self.emitter = emitter
@@ -202,6 +207,12 @@ class SyncStep:
             self.kept.plans, self.previous = dict(self.kept.plans), dict(self.previous)
         return totals.result(records, batch.deferred)
 
+    def note_batches(self) -> None:
+        """Before a batch: the source cursors whose partly acked batches changed since the
+        last (``batch_moves``), which the step plans again, idle or not."""
+        self.batches_moved = (self.batch_moves.next_batch() if self.batch_moves is not None
+                              else frozenset())
+
     def _sort(self, observed: Iterable[ObservedCursor], given: Mappings) -> _Sorted:
         """The batch's cursors (the newest observation of each), from the one the marker
         lookups' budget stopped at last: the records of idle cursors nothing changed for,
@@ -214,7 +225,7 @@ class SyncStep:
             if k in deferred and k not in self.previous:
                 self.first_seen.setdefault(k, obs)
         work = [self.kept.sort(obs, given.version(obs.key), self.lookups.markers(obs.key),
-                               self.halted_keys)
+                               self.halted_keys, self.batches_moved)
                 for obs in in_turn(latest, resume)
                 if not (deferred and (obs.key, obs.subscription) in deferred)]
         return _Sorted(work, len(deferred))

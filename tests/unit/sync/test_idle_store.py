@@ -258,6 +258,32 @@ def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> N
     assert split.repeated == len(CURSORS) - len(stepped) < plain.repeated
 
 
+def test_a_cursor_whose_batches_moved_goes_back_to_the_step() -> None:
+    """The source's plugin says a cursor's partly acked batches changed: its row, the
+    same as its idle row, is not repeated in bulk but handed to the step."""
+    p = _Pipeline(store=True)
+    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
+    for key, sub in CURSORS:
+        p.targets[key.concrete_topic(), sub] = _target(9)
+
+    def poll(batch_id: int) -> pa.Table:
+        at = T0 + timedelta(seconds=batch_id)
+        return poll_rows([ObservedCursor(k, s, _source(9, False), at) for k, s in CURSORS])
+
+    p.run(poll(0), mappings, 0, set())
+    assert p.store is not None
+    plain = p.store.split(poll(1), mappings, p.step, bulk=True, batch_id=1, rows_every=10**9)
+    moved = copy.deepcopy(p)
+    moved.step.batches_moved = frozenset({CURSORS[0]})
+    assert moved.store is not None
+    split = moved.store.split(poll(1), mappings, moved.step, bulk=True, batch_id=1,
+                              rows_every=10**9)
+    stepped = {(o.key, o.subscription) for o in Observations()(split.rest)}
+    assert stepped == {(o.key, o.subscription) for o in Observations()(plain.rest)} | {
+        CURSORS[0]}
+    assert split.repeated == plain.repeated - 1
+
+
 def test_a_batch_that_fails_after_the_hand_back_loses_no_idle_cursor() -> None:
     """The cursors handed back stay the step's; the next batch (not following a written
     one, so nothing in bulk) decides them as a step that never had the store does."""
