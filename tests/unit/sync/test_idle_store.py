@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -233,7 +234,12 @@ def test_a_packed_idle_plan_reads_back_as_the_lean_plan() -> None:
     assert decode_plan(encode_plan(record.plan)) == record.plan
 
 
-def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> None:
+def _stepped_beside_plain(change: Callable[[SyncStep], None],
+                          ) -> tuple[set[tuple[PartitionKey, str]], set[tuple[PartitionKey, str]],
+                                     int, int]:
+    """Every cursor idle after a first batch; the second batch split as it is and with
+    ``change`` made to (a copy of) the step: the cursors each split hands to the step, and
+    how many rows each repeats in bulk."""
     p = _Pipeline(store=True)
     mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
     for key, sub in CURSORS:
@@ -245,43 +251,36 @@ def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> N
 
     p.run(poll(0), mappings, 0, set())
     assert p.store is not None and len(p.store) == len(CURSORS)
-    marked = copy.deepcopy(p)
-    marked.step.lookups.cache.markers[KEYS[0]] = RangeSet.parse("[(5:9..5:10]]")
-    assert marked.store is not None
-    # The same batch, but for the markers: KEYS[0]'s cursors go back to the step.
+    changed = copy.deepcopy(p)
+    change(changed.step)
+    assert changed.store is not None
     plain = p.store.split(poll(1), mappings, p.step, bulk=True, batch_id=1, rows_every=10**9)
-    split = marked.store.split(poll(1), mappings, marked.step, bulk=True, batch_id=1,
-                               rows_every=10**9)
-    stepped = {(o.key, o.subscription) for o in Observations()(split.rest)}
-    assert stepped == {(o.key, o.subscription) for o in Observations()(plain.rest)} | {
-        (KEYS[0], s) for s in SUBS}
-    assert split.repeated == len(CURSORS) - len(stepped) < plain.repeated
+    split = changed.store.split(poll(1), mappings, changed.step, bulk=True, batch_id=1,
+                                rows_every=10**9)
+    return ({(o.key, o.subscription) for o in Observations()(plain.rest)},
+            {(o.key, o.subscription) for o in Observations()(split.rest)},
+            plain.repeated, split.repeated)
+
+
+def test_a_cursor_whose_partition_has_markers_found_goes_back_to_the_step() -> None:
+    def mark(step: SyncStep) -> None:
+        step.lookups.cache.markers[KEYS[0]] = RangeSet.parse("[(5:9..5:10]]")
+
+    # The same batch, but for the markers: KEYS[0]'s cursors go back to the step.
+    plain, stepped, plain_repeated, repeated = _stepped_beside_plain(mark)
+    assert stepped == plain | {(KEYS[0], s) for s in SUBS}
+    assert repeated == len(CURSORS) - len(stepped) < plain_repeated
 
 
 def test_a_cursor_whose_batches_moved_goes_back_to_the_step() -> None:
     """The source's plugin says a cursor's partly acked batches changed: its row, the
     same as its idle row, is not repeated in bulk but handed to the step."""
-    p = _Pipeline(store=True)
-    mappings = PackedMappings.of(dict.fromkeys(KEYS, MAPPING))
-    for key, sub in CURSORS:
-        p.targets[key.concrete_topic(), sub] = _target(9)
+    def move(step: SyncStep) -> None:
+        step.batches_moved = frozenset({CURSORS[0]})
 
-    def poll(batch_id: int) -> pa.Table:
-        at = T0 + timedelta(seconds=batch_id)
-        return poll_rows([ObservedCursor(k, s, _source(9, False), at) for k, s in CURSORS])
-
-    p.run(poll(0), mappings, 0, set())
-    assert p.store is not None
-    plain = p.store.split(poll(1), mappings, p.step, bulk=True, batch_id=1, rows_every=10**9)
-    moved = copy.deepcopy(p)
-    moved.step.batches_moved = frozenset({CURSORS[0]})
-    assert moved.store is not None
-    split = moved.store.split(poll(1), mappings, moved.step, bulk=True, batch_id=1,
-                              rows_every=10**9)
-    stepped = {(o.key, o.subscription) for o in Observations()(split.rest)}
-    assert stepped == {(o.key, o.subscription) for o in Observations()(plain.rest)} | {
-        CURSORS[0]}
-    assert split.repeated == plain.repeated - 1
+    plain, stepped, plain_repeated, repeated = _stepped_beside_plain(move)
+    assert stepped == plain | {CURSORS[0]}
+    assert repeated == plain_repeated - 1
 
 
 def test_a_batch_that_fails_after_the_hand_back_loses_no_idle_cursor() -> None:
