@@ -70,6 +70,18 @@ def _ask(bed: TestBed, cluster: str, topic: str, **kw: Any) -> BatchAcks:
 Acked = dict[str, dict[Position, frozenset[int]]]
 
 
+def _batched(client: Any, parts: list[str], per_part: int, prefix: str = "m") -> None:
+    """``per_part`` messages to each partition, in batches of BATCH (one producer each)."""
+    for part in parts:
+        producer = client.create_producer(part, batching_enabled=True,
+                                          batching_max_messages=BATCH,
+                                          batching_max_publish_delay_ms=1000)
+        for i in range(per_part):
+            producer.send_async(f"{prefix}{i}".encode(), None)
+        producer.flush()
+        producer.close()
+
+
 def _partly_acked(bed: TestBed, name: str, parts: list[str], seed: int
                   ) -> tuple[Any, Acked, dict[str, dict[Position, int]]]:
     """BATCHES batches of BATCH on a, spread over the topic's partitions (a producer on each,
@@ -81,14 +93,7 @@ def _partly_acked(bed: TestBed, name: str, parts: list[str], seed: int
     client = bed.client("a")
     consumer = client.subscribe(bed.topic(name), "s", consumer_type=pulsar.ConsumerType.Shared,
                                 batch_index_ack_enabled=True)
-    for part in parts:
-        producer = client.create_producer(part, batching_enabled=True,
-                                          batching_max_messages=BATCH,
-                                          batching_max_publish_delay_ms=1000)
-        for i in range(BATCH * BATCHES // len(parts)):
-            producer.send_async(f"m{i}".encode(), None)
-        producer.flush()
-        producer.close()
+    _batched(client, parts, BATCH * BATCHES // len(parts))
     by_entry: dict[tuple[str, Position], list[Any]] = {}
     for _ in range(BATCH * BATCHES):
         m = consumer.receive(10_000)
@@ -205,12 +210,7 @@ def test_a_broker_keeping_no_batch_indexes_says_so(plugin_bed: TestBed) -> None:
     client = bed.client("b")
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
                                 batch_index_ack_enabled=True)
-    producer = client.create_producer(topic, batching_enabled=True,
-                                      batching_max_messages=BATCH,
-                                      batching_max_publish_delay_ms=1000)
-    for i in range(BATCH):
-        producer.send_async(f"m{i}".encode(), None)
-    producer.flush()
+    _batched(client, [topic], BATCH)
     got = [consumer.receive(10_000) for _ in range(BATCH)]
     consumer.acknowledge(got[0])
     answer = _ask(bed, "b", topic)
@@ -300,13 +300,7 @@ def test_the_cursor_digests_change_with_each_kind_of_ack_and_nothing_else(
         for i in range(4):
             single.send(f"single-{i}".encode())
         single.close()
-        batched = client.create_producer(part, batching_enabled=True,
-                                         batching_max_messages=BATCH,
-                                         batching_max_publish_delay_ms=1000)
-        for i in range(BATCH):
-            batched.send_async(f"batched-{i}".encode(), None)
-        batched.flush()
-        batched.close()
+        _batched(client, [part], BATCH, prefix="batched-")
     for _ in range(len(parts) * (4 + BATCH)):
         m = consumer.receive(10_000)
         got[m.topic_name()].append(m)
@@ -397,14 +391,7 @@ def test_a_poll_with_digests_reads_only_the_partitions_that_moved(
     client = bed.client("a")
     consumer = client.subscribe(bed.topic(name), "s", consumer_type=pulsar.ConsumerType.Shared,
                                 batch_index_ack_enabled=True)
-    for part in parts:
-        producer = client.create_producer(part, batching_enabled=True,
-                                          batching_max_messages=BATCH,
-                                          batching_max_publish_delay_ms=1000)
-        for i in range(2 * BATCH):
-            producer.send_async(f"m{i}".encode(), None)
-        producer.flush()
-        producer.close()
+    _batched(client, parts, 2 * BATCH)
     got: dict[str, list[Any]] = {p: [] for p in parts}
     for _ in range(len(parts) * 2 * BATCH):
         m = consumer.receive(10_000)
