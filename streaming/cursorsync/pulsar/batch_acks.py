@@ -111,6 +111,16 @@ def plugin_get(admin: AdminClient, path: str, what: str) -> Any:
     return doc
 
 
+def plugin_answer(doc: Any, bad: _Bad) -> dict[str, Any]:
+    """``doc`` as a plugin endpoint's answer: a JSON object with the plugin's mark, else
+    ``bad`` says what it is."""
+    if not isinstance(doc, dict):
+        raise bad(f"expected a JSON object, got {str(doc)[:200]}")
+    if doc.get("plugin") != PLUGIN_MARK:
+        raise bad(f"plugin is {doc.get('plugin')!r}, not {PLUGIN_MARK!r}")
+    return doc
+
+
 def plugin_not_found(cluster: str, what: str, resp: httpx.Response) -> AdminError:
     """A 404 of a plugin endpoint: the plugin's own (it carries the mark) or the broker's."""
     try:
@@ -132,10 +142,7 @@ def parse_batch_acks(topic: str, subscription: str, doc: Any) -> BatchAcks:
     def bad(why: str) -> MalformedAdminOutputError:
         return MalformedAdminOutputError(f"{where}: {why}")
 
-    if not isinstance(doc, dict):
-        raise bad(f"expected a JSON object, got {str(doc)[:200]}")
-    if doc.get("plugin") != PLUGIN_MARK:
-        raise bad(f"plugin is {doc.get('plugin')!r}, not {PLUGIN_MARK!r}")
+    doc = plugin_answer(doc, bad)
     for name, want in (("topic", topic), ("subscription", subscription)):
         if doc.get(name) != want:
             raise bad(f"the answer is for {name} {doc.get(name)!r}")

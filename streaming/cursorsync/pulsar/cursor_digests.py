@@ -34,7 +34,7 @@ import numpy.typing as npt
 from cursorsync.core.positions import Position, parse_range_bounds
 from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient
-from cursorsync.pulsar.batch_acks import PLUGIN_MARK, plugin_get
+from cursorsync.pulsar.batch_acks import plugin_answer, plugin_get
 from cursorsync.pulsar.stats import TopicInternalStats
 
 log = logging.getLogger(__name__)
@@ -141,10 +141,7 @@ def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:
     def bad(why: str) -> MalformedAdminOutputError:
         return MalformedAdminOutputError(f"cursor digests of namespace {namespace}: {why}")
 
-    if not isinstance(doc, dict):
-        raise bad(f"expected a JSON object, got {str(doc)[:200]}")
-    if doc.get("plugin") != PLUGIN_MARK:
-        raise bad(f"plugin is {doc.get('plugin')!r}, not {PLUGIN_MARK!r}")
+    doc = plugin_answer(doc, bad)
     if doc.get("namespace") != namespace:
         raise bad(f"the answer is for namespace {doc.get('namespace')!r}")
     broker, topics, brokers = doc.get("broker"), doc.get("topics"), doc.get("brokers")
