@@ -5,44 +5,41 @@ per (topic partition, subscription). Replicator cursors (``pulsar.repl.*``)
 are not subscriptions and never appear. The cursors come from ``internalStats``
 (``partitioned-internalStats`` for a partitioned topic of at most
 WHOLE_READ_MAX_PARTITIONS partitions most of which are read). First the cheap
-topic stats are asked (``partitioned-stats``, one request per partitioned
-topic): a partition whose counters show no change since its internalStats were
-read (:mod:`cursorsync.pulsar.topic_stats`) yields the rows read then, until
-``internalStatsMaxAgeMs`` passes. A row's ``observed_at`` is when its state was
-read; ``checked_at`` is when it was last confirmed: the read, or a later poll
-whose stats showed no change since. Only the read is evidence of the state (the
-sync's continuity check uses ``observed_at``); ``checked_at`` measures how
-current it is.
+topic stats are asked (``partitioned-stats``, one request per partitioned topic): a
+partition whose counters show no change since its internalStats were read
+(:mod:`cursorsync.pulsar.topic_stats`) yields the rows read then, until
+``internalStatsMaxAgeMs`` passes. With ``cursorDigests`` the source brokers' cursorsync
+plugin is asked instead (:mod:`cursorsync.pulsar.cursor_digests`). A row's
+``observed_at`` is when its state was read; ``checked_at`` is when it was last
+confirmed: the read, or a later poll whose stats showed no change since. Only the read
+is evidence of the state (the sync's continuity check uses ``observed_at``);
+``checked_at`` measures how current it is.
 
 A poll comes every ``pollIntervalMs`` (the query's trigger may tick more often: a tick
 with no poll runs no batch), or sooner when the request number in ``wakeFile`` grows
 (:mod:`cursorsync.sync.follow`). A poll that fails is tried again after the interval.
 
-A poll cannot be repeated, so replays would not be deterministic. Each
-poll's rows are therefore written to ``stateDir`` (e.g. next to the query's
-checkpoint) under their offset before Spark sees them, and
+A poll cannot be repeated, so replays would not be deterministic. Each poll's rows are
+therefore written to ``stateDir`` (e.g. next to the query's checkpoint) under their
+offset before Spark sees them (:mod:`cursorsync.sync.stored_polls`), and
 ``readBetweenOffsets`` (Spark's replay path) returns the stored rows.
 Offsets are ``{"version": 1, "seq": n}``; seq n is the n-th stored poll.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
 from cursorsync import wake
 from cursorsync.errors import AdminUnavailableError, ConfigError, CursorSyncError
-from cursorsync.files import replace_text
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.cursor_digests import (
     DigestPrint,
@@ -58,6 +55,7 @@ from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync import poll_health
 from cursorsync.sync.follow import WAKE_MIN_GAP
 from cursorsync.sync.poll_health import PollHealth
+from cursorsync.sync.stored_polls import PollStore, Row, poll_offset, poll_sequence
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +65,9 @@ log = logging.getLogger(__name__)
 #: partition each, 8 at a time, take about 1.2 s (``cursorsync-dev bench admin``).
 WHOLE_READ_MAX_PARTITIONS = 100
 
-#: A row as read() yields it, in SCHEMA order.
-Row = tuple[Any, ...]
-
-OFFSET_VERSION = 1
 #: Of ``pollIntervalMs``: how much sooner a poll may come (the query's trigger ticks a few
 #: times per interval, and a tick a little early would put the poll off by a whole tick).
 POLL_SLACK = 0.1
-STATE_VERSION = 1
 
 SCHEMA = (
     "cluster string, topic string, partition int, subscription string, "
@@ -82,13 +75,6 @@ SCHEMA = (
     "ledgers array<struct<ledger_id: long, entries: long>>, observed_at timestamp, "
     "messages_consumed_counter long, checked_at timestamp"
 )
-
-_STATE_FILE = re.compile(r"^poll-(\d{20})\.json$")
-
-
-class ReplayStateError(CursorSyncError):
-    """A replayed batch's stored poll is missing or unreadable; names the file."""
-
 
 @dataclass(frozen=True)
 class CursorsOptions:
@@ -140,23 +126,6 @@ class CursorsOptions:
         )
 
 
-def poll_offset(seq: int) -> dict[str, int]:
-    """The offset of the ``seq``-th stored poll."""
-    return {"version": OFFSET_VERSION, "seq": seq}
-
-
-def poll_sequence(offset: Mapping[str, Any]) -> int:
-    """Which stored poll an offset names (:func:`poll_offset`'s ``seq``)."""
-    if offset.get("version") != OFFSET_VERSION or not isinstance(offset.get("seq"), int):
-        raise ConfigError(
-            f"pulsar-cursors offset {dict(offset)!r} is not a version {OFFSET_VERSION} offset; "
-            f"the checkpoint was written by another cursorsync version"
-        )
-    seq = offset["seq"]
-    assert isinstance(seq, int)
-    return seq
-
-
 def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequence[str],
                     observed_at: datetime) -> list[Row]:
     """One row per wanted subscription of one topic partition (``*`` = every subscription);
@@ -178,73 +147,8 @@ def rows_from_stats(cluster: str, stats: TopicInternalStats, subscriptions: Sequ
     return rows
 
 
-def _datetime_micros(at: datetime) -> int:
-    """A datetime as microseconds since the epoch (a naive one taken as UTC)."""
-    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1_000_000)
-
-
-def _encode_row(row: Row) -> dict[str, Any]:
-    (cluster, topic, partition, sub, md, idm, ledgers, observed_at, consumed, checked_at) = row
-    return {"cluster": cluster, "topic": topic, "partition": partition, "subscription": sub,
-            "mark_delete": md, "individually_deleted": idm, "ledgers": ledgers,
-            "observed_at_us": _datetime_micros(observed_at), "messages_consumed_counter": consumed,
-            "checked_at_us": _datetime_micros(checked_at)}
-
-
-def _decode_row(d: Mapping[str, Any]) -> Row:
-    at = datetime.fromtimestamp(d["observed_at_us"] / 1_000_000, tz=UTC)
-    # A poll stored without it was checked when it was read.
-    checked = d.get("checked_at_us")
-    return (d["cluster"], d["topic"], d["partition"], d["subscription"], d["mark_delete"],
-            d["individually_deleted"], [tuple(x) for x in d["ledgers"]], at,
-            d["messages_consumed_counter"],
-            at if checked is None else datetime.fromtimestamp(checked / 1_000_000, tz=UTC))
-
-
 #: How often a poll's success is written down at most (failures: every time).
 HEALTH_EVERY_S = 10.0
-
-
-class PollStore:
-    """Polls stored by seq under one directory, written atomically (tmp file + rename)."""
-
-    def __init__(self, directory: str) -> None:
-        self.dir = Path(directory)
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"option stateDir: cannot create {directory!r}: {e}") from e
-
-    def path(self, seq: int) -> Path:
-        return self.dir / f"poll-{seq:020d}.json"
-
-    def write(self, seq: int, rows: Sequence[Row]) -> None:
-        doc = {"version": STATE_VERSION, "seq": seq, "rows": [_encode_row(r) for r in rows]}
-        replace_text(self.path(seq), json.dumps(doc, separators=(",", ":")), durable=True)
-
-    def read(self, seq: int) -> list[Row]:
-        p = self.path(seq)
-        try:
-            doc = json.loads(p.read_text())
-        except FileNotFoundError as e:
-            raise ReplayStateError(
-                f"stored poll {p} is missing: the batch ending at seq {seq} cannot be replayed "
-                f"(was stateDir changed or cleaned?)"
-            ) from e
-        except ValueError as e:
-            raise ReplayStateError(f"stored poll {p} is not valid JSON: {e}") from e
-        if doc.get("version") != STATE_VERSION or doc.get("seq") != seq:
-            raise ReplayStateError(f"stored poll {p} has version/seq "
-                                   f"{doc.get('version')}/{doc.get('seq')}, expected "
-                                   f"{STATE_VERSION}/{seq}")
-        return [_decode_row(r) for r in doc["rows"]]
-
-    def prune(self, up_to: int) -> None:
-        """Delete stored polls with seq <= up_to."""
-        for p in self.dir.iterdir():
-            m = _STATE_FILE.match(p.name)
-            if m and int(m.group(1)) <= up_to:
-                p.unlink(missing_ok=True)
 
 
 def _wanted(subscriptions: Sequence[str]) -> Sequence[str] | None:
@@ -275,6 +179,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         #: rows were carried over because their topic stats had not changed.
         self.partitions_read = 0
         self.partitions_unchanged = 0
+        #: The brokers' plugin did not answer the last poll's digests (warned once).
+        self._no_digests = False
         self.health = poll_health.read(self.store.dir) or PollHealth()
 
     def _note(self, health: PollHealth) -> None:
@@ -386,9 +292,16 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         try:
             digests = cluster_digests(admin, namespaces)
         except CursorSyncError as err:
-            log.warning("cluster %s: no cursor digests from its brokers' plugin (%s); the "
-                        "topic stats are asked instead", self.options.cluster, err)
+            # Once until they answer again: every poll would say it again.
+            log.log(logging.DEBUG if self._no_digests else logging.WARNING,
+                    "cluster %s: no cursor digests from its brokers' plugin (%s); the topic "
+                    "stats are asked instead until it answers", self.options.cluster, err)
+            self._no_digests = True
             return None
+        if self._no_digests:
+            log.info("cluster %s: its brokers' plugin answers the cursor digests again",
+                     self.options.cluster)
+            self._no_digests = False
         return {n: told_print(digests.get(n), _wanted(self.options.selection.subscriptions_of(n)))
                 for n in names}
 

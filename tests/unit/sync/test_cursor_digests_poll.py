@@ -153,7 +153,15 @@ def test_without_the_plugin_the_topic_stats_are_asked(admin: StubAdmin, tmp_path
     assert sorted((row[2], row[4]) for row in rows) == [(0, "3:4"), (1, "3:4")]
     assert "no cursor digests from its brokers' plugin" in caplog.text
     assert "no cursorsync plugin loaded" in caplog.text
+    caplog.clear()
     n = len(admin.requests)
-    r.poll()  # the stats say nothing moved
+    with caplog.at_level(logging.INFO):
+        r.poll()  # the stats say nothing moved
     assert reads(admin, n) == [] and r.partitions_unchanged == 2
     assert any("partitioned-stats" in p for p, _ in admin.requests[n:])
+    # Said once, not every poll; and said again when the plugin answers.
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    admin.set(PLUGIN, answer(admin, {i: told(d) for i, d in docs.items()}))
+    with caplog.at_level(logging.INFO):
+        r.poll()
+    assert "answers the cursor digests again" in caplog.text

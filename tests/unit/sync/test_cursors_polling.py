@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 
 from cursorsync.errors import ConfigError
-from cursorsync.sync.cursors import (
-    CursorsOptions,
-    PulsarCursorsStreamReader,
-    ReplayStateError,
-)
+from cursorsync.sync.cursors import CursorsOptions, PulsarCursorsStreamReader
+from cursorsync.sync.stored_polls import ReplayStateError
 from tests.support.admin_stub import StubAdmin
 from tests.support.entries import serve_partitioned
 
