@@ -23,7 +23,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.admin import AdminClient
-from cursorsync.pulsar.batch_acks import BatchAcks, fetch_batch_acks
+from cursorsync.pulsar.batch_acks import BatchAcks, fetch_every_batch
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.tables import RowFilter, TableStore
@@ -155,7 +155,7 @@ def _read_batches(admin: AdminClient, keys: Sequence[tuple[str, str]]
 
     def one(k: tuple[str, str]) -> BatchAcks | None:
         try:
-            got = fetch_batch_acks(admin, k[0], k[1])
+            got = fetch_every_batch(admin, k[0], k[1])
         except CursorSyncError as err:
             if not said:
                 said.append(str(err))

@@ -1,5 +1,6 @@
 """What a source broker holds of partially acked batches, from cursorsync's optional broker
-plugin (streaming/broker-plugin): ``GET /cursorsync/batch-acks?topic=T&subscription=S``.
+plugin (streaming/broker-plugin): ``GET /cursorsync/batch-acks?topic=T&subscription=S``
+(``&limit=N``: at most N batches, 1,000 by default; ``&after=L:E``: those after L:E).
 
 With batch-index acknowledgement on, a broker's cursor keeps which messages of a partially
 acked batch are acked, and no admin endpoint or statistic of Pulsar 4.0 shows them
@@ -24,8 +25,9 @@ or subscription (:class:`BatchAcksNotFoundError`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -37,6 +39,8 @@ from cursorsync.errors import AdminError, MalformedAdminOutputError, PositionFor
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.stats import parse_json
 from cursorsync.pulsar.topics import TopicName
+
+log = logging.getLogger(__name__)
 
 #: Where the plugin answers on a broker's web port.
 PLUGIN_PATH = "/cursorsync/batch-acks"
@@ -79,8 +83,10 @@ class BatchAcks:
 
 
 def fetch_batch_acks(admin: AdminClient, topic: str | TopicName, subscription: str, *,
-                     limit: int | None = None) -> BatchAcks:
-    """Ask the plugin of ``admin``'s cluster about one subscription of one topic partition.
+                     limit: int | None = None, after: Position | None = None) -> BatchAcks:
+    """Ask the plugin of ``admin``'s cluster about one subscription of one topic partition:
+    its first ``limit`` partly acked batches (the plugin's default 1,000), or those after
+    ``after``.
 
     :class:`BatchAcksPluginAbsentError` when the broker has no plugin,
     :class:`BatchAcksNotFoundError` for an unknown topic or subscription,
@@ -90,9 +96,36 @@ def fetch_batch_acks(admin: AdminClient, topic: str | TopicName, subscription: s
     params: dict[str, str | int] = {"topic": str(t), "subscription": subscription}
     if limit is not None:
         params["limit"] = limit
+    if after is not None:
+        params["after"] = str(after)
     what = f"batch acks of subscription {subscription} on {t}"
     doc = plugin_get(admin, f"{PLUGIN_PATH}?{urlencode(params)}", what)
     return parse_batch_acks(str(t), subscription, doc)
+
+
+def fetch_every_batch(admin: AdminClient, topic: str | TopicName, subscription: str, *,
+                      page: int | None = None) -> BatchAcks:
+    """Every partly acked batch of the cursor, a page (:func:`fetch_batch_acks`, ``page``
+    batches, the plugin's default when None) at a time.
+
+    The pages are read one after another while consumers ack: a batch acked whole
+    meanwhile drops out of a later page, and acks only add up, so every index the pages
+    give was acked when its page was read. The markDeletePosition is the first page's
+    (the earliest). A plugin that ignores ``after`` (built before it) answers its first
+    page again: the batches read so far are returned, truncated, and it is logged."""
+    first = fetch_batch_acks(admin, topic, subscription, limit=page)
+    batches, got = list(first.batches), first
+    while got.truncated and got.batches:
+        last = got.batches[-1].position
+        got = fetch_batch_acks(admin, topic, subscription, limit=page, after=last)
+        if got.batches and got.batches[0].position <= last:
+            log.warning("cluster %s: its brokers' cursorsync plugin ignores the parameter "
+                        "after (it predates it): only the first %d partly acked batches of %s "
+                        "are read; upgrade the plugin (streaming/broker-plugin)",
+                        admin.cluster, len(batches), subscription)
+            return replace(first, batches=tuple(batches), truncated=True)
+        batches.extend(got.batches)
+    return replace(first, batches=tuple(batches), truncated=False)
 
 
 def plugin_get(admin: AdminClient, path: str, what: str) -> Any:

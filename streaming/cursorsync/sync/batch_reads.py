@@ -1,11 +1,12 @@
 """What both clusters hold of partly acked batches, for the sync's index acks
 (``emission.batch_index_acks``), read through cursorsync's broker plugin.
 
-The source's answer is the evidence: the batches go into the source cursor state the plan
-and its guard see. The target's answer, when its brokers have the plugin too, says which
-indexes are acked there already, so they are not sent again; without it every batch is
-sent while it stays partly acked (the acks are idempotent). A target broker that keeps no
-batch indexes would ignore index acks: nothing is planned for it, and it is said once.
+The source's answer is the evidence: every partly acked batch, read a page of the
+plugin's at a time, goes into the source cursor state the plan and its guard see. The
+target's first page, when its brokers have the plugin too, says which indexes are acked
+there already, so they are not sent again; without it (or past that page) a batch is sent
+while it stays partly acked (the acks are idempotent). A target broker that keeps no batch
+indexes would ignore index acks: nothing is planned for it, and it is said once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cursorsync.pulsar.batch_acks import (
     BatchAcksNotFoundError,
     BatchAcksPluginAbsentError,
     fetch_batch_acks,
+    fetch_every_batch,
 )
 from cursorsync.pulsar.topics import TopicName
 
@@ -80,7 +82,7 @@ class BatchReads:
 
     def _source(self, subscription: str, topic: TopicName) -> BatchAcks | None:
         try:
-            return fetch_batch_acks(self.source, topic, subscription)
+            return fetch_every_batch(self.source, topic, subscription)
         except BatchAcksPluginAbsentError as err:
             raise ConfigError(
                 f"emission.batch_index_acks needs cursorsync's broker plugin on the source "

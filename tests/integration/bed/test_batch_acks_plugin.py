@@ -26,6 +26,7 @@ from cursorsync.pulsar.batch_acks import (
     BatchAcksNotFoundError,
     BatchAcksPluginAbsentError,
     fetch_batch_acks,
+    fetch_every_batch,
 )
 from cursorsync.pulsar.cursor_digests import (
     TopicDigest,
@@ -177,6 +178,11 @@ def test_the_plugin_names_exactly_the_acked_indexes_of_each_partly_acked_batch(
     first = _ask(bed, "a", part, limit=1)
     assert first.truncated and len(first.batches) == 1
     assert first.batches[0] == got[part].batches[0]
+    # The pages after it give the rest, each batch once.
+    rest = _ask(bed, "a", part, limit=1, after=first.batches[0].position)
+    assert rest.batches[0] == got[part].batches[1]
+    with _admin(bed, "a") as admin:
+        assert fetch_every_batch(admin, part, "s", page=1).batches == got[part].batches
     consumer.close()
     # The broker holds what the plugin says: only the rest of each batch comes again.
     _unacked(got, sizes, _redelivered(bed, name))

@@ -18,6 +18,7 @@ from cursorsync.pulsar.batch_acks import (
     BatchAcksNotFoundError,
     BatchAcksPluginAbsentError,
     fetch_batch_acks,
+    fetch_every_batch,
     parse_batch_acks,
 )
 from tests.support.admin_stub import Reply, StubAdmin
@@ -138,6 +139,36 @@ def test_fetch_asks_the_plugin_and_parses(stub: StubAdmin) -> None:
     with client(stub.url) as admin:
         got = fetch_batch_acks(admin, T, S, limit=10)
     assert got.acked == {Position(12, 5): frozenset({0})}
+
+
+def test_every_batch_is_read_a_page_at_a_time(stub: StubAdmin) -> None:
+    """Each page after the last position of the one before; the first page's
+    markDeletePosition; a batch acked whole between pages is simply not in the next."""
+    first = answer(entry("12:5", 5, {0}), entry("12:7", 5, {1}))
+    first["truncated"] = True
+    second = answer(entry("12:9", 3, {2}), entry("13:0", 2, {0}), md="12:8")
+    second["truncated"] = True
+    stub.set(path(), Reply(body=first))
+    stub.set(path(after="12:7"), Reply(body=second))
+    stub.set(path(after="13:0"), Reply(body=answer(md="12:8")))
+    with client(stub.url) as admin:
+        got = fetch_every_batch(admin, T, S)
+    assert got.mark_delete == Position(12, 3) and not got.truncated
+    assert got.acked == {Position(12, 5): frozenset({0}), Position(12, 7): frozenset({1}),
+                         Position(12, 9): frozenset({2}), Position(13, 0): frozenset({0})}
+    assert [p for p, _ in stub.requests] == [path(), path(after="12:7"), path(after="13:0")]
+
+
+def test_a_plugin_that_ignores_after_gives_its_first_page_truncated(
+        stub: StubAdmin, caplog: pytest.LogCaptureFixture) -> None:
+    first = answer(entry("12:5", 5, {0}))
+    first["truncated"] = True
+    stub.set(path(), Reply(body=first))
+    stub.set(path(after="12:5"), Reply(body=first))
+    with client(stub.url) as admin:
+        got = fetch_every_batch(admin, T, S)
+    assert got.truncated and got.acked == {Position(12, 5): frozenset({0})}
+    assert "ignores the parameter after" in caplog.text
 
 
 def test_fetch_follows_the_owners_redirect(stub: StubAdmin) -> None:

@@ -28,6 +28,7 @@ import org.apache.pulsar.common.protocol.Commands;
  *
  * <p>The batch size comes from the entry's metadata: one entry read per partly acked batch
  * (from the broker's entry cache, else a bookie), all issued at once, at most {@code limit}.
+ * A caller pages through more with {@code after}: the batches after that position.
  */
 final class PartialBatches {
 
@@ -40,7 +41,7 @@ final class PartialBatches {
     }
 
     static CursorView read(ManagedLedger ledger, ManagedCursor cursor, int limit,
-                           long timeoutSeconds, String what) {
+                           Position after, long timeoutSeconds, String what) {
         Position markDelete = cursor.getMarkDeletedPosition();
         if (!(cursor instanceof ManagedCursorImpl impl)) {
             throw new HttpProblem(501, what + ": cursor of type " + cursor.getClass().getName()
@@ -53,7 +54,8 @@ final class PartialBatches {
         List<Position> positions = new ArrayList<>();
         List<long[]> ackSets = new ArrayList<>();
         boolean truncated = false;
-        for (Position position : kept.keySet()) {
+        for (Position position : after == null ? kept.keySet()
+                : kept.tailMap(after, false).keySet()) {
             long[] words = cursor.getDeletedBatchIndexesAsLongArray(position);
             if (words == null || words.length == 0 || cursor.isMessageDeleted(position)) {
                 continue; // acked whole (or below markDelete) since the scan began

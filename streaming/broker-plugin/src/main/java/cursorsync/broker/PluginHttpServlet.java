@@ -10,6 +10,8 @@ import java.util.stream.Collectors;
 import javax.servlet.http.HttpServlet;
 import javax.servlet.http.HttpServletRequest;
 import javax.servlet.http.HttpServletResponse;
+import org.apache.bookkeeper.mledger.Position;
+import org.apache.bookkeeper.mledger.PositionFactory;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
 import org.apache.pulsar.broker.web.AuthenticationFilter;
 import org.apache.pulsar.common.naming.NamespaceName;
@@ -18,7 +20,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The HTTP side only (parameters, status codes, redirects) of the plugin's two endpoints:
- * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N] (the work is
+ * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N][&amp;after=L:E] (the work is
  * {@link CursorFinder}'s and {@link PartialBatches}') and
  * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...] ({@link CursorDigests}').
  * Read-only: no method but GET is served.
@@ -52,10 +54,11 @@ final class PluginHttpServlet extends HttpServlet {
             String topic = required(req, "topic");
             String subscription = required(req, "subscription");
             int limit = limit(req.getParameter("limit"));
+            Position after = after(req.getParameter("after"));
             CursorFinder.Found found = finder.find(topic, subscription, caller(req));
             String name = found.topic().getName();
             PartialBatches.CursorView view = PartialBatches.read(
-                    found.topic().getManagedLedger(), found.cursor(), limit,
+                    found.topic().getManagedLedger(), found.cursor(), limit, after,
                     finder.timeoutSeconds(), "subscription " + subscription + " of " + name);
             resp.setStatus(200);
             resp.setContentType("application/json");
@@ -113,6 +116,22 @@ final class PluginHttpServlet extends HttpServlet {
         }
         throw new HttpProblem(400, "limit " + text + ": expected a whole number from 1 to "
                 + MAX_LIMIT);
+    }
+
+    /** The position a page starts after (null: from the first), as "ledger:entry". */
+    private static Position after(String text) {
+        if (text == null) {
+            return null;
+        }
+        String[] parts = text.split(":", -1);
+        try {
+            if (parts.length == 2) {
+                return PositionFactory.create(Long.parseLong(parts[0]), Long.parseLong(parts[1]));
+            }
+        } catch (NumberFormatException e) {
+            // answered below
+        }
+        throw new HttpProblem(400, "after " + text + ": expected a position ledger:entry");
     }
 
     private static CursorFinder.Caller caller(HttpServletRequest req) {
