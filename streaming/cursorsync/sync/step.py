@@ -10,7 +10,7 @@ logged with its reason and the others going on:
 2. a source that moved backwards: ``halt`` emits nothing for it from then on, until an
    operator resumes it (:mod:`cursorsync.sync.halts`); ``report`` goes on (acks
    already sent cannot be taken back either way). A source cursor that covers entries
-   only because their ledgers are gone is asked about (:mod:`cursorsync.core.continuity`):
+   only because their ledgers are gone is asked about (:mod:`cursorsync.sync.lost_entries`):
    entries it showed unacked before, or, observed for the first time, mapped entries in
    ledgers before the first one the source lists. Unless the source's ledger ids show
    them to be the same topic's (trimmed, so acked), they may be of a topic deleted and
@@ -43,7 +43,6 @@ from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
 from cursorsync.core.batches import PartialBatch
-from cursorsync.core.continuity import uncovered
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.guard import (
     AnchorConflictError,
@@ -62,10 +61,10 @@ from cursorsync.core.segments import TopicMapping
 from cursorsync.core.topology import Topology, holding
 from cursorsync.core.translate import translate, with_index_acks
 from cursorsync.errors import AdminUnavailableError, CursorSyncError
-from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.sync.batch_moves import BatchMoves
 from cursorsync.sync.batch_reads import HeldBatches
 from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, newest
+from cursorsync.sync.lost_entries import Lost, LostEntries, SourceCreatedAt
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups, TailCheck
 from cursorsync.sync.plans import IdleCursor, Planned
 from cursorsync.sync.step_totals import Emitted, StepResult, Totals
@@ -92,7 +91,6 @@ class BatchReadsLike(Protocol):
 
 #: The source's managed ledger of a concrete topic, with the ledger ids it owns (asked of
 #: the source: :meth:`cursorsync.pulsar.admin.AdminClient.creation`).
-SourceCreatedAt = Callable[[str], TopicCreation]
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ class SyncStep:
         self.read_targets = read_targets or serial_targets_reader(read_target)
         #: Without it, entries a cursor covers only because their ledgers are gone are never
         #: taken as acked.
-        self.source_created_at = source_created_at
+        self.lost = LostEntries(source_created_at)
         self.topology = topology
         self.live_ledgers = live_ledgers
         self.previous: dict[Key, ObservedCursor] = {}
@@ -188,7 +186,7 @@ class SyncStep:
             planned = self._plan(item, target, prev, given)
             totals.translate_seconds += time.perf_counter() - t0
             witness = prev if prev is not None else self.first_seen.get(k)
-            lost = self._lost(obs, witness, item.topic, planned.used, target)
+            lost = self.lost.check(obs, witness, item.topic, planned.used, target)
             if lost is None:
                 totals.unavailable += 1
                 continue  # the previous observation (or none) stays, as the evidence
@@ -339,7 +337,7 @@ class SyncStep:
         return found is not None and found.two_clusters
 
     def _settle(self, item: Work, planned: Planned, plan: AckPlan, emitted: Emitted,
-                lost: _Lost, totals: Totals) -> AckPlan:
+                lost: Lost, totals: Totals) -> AckPlan:
         """The plan to record, after its emission: a cursor whose plan sent nothing and
         needed nothing sent goes idle (:meth:`KeptPlans.settle`), its plan kept packed."""
         obs = item.obs
@@ -376,53 +374,8 @@ class SyncStep:
         """Idle cursors handed back: :meth:`run` decides for them as for its own."""
         self.kept.adopt(cursors)
 
-    def _lost(self, obs: ObservedCursor, prev: ObservedCursor | None, topic: str,
-              mapping: TopicMapping, target: CursorState) -> _Lost | None:
-        """What the cursor covers only because ledgers are gone, unless ledger ids show them
-        to be its topic's (:func:`cursorsync.core.continuity.uncovered`): entries the
-        previous observation showed unacked, and target copies of entries in ledgers no
-        observation listed (a cursor observed for the first time, or the mapping of older
-        ledgers arriving later). None when the source cannot say now."""
-        previous = None if prev is None else prev.state
-        found = uncovered(previous, obs.state, mapping.segments, target)
-        if not found:
-            return _NOTHING_LOST
-        creation = self._creation(obs, topic, "it covers entries in ledgers the source no "
-                                  "longer lists")
-        if isinstance(creation, _Unreadable):
-            return None
-        if creation is not None:
-            found = uncovered(previous, obs.state, mapping.segments, target,
-                              creation.first_ledger)
-        if found.vanished:
-            return _Lost(found.vanished, (
-                f"{found.vanished} entries its cursor showed unacked are in ledgers the "
-                "source no longer lists, and the source topic owns no ledger as old as "
-                "those it was observed with (deleted and created again, or unknown)"))
-        if found.copies:
-            count = max(found.copies.count_entries(target.ledgers), 1)
-            return _Lost(count, (
-                f"its markDeletePosition covers {count} target copies of source entries in "
-                "ledgers older than any the source topic owns now and than any observation "
-                "of it listed (of a topic deleted and created again, or trimmed before: "
-                "unknown)"))
-        return _NOTHING_LOST
-
-    def _creation(self, obs: ObservedCursor, topic: str, what: str
-                  ) -> TopicCreation | _Unreadable | None:
-        """The source topic's creation (None: no way to ask), or _UNREADABLE after logging
-        why this cursor waits."""
-        if self.source_created_at is None:
-            return None
-        try:
-            return self.source_created_at(topic)
-        except CursorSyncError as err:
-            log.warning("skip %s/%s this batch: %s, and the source topic's internal-info "
-                        "cannot be read: %s", topic, obs.subscription, what, err)
-            return _UNREADABLE
-
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
-              target: CursorState, *, lost: _Lost | None = None) -> Emitted:
+              target: CursorState, *, lost: Lost | None = None) -> Emitted:
         """Halt, guard, send: what became of the plan, and the acks sent."""
         if (obs.key, obs.subscription) in self.halted_keys:
             log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
@@ -478,22 +431,3 @@ class _Sorted(NamedTuple):
     work: list[SyncRecord | Work]
     #: Cursors whose first plan waits for a later batch.
     deferred: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Lost:
-    """Entries a cursor covers that may never have been acked (see :meth:`SyncStep._lost`),
-    and why, for the log."""
-
-    entries: int
-    why: str = ""
-
-
-_NOTHING_LOST = _Lost(0)
-
-
-class _Unreadable:
-    """The source topic's internal-info could not be read."""
-
-
-_UNREADABLE = _Unreadable()
