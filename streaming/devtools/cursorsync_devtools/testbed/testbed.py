@@ -106,6 +106,8 @@ class TestBedConfig:
     #: The broker plugin's NAR to load into every cluster's broker (None: none, as Pulsar
     #: ships); it must be built already (:data:`BROKER_PLUGIN_BUILD`).
     broker_plugin: Path | None = None
+    #: PULSAR_MEM of every standalone (None: DEFAULT_MEMORY, for two beside Spark).
+    memory: str | None = None
 
     def __post_init__(self) -> None:
         names = self.clusters
@@ -165,7 +167,8 @@ class TestBed:
                             plugins, self.work_dir / name / "nar")),
                         **self.config.settings.get(name, {})}
             self.clusters[name] = Standalone(StandaloneSpec(
-                name, self.work_dir, settings, ready_timeout_s=self.config.ready_timeout_s))
+                name, self.work_dir, settings, ready_timeout_s=self.config.ready_timeout_s,
+                **({} if self.config.memory is None else {"memory": self.config.memory})))
         self._http: dict[str, httpx.Client] = {}
         # Weak: a client its user has dropped is freed at once (a session-long bed would
         # otherwise keep every test's clients, three descriptors each, until it stops).
