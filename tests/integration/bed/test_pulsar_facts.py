@@ -273,6 +273,7 @@ def test_a_ledger_is_deleted_only_once_every_cursor_is_past_it(
         assert md >= last_gone, (name, md)  # past every entry deleted
 
 
+@pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it
 def test_chunks_as_large_as_the_target_limit_are_dropped_by_the_replicator(
         tmp_path: Path) -> None:
     """Why the test bed gives b a larger maxMessageSize than a: with equal limits, a chunk
