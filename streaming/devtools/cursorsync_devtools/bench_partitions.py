@@ -48,7 +48,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     bed = TestBed(TestBedConfig(
         work_dir=root / "pulsar", settings={"a": on, "b": on} if batch_index_acks else {},
         broker_plugin=broker_plugin_path() if batch_index_acks or cursor_digests else None,
-        memory=bed_memory(partitions))).start()
+        **bed_size(partitions))).start()
     try:
         # Consumed ledgers stay on a for the run: a subscription first synced after its
         # topic's first ledgers were trimmed halts until resumed (docs/operation.md, "A
@@ -77,16 +77,17 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
             "runs": runs}
 
 
-def bed_memory(partitions: int) -> str | None:
-    """Each broker's PULSAR_MEM for a bed of ``partitions`` partitions (twice as many
-    topics with the built-in's twin): the bed's default up to 1,000, which holds them;
-    beyond, heap and direct memory grown with the topics' replicators, cursors and
-    caches."""
+def bed_size(partitions: int) -> dict[str, Any]:
+    """The bed's settings for ``partitions`` partitions (twice as many topics with the
+    built-in's twin): its defaults up to 1,000, which hold them; beyond, each broker's
+    heap and direct memory, and its clients' operation timeout (a consumer of every
+    partition waits for the broker to load them all), grown with the partitions."""
     if partitions <= 1000:
-        return None
+        return {}
     scale = -(-partitions // 1000)
-    return (f"-Xms{256 * scale}m -Xmx{640 * scale}m "
-            f"-XX:MaxDirectMemorySize={384 * scale}m")
+    return {"memory": (f"-Xms{256 * scale}m -Xmx{640 * scale}m "
+                       f"-XX:MaxDirectMemorySize={384 * scale}m"),
+            "operation_timeout_s": 60 * scale}
 
 
 def _label(holes: str, carry: bool, digests: bool) -> str:

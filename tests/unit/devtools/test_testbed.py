@@ -66,15 +66,18 @@ def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
             s.bind((LOOPBACK, p))
 
 
-def test_a_wide_benchmark_gives_its_brokers_memory_for_its_topics(tmp_path: Path) -> None:
-    from cursorsync_devtools.bench_partitions import bed_memory
+def test_a_wide_benchmark_gives_its_brokers_memory_and_its_clients_time(
+        tmp_path: Path) -> None:
+    from cursorsync_devtools.bench_partitions import bed_size
     from cursorsync_devtools.testbed import TestBed, TestBedConfig
     from cursorsync_devtools.testbed.standalone import DEFAULT_MEMORY
 
-    assert bed_memory(1000) is None
-    wide = bed_memory(3000)
-    assert wide == "-Xms768m -Xmx1920m -XX:MaxDirectMemorySize=1152m"
-    beds = {m: TestBed(TestBedConfig(work_dir=tmp_path / str(m), memory=bed_memory(m)))
+    assert bed_size(1000) == {}
+    wide = bed_size(3000)
+    assert wide == {"memory": "-Xms768m -Xmx1920m -XX:MaxDirectMemorySize=1152m",
+                    "operation_timeout_s": 180}
+    beds = {m: TestBed(TestBedConfig(work_dir=tmp_path / str(m), **bed_size(m)))
             for m in (1000, 3000)}
     assert {c.spec.memory for c in beds[1000].clusters.values()} == {DEFAULT_MEMORY}
-    assert {c.spec.memory for c in beds[3000].clusters.values()} == {wide}
+    assert {c.spec.memory for c in beds[3000].clusters.values()} == {wide["memory"]}
+    assert beds[3000].config.operation_timeout_s == 180

@@ -108,6 +108,9 @@ class TestBedConfig:
     broker_plugin: Path | None = None
     #: PULSAR_MEM of every standalone (None: DEFAULT_MEMORY, for two beside Spark).
     memory: str | None = None
+    #: The operation timeout of the clients :meth:`TestBed.client` makes: a consumer of a
+    #: topic of thousands of partitions waits for the broker to load every one.
+    operation_timeout_s: int = 30
 
     def __post_init__(self) -> None:
         names = self.clusters
@@ -340,7 +343,7 @@ class TestBed:
 
     def client(self, cluster: str, **kwargs: Any) -> Any:
         """A new ``pulsar.Client`` for the cluster, closed by ``stop()`` if still open."""
-        kwargs.setdefault("operation_timeout_seconds", 30)
+        kwargs.setdefault("operation_timeout_seconds", self.config.operation_timeout_s)
         client = connect(self.service_url(cluster), **kwargs)
         self._clients.add(client)
         return client
