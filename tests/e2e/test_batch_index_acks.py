@@ -26,6 +26,7 @@ from cursorsync.pulsar.batch_acks import fetch_batch_acks
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY
 from cursorsync_devtools.demo import demo, demo_config
 from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
+from cursorsync_devtools.testbed.failover import drain
 from tests.e2e.test_e2e import check, spec
 from tests.support.job_on_bed import SUB, shared_topic
 
@@ -128,17 +129,8 @@ def test_an_idle_cursors_new_batch_indexes_reach_the_target_within_a_few_batches
         job.stop()
     consumer.close()
     # After failover b delivers exactly what a restart on a would.
-    check = bed.client("b").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                                      batch_index_ack_enabled=True)
-    again = []
-    try:
-        while True:
-            again.append(check.receive(3000).data())
-    except pulsar.Timeout:
-        pass
-    finally:
-        check.close()
-    assert sorted(again) == sorted(m.data() for m in [first[4], *second])
+    again = drain(bed, topic, SUB, "Shared", batch_index_acks=True)
+    assert sorted(m.data() for m in again) == sorted(m.data() for m in [first[4], *second])
 
 
 def _until(done: Callable[[], bool], job: RunningJob, timeout_s: float,
