@@ -14,10 +14,11 @@ import pytest
 from hypothesis import settings
 
 from cursorsync.app.logs import NOISY_LOGGERS
-from cursorsync_devtools.testbed import TestBed, TestBedConfig
+from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 from tests.support.admin_stub import StubAdmin
 from tests.support.paths import ROOT
 from tests.support.processes import run_outside
+from tests.support.shared import RESOURCES, grouped, names_used
 
 #: Fixtures kept in the support package, for every test module.
 pytest_plugins = ["tests.support.delta_spark"]
@@ -33,15 +34,41 @@ settings.load_profile("cursorsync")
 SLOW = os.environ.get("CURSORSYNC_SLOW") == "1"
 
 
+#: Fixtures whose resource several modules share (see tests.support.shared).
+SHARED = ("three_testbed", "index_testbed", "delta_spark_session")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` (soaks, long benchmarks, facts with test beds of their own)
-    run only with ``CURSORSYNC_SLOW=1``: CI's time goes to the safety tests."""
-    if SLOW:
-        return
-    skip = pytest.mark.skip(reason="marked slow: runs with CURSORSYNC_SLOW=1")
+    run only with ``CURSORSYNC_SLOW=1``: CI's time goes to the safety tests. The modules
+    sharing a resource run one after another."""
+    if not SLOW:
+        skip = pytest.mark.skip(reason="marked slow: runs with CURSORSYNC_SLOW=1")
+        for item in items:
+            if item.get_closest_marker("slow"):
+                item.add_marker(skip)
+    uses = {item.nodeid: names_used(
+        getattr(item, "fixturenames", ()),
+        (m.args[0] for m in item.iter_markers("shares")), SHARED) for item in items}
+    modules: dict[str, set[str]] = {}
     for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(skip)
+        modules.setdefault(item.nodeid.split("::")[0], set()).update(uses[item.nodeid])
+    rank = {m: i for i, m in enumerate(grouped(list(modules.items()), SHARED))}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
+    RESOURCES.plan([(item, uses[item.nodeid]) for item in items])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test's own teardown, close the shared resources it was the last user of."""
+    try:
+        return (yield)
+    finally:
+        RESOURCES.done(item)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    RESOURCES.close_all()
 
 
 @pytest.fixture(scope="session")
@@ -66,14 +93,22 @@ def own_testbed(tmp_path: Path) -> Iterator[TestBed]:
         yield bed
 
 
-@pytest.fixture(scope="module")
-def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
-    """Clusters a, b and c, geo-replicated in full mesh, for one test module (three JVMs
-    are stopped as soon as the module is done with them); each test uses topics of its
-    own."""
-    work = tmp_path_factory.mktemp("testbed3")
-    with TestBed(TestBedConfig(work_dir=work, clusters=("a", "b", "c"))) as bed:
-        yield bed
+@pytest.fixture(scope="session")
+def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> TestBed:
+    """Clusters a, b and c, geo-replicated in full mesh, stopped after the last test that
+    uses them; each test uses topics of its own."""
+    return RESOURCES.get("three_testbed", lambda: TestBed(TestBedConfig(
+        work_dir=tmp_path_factory.mktemp("testbed3"), clusters=("a", "b", "c"))))
+
+
+@pytest.fixture(scope="session")
+def index_testbed(tmp_path_factory: pytest.TempPathFactory) -> TestBed:
+    """Clusters a and b with batch-index acknowledgement on (4.1's default) and
+    cursorsync's broker plugin loaded, stopped after the last test that uses them."""
+    on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
+    return RESOURCES.get("index_testbed", lambda: TestBed(TestBedConfig(
+        work_dir=tmp_path_factory.mktemp("index-acks"), settings={"a": on, "b": on},
+        broker_plugin=broker_plugin_path())))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ a delivers them again too (tests/e2e/test_e2e.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pulsar
@@ -25,9 +25,10 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import fetch_batch_acks
 from cursorsync.sync.plans import IDLE_TARGET_READ_EVERY
 from cursorsync_devtools.demo import demo, demo_config
-from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
+from cursorsync_devtools.testbed import TestBed
 from cursorsync_devtools.testbed.failover import drain
 from tests.e2e.test_e2e import check, spec
+from tests.support.entries import send_batches
 from tests.support.job_on_bed import SUB, shared_topic
 
 # A test bed of its own: batch-index acks on, the broker plugin loaded (about a minute).
@@ -36,18 +37,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 BATCH = 5
 
 
-@pytest.fixture(scope="module")
-def batch_index_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
-    on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
-    config = TestBedConfig(work_dir=tmp_path_factory.mktemp("batch-index-acks"),
-                           settings={"a": on, "b": on}, broker_plugin=broker_plugin_path())
-    with TestBed(config) as bed:
-        yield bed
-
-
 def test_with_batch_index_acks_failover_to_b_delivers_what_a_restart_on_a_delivers(
-        batch_index_bed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
-    r = demo(bed=batch_index_bed, spec=spec(topic_name, seed=23, batch_index_acks=True),
+        index_testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+    r = demo(bed=index_testbed, spec=spec(topic_name, seed=23, batch_index_acks=True),
              work_dir=str(tmp_path), restart_on_source=True)
     check(r)
     assert r.batch_index_acks
@@ -81,23 +73,17 @@ def _holds(bed: TestBed, topic: str, cluster: str = "b") -> Mapping[Position, fr
 
 
 def test_an_idle_cursors_new_batch_indexes_reach_the_target_within_a_few_batches(
-        batch_index_bed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
+        index_testbed: TestBed, topic_name: Callable[[str], str], tmp_path: Path) -> None:
     """A consumer on a that acks more of a partly acked batch and nothing else changes no
     field of a's internalStats: the cursor the sync keeps idle looks as it was. The
     plugin's batches digest of it moves, and the sync carries the new indexes at its next
     batches, long before the idle cursor's periodic recheck
     (:data:`~cursorsync.sync.plans.IDLE_TARGET_READ_EVERY` batches)."""
-    bed = batch_index_bed
+    bed = index_testbed
     topic = shared_topic(bed, topic_name("idle"))
     consumer = bed.client("a").subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                          batch_index_ack_enabled=True)
-    producer = bed.client("a").create_producer(topic, batching_enabled=True,
-                                               batching_max_messages=BATCH,
-                                               batching_max_publish_delay_ms=1000)
-    for i in range(2 * BATCH):
-        producer.send_async(f"i{i:02d}".encode(), None)
-    producer.flush()
-    producer.close()
+    send_batches(bed.client("a"), topic, 2 * BATCH, BATCH, prefix="i")
     got = sorted((consumer.receive(10_000) for _ in range(2 * BATCH)),
                  key=lambda m: (m.message_id().ledger_id(), m.message_id().entry_id(),
                                 m.message_id().batch_index()))

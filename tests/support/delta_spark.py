@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from cursorsync.tables.delta_spark import DELTA_SPARK_CONF, delta_spark_status
 from cursorsync_devtools.testbed.delta_jars import ensure_delta_jars
 from cursorsync_devtools.testbed.distribution import SetupError
+from tests.support.shared import RESOURCES
 from tests.support.spark_jvm import shut_down_jvm
 
 
@@ -48,9 +50,8 @@ def _delta_jars() -> list[Path]:
     pytest.fail(f"delta-spark: {failure}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def delta_spark_session() -> Iterator[object]:
-    """A local session with the Delta jars from Maven Central, in a JVM of its own."""
+@contextmanager
+def _delta_session() -> Iterator[object]:
     jars = _delta_jars()
     shut_down_jvm()
     spark = _spark_session({**DELTA_SPARK_CONF, **_DELTA_TEST_CONF,
@@ -63,3 +64,11 @@ def delta_spark_session() -> Iterator[object]:
     finally:
         spark.stop()
         shut_down_jvm()
+
+
+@pytest.fixture(scope="session")
+def delta_spark_session() -> object:
+    """A local session with the Delta jars from Maven Central, in a JVM of its own, shared
+    by the modules that use it (a case asking for it by ``request.getfixturevalue`` carries
+    ``pytest.mark.shares("delta_spark_session")``)."""
+    return RESOURCES.get("delta_spark_session", _delta_session)

@@ -205,3 +205,15 @@ def serve_partitioned(admin: StubAdmin, md: str) -> None:
                                       "other": ("1:0", "[]"),
                                       "pulsar.repl.b": ("3:9", "[]")}, counter=40 + i)
             for i in range(2)}}))
+
+
+def send_batches(client: Any, topic: str, count: int, batch: int, prefix: str = "m") -> None:
+    """``count`` messages (payloads ``{prefix}{i:03d}``) to ``topic`` in batches of ``batch``
+    on one producer, flushed and closed."""
+    producer = client.create_producer(topic, batching_enabled=True,
+                                      batching_max_messages=batch,
+                                      batching_max_publish_delay_ms=1000)
+    for i in range(count):
+        producer.send_async(f"{prefix}{i:03d}".encode(), None)
+    producer.flush()
+    producer.close()

@@ -141,7 +141,8 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path)
 
 
-@pytest.fixture(params=["delta-rs", pytest.param("delta-spark", marks=pytest.mark.spark)])
+@pytest.fixture(params=["delta-rs", pytest.param("delta-spark", marks=[
+    pytest.mark.spark, pytest.mark.shares("delta_spark_session")])])
 def any_world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
     """A world on each backend (delta-spark in a local session with the Delta jars)."""
     if request.param == "delta-spark":

@@ -42,6 +42,7 @@ from cursorsync_devtools.testbed import (
     TestBedError,
     broker_plugin_path,
 )
+from tests.support.entries import send_batches
 
 pytestmark = pytest.mark.integration
 
@@ -74,13 +75,7 @@ Acked = dict[str, dict[Position, frozenset[int]]]
 def _batched(client: Any, parts: list[str], per_part: int, prefix: str = "m") -> None:
     """``per_part`` messages to each partition, in batches of BATCH (one producer each)."""
     for part in parts:
-        producer = client.create_producer(part, batching_enabled=True,
-                                          batching_max_messages=BATCH,
-                                          batching_max_publish_delay_ms=1000)
-        for i in range(per_part):
-            producer.send_async(f"{prefix}{i}".encode(), None)
-        producer.flush()
-        producer.close()
+        send_batches(client, part, per_part, BATCH, prefix)
 
 
 def _partly_acked(bed: TestBed, name: str, parts: list[str], seed: int

@@ -6,7 +6,6 @@ restarting on a gets: no acked message again, no unacked one missing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,8 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.batch_acks import BatchAcks, fetch_batch_acks
 from cursorsync.pulsar.emitter import PulsarEmitter
 from cursorsync.pulsar.index_acks import BATCH_READER_SUBSCRIPTION
-from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
+from cursorsync_devtools.testbed import TestBed
+from tests.support.entries import send_batches
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +31,6 @@ BATCH = 5
 #: Per batch, the indexes a's consumer acks (None: all of them).
 PATTERN: list[frozenset[int] | None] = [
     frozenset({0, 3, 4}), None, frozenset({1}), frozenset(), frozenset({2, 3}), None]
-
-
-@pytest.fixture(scope="module")
-def index_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
-    """Batch-index acknowledgement on in both clusters (4.1's default), the plugin loaded."""
-    on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
-    config = TestBedConfig(work_dir=tmp_path_factory.mktemp("index-acks"),
-                           settings={"a": on, "b": on}, broker_plugin=broker_plugin_path())
-    with TestBed(config) as bed:
-        yield bed
 
 
 def _entries(bed: TestBed, cluster: str, topic: str, n: int) -> dict[bytes, Position]:
@@ -101,13 +91,7 @@ def _produce_and_ack(bed: TestBed, topic: str) -> tuple[Any, dict[Position, froz
     client = bed.client("a")
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
                                 batch_index_ack_enabled=True)
-    producer = client.create_producer(topic, batching_enabled=True,
-                                      batching_max_messages=BATCH,
-                                      batching_max_publish_delay_ms=1000)
-    for i in range(BATCH * len(PATTERN)):
-        producer.send_async(f"m{i:03d}".encode(), None)
-    producer.flush()
-    producer.close()
+    send_batches(client, topic, BATCH * len(PATTERN), BATCH)
     got = [consumer.receive(10_000) for _ in range(BATCH * len(PATTERN))]
     by_entry: dict[Position, list[Any]] = {}
     for m in got:
@@ -124,8 +108,8 @@ def _produce_and_ack(bed: TestBed, topic: str) -> tuple[Any, dict[Position, froz
     return consumer, want
 
 
-def test_the_target_holds_the_sources_batch_indexes_after_the_sync(index_bed: TestBed) -> None:
-    bed, name = index_bed, "index-acks"
+def test_the_target_holds_the_sources_batch_indexes_after_the_sync(index_testbed: TestBed) -> None:
+    bed, name = index_testbed, "index-acks"
     topic = bed.topic(name)
     n = BATCH * len(PATTERN)
     # The subscription on b first, as the emitter would make it: nothing acked.
@@ -161,11 +145,11 @@ def test_the_target_holds_the_sources_batch_indexes_after_the_sync(index_bed: Te
     assert len(again_on_a) == n - sum(BATCH if p is None else len(p) for p in PATTERN)
 
 
-def test_a_readers_ids_carry_the_first_index_of_their_batch(index_bed: TestBed) -> None:
+def test_a_readers_ids_carry_the_first_index_of_their_batch(index_testbed: TestBed) -> None:
     """Why the emitter reads batches with a consumer: a Reader acks the first message of
     each batch it delivers on the batch's acker, so an index ack through a Reader's id takes
     index 0 with it."""
-    bed, name = index_bed, "reader-acker"
+    bed, name = index_testbed, "reader-acker"
     topic = bed.topic(name)
     client = bed.client("b")
     acker = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
@@ -201,13 +185,7 @@ def test_a_target_broker_that_keeps_no_batch_indexes_ignores_index_acks(
     bed.create_topic(name)
     bed.client("b").subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
                               initial_position=pulsar.InitialPosition.Earliest).close()
-    producer = bed.client("a").create_producer(topic, batching_enabled=True,
-                                               batching_max_messages=BATCH,
-                                               batching_max_publish_delay_ms=1000)
-    for i in range(2 * BATCH):
-        producer.send_async(f"o{i:02d}".encode(), None)
-    producer.flush()
-    producer.close()
+    send_batches(bed.client("a"), topic, 2 * BATCH, BATCH, prefix="o")
     on_a, on_b = _entries(bed, "a", topic, 2 * BATCH), _entries(bed, "b", topic, 2 * BATCH)
     first, second = sorted(set(on_a.values()))
     assert first.ledger == second.ledger and second.entry == first.entry + 1

@@ -40,8 +40,9 @@ from tests.support.table_rows import (
 StoreFactory = Callable[[], TableStore]
 
 
-@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.spark) if b == "delta-spark" else b
-                        for b in BACKENDS])
+@pytest.fixture(params=[pytest.param(b, marks=[pytest.mark.spark,
+                                              pytest.mark.shares("delta_spark_session")])
+                        if b == "delta-spark" else b for b in BACKENDS])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """A factory of fresh store objects on one root: calling it again is a process restart."""
     root = str(tmp_path / "tables")
