@@ -36,6 +36,12 @@ SLOW = os.environ.get("CURSORSYNC_SLOW") == "1"
 
 #: Fixtures whose resource several modules share (see tests.support.shared).
 SHARED = ("three_testbed", "index_testbed", "delta_spark_session")
+#: Module id -> the shared resources its tests use.
+_MODULE_USES: dict[str, set[str]] = {}
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -47,28 +53,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("slow"):
                 item.add_marker(skip)
-    uses = {item.nodeid: names_used(
-        getattr(item, "fixturenames", ()),
-        (m.args[0] for m in item.iter_markers("shares")), SHARED) for item in items}
-    modules: dict[str, set[str]] = {}
+    _MODULE_USES.clear()
     for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], set()).update(uses[item.nodeid])
-    rank = {m: i for i, m in enumerate(grouped(list(modules.items()), SHARED))}
-    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
-    RESOURCES.plan([(item, uses[item.nodeid]) for item in items])
+        _MODULE_USES.setdefault(_module(item), set()).update(names_used(
+            getattr(item, "fixturenames", ()),
+            (m.args[0] for m in item.iter_markers("shares")), SHARED))
+    rank = {m: i for i, m in enumerate(grouped(list(_MODULE_USES.items()), SHARED))}
+    items.sort(key=lambda item: rank[_module(item)])
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After a test's own teardown, close the shared resources it was the last user of."""
+    """After a test's own teardown, close the shared resources the next test's module does
+    not use."""
     try:
         return (yield)
     finally:
-        RESOURCES.done(item)
+        RESOURCES.keep_only(set() if nextitem is None
+                            else _MODULE_USES.get(_module(nextitem), set()))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    RESOURCES.close_all()
+    RESOURCES.keep_only(set())
 
 
 @pytest.fixture(scope="session")
@@ -93,18 +99,18 @@ def own_testbed(tmp_path: Path) -> Iterator[TestBed]:
         yield bed
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def three_testbed(tmp_path_factory: pytest.TempPathFactory) -> TestBed:
-    """Clusters a, b and c, geo-replicated in full mesh, stopped after the last test that
-    uses them; each test uses topics of its own."""
+    """Clusters a, b and c, geo-replicated in full mesh, shared by the modules that use
+    them (tests.support.shared); each test uses topics of its own."""
     return RESOURCES.get("three_testbed", lambda: TestBed(TestBedConfig(
         work_dir=tmp_path_factory.mktemp("testbed3"), clusters=("a", "b", "c"))))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def index_testbed(tmp_path_factory: pytest.TempPathFactory) -> TestBed:
     """Clusters a and b with batch-index acknowledgement on (4.1's default) and
-    cursorsync's broker plugin loaded, stopped after the last test that uses them."""
+    cursorsync's broker plugin loaded, shared by the modules that use them."""
     on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
     return RESOURCES.get("index_testbed", lambda: TestBed(TestBedConfig(
         work_dir=tmp_path_factory.mktemp("index-acks"), settings={"a": on, "b": on},

@@ -66,7 +66,7 @@ def _delta_session() -> Iterator[object]:
         shut_down_jvm()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def delta_spark_session() -> object:
     """A local session with the Delta jars from Maven Central, in a JVM of its own, shared
     by the modules that use it (a case asking for it by ``request.getfixturevalue`` carries

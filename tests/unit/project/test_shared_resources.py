@@ -1,5 +1,5 @@
 """The test run's shared resources (tests/support/shared.py): the modules that use one run
-one after another, and it closes right after its last user, once."""
+one after another, and it closes once the next test's module does not use it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.support.shared import SharedResources, grouped, last_users, names_used
+from tests.support.shared import SharedResources, grouped, names_used
 
 SHARED = ("bed3", "jvm")
 
@@ -26,7 +26,7 @@ def test_a_test_uses_what_its_fixtures_or_its_marks_name() -> None:
     assert names_used(["testbed"], [], SHARED) == set()
 
 
-def test_each_resource_closes_after_its_last_user() -> None:
+def test_a_resource_stays_open_while_the_next_module_uses_it() -> None:
     events: list[str] = []
 
     @contextmanager
@@ -35,17 +35,18 @@ def test_each_resource_closes_after_its_last_user() -> None:
         yield name
         events.append(f"close {name}")
 
-    order = [("t1", {"bed3"}), ("t2", {"bed3", "jvm"}), ("t3", {"jvm"}), ("t4", set())]
-    assert last_users(order) == {"bed3": "t2", "jvm": "t3"}
+    # (resources the test uses, resources the next test's module uses)
+    run = [({"bed3"}, {"bed3", "jvm"}), ({"bed3", "jvm"}, {"jvm"}), ({"jvm"}, set()),
+           (set(), {"jvm"}), ({"jvm"}, set())]
     shared = SharedResources()
-    shared.plan(order)
-    for test, uses in order:
+    for uses, next_module_uses in run:
         for name in sorted(uses):
             assert shared.get(name, lambda n=name: resource(n)) == name
-        shared.done(test)
-    assert events == ["open bed3", "open jvm", "close bed3", "close jvm"]
-    shared.close_all()
-    assert events[-1] == "close jvm" and len(events) == 4
+        shared.keep_only(next_module_uses)
+    assert events == ["open bed3", "open jvm", "close bed3", "close jvm", "open jvm",
+                      "close jvm"]
+    shared.keep_only(set())
+    assert len(events) == 6
 
 
 def test_a_resource_that_fails_to_open_is_not_kept() -> None:
