@@ -1,7 +1,7 @@
 """Resources several test modules share, a test bed or a JVM that takes half a minute to
 start: the modules using one run one after another, and it stays open from the first test
 of those modules to the last, closing as soon as the next test's module does not use it
-(an idle bed would slow every test after it). Under pytest-xdist each worker opens its own.
+(an idle bed would slow every test after it).
 
 A module uses a shared resource when one of its tests' fixture closure names the
 resource's fixture, or carries the ``shares`` marker naming it (a fixture asked for with
@@ -52,11 +52,7 @@ class SharedResources:
         """The resource, opened by entering ``open_it()`` if it is not open."""
         if name not in self._open:
             stack = contextlib.ExitStack()
-            try:
-                self._open[name] = (stack.enter_context(open_it()), stack)
-            except BaseException:
-                stack.close()
-                raise
+            self._open[name] = (stack.enter_context(open_it()), stack)
         value: T = self._open[name][0]
         return value
 
