@@ -39,6 +39,21 @@ def driver_java_options(config: Config, *, json_logs: bool | None = None) -> str
 RESTARTABLE_CONF = {"spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false"}
 
 
+#: How Spark writes the queries' checkpoint files (offsets and commits, two per batch).
+#: Its default, Hadoop's FileContext, asks the local file system for a link's status on
+#: every rename, and Hadoop without its native library answers that by forking
+#: ``readlink`` from the driver's JVM: about 50 ms per file on an idle machine, 100 ms
+#: and more on a busy one, in every batch of both queries, before the next one can
+#: start. The checkpoint directory is local (``spark.checkpoint_dir``), where the
+#: FileSystem API's rename is rename(2), as atomic, and one job holds the directory
+#: (its lease), so the exists-then-rename check has no concurrent writer to race.
+CHECKPOINT_FILE_MANAGER = {
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager",
+}
+
+
 #: The master of a job that is not launched by spark-submit and names none.
 LOCAL_MASTER = "local[2]"
 
@@ -164,6 +179,7 @@ def build_session(config: Config) -> Any:
         # A Python worker that dies (a native crash in the Pulsar client) leaves its
         # threads' stacks in the error, not only "exited unexpectedly".
         "spark.python.worker.faulthandler.enabled": "true",
+        **CHECKPOINT_FILE_MANAGER,
     })
     if config.tables.backend == "delta-spark":
         from cursorsync.tables.delta_spark import DELTA_SPARK_CONF

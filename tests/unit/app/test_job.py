@@ -207,6 +207,49 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
     assert "CRASH: True" in out.stdout, out.stdout
 
 
+def test_the_sessions_queries_write_their_checkpoints_without_forking_readlink(
+        tmp_path: Path) -> None:
+    """The session names Spark's FileSystem checkpoint manager (FileContext's forks
+    ``readlink`` from the JVM on every rename): the class exists in the pinned Spark, and a
+    query's offsets and commits are written and read back with it."""
+    import subprocess
+    import sys
+
+    from cursorsync.app.session import CHECKPOINT_FILE_MANAGER
+
+    conf = Path(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
+    code = (
+        "import os, time\n"
+        "from cursorsync.app.settings import load_config\n"
+        "from cursorsync.app.session import build_session\n"
+        f"spark = build_session(load_config({str(conf)!r}))\n"
+        "print('MANAGER:', spark.conf.get('spark.sql.streaming.checkpointFileManagerClass'))\n"
+        "def run(seen):\n"
+        "    q = (spark.readStream.format('rate').load().writeStream\n"
+        "         .foreachBatch(lambda df, i: seen.append(i))\n"
+        "         .option('checkpointLocation', 'ckpt').trigger(processingTime='0.2 seconds')\n"
+        "         .start())\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while len(seen) < 3 and time.monotonic() < deadline and q.isActive:\n"
+        "        time.sleep(0.1)\n"
+        "    q.stop()\n"
+        "    return seen\n"
+        "first = run([])\n"
+        "again = run([])\n"
+        "print('FIRST:', first[:3], 'AGAIN_STARTS_AFTER:', again[0] > first[-1])\n"
+        "print('COMMITS:', len(os.listdir('ckpt/commits')) >= 6)\n"
+        "spark.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (manager,) = CHECKPOINT_FILE_MANAGER.values()
+    assert f"MANAGER: {manager}" in out.stdout, out.stdout
+    # A restarted query resumes after the batches its checkpoint says were committed.
+    assert "FIRST: [0, 1, 2] AGAIN_STARTS_AFTER: True" in out.stdout, out.stdout
+    assert "COMMITS: True" in out.stdout, out.stdout
+
+
 def test_a_failed_query_is_reported_by_our_error_not_sparks_traceback() -> None:
     from cursorsync.app.job import query_failure
     from cursorsync.errors import CursorSyncError
