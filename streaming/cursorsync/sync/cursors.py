@@ -182,6 +182,16 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         #: The brokers' plugin did not answer the last poll's digests (warned once).
         self._no_digests = False
         self.health = poll_health.read(self.store.dir) or PollHealth()
+        #: One admin client for every poll, opened at the first: a new one costs a TLS
+        #: context (about 30 ms of CPU, TLS or not) and new connections each poll. It is
+        #: closed with the worker process (Spark does not pass ``stop`` on to a simple
+        #: reader); a connection the broker dropped is opened again by the client.
+        self._admin: AdminClient | None = None
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.options.admin)
+        return self._admin
 
     def _note(self, health: PollHealth) -> None:
         """Keep the polls' health for ``status``: at every change, and a success's time
@@ -201,27 +211,27 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         ``internalStatsMaxAgeMs``, the cheap topic stats come first and only the partitions
         they show changed (or not read for that long) have their internalStats read."""
         o = self.options
-        with AdminClient(o.admin) as admin:
-            explicit = [TopicName.parse(t.topic) for t in o.selection.topics]
-            concrete = [t for t in explicit if t.partition >= 0]
-            bases = [t for t in explicit if t.partition < 0]
-            for n in o.selection.namespaces:
-                concrete.extend(admin.expand_topics((), namespace=n.namespace, pattern=n.regex))
-            counts = admin.map_concurrently(admin.partitions, bases)
-            partitioned = [t for t in bases if counts[str(t)] > 0]
-            concrete.extend(t for t in bases if counts[str(t)] == 0)
-            if o.internal_stats_max_age_ms:
-                return self._poll_changed(admin, {t: counts[str(t)] for t in partitioned},
-                                          concrete)
-            stats: list[TopicInternalStats] = []
-            whole = [t for t in partitioned if counts[str(t)] <= WHOLE_READ_MAX_PARTITIONS]
-            for p in admin.map_concurrently(admin.partitioned_internal_stats, whole).values():
-                stats.extend(p.stats.values())
-            concrete.extend(t.with_partition(i) for t in partitioned if t not in whole
-                            for i in range(counts[str(t)]))
-            seen = {s.topic for s in stats}
-            todo = sorted({t for t in concrete if str(t) not in seen})
-            stats.extend(admin.internal_stats_many(todo).values())
+        admin = self._admin_client()
+        explicit = [TopicName.parse(t.topic) for t in o.selection.topics]
+        concrete = [t for t in explicit if t.partition >= 0]
+        bases = [t for t in explicit if t.partition < 0]
+        for n in o.selection.namespaces:
+            concrete.extend(admin.expand_topics((), namespace=n.namespace, pattern=n.regex))
+        counts = admin.map_concurrently(admin.partitions, bases)
+        partitioned = [t for t in bases if counts[str(t)] > 0]
+        concrete.extend(t for t in bases if counts[str(t)] == 0)
+        if o.internal_stats_max_age_ms:
+            return self._poll_changed(admin, {t: counts[str(t)] for t in partitioned},
+                                      concrete)
+        stats: list[TopicInternalStats] = []
+        whole = [t for t in partitioned if counts[str(t)] <= WHOLE_READ_MAX_PARTITIONS]
+        for p in admin.map_concurrently(admin.partitioned_internal_stats, whole).values():
+            stats.extend(p.stats.values())
+        concrete.extend(t.with_partition(i) for t in partitioned if t not in whole
+                        for i in range(counts[str(t)]))
+        seen = {s.topic for s in stats}
+        todo = sorted({t for t in concrete if str(t) not in seen})
+        stats.extend(admin.internal_stats_many(todo).values())
         observed_at = datetime.now(tz=UTC)
         rows: list[Row] = []
         for s in sorted(stats, key=lambda s: s.topic):

@@ -72,6 +72,18 @@ def test_cursors_missing_state_and_pruning(admin: StubAdmin, tmp_path: Path) -> 
     assert len(list(r.readBetweenOffsets({"version": 1, "seq": 2}, off))) == 4
 
 
+def test_polls_share_one_admin_connection(admin: StubAdmin, tmp_path: Path) -> None:
+    """Every poll asks on the same kept-alive connection: a client per poll would cost a
+    TLS context and a connection each time."""
+    serve_partitioned(admin, "1:4")
+    r = cursors_reader(admin, tmp_path)
+    off = r.initialOffset()
+    for _ in range(3):
+        it, off = r.read(off)
+        assert len(list(it)) == 2
+    assert len(admin.requests) >= 6 and len(set(admin.client_ports)) == 1
+
+
 def test_cursors_poll_interval_and_options(admin: StubAdmin, tmp_path: Path) -> None:
     serve_partitioned(admin, "1:4")
     r = cursors_reader(admin, tmp_path, pollIntervalMs="60000")
