@@ -75,6 +75,13 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
     assert stages["with_every_time"] > 0.9 * lag["cursorsync"]["covered"], stages
     for name in ("source poll", "mapping", "sync"):
         assert stages[name]["p50_s"] >= 0, stages
+    # Spark's phases of the live phase's batches, for both queries.
+    spark = lag["spark_phases"]
+    assert spark.keys() == {"cursorsync-mapping", "cursorsync-sync"}, spark
+    for figures in spark.values():
+        assert figures["batches"] > 0
+        whole = figures["triggerExecution"]
+        assert 0 <= figures["addBatch"]["p50_ms"] <= whole["p90_ms"], figures
 
     failover = out["failover"]
     assert failover["cursorsync"]["losses"] == 0, failover
@@ -85,6 +92,6 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         assert p["seconds"] >= 0 and p["cpu_s"].keys() >= {"driver", "broker a", "broker b"}
     text = table(out)
     for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "CURSORSYNC LAG BY STAGE",
-                    "FAILOVER TO b",
+                    "SPARK PHASE", "FAILOVER TO b",
                     "CPU-S BY PHASE"):
         assert heading in text

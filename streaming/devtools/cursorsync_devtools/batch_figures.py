@@ -82,3 +82,44 @@ def phase_table(by_phase: Mapping[str, Mapping[str, float]]) -> str:
 
 def _s(v: float | None) -> str | None:
     return None if v is None else f"{v:.2f}"
+
+
+#: Spark's own phases of a micro-batch (``StreamingQueryProgress.durationMs``), in the
+#: order they run: the sources' new offsets (the sync's source poll runs here), the offset
+#: log's write, the batch (the job's sink), the commit log's write, and the whole trigger.
+TRIGGER_PHASES = ("latestOffset", "walCommit", "addBatch", "commitOffsets",
+                  "triggerExecution")
+
+
+def trigger_phases(progress: Mapping[str, list[Mapping[str, Any]]],
+                   since_epoch_s: float) -> dict[str, dict[str, Any]]:
+    """Per query, the p50 and p90 milliseconds of each Spark phase over the batches that
+    started at or after ``since_epoch_s`` (progress of triggers that ran no batch is left
+    out): what a batch costs around the job's own work, which waits for it."""
+    from datetime import datetime
+
+    out: dict[str, dict[str, Any]] = {}
+    for query, updates in progress.items():
+        ran = [p["durationMs"] for p in updates
+               if "addBatch" in p.get("durationMs", {}) and datetime.fromisoformat(
+                   p["timestamp"].replace("Z", "+00:00")).timestamp() >= since_epoch_s]
+        if not ran:
+            continue
+        figures: dict[str, Any] = {"batches": len(ran)}
+        for phase in TRIGGER_PHASES:
+            ms = sorted(d.get(phase, 0) for d in ran)
+            figures[phase] = {"p50_ms": ms[len(ms) // 2], "p90_ms": ms[int(len(ms) * 0.9)]}
+        out[query] = figures
+    return out
+
+
+def trigger_table(by_query: Mapping[str, Mapping[str, Any]]) -> str:
+    """:func:`trigger_phases` as a table, a column per query."""
+    from cursorsync.app.render import format_table
+
+    queries = sorted(by_query)
+    rows = [(phase, *(f"{by_query[q][phase]['p50_ms']} / {by_query[q][phase]['p90_ms']}"
+                      for q in queries)) for phase in TRIGGER_PHASES]
+    rows.append(("batches", *(by_query[q]["batches"] for q in queries)))
+    return format_table(("SPARK PHASE, MS P50 / P90", *(q.upper() for q in queries)), rows,
+                        right=range(1, 1 + len(queries)))

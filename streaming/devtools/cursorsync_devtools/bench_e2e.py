@@ -45,7 +45,7 @@ from typing import Any
 from cursorsync.app.session import LOCAL_MASTER
 from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
-from cursorsync_devtools.batch_figures import phase_seconds
+from cursorsync_devtools.batch_figures import phase_seconds, trigger_phases
 from cursorsync_devtools.bench_e2e_report import table
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
@@ -56,6 +56,8 @@ SYNC = "sync-shared"
 BUILTIN = "builtin-shared"
 #: Seconds of the live topic's first traffic its lag is also given apart for.
 WARM_UP_S = 10.0
+#: How many progress updates a query keeps (Spark's conf; its default is 100).
+PROGRESS_KEPT = "spark.sql.streaming.numRecentProgressUpdates"
 
 
 class BenchError(CursorSyncError):
@@ -309,6 +311,7 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
     from cursorsync_devtools.testbed.workload import verify_source_cursors
 
     live = spec.live()
+    live_from = time.time()
     poller = CursorPoller(bed.admin_url("b"), bed.topic(live.topic), (SYNC, BUILTIN),
                           spec.poll_interval_s).start()
     individual = {SYNC: True, BUILTIN: False}
@@ -343,6 +346,9 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
         lag[name]["by_window"] = lag_windows(result, sub, on_b, poller.changes,
                                              individual=individual[sub], split_s=WARM_UP_S)
     lag["cursorsync_stages"] = _stages(config, result, on_b, poller.changes, bed.topic(live.topic))
+    lag["spark_phases"] = trigger_phases(
+        {q.name: [json.loads(p.json) for p in q.recentProgress] for q in job.queries},
+        live_from)
     return result, lag
 
 
@@ -397,6 +403,8 @@ def _config(bed: Any, root: Path, spec: E2ESpec) -> Any:
                       identity_scope=spec.identity_scope)
     data = cfg.model_dump(mode="json", by_alias=True)
     data["spark"]["trigger_interval_s"] = spec.trigger_interval_s
+    # Every batch of the live phase in the queries' recent progress (Spark keeps 100).
+    data["spark"]["conf"][PROGRESS_KEPT] = "2000"
     if spec.max_entries_per_batch is not None:
         data["spark"]["max_entries_per_batch"] = spec.max_entries_per_batch
     return parse_config(data)

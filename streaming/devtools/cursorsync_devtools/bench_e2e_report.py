@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cursorsync_devtools.batch_figures import phase_table
+from cursorsync_devtools.batch_figures import phase_table, trigger_table
 from cursorsync_devtools.testbed.lag_stages import STAGES
 
 #: Process groups in the order the tables show them.
@@ -64,6 +64,9 @@ def table(report: Mapping[str, Any]) -> str:
                "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
                "it; target = -> b's cursor polled covering it")
     batch_phases = phase_table(lag.get("batch_phases_mean_s") or {})
+    if lag.get("spark_phases"):
+        batch_phases += ("\n\n" + trigger_table(lag["spark_phases"]) + "\n(the live phase's "
+                         "batches; addBatch holds the job's own phases above)")
     live = (f"live: {lag['messages']:,} messages in {lag['entries']:,} entries "
             f"({lag['late_entries']} acked late) at {lag['rate_per_s']:g} msg/s for "
             f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "

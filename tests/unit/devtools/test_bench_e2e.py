@@ -3,6 +3,8 @@ tests/e2e/test_bench_e2e.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from cursorsync.core.positions import Position
@@ -67,3 +69,28 @@ def test_spark_cores() -> None:
     assert spark_cores("local[3,4]") == 3
     assert spark_cores("local[*]") >= 1
     assert spark_cores("spark://host:7077") == 2
+
+
+def test_spark_phases_of_the_batches_since_a_time() -> None:
+    from cursorsync_devtools.batch_figures import trigger_phases, trigger_table
+
+    def update(at: str, **ms: int) -> dict[str, object]:
+        return {"timestamp": at, "durationMs": ms}
+
+    progress = {
+        "q": [update("2026-01-01T00:00:00.000Z", addBatch=900, triggerExecution=1000),
+              # An idle trigger: no batch ran.
+              update("2026-01-01T00:00:19.500Z", latestOffset=3, triggerExecution=3),
+              *(update(f"2026-01-01T00:00:1{i}.000Z", latestOffset=10 * i, walCommit=20,
+                       addBatch=100 * i, commitOffsets=20, triggerExecution=100 * i + 50)
+                for i in range(1, 5))],
+        "idle": [update("2026-01-01T00:00:00.000Z", addBatch=1, triggerExecution=2)]}
+    since = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp()
+    figures = trigger_phases(progress, since)
+    assert list(figures) == ["q"]  # no batch of "idle" since then
+    q = figures["q"]
+    assert q["batches"] == 4
+    assert q["addBatch"] == {"p50_ms": 300, "p90_ms": 400}
+    assert q["latestOffset"] == {"p50_ms": 30, "p90_ms": 40}
+    assert q["walCommit"] == {"p50_ms": 20, "p90_ms": 20}
+    assert "300 / 400" in trigger_table(figures)
