@@ -64,9 +64,10 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         assert figures["min_s"] <= figures["p50_s"] <= figures["p99_s"] <= figures["max_s"]
         # The lag of the entries acked in the topic's first seconds, and after, apart.
         windows = figures["by_window"]
-        assert list(windows) == ["first 10 s", "after 10 s"], windows
+        assert set(windows) == {"first 10 s", "after 10 s"}, windows
         assert sum(w["entries"] for w in windows.values()) == figures["entries"], windows
-        assert all(w["p50_s"] <= w["p99_s"] <= figures["max_s"] for w in windows.values())
+        assert all(w["p50_s"] <= w["p99_s"] <= figures["max_s"] for w in windows.values()
+                   if w["entries"])
     # b never acks an entry before a did.
     assert lag["cursorsync"]["min_s"] >= 0, lag
     # The job's tables time every step for most entries; each stage takes no negative time

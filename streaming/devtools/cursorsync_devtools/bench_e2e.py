@@ -356,12 +356,14 @@ def _stages(config: Any, result: Any, on_b: Mapping[str, Position], changes: Any
             topic: str) -> dict[str, Any]:
     """cursorsync's lag by stage, from the rows its tables hold of the live topic."""
     from cursorsync.tables import RowFilter, open_store
-    from cursorsync_devtools.testbed.lag_stages import entry_times, figures
+    from cursorsync_devtools.testbed.lag_stages import entry_times, figures, figures_by_window
 
     store = open_store(config.tables.backend, config.tables.path)
     rows = RowFilter(topics=(topic,))
-    return figures(entry_times(result, SYNC, on_b, changes, store.read("cursor_states", rows),
-                               store.read("mappings", rows), store.read("sync_progress", rows)))
+    times = entry_times(result, SYNC, on_b, changes, store.read("cursor_states", rows),
+                        store.read("mappings", rows), store.read("sync_progress", rows))
+    return {**figures(times), "by_window": figures_by_window(
+        times, result.started_at + WARM_UP_S, WARM_UP_S)}
 
 
 def _on_target(bed: Any, messages: Mapping[str, int]) -> dict[str, Position]:

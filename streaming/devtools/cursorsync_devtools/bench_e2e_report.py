@@ -52,13 +52,18 @@ def table(report: Mapping[str, Any]) -> str:
         (("p50", "p50_s"), ("p99", "p99_s"), ("max", "max_s"), ("min", "min_s"))
     ] + [(f"{q} of entries acked {w}", _s(cs["by_window"][w][f"{q}_s"]),
           _s(bi["by_window"][w][f"{q}_s"]))
-         for w in cs.get("by_window", {}) for q in ("p50", "p99")
+         for w in _first_seconds_first(cs.get("by_window", {})) for q in ("p50", "p99")
          ] + [("entries covered", cs["covered"], bi["covered"]),
          ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
     st = lag.get("cursorsync_stages") or {}
-    stages = format_table(("CURSORSYNC LAG BY STAGE", "P50", "P99"), [
-        (name, _s(st[name]["p50_s"]), _s(st[name]["p99_s"]))
-        for name in (*STAGES, "lag") if st.get(name)], right=(1, 2))
+    windows = _first_seconds_first(st.get("by_window") or {})
+    stages = format_table(
+        ("CURSORSYNC LAG BY STAGE", "P50", "P99",
+         *(f"{w.upper()}: P50 / P99" for w in windows)), [
+            (name, _s(st[name]["p50_s"]), _s(st[name]["p99_s"]),
+             *(f"{_s(w[name]['p50_s'])} / {_s(w[name]['p99_s'])}" if w.get(name) else None
+               for w in windows.values()))
+            for name in (*STAGES, "lag") if st.get(name)], right=range(1, 3 + len(windows)))
     stages += (f"\n{st.get('with_every_time', 0):,} of {st.get('entries', 0):,} entries with "
                "every step's time: source poll = ack on a -> the job's cursor_states row; "
                "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
@@ -83,6 +88,11 @@ def table(report: Mapping[str, Any]) -> str:
         for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
                         lags + "\n" + live, stages, batch_phases, failover, phases))
+
+
+def _first_seconds_first(windows: Mapping[str, Any]) -> dict[str, Any]:
+    """The windows of a lag, the topic's first seconds before the rest (JSON sorts them)."""
+    return dict(sorted(windows.items(), key=lambda w: not w[0].startswith("first")))
 
 
 def _plural(n: int, noun: str) -> str:

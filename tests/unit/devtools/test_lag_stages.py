@@ -9,7 +9,13 @@ import numpy as np
 import pyarrow as pa
 
 from cursorsync.core.positions import Position
-from cursorsync_devtools.testbed.lag_stages import EntryTimes, entry_times, figures, stages
+from cursorsync_devtools.testbed.lag_stages import (
+    EntryTimes,
+    entry_times,
+    figures,
+    figures_by_window,
+    stages,
+)
 from cursorsync_devtools.testbed.workload import Produced, WorkloadResult, WorkloadSpec
 
 TOPIC = "persistent://t/ns/live"
@@ -37,6 +43,18 @@ def test_the_stages_add_up_to_the_lag_and_mapping_counts_only_when_it_came_later
     f = figures(t)
     assert f["entries"] == 3 and f["with_every_time"] == 2
     assert f["lag"]["p50_s"] == 3.375
+
+
+def test_the_stages_of_a_topics_first_seconds_and_of_the_rest_apart() -> None:
+    t = EntryTimes(acked=np.array([0.0, 5.0, 12.0]), observed=np.array([1.0, 6.0, 12.5]),
+                   mapped=np.array([4.0, 6.0, 12.0]), emitted=np.array([5.0, 7.0, 13.0]),
+                   covered=np.array([5.5, 7.5, 13.5]))
+    got = figures_by_window(t, 10.0, 10)
+    assert list(got) == ["first 10 s", "after 10 s"]
+    first, after = got["first 10 s"], got["after 10 s"]
+    assert first["entries"] == 2 and after["entries"] == 1
+    assert first["mapping"]["p99_s"] > 2.9 and after["mapping"]["p99_s"] == 0.0
+    assert after["lag"]["p50_s"] == 1.5
 
 
 def _result() -> WorkloadResult:

@@ -69,6 +69,19 @@ def figures(t: EntryTimes) -> dict[str, Any]:
     return out
 
 
+def figures_by_window(t: EntryTimes, split_at: float, split_s: float
+                      ) -> dict[str, dict[str, Any]]:
+    """:func:`figures` of the entries acked before ``split_at`` (epoch seconds, the end of
+    the topic's first ``split_s`` seconds) and of those acked after: where a new topic's
+    first seconds spend their longer lag."""
+    early = t.acked < split_at
+    out: dict[str, dict[str, Any]] = {}
+    for label, pick in ((f"first {split_s:g} s", early), (f"after {split_s:g} s", ~early)):
+        out[label] = figures(EntryTimes(t.acked[pick], t.observed[pick], t.mapped[pick],
+                                        t.emitted[pick], t.covered[pick]))
+    return out
+
+
 def entry_times(result: WorkloadResult, subscription: str, on_target: Mapping[str, Position],
                 changes: Mapping[tuple[str, str], Sequence[CursorChange]],
                 cursor_states: pa.Table, mappings: pa.Table, progress: pa.Table
