@@ -4,6 +4,8 @@ the mapping sink; and what the job asks of Spark's checkpoints on a restart."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,19 +177,26 @@ def test_progress_poller_records_each_new_batch_once_and_a_failed_query() -> Non
     assert m.errors == ["query"]
 
 
+def _in_a_session(cwd: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """``body`` run in a fresh process, after ``spark = build_session(...)`` of the embedded
+    config (the JVM's set-up happens once per process); it must exit 0."""
+    conf = Path(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
+    code = ("from cursorsync.app.settings import load_config\n"
+            "from cursorsync.app.session import build_session\n"
+            f"spark = build_session(load_config({str(conf)!r}))\n"
+            f"{body}spark.stop()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
         tmp_path: Path) -> None:
     """Spark takes PySpark's gateway for a shell and says how to change the log level on
     stderr, unless our log4j2 file gives the gateway's logger a level (a fresh process:
     the JVM's log set-up happens once). A Python worker's native crash shows its stack."""
-    import subprocess
-    import sys
-
-    conf = Path(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
-    code = (
-        "from cursorsync.app.settings import load_config\n"
-        "from cursorsync.app.session import build_session\n"
-        f"spark = build_session(load_config({str(conf)!r}))\n"
+    out = _in_a_session(tmp_path, (
         "spark.range(3).count()\n"
         "import os, signal\n"
         "from pyspark.sql.functions import udf\n"
@@ -196,11 +205,7 @@ def test_a_session_from_the_config_starts_without_spark_chatter_on_stderr(
         "    spark.range(1).select(crash('id')).collect()\n"
         "except Exception as err:\n"
         "    print('CRASH:', 'Fatal Python error' in str(err))\n"
-        "spark.stop()\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    ))
     assert "Setting default log level" not in out.stderr
     assert "setLogLevel" not in out.stderr
     # A worker that dies of a native crash leaves its stack in the error.
@@ -212,17 +217,10 @@ def test_the_sessions_queries_write_their_checkpoints_without_forking_readlink(
     """The session names Spark's FileSystem checkpoint manager (FileContext's forks
     ``readlink`` from the JVM on every rename): the class exists in the pinned Spark, and a
     query's offsets and commits are written and read back with it."""
-    import subprocess
-    import sys
-
     from cursorsync.app.session import CHECKPOINT_FILE_MANAGER
 
-    conf = Path(__file__).resolve().parents[3] / "conf" / "embedded.yaml"
-    code = (
+    out = _in_a_session(tmp_path, (
         "import os, time\n"
-        "from cursorsync.app.settings import load_config\n"
-        "from cursorsync.app.session import build_session\n"
-        f"spark = build_session(load_config({str(conf)!r}))\n"
         "print('MANAGER:', spark.conf.get('spark.sql.streaming.checkpointFileManagerClass'))\n"
         "def run(seen):\n"
         "    q = (spark.readStream.format('rate').load().writeStream\n"
@@ -238,11 +236,7 @@ def test_the_sessions_queries_write_their_checkpoints_without_forking_readlink(
         "again = run([])\n"
         "print('FIRST:', first[:3], 'AGAIN_STARTS_AFTER:', again[0] > first[-1])\n"
         "print('COMMITS:', len(os.listdir('ckpt/commits')) >= 6)\n"
-        "spark.stop()\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    ))
     (manager,) = CHECKPOINT_FILE_MANAGER.values()
     assert f"MANAGER: {manager}" in out.stdout, out.stdout
     # A restarted query resumes after the batches its checkpoint says were committed.
