@@ -45,8 +45,9 @@ RESTARTABLE_CONF = {"spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart":
 #: ``readlink`` from the driver's JVM: about 50 ms per file on an idle machine, 100 ms
 #: and more on a busy one, in every batch of both queries, before the next one can
 #: start. The checkpoint directory is local (``spark.checkpoint_dir``), where the
-#: FileSystem API's rename is rename(2), as atomic, and one job holds the directory
-#: (its lease), so the exists-then-rename check has no concurrent writer to race.
+#: FileSystem API's rename is rename(2), as atomic, and one job writes it (the tables'
+#: lease stops a second job of the same config), so its exists-then-rename check has no
+#: concurrent writer to race.
 CHECKPOINT_FILE_MANAGER = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing."
