@@ -363,7 +363,7 @@ def _stages(config: Any, result: Any, on_b: Mapping[str, Position], changes: Any
     times = entry_times(result, SYNC, on_b, changes, store.read("cursor_states", rows),
                         store.read("mappings", rows), store.read("sync_progress", rows))
     return {**figures(times), "by_window": figures_by_window(
-        times, result.started_at + WARM_UP_S, WARM_UP_S)}
+        times, result.started_at, WARM_UP_S)}
 
 
 def _on_target(bed: Any, messages: Mapping[str, int]) -> dict[str, Position]:

@@ -49,7 +49,7 @@ def test_the_stages_of_a_topics_first_seconds_and_of_the_rest_apart() -> None:
     t = EntryTimes(acked=np.array([0.0, 5.0, 12.0]), observed=np.array([1.0, 6.0, 12.5]),
                    mapped=np.array([4.0, 6.0, 12.0]), emitted=np.array([5.0, 7.0, 13.0]),
                    covered=np.array([5.5, 7.5, 13.5]))
-    got = figures_by_window(t, 10.0, 10)
+    got = figures_by_window(t, 0.0, 10)
     assert list(got) == ["first 10 s", "after 10 s"]
     first, after = got["first 10 s"], got["after 10 s"]
     assert first["entries"] == 2 and after["entries"] == 1

@@ -243,6 +243,14 @@ def lag_by_ack_time(result: WorkloadResult, subscription: str,
     return np.concatenate(times), np.concatenate(lags)
 
 
+def ack_windows(acked: np.ndarray, started_at: float, split_s: float
+                ) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
+    """The entries acked (epoch seconds) in a workload's first ``split_s`` seconds and those
+    acked after, each as its label and a mask over ``acked``."""
+    early = acked < started_at + split_s
+    return (f"first {split_s:g} s", early), (f"after {split_s:g} s", ~early)
+
+
 def lag_windows(result: WorkloadResult, subscription: str, on_target: Mapping[str, Position],
                 changes: Changes, *, individual: bool, split_s: float
                 ) -> dict[str, dict[str, float | None]]:
@@ -251,9 +259,8 @@ def lag_windows(result: WorkloadResult, subscription: str, on_target: Mapping[st
     brokers' first reads of it, and a job's), and a whole run's p99 is mostly theirs."""
     acked, lags = lag_by_ack_time(result, subscription, on_target, changes,
                                   individual=individual)
-    early = acked < result.started_at + split_s
     out: dict[str, dict[str, float | None]] = {}
-    for label, pick in ((f"first {split_s:g} s", early), (f"after {split_s:g} s", ~early)):
+    for label, pick in ack_windows(acked, result.started_at, split_s):
         s = lags[pick & ~np.isnan(lags)]
         out[label] = {"entries": int(pick.sum()),
                       "p50_s": round(float(np.percentile(s, 50)), 3) if len(s) else None,

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.topics import TopicName
-from cursorsync_devtools.testbed.lag import CursorChange, first_covered
+from cursorsync_devtools.testbed.lag import CursorChange, ack_windows, first_covered
 from cursorsync_devtools.testbed.produce import entries_of
 from cursorsync_devtools.testbed.workload import WorkloadResult
 
@@ -69,14 +69,13 @@ def figures(t: EntryTimes) -> dict[str, Any]:
     return out
 
 
-def figures_by_window(t: EntryTimes, split_at: float, split_s: float
+def figures_by_window(t: EntryTimes, started_at: float, split_s: float
                       ) -> dict[str, dict[str, Any]]:
-    """:func:`figures` of the entries acked before ``split_at`` (epoch seconds, the end of
-    the topic's first ``split_s`` seconds) and of those acked after: where a new topic's
+    """:func:`figures` of the entries acked in the workload's first ``split_s`` seconds (it
+    started at ``started_at``, epoch seconds) and of those acked after: where a new topic's
     first seconds spend their longer lag."""
-    early = t.acked < split_at
     out: dict[str, dict[str, Any]] = {}
-    for label, pick in ((f"first {split_s:g} s", early), (f"after {split_s:g} s", ~early)):
+    for label, pick in ack_windows(t.acked, started_at, split_s):
         out[label] = figures(EntryTimes(t.acked[pick], t.observed[pick], t.mapped[pick],
                                         t.emitted[pick], t.covered[pick]))
     return out
