@@ -18,8 +18,8 @@ MAPPING_KEYS = {"entries", "batches", "seconds_from_start", "first_batch_ended_a
                 "entries_per_s_from_start", "entries_per_s_warm", "per_batch", "baseline",
                 "ratio_warm", "ratio_from_start", "check"}
 LAG_FIGURES = {"entries", "covered", "never_covered", "p50_s", "p99_s", "max_s", "min_s"}
-PHASES = ["backlog", "positions on b", "baseline", "spark start-up", "mapping", "live", "failover",
-          "mapping check"]
+PHASES = ["backlog", "positions on b", "baseline", "spark start-up", "mapping", "warm-up", "live",
+          "failover", "mapping check"]
 
 
 @pytest.mark.integration
@@ -31,6 +31,7 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
     # the built-in's first snapshot can take longer than the 8 s of traffic.
     spec = E2ESpec(backlog_topic=topic_name("backlog"), backlog_entries=2_000, partitions=2,
                    live_topic=topic_name("live"), live_partitions=1, rate_per_s=100,
+                   warm_up_topic=topic_name("warm-up"), warm_up_seconds=4,
                    max_entries_per_batch=500, settle_timeout_s=90)
     out = json.loads(run_e2e(seconds=8, json_output=True, spec=spec, bed=testbed))
 
@@ -84,6 +85,11 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         whole = figures["triggerExecution"]
         assert 0 <= figures["addBatch"]["p50_ms"] <= whole["p90_ms"], figures
 
+    warm_up = lag["warm_up"]
+    assert warm_up["topic"].endswith(topic_name("warm-up")) and warm_up["messages"] > 0
+    for name in ("cursorsync", "builtin"):
+        assert warm_up[name]["covered"] > 0, warm_up
+
     failover = out["failover"]
     assert failover["cursorsync"]["losses"] == 0, failover
     assert failover["cursorsync"]["messages"] == lag["messages"]
@@ -92,6 +98,7 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
     for p in out["phases"]:
         assert p["seconds"] >= 0 and p["cpu_s"].keys() >= {"driver", "broker a", "broker b"}
     text = table(out)
+    assert "the warm-up topic's entries" in text
     for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "CURSORSYNC LAG BY STAGE",
                     "SPARK PHASE", "FAILOVER TO b",
                     "CPU-S BY PHASE"):

@@ -80,6 +80,12 @@ class E2ESpec:
     rate_per_s: float = 200.0
     live_seconds: float = 60.0
     late_fraction: float = 0.1
+    #: A live workload of this many seconds on a topic of its own comes before the measured
+    #: one, with the job running: the brokers' JVMs compile the code paths of live traffic
+    #: with replicated subscriptions (snapshot markers, the admin API's entry reads) on
+    #: first use, and the lag is meant for a running system, not a cold one. 0: none.
+    warm_up_topic: str = "bench-warm-up"
+    warm_up_seconds: float = 20.0
     trigger_interval_s: float = 1.0
     #: spark.max_entries_per_batch; None: the embedded config's.
     max_entries_per_batch: int | None = None
@@ -102,11 +108,23 @@ class E2ESpec:
                              f"({self.partitions}) >= 1")
         if self.live_partitions < 1 or self.rate_per_s <= 0 or self.batch_size < 2:
             raise BenchError("live_partitions >= 1, rate_per_s > 0 and batch_size >= 2 needed")
+        if self.warm_up_seconds < 0:
+            raise BenchError(f"warm_up_seconds ({self.warm_up_seconds}) must be >= 0")
 
     def live(self) -> LiveSpec:
         return LiveSpec(self.live_topic, self.live_partitions, self.rate_per_s,
                         self.live_seconds, self.batched_fraction, self.batch_size,
                         self.late_fraction, seed=self.seed + 1)
+
+    def warm_up(self) -> LiveSpec:
+        return replace(self.live(), topic=self.warm_up_topic, seconds=self.warm_up_seconds,
+                       seed=self.seed + 2)
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics the job syncs."""
+        return [self.backlog_topic, self.live_topic,
+                *([self.warm_up_topic] if self.warm_up_seconds else [])]
 
     @property
     def identity(self) -> bool:
@@ -190,8 +208,9 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
     report: dict[str, Any] = {"benchmark": "e2e", "spec": asdict(spec), "machine": _machine()}
     with phase("backlog"):
         parts = bed.create_topic(spec.backlog_topic, spec.partitions)
-        bed.create_topic(spec.live_topic, spec.live_partitions)
-        _target_subscription(bed, spec.live_topic)
+        for topic in spec.topics[1:]:
+            bed.create_topic(topic, spec.live_partitions)
+            _target_subscription(bed, topic)
         _retention_subscriptions(bed, spec.backlog_topic)
         t = time.monotonic()
         backlog = produce(bed, Plan.of(parts, spec.backlog_entries,
@@ -258,8 +277,13 @@ def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
             covered = wait_ingested(job, recorder, want, spec.mapping_timeout_s)
         mapping = mapping_figures(job, recorder.done()[:covered + 1], t0, cpu0,
                                    report["backlog"]["entries"], config.target.name)
+        warm_up = None
+        if spec.warm_up_seconds:
+            with phase("warm-up"):
+                warm_up = _warm_up(bed, job, spec)
         with phase("live"):
             result, lag = _live(bed, job, spec, config)
+        lag["warm_up"] = warm_up
         lag["batch_phases_mean_s"] = phase_seconds(recorder)
     finally:
         if job is not None:
@@ -300,6 +324,33 @@ def spark_cores(master: str) -> int:
 def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str, Any]]:
     """The live workload, b's cursors polled meanwhile and until they cover it; the lags,
     and cursorsync's split by stage."""
+    live = spec.live()
+    live_from = time.time()
+    result, on_b, changes, lag = _measured_live(bed, job, spec, live)
+    plan = live.plan(bed.partitions(live.topic))
+    decisions = live.decisions(plan)
+    late = sum(1 for _, key, _, index in plan.messages()
+               if index <= 0 and decisions[key][0].kind == "late")
+    lag.update(entries=plan.entry_count(), late_entries=late)
+    lag["cursorsync_stages"] = _stages(config, result, on_b, changes, bed.topic(live.topic))
+    lag["spark_phases"] = trigger_phases(
+        {q.name: [json.loads(p.json) for p in q.recentProgress] for q in job.queries},
+        live_from)
+    return result, lag
+
+
+def _warm_up(bed: Any, job: Any, spec: E2ESpec) -> dict[str, Any]:
+    """The warm-up workload, measured as the live one is: the lag of a cold bed's first
+    live traffic."""
+    _, _, _, lag = _measured_live(bed, job, spec, spec.warm_up())
+    return lag
+
+
+def _measured_live(bed: Any, job: Any, spec: E2ESpec, live: LiveSpec,
+                   ) -> tuple[Any, dict[str, Position], Any, dict[str, Any]]:
+    """``live`` run with b's cursors polled meanwhile and until they cover it: the
+    workload's result, where its messages are on b, the cursors' changes, and the lag of
+    both subscriptions."""
     from cursorsync.app.job import query_failure
     from cursorsync_devtools.testbed.lag import (
         CursorPoller,
@@ -310,8 +361,6 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
     )
     from cursorsync_devtools.testbed.workload import verify_source_cursors
 
-    live = spec.live()
-    live_from = time.time()
     poller = CursorPoller(bed.admin_url("b"), bed.topic(live.topic), (SYNC, BUILTIN),
                           spec.poll_interval_s).start()
     individual = {SYNC: True, BUILTIN: False}
@@ -329,15 +378,10 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
             time.sleep(0.5)
     finally:
         poller.stop()
-    plan = live.plan(bed.partitions(live.topic))
-    decisions = live.decisions(plan)
-    late = sum(1 for _, key, _, index in plan.messages()
-               if index <= 0 and decisions[key][0].kind == "late")
     lag = {"topic": bed.topic(live.topic), "partitions": live.partitions,
            "rate_per_s": live.rate_per_s, "seconds": round(result.finished_at
                                                            - result.started_at, 1),
-           "messages": len(result.messages), "entries": plan.entry_count(),
-           "late_entries": late, "poll_interval_s": spec.poll_interval_s,
+           "messages": len(result.messages), "poll_interval_s": spec.poll_interval_s,
            "polls": poller.polls, "poll_errors": poller.errors,
            "settled_after_last_ack_s": round(time.time() - result.last_ack_at, 1)}
     for name, sub in (("cursorsync", SYNC), ("builtin", BUILTIN)):
@@ -345,11 +389,7 @@ def _live(bed: Any, job: Any, spec: E2ESpec, config: Any) -> tuple[Any, dict[str
                            individual=individual[sub]).figures()
         lag[name]["by_window"] = lag_windows(result, sub, on_b, poller.changes,
                                              individual=individual[sub], split_s=WARM_UP_S)
-    lag["cursorsync_stages"] = _stages(config, result, on_b, poller.changes, bed.topic(live.topic))
-    lag["spark_phases"] = trigger_phases(
-        {q.name: [json.loads(p.json) for p in q.recentProgress] for q in job.queries},
-        live_from)
-    return result, lag
+    return result, on_b, poller.changes, lag
 
 
 def _stages(config: Any, result: Any, on_b: Mapping[str, Position], changes: Any,
@@ -400,7 +440,7 @@ def _config(bed: Any, root: Path, spec: E2ESpec) -> Any:
     from cursorsync.app.settings import parse_config
     from cursorsync_devtools.demo import demo_config
 
-    cfg = demo_config(bed, root, topics=[spec.backlog_topic, spec.live_topic],
+    cfg = demo_config(bed, root, topics=spec.topics,
                       subscriptions=[SYNC], strategies=list(spec.strategies),
                       identity_scope=spec.identity_scope)
     data = cfg.model_dump(mode="json", by_alias=True)

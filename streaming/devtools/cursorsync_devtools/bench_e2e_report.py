@@ -53,6 +53,9 @@ def table(report: Mapping[str, Any]) -> str:
     ] + [(f"{q} of entries acked {w}", _s(cs["by_window"][w][f"{q}_s"]),
           _s(bi["by_window"][w][f"{q}_s"]))
          for w in _first_seconds_first(cs.get("by_window", {})) for q in ("p50", "p99")
+         ] + [(f"{q} of the warm-up topic's entries", _s(w["cursorsync"][f"{q}_s"]),
+               _s(w["builtin"][f"{q}_s"])) for w in [lag.get("warm_up")] if w
+              for q in ("p50", "p99")
          ] + [("entries covered", cs["covered"], bi["covered"]),
          ("never covered", cs["never_covered"], bi["never_covered"])], right=(1, 2))
     st = lag.get("cursorsync_stages") or {}
@@ -77,6 +80,11 @@ def table(report: Mapping[str, Any]) -> str:
             f"{lag['seconds']:.0f} s on {_plural(lag['partitions'], 'partition')}; b polled "
             f"every {lag['poll_interval_s']:g} s ({lag['polls']} polls); goal: cursorsync p99 "
             f"<= 2 s and below the built-in's")
+    if lag.get("warm_up"):
+        w = lag["warm_up"]
+        live += (f"\nwarm-up before it, not in the figures above but its own rows: "
+                 f"{w['messages']:,} messages at {w['rate_per_s']:g} msg/s for "
+                 f"{w['seconds']:.0f} s on a topic of its own (the bed's first live traffic)")
     fo = report["failover"]
     failover = format_table(("FAILOVER TO b", "CURSORSYNC", "BUILT-IN"), [
         (label, fo["cursorsync"][k], fo["builtin"][k]) for label, k in (
