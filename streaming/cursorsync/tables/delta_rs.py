@@ -22,6 +22,7 @@ and delta-rs writers on one S3 table.
 from __future__ import annotations
 
 import os
+import threading
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -47,6 +48,23 @@ def _local_or_uri(path: str) -> str:
     return os.path.abspath(path)
 
 
+class _Kept(threading.local):
+    """A thread's open tables: a handle, its version when kept (a write through it moves
+    it) and what that version's commit file was then."""
+
+    def __init__(self) -> None:
+        self.tables: dict[TableName, tuple[DeltaTable, int, tuple[int, int]]] = {}
+
+
+def _commit_file(uri: str, version: int) -> tuple[int, int] | None:
+    """The inode and modification time of a local table's commit file, or None."""
+    try:
+        st = os.stat(os.path.join(uri, "_delta_log", f"{version:020d}.json"))
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 class DeltaRsStore(TableStore):
     """Delta tables written and read with delta-rs."""
 
@@ -57,12 +75,37 @@ class DeltaRsStore(TableStore):
         self._storage = dict(storage_options or {})
         #: Tables whose stored version reads as it is (or with nullable columns to add).
         self._readable: set[TableName] = set()
+        #: Local tables stay open per thread (a delta-rs handle is not for two threads at
+        #: once): opening one replays its log from the last checkpoint (35-65 ms for 150
+        #: commits on an idle machine), bringing an open one up to date reads the commits
+        #: since (about 4 ms), and both sinks read and write their tables every batch.
+        self._kept = _Kept()
 
     def _open(self, table: TableName) -> DeltaTable | None:
-        try:
-            return DeltaTable(self.uri(table), storage_options=self._storage or None)
-        except TableNotFoundError:
-            return None
+        """The table at its latest version; None if there is none."""
+        uri = self.uri(table)
+        local = "://" not in uri
+        kept = self._kept.tables.pop(table, None) if local else None
+        dt: DeltaTable | None = None
+        # A table deleted (and maybe made again) under an open handle: delta-rs would keep
+        # the old state and add the new commits to it. The commit file of the version the
+        # handle holds, the same file still, says the table is the same.
+        if kept is not None and _commit_file(uri, kept[1]) == kept[2]:
+            try:
+                kept[0].update_incremental()
+                dt = kept[0]
+            except (DeltaError, OSError):
+                dt = None  # opened anew below
+        if dt is None:
+            try:
+                dt = DeltaTable(uri, storage_options=self._storage or None)
+            except TableNotFoundError:
+                return None
+        version = dt.version()
+        commit = _commit_file(uri, version) if local else None
+        if commit is not None:
+            self._kept.tables[table] = (dt, version, commit)
+        return dt
 
     def _require(self, table: TableName) -> DeltaTable:
         dt = self._open(table)

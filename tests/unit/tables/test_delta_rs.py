@@ -78,3 +78,58 @@ def test_delta_rs_racing_writers_of_different_apps_both_land(
     assert a.append("mappings", rows, app_id="x", batch_id=1) is True
     assert raced == [True]
     assert _rows_of(b, "mappings") == 3 * rows.num_rows
+
+
+# ------------------------------------------------------- handles kept open
+
+
+def test_delta_rs_keeps_a_table_open_and_sees_other_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opens a local table once per thread and brings it up to date after: another
+    store's commits are seen by its reads and by its idempotency check."""
+    import cursorsync.tables.delta_rs as delta_rs
+
+    root = str(tmp_path / "tables")
+    a, b = DeltaRsStore(root), DeltaRsStore(root)
+    rows = make_mappings(TOPICS[:1])
+    a.append("mappings", rows, app_id="m", batch_id=0)
+    opened: list[str] = []
+
+    class Counting(DeltaTable):
+        def __init__(self, uri: str, **kwargs: object) -> None:
+            opened.append(uri)
+            super().__init__(uri, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(delta_rs, "DeltaTable", Counting)
+    assert _rows_of(a, "mappings") == rows.num_rows
+    b.append("mappings", rows, app_id="m", batch_id=1)
+    assert _rows_of(a, "mappings") == 2 * rows.num_rows
+    assert a.append("mappings", rows, app_id="m", batch_id=1) is False  # b wrote it
+    assert a.append("mappings", rows, app_id="m", batch_id=2) is True
+    assert _rows_of(a, "mappings") == 3 * rows.num_rows
+    assert a.last_batch("m", table="mappings") == 2
+    assert opened.count(a.uri("mappings")) == 1, opened  # b's first open only; a's is kept
+
+
+def test_delta_rs_opens_a_table_anew_once_deleted_and_made_again(tmp_path: Path) -> None:
+    """A kept handle of a table deleted under it is not trusted: delta-rs would keep the old
+    state (and commit on top of it)."""
+    import shutil
+
+    root = str(tmp_path / "tables")
+    a, b = DeltaRsStore(root), DeltaRsStore(root)
+    rows = make_mappings(TOPICS[:2])
+    for batch in range(3):
+        a.append("mappings", rows, app_id="m", batch_id=batch)
+    assert _rows_of(a, "mappings") == 3 * rows.num_rows
+    shutil.rmtree(a.uri("mappings"))
+    one = make_mappings(TOPICS[:1])
+    b.append("mappings", one, app_id="m", batch_id=0)
+    b.append("mappings", one, app_id="m", batch_id=1)
+    b.append("mappings", one, app_id="m", batch_id=2)
+    b.append("mappings", one, app_id="m", batch_id=3)
+    assert _rows_of(a, "mappings") == 4 * one.num_rows
+    assert a.append("mappings", rows, app_id="m", batch_id=3) is False
+    assert a.append("mappings", rows, app_id="m", batch_id=4) is True
+    assert _rows_of(b, "mappings") == 4 * one.num_rows + rows.num_rows
