@@ -7,6 +7,8 @@ import gc
 import threading
 import weakref
 
+import pytest
+
 from cursorsync import gc_pause
 
 
@@ -57,3 +59,37 @@ def test_an_error_in_a_batch_resumes_the_collector() -> None:
     except RuntimeError:
         pass
     assert gc.isenabled()
+
+
+def test_the_first_full_collections_freeze_what_survives_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gc_pause, "_finished", 0)
+    monkeypatch.setattr(gc_pause, "_full_due", False)
+    monkeypatch.setattr(gc_pause, "_freezes_left", 2)
+    gc.unfreeze()
+    kept = [_Node() for _ in range(100)]
+    try:
+        for _ in range(gc_pause.FULL_EVERY - 1):
+            with gc_pause.paused():
+                pass
+        assert gc.get_freeze_count() == 0, "no full collection yet"
+        with gc_pause.paused():
+            pass
+        first = gc.get_freeze_count()
+        assert first >= len(kept), "what survived the full collection is frozen"
+        node = _Node()
+        ref = weakref.ref(node)
+        del node
+        for _ in range(2 * gc_pause.FULL_EVERY):
+            with gc_pause.paused():
+                pass
+        assert ref() is None, "a cycle made after the freeze is still collected"
+        assert gc_pause._freezes_left == 0
+        frozen = gc.get_freeze_count()
+        for _ in range(gc_pause.FULL_EVERY):
+            with gc_pause.paused():
+                pass
+        assert gc.get_freeze_count() == frozen, "no more freezes after FREEZES"
+    finally:
+        gc.unfreeze()
+        del kept
