@@ -36,10 +36,11 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
-                     ) -> dict[str, Any]:
+                     memory_scale: int | None = None) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests``), on
-    one test bed; return the figures per run."""
+    one test bed; return the figures per run. ``memory_scale``: the brokers' heap and
+    direct memory that many times the bed's default (default: :func:`bed_size`'s)."""
     from cursorsync_devtools.demo import DemoError
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
 
@@ -48,7 +49,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     bed = TestBed(TestBedConfig(
         work_dir=root / "pulsar", settings={"a": on, "b": on} if batch_index_acks else {},
         broker_plugin=broker_plugin_path() if batch_index_acks or cursor_digests else None,
-        **bed_size(partitions))).start()
+        **bed_size(partitions, memory_scale))).start()
     try:
         # Consumed ledgers stay on a for the run: a subscription first synced after its
         # topic's first ledgers were trimmed halts until resumed (docs/operation.md, "A
@@ -77,17 +78,19 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
             "runs": runs}
 
 
-def bed_size(partitions: int) -> dict[str, Any]:
+def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]:
     """The bed's settings for ``partitions`` partitions (twice as many topics with the
     built-in's twin): its defaults up to 1,000, which hold them; beyond, each broker's
     heap and direct memory, and its clients' operation timeout (a consumer of every
-    partition waits for the broker to load them all), grown with the partitions."""
-    if partitions <= 1000:
-        return {}
+    partition waits for the broker to load them all), grown with the partitions.
+    ``memory_scale`` sets the memory's growth instead."""
     scale = -(-partitions // 1000)
-    return {"memory": (f"-Xms{256 * scale}m -Xmx{640 * scale}m "
-                       f"-XX:MaxDirectMemorySize={384 * scale}m"),
-            "operation_timeout_s": 60 * scale}
+    size: dict[str, Any] = {} if partitions <= 1000 else {"operation_timeout_s": 60 * scale}
+    memory = scale if memory_scale is None and partitions > 1000 else memory_scale
+    if memory is not None:
+        size["memory"] = (f"-Xms{256 * memory}m -Xmx{640 * memory}m "
+                          f"-XX:MaxDirectMemorySize={384 * memory}m")
+    return size
 
 
 def _label(holes: str, carry: bool, digests: bool) -> str:

@@ -258,6 +258,10 @@ def bench_partitions(
     cursor_digests: Annotated[bool, typer.Option(
         "--cursor-digests", help="The plugin loaded; each run is made without and with "
         "spark.cursor_digests (the source polls ask it which partitions moved).")] = False,
+    memory_scale: Annotated[int | None, typer.Option(
+        "--memory-scale", min=1, help="The brokers' heap and direct memory this many times "
+        "the bed's default (default: 1 up to 1,000 partitions, one more per 1,000 "
+        "beyond).")] = None,
     work_dir: Annotated[str | None, typer.Option(
         "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
         "(default: a temporary directory, removed).")] = None,
@@ -275,7 +279,8 @@ def bench_partitions(
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
-                           cursor_digests=cursor_digests, work_dir=work_dir)
+                           cursor_digests=cursor_digests, memory_scale=memory_scale,
+                           work_dir=work_dir)
     if json_output:
         print_figures(result, json_output)
         return

@@ -81,3 +81,5 @@ def test_a_wide_benchmark_gives_its_brokers_memory_and_its_clients_time(
     assert {c.spec.memory for c in beds[1000].clusters.values()} == {DEFAULT_MEMORY}
     assert {c.spec.memory for c in beds[3000].clusters.values()} == {wide["memory"]}
     assert beds[3000].config.operation_timeout_s == 180
+    assert bed_size(1000, 2) == {"memory": "-Xms512m -Xmx1280m -XX:MaxDirectMemorySize=768m"}
+    assert bed_size(3000, 1)["memory"] == "-Xms256m -Xmx640m -XX:MaxDirectMemorySize=384m"
