@@ -149,7 +149,8 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
         "partitions": 1000, "runs": {"verified": {"losses": 0}, "probe": {"losses": 0}}}
     assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
                       "timeout_s": 1800.0, "holes": ("verified", "probe"),
-                      "batch_index_acks": False, "cursor_digests": False, "work_dir": None}]
+                      "batch_index_acks": False, "cursor_digests": False,
+                      "memory_scale": None, "work_dir": None}]
     calls.clear()
     fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
                 lambda *a, **k: {"partitions": a[0], "runs": {
