@@ -51,9 +51,11 @@ from cursorsync.pulsar.topics import TopicName, namespace_admin_path, parse_name
 T = TypeVar("T")
 K = TypeVar("K")
 
-#: Topic stats without what the broker must count entry by entry or read from storage.
+#: Topic stats without what the broker must count entry by entry or read from storage,
+#: nor the producer and consumer lists (a subscription's counters are still summed over
+#: its consumers; a broker without these options ignores them).
 _CHEAP_STATS = ("?getPreciseBacklog=false&subscriptionBacklogSize=false"
-                "&getEarliestTimeInBacklog=false")
+                "&getEarliestTimeInBacklog=false&excludePublishers=true&excludeConsumers=true")
 
 
 def parse_cluster_list(what: str, doc: Any) -> frozenset[str]:

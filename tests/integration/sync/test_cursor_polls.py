@@ -85,6 +85,33 @@ def test_the_stats_fingerprint_moves_with_every_cursor_change(
         producer.close()
 
 
+def test_the_polled_stats_leave_out_producers_and_consumers_not_the_counters(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    topic = testbed.topic(topic_name("lean-stats"))
+    testbed.create_topic(topic)
+    client = testbed.client("a")
+    consumers = [client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                                  initial_position=pulsar.InitialPosition.Earliest)
+                 for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(f"m{i}".encode())
+    consumers[0].acknowledge(consumers[0].receive(10_000))
+    time.sleep(1)  # the ack's counters land
+    full = testbed.admin_call("a", "GET", TopicName.parse(topic).admin_path("stats")
+                              + "?getPreciseBacklog=false&subscriptionBacklogSize=false"
+                              "&getEarliestTimeInBacklog=false")
+    assert full["publishers"] and full["subscriptions"][SUB]["consumers"]  # there to leave out
+    with AdminClient(AdminSettings.from_urls(testbed.admin_url("a"), cluster="a")) as admin:
+        lean = admin.topic_stats(topic)
+    assert not lean.get("publishers") and not lean["subscriptions"][SUB].get("consumers")
+    assert lean["subscriptions"][SUB]["lastAckedTimestamp"] > 0  # summed over the consumers
+    assert fingerprint(topic, lean, (SUB,)) == fingerprint(topic, full, (SUB,))
+    producer.close()
+    for c in consumers:
+        c.close()
+
+
 def _reader(bed: TestBed, topic: str, tmp_path: Path, **extra: str) -> PulsarCursorsStreamReader:
     opts = {"adminUrl": bed.admin_url("a"), "cluster": "a", "topics": topic,
             "subscriptions": SUB, "stateDir": str(tmp_path), **extra}

@@ -145,7 +145,8 @@ def test_without_the_plugin_the_topic_stats_are_asked(admin: StubAdmin, tmp_path
            "nonContiguousDeletedMessagesRanges": 0, "totalMsgExpired": 0}
     stats = {"msgInCounter": 10, "storageSize": 0, "subscriptions": {"svc": sub}}
     admin.set(BASE + "/partitioned-stats?getPreciseBacklog=false&subscriptionBacklogSize=false"
-              "&getEarliestTimeInBacklog=false&perPartition=true",
+              "&getEarliestTimeInBacklog=false&excludePublishers=true&excludeConsumers=true"
+              "&perPartition=true",
               Reply(body={"partitions": {f"{TOPIC}-partition-{i}": stats for i in docs}}))
     r = reader(admin, tmp_path)
     with caplog.at_level(logging.WARNING):
