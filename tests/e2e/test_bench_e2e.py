@@ -86,7 +86,7 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
         assert 0 <= figures["addBatch"]["p50_ms"] <= whole["p90_ms"], figures
 
     warm_up = lag["warm_up"]
-    assert warm_up["topic"].endswith(topic_name("warm-up")) and warm_up["messages"] > 0
+    assert warm_up["topic"].endswith(spec.warm_up_topic) and warm_up["messages"] > 0
     for name in ("cursorsync", "builtin"):
         assert warm_up[name]["covered"] > 0, warm_up
 
