@@ -7,7 +7,9 @@ twin, run once for each ``evidence.holes`` mode (``verified`` first: the baselin
 test bed, each on topics of its own. Printed per mode: the failover counts, per-batch time
 of both queries (the job's own histogram), sync lag p50 and p99 (``sync_progress`` rows
 that sent acks), the admin requests made to classify skipped ids (by kind, and per second
-of the run), and ``mappings`` rows per mapped entry, as the batches wrote them.
+of the run), ``mappings`` rows per mapped entry, as the batches wrote them, and the
+brokers' pooled direct memory at its highest
+(:mod:`cursorsync_devtools.testbed.direct_memory`).
 
 With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
 and the workload's consumers ack by batch index; each mode then runs twice, the job without
@@ -104,6 +106,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
+    from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
     label = _label(holes, carry, digests)
@@ -115,8 +118,10 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         foreign_per_partition=0)
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before = cpu.sample()
-    report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec, timeout_s=timeout_s,
-                  holes=holes, carry_batches=carry, cursor_digests=digests)
+    with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
+        report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
+                      timeout_s=timeout_s, holes=holes, carry_batches=carry,
+                      cursor_digests=digests)
     used = CpuSampler.diff(before, cpu.sample())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
@@ -148,4 +153,6 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         # The whole run's (workload, sync, failover): the brokers' share is the load
         # cursorsync adds to theirs, beside the other mode's in the same run.
         "cpu_s": {group: round(s, 1) for group, s in used.items()},
+        # Read every 20 s: a bed near its limit shows here before it runs out.
+        "pooled_direct_mb_peak": memory.peaks(),
     }

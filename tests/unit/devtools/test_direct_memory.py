@@ -1,0 +1,50 @@
+"""The brokers' pooled direct memory watch: the largest read per broker, a broker that
+does not answer left out, a malformed answer named."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from cursorsync_devtools.testbed.direct_memory import (
+    ALLOCATOR_STATS,
+    DirectMemoryWatch,
+    pooled_direct_mb,
+)
+from cursorsync_devtools.testbed.testbed import TestBedError
+
+MB = 2**20
+
+
+def _client(answers: dict[str, list[httpx.Response]]) -> httpx.Client:
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == ALLOCATOR_STATS
+        queue = answers[request.url.host]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+    return httpx.Client(transport=httpx.MockTransport(handle))
+
+
+def _used(mb: int) -> httpx.Response:
+    return httpx.Response(200, json={"usedDirectMemory": mb * MB, "directArenas": []})
+
+
+def test_the_peak_is_the_largest_read_of_each_broker() -> None:
+    http = _client({"a": [_used(16), _used(92), _used(80)],
+                    "b": [_used(56), httpx.Response(500), _used(64)]})
+    watch = DirectMemoryWatch({"a": "http://a/", "b": "http://b"}, http=http)
+    for _ in range(3):
+        watch.read()
+    assert watch.peaks() == {"a": 92.0, "b": 64.0}
+
+
+def test_a_broker_that_never_answers_has_no_peak() -> None:
+    http = _client({"a": [_used(10)], "b": [httpx.Response(503)]})
+    with DirectMemoryWatch({"a": "http://a", "b": "http://b"}, every_s=0.01, http=http) as w:
+        pass
+    assert w.peaks() == {"a": 10.0, "b": None}
+
+
+def test_an_answer_without_the_count_is_named() -> None:
+    with pytest.raises(TestBedError, match="cluster b: allocator stats without"):
+        pooled_direct_mb("b", {"directArenas": []})
+    assert pooled_direct_mb("a", {"usedDirectMemory": 3 * MB}) == 3.0
