@@ -8,8 +8,8 @@ test bed, each on topics of its own. Printed per mode: the failover counts, per-
 of both queries (the job's own histogram), sync lag p50 and p99 (``sync_progress`` rows
 that sent acks), the admin requests made to classify skipped ids (by kind, and per second
 of the run), ``mappings`` rows per mapped entry, as the batches wrote them, and the
-brokers' pooled direct memory at its highest
-(:mod:`cursorsync_devtools.testbed.direct_memory`).
+brokers' direct memory at its highest (:mod:`cursorsync_devtools.testbed.direct_memory`);
+a run that ends early gives its error and that peak.
 
 With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
 and the workload's consumers ack by batch index; each mode then runs twice, the job without
@@ -43,13 +43,14 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests``), on
     one test bed; return the figures per run. ``memory_scale``: the brokers' heap and
     direct memory that many times the bed's default (default: :func:`bed_size`'s)."""
-    from cursorsync_devtools.demo import DemoError
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
+    from cursorsync_devtools.testbed.direct_memory import BED_SETTINGS
 
     root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="cursorsync-wide-"))
-    on = {"acknowledgmentAtBatchIndexLevelEnabled": "true"}
+    on = {**BED_SETTINGS, **({"acknowledgmentAtBatchIndexLevelEnabled": "true"}
+                             if batch_index_acks else {})}
     bed = TestBed(TestBedConfig(
-        work_dir=root / "pulsar", settings={"a": on, "b": on} if batch_index_acks else {},
+        work_dir=root / "pulsar", settings={"a": on, "b": on},
         broker_plugin=broker_plugin_path() if batch_index_acks or cursor_digests else None,
         **bed_size(partitions, memory_scale))).start()
     try:
@@ -64,13 +65,10 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
             for carry in (False, True) if batch_index_acks else (False,):
                 for digests in (False, True) if cursor_digests else (False,):
                     label = _label(mode, carry, digests)
-                    try:
-                        runs[label] = _run(bed, root / label, partitions,
-                                           entries_per_partition, produce_seconds, timeout_s,
-                                           mode, batch_index_acks=batch_index_acks,
-                                           carry=carry, digests=digests)
-                    except DemoError as err:  # a mode that never catches up is a figure too
-                        runs[label] = {"holes": mode, "failed": str(err).splitlines()[0]}
+                    runs[label] = _run(bed, root / label, partitions,
+                                       entries_per_partition, produce_seconds, timeout_s,
+                                       mode, batch_index_acks=batch_index_acks,
+                                       carry=carry, digests=digests)
     finally:
         bed.stop()
         if not work_dir:
@@ -118,10 +116,16 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         foreign_per_partition=0)
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before = cpu.sample()
+    report, failed = None, ""
     with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
-        report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
-                      timeout_s=timeout_s, holes=holes, carry_batches=carry,
-                      cursor_digests=digests)
+        try:
+            report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
+                          timeout_s=timeout_s, holes=holes, carry_batches=carry,
+                          cursor_digests=digests)
+        except Exception as err:  # never caught up, a broker gone: the other modes still run
+            failed = (str(err).splitlines() or [type(err).__name__])[0]
+    if report is None:  # a figure too, with how near its limit the bed's memory was
+        return {"holes": holes, "failed": failed, "direct_mb_peak": memory.peaks()}
     used = CpuSampler.diff(before, cpu.sample())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
@@ -154,5 +158,5 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         # cursorsync adds to theirs, beside the other mode's in the same run.
         "cpu_s": {group: round(s, 1) for group, s in used.items()},
         # Read every 20 s: a bed near its limit shows here before it runs out.
-        "pooled_direct_mb_peak": memory.peaks(),
+        "direct_mb_peak": memory.peaks(),
     }

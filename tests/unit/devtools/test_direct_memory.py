@@ -1,16 +1,12 @@
-"""The brokers' pooled direct memory watch: the largest read per broker, a broker that
-does not answer left out, a malformed answer named."""
+"""The brokers' direct memory watch: the largest read per broker, a broker that does not
+answer left out, an answer without the figure named."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from cursorsync_devtools.testbed.direct_memory import (
-    ALLOCATOR_STATS,
-    DirectMemoryWatch,
-    pooled_direct_mb,
-)
+from cursorsync_devtools.testbed.direct_memory import METRICS, DirectMemoryWatch, direct_mb
 from cursorsync_devtools.testbed.testbed import TestBedError
 
 MB = 2**20
@@ -18,14 +14,17 @@ MB = 2**20
 
 def _client(answers: dict[str, list[httpx.Response]]) -> httpx.Client:
     def handle(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == ALLOCATOR_STATS
+        assert request.url.path == METRICS
         queue = answers[request.url.host]
         return queue.pop(0) if len(queue) > 1 else queue[0]
     return httpx.Client(transport=httpx.MockTransport(handle))
 
 
 def _used(mb: int) -> httpx.Response:
-    return httpx.Response(200, json={"usedDirectMemory": mb * MB, "directArenas": []})
+    return httpx.Response(200, text=(
+        "# TYPE jvm_memory_direct_bytes_used gauge\n"
+        f'jvm_memory_direct_bytes_max{{cluster="a"}} {384 * MB:.8E}\n'
+        f'jvm_memory_direct_bytes_used{{cluster="a"}} {mb * MB:.8E}\n'))
 
 
 def test_the_peak_is_the_largest_read_of_each_broker() -> None:
@@ -44,7 +43,7 @@ def test_a_broker_that_never_answers_has_no_peak() -> None:
     assert w.peaks() == {"a": 10.0, "b": None}
 
 
-def test_an_answer_without_the_count_is_named() -> None:
-    with pytest.raises(TestBedError, match="cluster b: allocator stats without"):
-        pooled_direct_mb("b", {"directArenas": []})
-    assert pooled_direct_mb("a", {"usedDirectMemory": 3 * MB}) == 3.0
+def test_an_answer_without_the_figure_is_named() -> None:
+    with pytest.raises(TestBedError, match="cluster b: /metrics/ without"):
+        direct_mb("b", "jvm_memory_direct_bytes_max 4.0E8\n")
+    assert direct_mb("a", "jvm_memory_direct_bytes_used 3145728.0\n") == 3.0
