@@ -3,6 +3,8 @@ answer left out, an answer without the figure named."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -47,3 +49,31 @@ def test_an_answer_without_the_figure_is_named() -> None:
     with pytest.raises(TestBedError, match="cluster b: /metrics/ without"):
         direct_mb("b", "jvm_memory_direct_bytes_max 4.0E8\n")
     assert direct_mb("a", "jvm_memory_direct_bytes_used 3145728.0\n") == 3.0
+
+
+def test_a_wide_run_that_fails_keeps_its_error_and_the_memory_peak(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import cursorsync_devtools.demo as demo_module
+    import cursorsync_devtools.testbed.direct_memory as watch_module
+    from cursorsync_devtools import bench_partitions
+
+    class Cluster:
+        pid = None
+
+    class Bed:
+        def __init__(self) -> None:
+            self.clusters = {"a": Cluster(), "b": Cluster()}
+
+        def admin_url(self, name: str) -> str:
+            return f"http://{name}"
+
+    def broker_gone(**_: object) -> None:
+        raise RuntimeError("Timeout: Pulsar error: TimeOut\nmore")
+
+    monkeypatch.setattr(demo_module, "demo", broker_gone)
+    http = _client({"a": [_used(380)], "b": [httpx.Response(503)]})
+    monkeypatch.setattr(watch_module, "DirectMemoryWatch",
+                        lambda urls: DirectMemoryWatch(urls, every_s=0.01, http=http))
+    got = bench_partitions._run(Bed(), tmp_path, 4, 2, 1.0, 10.0, "probe")
+    assert got == {"holes": "probe", "failed": "Timeout: Pulsar error: TimeOut",
+                   "direct_mb_peak": {"a": 380.0, "b": None}}
