@@ -44,6 +44,7 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
             # driver as Arrow at once, so rows would only cost the JVM a conversion each way
             "layout": "arrow",
             "receiverQueueSize": str(cluster.receiver_queue_size),
+            "keptReaders": str(cluster.kept_readers),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
             "startingPosition": "earliest"}

@@ -335,6 +335,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 client=o.client, identity_fields=o.identity_fields, identity=o.identity,
                 per_entry=o.per_entry, columns=o.columns,
                 receiver_queue_size=o.receiver_queue_size,
+                kept_readers=o.kept_readers,
                 identity_batched_only=o.identity_batched_only,
                 identity_rows_only=o.identity_rows_only,
                 position_evidence=o.position_evidence,

@@ -34,6 +34,9 @@ Row = tuple[Any, ...]
 DEFAULT_SUBSCRIPTION = "cursorsync-mapping"
 #: Pulsar's default receiver queue (messages).
 DEFAULT_RECEIVER_QUEUE = 1000
+#: Readers a worker process keeps open between ranges (option keptReaders; see
+#: cursorsync.mapping.kept_readers): a thousand partitions on each of two clusters.
+DEFAULT_KEPT_READERS = 2048
 #: How long read() waits for its queue at a time.
 READ_POLL_MS = 100
 #: Silent this long short of the range's end: look up what is left (option tailCheckMs).
@@ -137,6 +140,7 @@ class EntriesOptions:
     per_entry: bool
     columns: tuple[str, ...]
     receiver_queue_size: int
+    kept_readers: int
     source_position_property: str
     read_timeout_ms: int
     tail_check_ms: int
@@ -183,6 +187,7 @@ class EntriesOptions:
             columns=parse_columns(o.get_str("columns")),
             receiver_queue_size=o.get_int("receiverQueueSize", DEFAULT_RECEIVER_QUEUE,
                                           minimum=1) or DEFAULT_RECEIVER_QUEUE,
+            kept_readers=o.get_int("keptReaders", DEFAULT_KEPT_READERS, minimum=0) or 0,
             source_position_property=o.get_str("sourcePositionProperty",
                                                REPL_SOURCE_POSITION_PROPERTY)
             or REPL_SOURCE_POSITION_PROPERTY,

@@ -27,6 +27,13 @@ from cursorsync.mapping.entries_options import (
 )
 from cursorsync.mapping.entries_rows import MESSAGE_FIELD_COLUMNS, Entry, row_values
 from cursorsync.mapping.entries_tasks import EntriesPartition
+from cursorsync.mapping.kept_readers import (
+    FORWARD_MAX,
+    KEEP_RANGE_MAX,
+    KEPT_QUEUE,
+    KeptReader,
+    KeptReaders,
+)
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.msgid import batch_size_of, first_chunk_of
@@ -54,6 +61,7 @@ def _client(settings: ClientSettings) -> Any:
             client = settings.connect()
             while len(_CLIENTS) >= CLIENTS_KEPT:
                 oldest = next(iter(_CLIENTS))
+                KEPT.forget(oldest)  # closed with their client
                 with contextlib.suppress(Exception):  # its tasks are done; best effort
                     _CLIENTS.pop(oldest).close()
         _CLIENTS[settings] = client  # most recently used last
@@ -64,6 +72,8 @@ def _close_clients() -> None:
     """At exit, while our logger still exists: a client destroyed later logs at DEBUG to
     stdout (seen after ``--json`` output)."""
     with _CLIENTS_LOCK:
+        for settings in _CLIENTS:
+            KEPT.forget(settings)  # closed with their client
         for client in _CLIENTS.values():
             with contextlib.suppress(Exception):  # best effort, at exit
                 client.close()
@@ -91,76 +101,135 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     """Every message of the entries in (start, end] of one topic partition, in order.
 
     Deterministic: the same (start, end] always yields the same rows while the
-    entries are retained (the driver's subscription holds them until commit).
+    entries are retained (the driver's subscription holds them until commit), whether
+    they are read on a reader opened at the start or on one kept from an earlier range
+    (:mod:`cursorsync.mapping.kept_readers`).
     """
     import pulsar
 
+    start = Position.parse(part.start)
+    end = Position.parse(part.end)
+    if end <= start:
+        return
+    before = (start.ledger, start.entry)
+    size = part.entry_count()
+    keep = part.kept_readers > 0 and size is not None and size <= KEEP_RANGE_MAX
+    client = _client(part.client)
+    if not keep:
+        KEPT.drop(part.client, part.topic)  # this read passes it
+    else:
+        kept = KEPT.take(part.client, part.topic, before)
+        if kept is not None:
+            try:
+                yield from _read_on(part, kept, start, end, keep=True, forward_max=FORWARD_MAX)
+                return
+            except _TooFarBehind:
+                pass  # nothing yielded yet: read the range on a new reader
+    start_id = (pulsar.MessageId.earliest if start.ledger < 0
+                else pulsar.MessageId(TopicName.parse(part.topic).partition, start.ledger,
+                                      start.entry, -1))
+    reader = client.create_reader(
+        part.topic, start_id,
+        receiver_queue_size=min(KEPT_QUEUE, part.receiver_queue_size) if keep
+        else part.receiver_queue_size)
+    yield from _read_on(part, KeptReader(reader, before), start, end, keep=keep,
+                        forward_max=None)
+
+
+#: This worker process's kept readers (see cursorsync.mapping.kept_readers).
+KEPT = KeptReaders()
+
+
+class _TooFarBehind(Exception):
+    """A kept reader would drop more than FORWARD_MAX messages to reach the range's start."""
+
+
+def _read_on(part: EntriesPartition, kept: KeptReader, start: Position, end: Position, *,
+             keep: bool, forward_max: int | None) -> Iterator[Row]:
+    """The rows of (start, end] read on ``kept``'s reader; the reader is kept for the next
+    range when ``keep`` and the range was read to its end, else closed."""
     topic = TopicName.parse(part.topic)
     where = (str(topic.base), topic.partition)
     fields = MESSAGE_FIELD_COLUMNS - (DIGESTED_ONLY_COLUMNS if part.columns == EVIDENCE_COLUMNS
                                       else frozenset())
     wide = not fields.isdisjoint(part.columns)
     digester = Digester(part.identity_fields, (part.source_position_property,))
-    start = Position.parse(part.start)
-    end = Position.parse(part.end)
-    if end <= start:
-        return
-    client = _client(part.client)
-    start_id = (pulsar.MessageId.earliest if start.ledger < 0
-                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
-    reader = client.create_reader(part.topic, start_id,
-                                  receiver_queue_size=part.receiver_queue_size)
+    done = False
     try:
-        for entry in _whole_entries(part, reader, start, end):
+        for entry in _whole_entries(part, kept, start, end, forward_max):
             yield from row_values(part, where, entry, wide, digester)
+        done = True
     finally:
-        reader.close()
+        if done and keep:
+            kept.at = (end.ledger, end.entry)
+            KEPT.keep(part.client, part.topic, kept, part.kept_readers)
+        else:
+            KEPT.close(kept)  # read to its end and not kept, or a failed or abandoned read
 
 
-def _whole_entries(part: EntriesPartition, reader: Any, start: Position,
-                   end_pos: Position) -> Iterator[Entry]:
-    """The entries in (start, end_pos] as ``reader`` delivers them, each once and whole.
+def _whole_entries(part: EntriesPartition, kept: KeptReader, start: Position,
+                   end_pos: Position, forward_max: int | None = None) -> Iterator[Entry]:
+    """The entries in (start, end_pos] as ``kept``'s reader delivers them, each once and
+    whole; the message delivered past ``end_pos``, if any, is left in ``kept.pending``.
 
     The batch size from a batched message's id says when its entry ends.
     Messages delivered again (a reader's stream is in order, so anything at or
     before an entry already yielded, or a batch index already seen) are dropped:
     every entry is yielded once. An entry first seen behind one already yielded
     fails the task (a reader delivers in order; skipping it would be a hole).
+    A reader that stopped before ``start`` delivers what lies before it first: dropped,
+    and _TooFarBehind once more than ``forward_max`` of them (before anything is
+    yielded). So is a chunked message whose first chunk is at or before ``start``: a
+    reader opened at ``start`` never delivers it.
     """
     import pulsar
 
+    reader = kept.reader
+    pending, kept.pending = kept.pending, None
     read = _RangeRead(part, start, end_pos)
+    dropped = 0
     while True:
         if read.current is not None and read.current.complete:
             yield read.finish()
             if read.done_to >= read.end:
                 return
-        try:
-            # The receiver queue is usually full: ask the broker whether anything is
-            # left only when it runs dry, not once per entry (a round trip each).
-            msg = reader.read_next(READ_POLL_MS)
-        except pulsar.Timeout as e:
-            if read.complete_after_silence(reader, e):
-                if read.current is not None:
-                    yield read.current
-                return
-            continue
+        if pending is not None:
+            msg, pending = pending, None
+        else:
+            try:
+                # The receiver queue is usually full: ask the broker whether anything is
+                # left only when it runs dry, not once per entry (a round trip each).
+                msg = reader.read_next(READ_POLL_MS)
+            except pulsar.Timeout as e:
+                if read.complete_after_silence(reader, e):
+                    if read.current is not None:
+                        yield read.current
+                    return
+                continue
         read.waited = read.checked_at = 0  # the silence is over
         mid = msg.message_id()
         pos = (mid.ledger_id(), mid.entry_id())
         if pos <= read.done_to:
+            if forward_max is not None and pos <= read.before:
+                dropped += 1
+                if dropped > forward_max:
+                    raise _TooFarBehind
             read.check_redelivered(pos)
             continue
         if pos > read.end:
+            kept.pending = msg
             break
+        if read.current is not None and pos == read.current.pos:
+            read.current.add(mid, msg)
+            continue
+        entry = _begin_entry(pos, mid, msg)
+        if entry.first_chunk is not None and entry.first_chunk <= read.before:
+            continue
         if read.current is not None:
-            if pos == read.current.pos:
-                read.current.add(mid, msg)
-                continue
             # An entry ends here when its size is unknown, or when its batch was not
             # delivered whole: its digest then matches nothing, so it stays unmapped.
             yield read.finish()
-        read.current = _begin_entry(pos, mid, msg)
+        read.current = entry
     if read.current is not None:
         read.check_whole()
         yield read.current

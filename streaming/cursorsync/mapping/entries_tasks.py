@@ -14,7 +14,12 @@ from pyspark.sql.datasource import InputPartition
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.errors import ConfigError
-from cursorsync.mapping.entries_options import COLUMNS, DEFAULT_RECEIVER_QUEUE, TAIL_CHECK_MS
+from cursorsync.mapping.entries_options import (
+    COLUMNS,
+    DEFAULT_KEPT_READERS,
+    DEFAULT_RECEIVER_QUEUE,
+    TAIL_CHECK_MS,
+)
 from cursorsync.pulsar.admin import AdminSettings
 from cursorsync.pulsar.client import ClientSettings
 
@@ -60,6 +65,8 @@ class EntriesPartition(InputPartition):
     read_timeout_ms: int
     columns: tuple[str, ...] = COLUMNS
     receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE
+    #: Readers the worker keeps open between ranges (cursorsync.mapping.kept_readers).
+    kept_readers: int = DEFAULT_KEPT_READERS
     identity_batched_only: bool = False
     identity_rows_only: bool = False
     #: The stamp is evidence of its own (strategy position-property): a stamped target

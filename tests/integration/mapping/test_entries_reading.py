@@ -4,6 +4,7 @@ directly: rows, batches and identity, replays, admission control, offsets and co
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,10 @@ import pulsar
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+import cursorsync.mapping.entries_read as entries_read
 from cursorsync.core.identity import MessageIdentity, entry_digest, message_digest
 from cursorsync.core.positions import Position
+from cursorsync.mapping.entries import PulsarEntriesStreamReader
 from cursorsync.mapping.entries_options import EntriesReadError
 from cursorsync.mapping.entries_read import read_entries
 from cursorsync.mapping.entries_tasks import (
@@ -364,4 +367,51 @@ def test_a_task_of_several_ranges_reads_what_a_task_per_range_reads(
         assert read_all(packed, start, end) == read_all(alone, start, end)
     finally:
         packed.stop()
+        alone.stop()
+
+
+@pytest.mark.integration
+def test_ranges_read_on_kept_readers_give_the_rows_of_a_reader_per_range(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Real Pulsar 4.0: a topic of single messages, batches and chunked messages, read
+    range after range on readers kept from one range to the next (the default), gives
+    the rows of a reader opened at each range's start. Ranges end inside batches' runs
+    and between a chunked message's chunks: the kept reader delivers such a message in
+    the next range, whose start reader never does; it is dropped there."""
+    [t] = local_topic(testbed, "a", topic_name("kept"))
+    client = client_of(testbed, "a")
+    produce(client, t, unbatched=3, batches=[3, 2], tag="0")
+    chunky = client.create_producer(t, batching_enabled=False, chunking_enabled=True)
+    chunky.send(b"c" * (600 * 1024))  # 256 KB messages on a: three chunks
+    produce(client, t, unbatched=1, batches=[4], tag="1")
+    chunky.send(b"d" * (300 * 1024))
+    chunky.close()
+    produce(client, t, unbatched=2, batches=[2], tag="2")
+    kept = entries_reader(testbed, [t], tailCheckMs="200")
+    alone = entries_reader(testbed, [t], tailCheckMs="200", keptReaders="0")
+    try:
+        last = entries_positions(kept.latestOffset(kept.initialOffset(), ReadAllAvailable()))[t]
+        assert last.entry == 14  # 5 + 3 chunks + 2 + 2 chunks + 3
+        for step in (1, 2, 3):
+            bounds = [Position(last.ledger, e) for e in range(0, last.entry, step)] + [last]
+            before = entries_read.KEPT.taken
+
+            def rows(r: PulsarEntriesStreamReader, bounds: list[Position] = bounds
+                     ) -> list[list[tuple]]:
+                return [list(read_entries(r.ranges({t: lo}, {t: hi})[0]))
+                        for lo, hi in itertools.pairwise(bounds)]
+
+            on_kept = rows(kept)
+            assert entries_read.KEPT.taken - before == len(bounds) - 2, step
+            assert on_kept == rows(alone), step
+            read = [r for x in on_kept for r in x]
+            # every message but the chunked ones split by a range's end, in order
+            assert [(r[4], r[5]) for r in read] == sorted((r[4], r[5]) for r in read)
+            chunked = {r[4]: r[17] for r in read if r[17] is not None}
+            assert chunked == {e: f for e, f in {7: f"{last.ledger}:5",
+                                                 11: f"{last.ledger}:10"}.items()
+                               if not any(int(f.split(":")[1]) <= b.entry < e
+                                          for b in bounds)}, step
+    finally:
+        kept.stop()
         alone.stop()

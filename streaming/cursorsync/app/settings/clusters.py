@@ -107,6 +107,9 @@ class ClusterConfig(_Section):
     #: Messages a mapping reader may hold in its receiver queue (memory: this many
     #: messages per task).
     receiver_queue_size: int = Field(default=1000, ge=1, le=100_000)
+    #: Mapping readers each Spark worker process keeps open between batches, one per
+    #: partition whose last range was small (memory: up to 100 messages each).
+    kept_readers: int = Field(default=2048, ge=0, le=100_000)
 
     @field_validator("service_url")
     @classmethod
