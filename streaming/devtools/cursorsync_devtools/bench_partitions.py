@@ -16,7 +16,9 @@ and the workload's consumers ack by batch index; each mode then runs twice, the 
 carrying partly acked batches (the baseline) and with (``<mode>-batches``). With
 ``cursor_digests`` the brokers load the plugin and each run is made twice again: the job's
 source polls asking the topic stats which partitions moved (the baseline), and asking the
-plugin (``...-digests``).
+plugin (``...-digests``). With ``kept_readers`` each run is made twice again: the mapping's
+workers opening a reader per range (``kept_readers: 0``, the baseline) and keeping them
+between ranges (the default, ``...-kept``).
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
-                     memory_scale: int | None = None) -> dict[str, Any]:
+                     kept_readers: bool = False, memory_scale: int | None = None,
+                     ) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
-    ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests``), on
+    ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests`` and
+    with ``kept_readers``), on
     one test bed; return the figures per run. ``memory_scale``: the brokers' heap and
     direct memory that many times the bed's default (default: :func:`bed_size`'s)."""
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
@@ -64,18 +68,19 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
         for mode in holes:
             for carry in (False, True) if batch_index_acks else (False,):
                 for digests in (False, True) if cursor_digests else (False,):
-                    label = _label(mode, carry, digests)
-                    runs[label] = _run(bed, root / label, partitions,
-                                       entries_per_partition, produce_seconds, timeout_s,
-                                       mode, batch_index_acks=batch_index_acks,
-                                       carry=carry, digests=digests)
+                    for kept in (False, True) if kept_readers else (None,):
+                        label = _label(mode, carry, digests, kept)
+                        runs[label] = _run(bed, root / label, partitions,
+                                           entries_per_partition, produce_seconds, timeout_s,
+                                           mode, batch_index_acks=batch_index_acks,
+                                           carry=carry, digests=digests, kept=kept)
     finally:
         bed.stop()
         if not work_dir:
             shutil.rmtree(root, ignore_errors=True)
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
             "batch_index_acks": batch_index_acks, "cursor_digests": cursor_digests,
-            "runs": runs}
+            "kept_readers": kept_readers, "runs": runs}
 
 
 def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]:
@@ -93,21 +98,22 @@ def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]
     return size
 
 
-def _label(holes: str, carry: bool, digests: bool) -> str:
-    return holes + ("-batches" if carry else "") + ("-digests" if digests else "")
+def _label(holes: str, carry: bool, digests: bool, kept: bool | None = None) -> str:
+    return (holes + ("-batches" if carry else "") + ("-digests" if digests else "")
+            + ("-kept" if kept else "-per-range" if kept is False else ""))
 
 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str, *,
          batch_index_acks: bool = False, carry: bool = False, digests: bool = False,
-         ) -> dict[str, Any]:
+         kept: bool | None = None) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
-    label = _label(holes, carry, digests)
+    label = _label(holes, carry, digests, kept)
     spec = WorkloadSpec(partitioned_topic=f"wide-{label}", partitions=partitions,
                         plain_topic=f"wide-plain-{label}", chunked_topic=None,
                         batch_index_acks=batch_index_acks,
@@ -121,7 +127,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         try:
             report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
                           timeout_s=timeout_s, holes=holes, carry_batches=carry,
-                          cursor_digests=digests)
+                          cursor_digests=digests,
+                          kept_readers=0 if kept is False else None)
         except Exception as err:  # never caught up, a broker gone: the other modes still run
             failed = (str(err).splitlines() or [type(err).__name__])[0]
     if report is None:  # a figure too, with how near its limit the bed's memory was
@@ -137,7 +144,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     messages = ours["messages"]
     return {
         "holes": holes, "carry_batches": carry, "cursor_digests": digests,
-        "topics": report.topics, "messages": messages,
+        "kept_readers": kept, "topics": report.topics, "messages": messages,
         "losses": ours["losses"], "duplicates": ours["duplicates"],
         "duplicates_partial_batch": ours["partial_batch"],
         "builtin_duplicates": builtin["duplicates"], "builtin_losses": builtin["losses"],

@@ -258,6 +258,9 @@ def bench_partitions(
     cursor_digests: Annotated[bool, typer.Option(
         "--cursor-digests", help="The plugin loaded; each run is made without and with "
         "spark.cursor_digests (the source polls ask it which partitions moved).")] = False,
+    kept_readers: Annotated[bool, typer.Option(
+        "--kept-readers", help="Each run is made with the mapping's workers opening a reader "
+        "per range (kept_readers 0, the baseline) and keeping readers between ranges.")] = False,
     memory_scale: Annotated[int | None, typer.Option(
         "--memory-scale", min=1, help="The brokers' heap and direct memory this many times "
         "the bed's default (default: 1 up to 1,000 partitions, one more per 1,000 "
@@ -279,7 +282,8 @@ def bench_partitions(
     with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
-                           cursor_digests=cursor_digests, memory_scale=memory_scale,
+                           cursor_digests=cursor_digests, kept_readers=kept_readers,
+                           memory_scale=memory_scale,
                            work_dir=work_dir)
     if json_output:
         print_figures(result, json_output)
