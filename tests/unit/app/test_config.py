@@ -380,7 +380,7 @@ def test_bad_namespace_regex() -> None:
                    "topics"),
         ("clusters.colour", "source, target"),
         ("clusters.source.colour",
-         "admin_url, auth, max_concurrency, name, receiver_queue_size, "
+         "admin_url, auth, kept_readers, max_concurrency, name, receiver_queue_size, "
          "request_timeout_s, service_url"),
         ("clusters.target.auth.colour", "tls, token, token_file"),
         ("clusters.target.auth.tls.colour", "allow_insecure, ca_file, cert_file, key_file"),
@@ -428,7 +428,7 @@ def test_every_problem_reported_at_once_with_its_yaml_line(tmp_path: Path) -> No
     colour_line = next(i for i, text in enumerate(lines, 1) if "colour" in text)
     mode_line = next(i for i, text in enumerate(lines, 1) if "mode:" in text)
     assert f"  clusters.source.colour: unknown key. Valid keys are: admin_url, auth, " \
-           f"max_concurrency, name, receiver_queue_size, request_timeout_s, " \
+           f"kept_readers, max_concurrency, name, receiver_queue_size, request_timeout_s, " \
            f"service_url " \
            f"(line {colour_line})" in message
     assert f"emission.mode: 'fast' is not a valid mode. Valid values are: " \
@@ -621,3 +621,35 @@ def test_a_missing_tls_file_fails_the_connection_settings(tmp_path: Path) -> Non
         with pytest.raises(ConfigError, match=rf"cluster B: auth\.tls\.cert_file: cannot read "
                                               rf"'{re.escape(str(missing))}'"):
             settings(config.target)
+
+
+def test_each_cluster_s_kept_readers_reach_its_entries_stream() -> None:
+    from cursorsync.app.streams import entries_stream
+
+    class Spark:
+        """Enough of a SparkSession to record a stream's options."""
+
+        def __init__(self) -> None:
+            self.readStream, self.opts = self, {}
+
+        def format(self, _name: str) -> Spark:
+            return self
+
+        def options(self, **opts: str) -> Spark:
+            self.opts = opts
+            return self
+
+        def load(self) -> dict[str, str]:
+            return self.opts
+
+    config = load_config(CONF / "embedded.yaml")
+    for side in ("source", "target"):
+        config = config.with_cluster(side, service_url="pulsar://127.0.0.1:6650",
+                                     admin_url="http://127.0.0.1:8080")
+    data = config.model_dump(mode="json", by_alias=True)
+    data["clusters"]["target"]["kept_readers"] = 0
+    assert entries_stream(Spark(), config, "source")["keptReaders"] == "2048"
+    assert entries_stream(Spark(), parse_config(data), "target")["keptReaders"] == "0"
+    with pytest.raises(ConfigValidationError, match="kept_readers"):
+        data["clusters"]["target"]["kept_readers"] = -1
+        parse_config(data)
