@@ -111,6 +111,7 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
     end = Position.parse(part.end)
     if end <= start:
         return
+    topic = TopicName.parse(part.topic)
     before = (start.ledger, start.entry)
     size = part.entry_count()
     keep = part.kept_readers > 0 and size is not None and size <= KEEP_RANGE_MAX
@@ -121,18 +122,18 @@ def read_entries(part: EntriesPartition) -> Iterator[Row]:
         kept = KEPT.take(part.client, part.topic, before)
         if kept is not None:
             try:
-                yield from _read_on(part, kept, start, end, keep=True, forward_max=FORWARD_MAX)
+                yield from _read_on(part, topic, kept, start, end, keep=True,
+                                    forward_max=FORWARD_MAX)
                 return
             except _TooFarBehind:
                 pass  # nothing yielded yet: read the range on a new reader
     start_id = (pulsar.MessageId.earliest if start.ledger < 0
-                else pulsar.MessageId(TopicName.parse(part.topic).partition, start.ledger,
-                                      start.entry, -1))
+                else pulsar.MessageId(topic.partition, start.ledger, start.entry, -1))
     reader = client.create_reader(
         part.topic, start_id,
         receiver_queue_size=min(KEPT_QUEUE, part.receiver_queue_size) if keep
         else part.receiver_queue_size)
-    yield from _read_on(part, KeptReader(reader, before), start, end, keep=keep,
+    yield from _read_on(part, topic, KeptReader(reader, before), start, end, keep=keep,
                         forward_max=None)
 
 
@@ -144,11 +145,11 @@ class _TooFarBehind(Exception):
     """A kept reader would drop more than FORWARD_MAX messages to reach the range's start."""
 
 
-def _read_on(part: EntriesPartition, kept: KeptReader, start: Position, end: Position, *,
-             keep: bool, forward_max: int | None) -> Iterator[Row]:
-    """The rows of (start, end] read on ``kept``'s reader; the reader is kept for the next
-    range when ``keep`` and the range was read to its end, else closed."""
-    topic = TopicName.parse(part.topic)
+def _read_on(part: EntriesPartition, topic: TopicName, kept: KeptReader, start: Position,
+             end: Position, *, keep: bool, forward_max: int | None) -> Iterator[Row]:
+    """The rows of (start, end] of ``topic`` (``part.topic``, parsed) read on ``kept``'s
+    reader; the reader is kept for the next range when ``keep`` and the range was read to
+    its end, else closed."""
     where = (str(topic.base), topic.partition)
     fields = MESSAGE_FIELD_COLUMNS - (DIGESTED_ONLY_COLUMNS if part.columns == EVIDENCE_COLUMNS
                                       else frozenset())

@@ -13,8 +13,8 @@ ranges in between): the entries reader drops what lies before the start, and giv
 reader up for a new one when that is more than :data:`FORWARD_MAX` messages. A range that
 starts before ``at`` (a batch read again) gets a new reader.
 
-Memory: up to ``limit`` readers per worker process and client, each holding up to
-:data:`KEPT_QUEUE` messages in its receiver queue; a reader unused for
+Memory: up to ``limit`` readers per worker process (every client's together), each
+holding up to :data:`KEPT_QUEUE` messages in its receiver queue; a reader unused for
 :data:`IDLE_CLOSE_S` is closed. No Pulsar import here: the pool holds whatever the caller
 gives it and closes it with ``close()``.
 """
