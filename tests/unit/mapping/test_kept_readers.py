@@ -196,6 +196,21 @@ def test_ranges_read_on_a_kept_reader_give_the_rows_of_readers_opened_at_each_st
         (1, 3, -1), (1, 4, -1)]
 
 
+def test_the_message_read_past_a_range_s_end_is_the_next_range_s_first(
+        pool: KeptReaders) -> None:
+    """A range ending at ids the reader skips (markers: 1:2 and 1:5 here) is read to its
+    end only when the reader delivers the message after them; that message is the next
+    range's, and a kept reader hands it on."""
+    kept, fresh = _Topic(), _Topic()
+    for t in (kept, fresh):
+        t.messages = [_Msg(_Id(1, e)) for e in (0, 1, 3, 4, 6)]
+    bounds = ["1:0", "1:2", "1:5", "1:6"]
+    rows = _ranges(kept, bounds, read_timeout_ms=10_000)
+    assert [[r[4] for r in x] for x in rows] == [[1], [3, 4], [6]]
+    assert rows == _ranges(fresh, bounds, kept_readers=0, read_timeout_ms=10_000)
+    assert kept.opened == [(1, 0)]
+
+
 def test_a_kept_reader_behind_the_start_drops_what_lies_before_it(pool: KeptReaders) -> None:
     """Another worker read the ranges in between: this reader drops up to FORWARD_MAX
     messages to reach the start, and beyond that reads the range on a new reader."""
