@@ -91,13 +91,15 @@ class Digester:
     MessageIdentity built, per message. Called with the field values (None: not set).
     """
 
-    __slots__ = ("_excluded", "_flags")
+    __slots__ = ("_excluded", "_flags", "_hasher")
 
     def __init__(self, fields: Sequence[str] = DEFAULT_IDENTITY_FIELDS,
                  excluded_properties: Iterable[str] = (REPL_SOURCE_POSITION_PROPERTY,)) -> None:
         want = set(parse_identity_fields(tuple(fields)))
         self._flags = tuple(name in want for name in IDENTITY_FIELDS)
         self._excluded = frozenset(excluded_properties)
+        # Copied per message: cheaper than a new hasher's keyword parsing.
+        self._hasher = hashlib.blake2b(digest_size=DIGEST_SIZE, person=_PERSON_MESSAGE)
 
     def __call__(self, producer_name: str | None = None, sequence_id: int | None = None,
                  publish_time: int | None = None, event_time: int | None = None,
@@ -105,47 +107,50 @@ class Digester:
                  properties: Mapping[str, str] | None = None, payload: bytes = b"") -> bytes:
         # One buffer, in IDENTITY_FIELDS order: the tag (the field's 1-based place in
         # IDENTITY_FIELDS), then 0 for absent or 1 + the value (strings and bytes
-        # length-prefixed, integers as signed 64-bit). No loop over a field table: this
-        # runs for every message the entries source reads.
+        # length-prefixed, integers as signed 64-bit). Written inline, as pieces joined
+        # once: this runs for every message the entries source reads.
         f_prod, f_seq, f_pub, f_ev, f_pkey, f_okey, f_props, f_pay = self._flags
         parts: list[bytes] = []
-        add = parts.append
         if f_prod:
-            add(_lp_field(b"\x01", None if producer_name is None
-                          else producer_name.encode("utf-8")))
+            if producer_name is None:
+                parts.append(b"\x01\x00")
+            else:
+                data = producer_name.encode("utf-8")
+                parts += (b"\x01\x01", _U64(len(data)), data)
         if f_seq:
-            add(_int_field(b"\x02", sequence_id))
+            parts.append(b"\x02\x00" if sequence_id is None else b"\x02\x01" + _I64(sequence_id))
         if f_pub:
-            add(_int_field(b"\x03", publish_time))
+            parts.append(b"\x03\x00" if publish_time is None
+                         else b"\x03\x01" + _I64(publish_time))
         if f_ev:
-            add(_int_field(b"\x04", event_time))
+            parts.append(b"\x04\x00" if event_time is None else b"\x04\x01" + _I64(event_time))
         if f_pkey:
-            add(_lp_field(b"\x05", None if partition_key is None
-                          else partition_key.encode("utf-8")))
+            if partition_key is None:
+                parts.append(b"\x05\x00")
+            else:
+                data = partition_key.encode("utf-8")
+                parts += (b"\x05\x01", _U64(len(data)), data)
         if f_okey:
-            add(_lp_field(b"\x06", None if ordering_key is None else bytes(ordering_key)))
+            if ordering_key is None:
+                parts.append(b"\x06\x00")
+            else:
+                data = bytes(ordering_key)
+                parts += (b"\x06\x01", _U64(len(data)), data)
         if f_props:
             excluded = self._excluded
             kept = [(k.encode("utf-8"), v.encode("utf-8")) for k, v in (properties or {}).items()
                     if not (k.startswith("__") or k in excluded)]
-            kept.sort()
-            add(b"\x07\x01" + _U64(len(kept)))
+            if len(kept) > 1:
+                kept.sort()
+            parts += (b"\x07\x01", _U64(len(kept)))
             for k, v in kept:
-                add(_U64(len(k)) + k + _U64(len(v)) + v)
+                parts += (_U64(len(k)), k, _U64(len(v)), v)
         if f_pay:
-            add(_lp_field(b"\x08", bytes(payload)))
-        return hashlib.blake2b(b"".join(parts), digest_size=DIGEST_SIZE,
-                               person=_PERSON_MESSAGE).digest()
-
-
-def _lp_field(tag: bytes, data: bytes | None) -> bytes:
-    """A string or bytes field: tag, then 0 (absent) or 1 + length-prefixed value."""
-    return tag + b"\x00" if data is None else tag + b"\x01" + _U64(len(data)) + data
-
-
-def _int_field(tag: bytes, value: int | None) -> bytes:
-    """An integer field: tag, then 0 (absent) or 1 + signed 64-bit value."""
-    return tag + b"\x00" if value is None else tag + b"\x01" + _I64(value)
+            data = bytes(payload)
+            parts += (b"\x08\x01", _U64(len(data)), data)
+        hasher = self._hasher.copy()
+        hasher.update(b"".join(parts))
+        return hasher.digest()
 
 
 @functools.lru_cache(maxsize=64)
@@ -172,10 +177,13 @@ def message_digest(
 
 def entry_digest(message_digests: Sequence[bytes]) -> bytes:
     """Digest of a (batched) entry: its messages' digests in batch order, plus the batch size."""
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=_PERSON_ENTRY)
-    h.update(struct.pack(">Q", len(message_digests)))
-    for d in message_digests:
-        if len(d) != DIGEST_SIZE:
-            raise ValueError(f"a message digest has {DIGEST_SIZE} bytes, got {len(d)}")
-        h.update(d)
+    if any(len(d) != DIGEST_SIZE for d in message_digests):
+        bad = next(len(d) for d in message_digests if len(d) != DIGEST_SIZE)
+        raise ValueError(f"a message digest has {DIGEST_SIZE} bytes, got {bad}")
+    h = _ENTRY_HASHER.copy()
+    h.update(_U64(len(message_digests)) + b"".join(message_digests))
     return h.digest()
+
+
+#: Copied per entry (see Digester._hasher).
+_ENTRY_HASHER = hashlib.blake2b(digest_size=DIGEST_SIZE, person=_PERSON_ENTRY)

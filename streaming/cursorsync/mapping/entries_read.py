@@ -186,6 +186,10 @@ def _whole_entries(part: EntriesPartition, kept: KeptReader, start: Position,
     import pulsar
 
     reader = kept.reader
+    # The client's own reader under pulsar.Reader, where there is one: its wrapper makes a
+    # Python Message object around each message, and every accessor is then one more
+    # Python call; the native message has the same accessors.
+    read_next = getattr(reader, "_reader", reader).read_next
     pending, kept.pending = kept.pending, None
     read = _RangeRead(part, start, end_pos)
     dropped = 0
@@ -200,7 +204,7 @@ def _whole_entries(part: EntriesPartition, kept: KeptReader, start: Position,
             try:
                 # The receiver queue is usually full: ask the broker whether anything is
                 # left only when it runs dry, not once per entry (a round trip each).
-                msg = reader.read_next(READ_POLL_MS)
+                msg = read_next(READ_POLL_MS)
             except pulsar.Timeout as e:
                 if read.complete_after_silence(reader, e):
                     if read.current is not None:
