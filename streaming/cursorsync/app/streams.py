@@ -21,6 +21,14 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
                    wake_file: str | None = None) -> Any:
     """The ``pulsar-entries`` stream of one side, with the options the builder needs;
     ``wake_file``: where the mapping sink asks for batches (:mod:`cursorsync.wake`)."""
+    opts = entries_options(config, side)
+    if wake_file is not None:
+        opts["wakeFile"] = wake_file
+    return spark.readStream.format("pulsar-entries").options(**opts).load()
+
+
+def entries_options(config: Config, side: Literal["source", "target"]) -> dict[str, str]:
+    """The ``pulsar-entries`` options of one side's stream."""
     cluster = config.source if side == "source" else config.target
     opts = {**connections(cluster).source_options(), "selection": selection(config).to_option(),
             "maxRowsPerBatch": str(config.spark.max_entries_per_batch),
@@ -48,9 +56,7 @@ def entries_stream(spark: Any, config: Config, side: Literal["source", "target"]
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
             "startingPosition": "earliest"}
-    if wake_file is not None:
-        opts["wakeFile"] = wake_file
-    return spark.readStream.format("pulsar-entries").options(**opts).load()
+    return opts
 
 
 def cursors_stream(spark: Any, config: Config, state_dir: str,

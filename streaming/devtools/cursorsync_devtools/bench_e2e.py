@@ -212,7 +212,7 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
         for topic in spec.topics[1:]:
             bed.create_topic(topic, spec.live_partitions)
             _target_subscription(bed, topic)
-        _retention_subscriptions(bed, spec.backlog_topic)
+        retention_subscriptions(bed, spec.backlog_topic)
         t = time.monotonic()
         backlog = produce(bed, Plan.of(parts, spec.backlog_entries,
                                        batched_fraction=spec.batched_fraction,
@@ -423,7 +423,7 @@ def _target_subscription(bed: Any, topic: str) -> None:
                               receiver_queue_size=1).close()
 
 
-def _retention_subscriptions(bed: Any, topic: str) -> None:
+def retention_subscriptions(bed: Any, topic: str) -> None:
     """The mapping query's subscriptions on both clusters before the backlog, as a job
     running before the traffic has them: without a subscription a broker deletes a
     topic's rolled ledgers once its replicator has passed them."""

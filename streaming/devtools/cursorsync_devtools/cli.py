@@ -15,6 +15,7 @@ Commands::
     cursorsync-dev bench e2e [--seconds N] [--backlog N] [--evidence S,S] [--json]
     cursorsync-dev bench soak [--minutes N] [--restart a|b|none] [--crash] [--json]
     cursorsync-dev bench layout [--rows N] [--repeat R] [--json]
+    cursorsync-dev bench read-path [--entries N] [--repeat R] [--json]
 
 Global options (before the command): ``--log-level``, ``--log-json``.
 
@@ -453,6 +454,27 @@ def bench_layout(
         echo_json(result)
         return
     typer.echo(render_layout(result, rows=rows, repeat=repeat))
+
+
+@bench_app.command("read-path")
+@user_errors
+def bench_read_path(
+    entries: Annotated[int, typer.Option("--entries", min=1,
+                                         help="Backlog entries (20% batches of 5).")] = 50_000,
+    repeat: Annotated[int, typer.Option("--repeat", min=1,
+                                        help="Reads of each kind on each cluster.")] = 3,
+    json_output: JsonOption = False,
+) -> None:
+    """The mapping's executor read path on the local test bed beside a plain Reader over
+    the same entries: CPU per entry on each cluster."""
+    from cursorsync_devtools.bench_read_path import bench_read_path as run_bench
+
+    with progress(f"bench read-path: {entries} entries x {repeat}", json_output=json_output):
+        result = run_bench(entries, repeat=repeat)
+    rows = [(k, v) for k, v in result.items() if k != "clusters"]
+    rows += [(f"cluster {c}: {k.replace('_', ' ')}", v)
+             for c, figures in result["clusters"].items() for k, v in figures.items()]
+    print_figures(result, json_output, rows)
 
 
 # ------------------------------------------------------------------ entry point

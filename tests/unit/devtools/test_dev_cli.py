@@ -33,7 +33,7 @@ def test_help_lists_the_demo_and_every_benchmark() -> None:
     bench = invoke("bench", "--help")
     assert bench.exit_code == 0
     for word in ("translate", "plan", "mapping-batch", "admin", "partitions", "mapping-rows",
-                 "failover", "e2e", "layout", "soak"):
+                 "failover", "e2e", "layout", "soak", "read-path"):
         assert word in bench.stdout, word
 
 
@@ -43,6 +43,7 @@ def test_help_lists_the_demo_and_every_benchmark() -> None:
     (["bench", "failover"], ["--seed", "--partitions", "--messages", "--json"]),
     (["bench", "e2e"], ["--seconds", "--json"]),
     (["bench", "layout"], ["--rows", "--repeat", "--json"]),
+    (["bench", "read-path"], ["--entries", "--repeat", "--json"]),
 ])
 def test_command_help(command: list[str], words: list[str]) -> None:
     out = invoke(*command, "--help")
