@@ -177,9 +177,9 @@ def message_digest(
 
 def entry_digest(message_digests: Sequence[bytes]) -> bytes:
     """Digest of a (batched) entry: its messages' digests in batch order, plus the batch size."""
-    if any(len(d) != DIGEST_SIZE for d in message_digests):
-        bad = next(len(d) for d in message_digests if len(d) != DIGEST_SIZE)
-        raise ValueError(f"a message digest has {DIGEST_SIZE} bytes, got {bad}")
+    for d in message_digests:
+        if len(d) != DIGEST_SIZE:
+            raise ValueError(f"a message digest has {DIGEST_SIZE} bytes, got {len(d)}")
     h = _ENTRY_HASHER.copy()
     h.update(_U64(len(message_digests)) + b"".join(message_digests))
     return h.digest()

@@ -87,6 +87,34 @@ def test_pin_last_message_id_reader_start_and_cumulative_ack(
 
 
 @pytest.mark.integration
+def test_pin_the_native_reader_under_pulsar_reader(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """read_entries reads on ``pulsar.Reader._reader`` (no Python wrapper per message): it
+    is there, its messages answer every accessor the rows use as the wrapper's do, and a
+    poll with nothing left raises pulsar.Timeout. Without it the read falls back to the
+    wrapper: slower, the same rows."""
+    topic = local_topic(testbed, "a", topic_name("native"), partitions=1)[0]
+    client = client_of(testbed, "a")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"payload", properties={"key": "k"}, partition_key="pk", event_timestamp=7)
+    producer.close()
+    wrapped = client.create_reader(topic, pulsar.MessageId.earliest)
+    second = client.create_reader(topic, pulsar.MessageId.earliest)
+    native = second._reader
+    a, b = wrapped.read_next(5000), native.read_next(5000)
+    for accessor in ("data", "properties", "producer_name", "publish_timestamp",
+                     "event_timestamp", "partition_key", "ordering_key"):
+        assert getattr(a, accessor)() == getattr(b, accessor)(), accessor
+    ids = [m.message_id() for m in (a, b)]
+    assert len({(i.ledger_id(), i.entry_id(), i.batch_index(), i.partition()) for i in ids}) == 1
+    assert [batch_size_of(i) for i in ids] == [1, 1]
+    with pytest.raises(pulsar.Timeout):
+        native.read_next(200)
+    wrapped.close()
+    second.close()
+
+
+@pytest.mark.integration
 def test_entries_rows_batches_and_identity(testbed: TestBed, topics: list[str]) -> None:
     r = entries_reader(testbed, topics)
     try:
