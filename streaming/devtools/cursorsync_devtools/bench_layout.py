@@ -15,7 +15,6 @@ JVM CPU comes from ``/proc`` (Linux); elsewhere it is reported as None.
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from cursorsync.mapping.entries_options import (
     schema_of,
 )
 from cursorsync.mapping.entries_rows import pack_batches, unpack_batches
+from cursorsync_devtools.testbed.cpu import own_cpu_s
 
 SOURCE_NAME = "cursorsync-bench-rows"
 LAYOUTS = ("rows", "arrow")
@@ -101,11 +101,6 @@ def _cpu_of(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _collect(spark: Any, layout: str, rows: int, partitions: int) -> pa.Table:
     df = (spark.read.format(SOURCE_NAME).option("rows", str(rows))
           .option("partitions", str(partitions)).option("layout", layout).load())
@@ -125,7 +120,7 @@ def run_layout(spark: Any, *, rows: int = 100_000, partitions: int = 8,
     runs: dict[str, list[dict[str, float | None]]] = {layout: [] for layout in LAYOUTS}
     for _ in range(repeat):
         for layout in LAYOUTS:
-            jvm0, own0, t0 = _cpu_of(jvm_pid), _own_cpu(), time.perf_counter()
+            jvm0, own0, t0 = _cpu_of(jvm_pid), own_cpu_s(), time.perf_counter()
             got = _collect(spark, layout, rows, partitions)
             wall = time.perf_counter() - t0
             jvm1 = _cpu_of(jvm_pid)
@@ -134,7 +129,7 @@ def run_layout(spark: Any, *, rows: int = 100_000, partitions: int = 8,
             runs[layout].append({
                 "wall_s": round(wall, 3),
                 "jvm_cpu_s": None if jvm0 is None or jvm1 is None else round(jvm1 - jvm0, 3),
-                "driver_cpu_s": round(_own_cpu() - own0, 3)})
+                "driver_cpu_s": round(own_cpu_s() - own0, 3)})
 
     def median(layout: str, figure: str) -> float | None:
         values = [r[figure] for r in runs[layout]]

@@ -16,13 +16,14 @@ e2e`` shows beside the brokers' and Spark's. Nothing is asserted about time.
 
 from __future__ import annotations
 
-import resource
 import statistics
 import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from cursorsync_devtools.testbed.cpu import own_cpu_s
 
 CLUSTERS = ("a", "b")
 T = TypeVar("T")
@@ -65,38 +66,37 @@ def _bench(bed: Any, entries: int, repeat: int, batched_fraction: float, batch_s
     topic, produced = parts[0], len(entries_of(backlog))
     with tempfile.TemporaryDirectory() as root:
         config = demo_config(bed, Path(root), topics=[name], subscriptions=["sync-shared"])
-    rounds: dict[str, dict[str, list[float]]] = {c: {"reader": [], "read_path": []}
-                                                for c in CLUSTERS}
-    rows: dict[str, int] = {}
     sides: dict[str, Literal["source", "target"]] = {"a": "source", "b": "target"}
-    for _ in range(repeat):
-        for cluster in CLUSTERS:
-            options = EntriesOptions.parse(entries_options(config, sides[cluster]))
-            last = bed.last_entry(cluster, topic)
-            reader = PulsarEntriesStreamReader(options)
-            try:
-                (part,) = reader.ranges({topic: BEFORE_ALL}, {topic: last})
+    readers = {c: PulsarEntriesStreamReader(EntriesOptions.parse(entries_options(config, s)))
+               for c, s in sides.items()}
+    try:
+        # The whole backlog, as one range: the task a Spark executor would read.
+        tasks = {c: EntriesTask(tuple(r.ranges({topic: BEFORE_ALL},
+                                               {topic: bed.last_entry(c, topic)})))
+                 for c, r in readers.items()}
+        rounds: dict[str, dict[str, list[float]]] = {c: {"reader": [], "read_path": []}
+                                                    for c in CLUSTERS}
+        rows: dict[str, int] = {}
+        for _ in range(repeat):
+            for cluster in CLUSTERS:
                 seconds, _ = _cpu_s(_plain_reader, bed, cluster, topic, len(backlog))
                 rounds[cluster]["reader"].append(seconds)
-                seconds, rows[cluster] = _cpu_s(_read_path_rows, reader, EntriesTask((part,)))
+                seconds, rows[cluster] = _cpu_s(_read_path_rows, readers[cluster],
+                                                tasks[cluster])
                 rounds[cluster]["read_path"].append(seconds)
-            finally:
-                reader.stop()
+    finally:
+        for r in readers.values():
+            r.stop()
     return {"entries": produced, "messages": len(backlog), "repeat": repeat,
             "batched_fraction": batched_fraction, "batch_size": batch_size,
             "clusters": {c: _figures(rounds[c], produced, rows[c]) for c in CLUSTERS}}
 
 
 def _cpu_s(work: Callable[..., T], *args: Any) -> tuple[float, T]:
-    """This process's CPU seconds (user and system, every thread) over ``work(*args)``, and
-    what it returned."""
-    def now() -> float:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
-    t0 = now()
+    """This process's CPU-seconds over ``work(*args)``, and what it returned."""
+    t0 = own_cpu_s()
     out = work(*args)
-    return now() - t0, out
+    return own_cpu_s() - t0, out
 
 
 def _plain_reader(bed: Any, cluster: str, topic: str, messages: int) -> None:
@@ -112,11 +112,9 @@ def _plain_reader(bed: Any, cluster: str, topic: str, messages: int) -> None:
 
 
 def _read_path_rows(reader: Any, task: Any) -> int:
-    """Rows of one task read as an executor reads it (packed record batches)."""
-    n = 0
-    for batch in reader.read(task):
-        n += batch.column("rows")[0].as_py() if "rows" in batch.schema.names else batch.num_rows
-    return n
+    """Rows of one task read as an executor reads it (the job's options pack each record
+    batch into a row that counts its rows)."""
+    return sum(batch.column("rows")[0].as_py() for batch in reader.read(task))
 
 
 def _figures(cpu: dict[str, list[float]], entries: int, rows: int) -> dict[str, Any]:
@@ -130,4 +128,3 @@ def _figures(cpu: dict[str, list[float]], entries: int, rows: int) -> dict[str, 
             "read_path_us_per_entry_median": us(cpu["read_path"], statistics.median),
             "ratio_best": round(best["read_path"] / best["reader"], 2) if best["reader"] else None,
             "rows": rows}
-

@@ -20,8 +20,15 @@ group. Empty where /proc is missing.
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Mapping
 from pathlib import Path
+
+
+def own_cpu_s() -> float:
+    """This process's CPU-seconds so far (user and system, every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def spark_jvm_pid() -> int | None:
