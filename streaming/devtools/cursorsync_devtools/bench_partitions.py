@@ -19,6 +19,12 @@ source polls asking the topic stats which partitions moved (the baseline), and a
 plugin (``...-digests``). With ``kept_readers`` each run is made twice again: the mapping's
 workers opening a reader per range (``kept_readers: 0``, the baseline) and keeping them
 between ranges (the default, ``...-kept``).
+
+The brokers are started for the benchmark, so the first run on them also pays for their
+JIT compiling the code every request takes (about a quarter of their CPU in a
+1,000-partition run; ``broker_threads_cpu_s`` shows it per run), which brokers that have
+run for a while do not. With ``warm_up`` the first mode runs once more before the others
+on topics of its own (``warm-up``): its figures are printed, not compared.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import pyarrow.compute as pc
 
 #: The modes compared by default: the baseline first.
 HOLES = ("verified", "probe")
+#: The label of the run that warms the brokers up.
+WARM_UP = "warm-up"
 
 
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
@@ -41,12 +49,14 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
                      kept_readers: bool = False, memory_scale: int | None = None,
-                     ) -> dict[str, Any]:
+                     warm_up: bool = False) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests`` and
     with ``kept_readers``), on
     one test bed; return the figures per run. ``memory_scale``: the brokers' heap and
-    direct memory that many times the bed's default (default: :func:`bed_size`'s)."""
+    direct memory that many times the bed's default (default: :func:`bed_size`'s).
+    ``warm_up``: a run of ``holes[0]`` first, on brokers as fresh as the others' would be
+    without it (``runs["warm-up"]``)."""
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
     from cursorsync_devtools.testbed.direct_memory import BED_SETTINGS
 
@@ -65,6 +75,10 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                        f"{bed.config.namespace}/retention",
                        json={"retentionTimeInMinutes": 240, "retentionSizeInMB": -1})
         runs = {}
+        if warm_up:
+            runs[WARM_UP] = _run(bed, root / WARM_UP, partitions, entries_per_partition,
+                                 produce_seconds, timeout_s, holes[0],
+                                 batch_index_acks=batch_index_acks, label=WARM_UP)
         for mode in holes:
             for carry in (False, True) if batch_index_acks else (False,):
                 for digests in (False, True) if cursor_digests else (False,):
@@ -80,7 +94,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
             shutil.rmtree(root, ignore_errors=True)
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
             "batch_index_acks": batch_index_acks, "cursor_digests": cursor_digests,
-            "kept_readers": kept_readers, "runs": runs}
+            "kept_readers": kept_readers, "warm_up": warm_up, "runs": runs}
 
 
 def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]:
@@ -106,14 +120,14 @@ def _label(holes: str, carry: bool, digests: bool, kept: bool | None = None) -> 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str, *,
          batch_index_acks: bool = False, carry: bool = False, digests: bool = False,
-         kept: bool | None = None) -> dict[str, Any]:
+         kept: bool | None = None, label: str | None = None) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
-    label = _label(holes, carry, digests, kept)
+    label = label or _label(holes, carry, digests, kept)
     spec = WorkloadSpec(partitioned_topic=f"wide-{label}", partitions=partitions,
                         plain_topic=f"wide-plain-{label}", chunked_topic=None,
                         batch_index_acks=batch_index_acks,
@@ -121,7 +135,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         produce_seconds=produce_seconds, subscription_types=("Shared",),
                         foreign_per_partition=0)
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
-    before = cpu.sample()
+    before, threads_before = cpu.sample(), cpu.broker_threads()
     report, failed = None, ""
     with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
         try:
@@ -134,6 +148,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     if report is None:  # a figure too, with how near its limit the bed's memory was
         return {"holes": holes, "failed": failed, "direct_mb_peak": memory.peaks()}
     used = CpuSampler.diff(before, cpu.sample())
+    threads = CpuSampler.diff_threads(threads_before, cpu.broker_threads())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
     sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
@@ -164,6 +179,9 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         # The whole run's (workload, sync, failover): the brokers' share is the load
         # cursorsync adds to theirs, beside the other mode's in the same run.
         "cpu_s": {group: round(s, 1) for group, s in used.items()},
+        # Parts of each broker's: its JIT compiling, its garbage collector, its admin API.
+        "broker_threads_cpu_s": {name: {kind: round(s, 1) for kind, s in kinds.items()}
+                                 for name, kinds in threads.items()},
         # Read every 20 s: a bed near its limit shows here before it runs out.
         "direct_mb_peak": memory.peaks(),
     }

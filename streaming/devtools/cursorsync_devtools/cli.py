@@ -266,6 +266,10 @@ def bench_partitions(
         "--memory-scale", min=1, help="The brokers' heap and direct memory this many times "
         "the bed's default (default: 1 up to 1,000 partitions, one more per 1,000 "
         "beyond).")] = None,
+    warm_up: Annotated[bool, typer.Option(
+        "--warm-up", help="Run the first mode once more before the others, on topics of "
+        "its own, so that the compared runs find the brokers' JIT warm (its figures are "
+        "printed as warm-up, not compared).")] = False,
     work_dir: Annotated[str | None, typer.Option(
         "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
         "(default: a temporary directory, removed).")] = None,
@@ -284,7 +288,7 @@ def bench_partitions(
         result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
                            cursor_digests=cursor_digests, kept_readers=kept_readers,
-                           memory_scale=memory_scale,
+                           memory_scale=memory_scale, warm_up=warm_up,
                            work_dir=work_dir)
     if json_output:
         print_figures(result, json_output)

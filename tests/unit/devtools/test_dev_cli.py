@@ -151,10 +151,12 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
     assert calls == [{"args": (1000,), "entries_per_partition": 20, "produce_seconds": 20.0,
                       "timeout_s": 1800.0, "holes": ("verified", "probe"),
                       "batch_index_acks": False, "cursor_digests": False,
-                      "kept_readers": False, "memory_scale": None, "work_dir": None}]
+                      "kept_readers": False, "memory_scale": None, "warm_up": False,
+                      "work_dir": None}]
     calls.clear()
-    invoke("bench", "partitions", "--holes", "probe", "--kept-readers", "--json")
+    invoke("bench", "partitions", "--holes", "probe", "--kept-readers", "--warm-up", "--json")
     assert calls[0]["kept_readers"] is True and calls[0]["holes"] == ("probe",)
+    assert calls[0]["warm_up"] is True
     calls.clear()
     fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
                 lambda *a, **k: {"partitions": a[0], "runs": {

@@ -15,6 +15,10 @@ hold its time; that time counts in the group of the process's children, so
 nothing moves between groups when processes come and go: the Spark JVM's
 reaped children count as Python workers, everyone else's in their parent's
 group. Empty where /proc is missing.
+
+Within a broker, :meth:`CpuSampler.broker_threads` splits its time by what its threads
+do (:data:`THREAD_KINDS`): a freshly started JVM spends much of its first minutes
+compiling (the JIT), and the admin API's threads are where the job's requests land.
 """
 
 from __future__ import annotations
@@ -23,6 +27,32 @@ import os
 import resource
 from collections.abc import Mapping
 from pathlib import Path
+
+#: A JVM thread's kind by the start of its name (Linux keeps its first 15 bytes): the JIT's
+#: compiler threads, the garbage collector's, and the broker's web (admin API) threads.
+THREAD_KINDS = (("jit", ("C1 CompilerThre", "C2 CompilerThre")),
+                ("gc", ("GC Thread", "G1 ", "VM Thread")),
+                ("admin api", ("pulsar-web-",)))
+
+
+def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
+    """CPU-seconds of the live threads of process ``pid`` per :data:`THREAD_KINDS` kind
+    (a kind with no thread: 0.0). A thread that has exited took its time with it: the
+    figures are at least what those kinds spent."""
+    tick = tick or os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys((kind for kind, _ in THREAD_KINDS), 0.0)
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue  # ended between listing and reading
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        f = raw[raw.rindex(")") + 2:].split()
+        for kind, prefixes in THREAD_KINDS:
+            if name.startswith(prefixes):
+                out[kind] += (int(f[11]) + int(f[12])) / tick
+                break
+    return out
 
 
 def own_cpu_s() -> float:
@@ -76,6 +106,17 @@ class CpuSampler:
             groups[group] = groups.get(group, 0.0) + own
             groups[children] = groups.get(children, 0.0) + reaped
         return groups
+
+    def broker_threads(self) -> dict[str, dict[str, float]]:
+        """Per broker, :func:`thread_kinds_cpu_s` of its JVM."""
+        return {name: thread_kinds_cpu_s(pid, self.tick) for pid, name in self.roots.items()}
+
+    @staticmethod
+    def diff_threads(before: Mapping[str, Mapping[str, float]],
+                     after: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+        """Two :meth:`broker_threads` samples' difference, per broker and kind."""
+        return {name: CpuSampler.diff(before.get(name, {}), kinds)
+                for name, kinds in sorted(after.items())}
 
     @staticmethod
     def diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
