@@ -147,6 +147,7 @@ class _Phases:
     def __call__(self, name: str) -> Iterator[None]:
         self.say(name)
         before, t0 = self.cpu.sample(), time.monotonic()
+        threads = self.cpu.broker_threads()
         try:
             yield
         except BenchError as err:
@@ -154,7 +155,10 @@ class _Phases:
         except Exception as err:
             raise BenchError(f"phase {name} could not complete: {err}") from err
         self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
-                          "cpu_s": CpuSampler.diff(before, self.cpu.sample())})
+                          "cpu_s": CpuSampler.diff(before, self.cpu.sample()),
+                          # Parts of each broker's: JIT, GC, admin API.
+                          "broker_threads_cpu_s": CpuSampler.diff_threads(
+                              threads, self.cpu.broker_threads())})
 
 
 # ------------------------------------------------------------------------ the run

@@ -91,9 +91,11 @@ def table(report: Mapping[str, Any]) -> str:
             ("messages", "messages"), ("acked on a", "acked_on_source"),
             ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
             ("losses", "losses"))], right=(1, 2))
-    phases = format_table(("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS)), [
-        (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS))
-        for p in report["phases"]], right=range(1, 2 + len(GROUPS)))
+    phases = format_table(
+        ("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS), "BROKERS' JIT"), [
+            (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS),
+             f"{_jit_s(p):.1f}")
+            for p in report["phases"]], right=range(1, 3 + len(GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
                         lags + "\n" + live, stages, batch_phases, failover, phases))
 
@@ -113,3 +115,9 @@ def _n(v: float | None) -> str | None:
 
 def _s(v: float | None) -> str | None:
     return None if v is None else f"{v:.2f} s"
+
+
+def _jit_s(phase: dict[str, Any]) -> float:
+    """The brokers' JIT compiling in a phase (inside their CPU-seconds)."""
+    return sum(float(kinds.get("jit", 0.0))
+               for kinds in (phase.get("broker_threads_cpu_s") or {}).values())
