@@ -97,9 +97,13 @@ def test_tiny_run_reports_each_figure_beside_its_baseline(
     assert [p["phase"] for p in out["phases"]] == PHASES
     for p in out["phases"]:
         assert p["seconds"] >= 0 and p["cpu_s"].keys() >= {"driver", "broker a", "broker b"}
+        assert p["broker_threads_cpu_s"].keys() == {"broker a", "broker b"}
+        # A part of the broker's CPU (ticks of 10 ms each side of the difference).
+        assert all(0 <= s <= p["cpu_s"][name] + 0.05 for name, kinds in
+                   p["broker_threads_cpu_s"].items() for s in kinds.values()), p
     text = table(out)
     assert "the warm-up topic's entries" in text
     for heading in ("MAPPING INGESTION", "MAPPING BATCH", "SYNC LAG", "CURSORSYNC LAG BY STAGE",
                     "SPARK PHASE", "FAILOVER TO b",
-                    "CPU-S BY PHASE"):
+                    "CPU-S BY PHASE", "BROKERS' JIT"):
         assert heading in text
