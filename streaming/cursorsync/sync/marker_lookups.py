@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -80,6 +80,12 @@ MARKER_LOOKUP_SECONDS_PER_BATCH = 2.0
 #: that finds a message means the mapping is behind, and nothing past that last mapped
 #: entry is looked up again until it moves.
 MARKER_TAIL_LOOKUPS = 8
+#: Unmapped entries between mapped ones are not looked up while their partition's mapping
+#: has skipped target ids waiting for their check (``mapping_waits``), for at most this
+#: long: once the mapping has classified those ids, the gaps between its segments show
+#: which source entries were never replicated as data (:meth:`MarkerLookups.judged`),
+#: without a request each. Past it (ids that stay waiting), they are looked up.
+MARKER_LOOKUP_WAIT_MAX_S = 300.0
 #: Unmapped entries past the last mapped one are looked up once the mapping of their
 #: partition has not moved for this long: as this step saw it, or by the newest row of
 #: the mapping (a step that just started, as an executor's may be, has seen nothing).
@@ -161,6 +167,21 @@ class MarkerLookups:
         self.tail_markers = 0
         #: The first cursor a batch had no lookup budget left for: the next batch starts there.
         self.resume: tuple[PartitionKey, str] | None = None
+        #: Partitions whose mapping has skipped target ids waiting for their check (set
+        #: each batch, :meth:`mapping_waits`), and since when this step has seen each wait.
+        self._waiting: dict[PartitionKey, float] = {}
+
+    def mapping_waits(self, waiting: Iterable[PartitionKey]) -> None:
+        """The partitions whose mapping has skipped target ids waiting for their check, as
+        the ``mapping_waits`` table says now: their gaps are judged once those are
+        classified, so their entries between mapped ones are not looked up meanwhile (for
+        at most MARKER_LOOKUP_WAIT_MAX_S)."""
+        now = self.clock()
+        self._waiting = {key: self._waiting.get(key, now) for key in waiting}
+
+    def _gaps_deferred(self, key: PartitionKey) -> bool:
+        since = self._waiting.get(key)
+        return since is not None and self.clock() - since < MARKER_LOOKUP_WAIT_MAX_S
 
     def next_batch(self) -> tuple[PartitionKey, str] | None:
         """A new batch's budget, with the tail checks and background lookups answered since
@@ -377,8 +398,8 @@ class MarkerLookups:
     def _wanted(self, obs: ObservedCursor, pending: RangeSet, frontier: Frontier,
                 ledgers: Ledgers, *, settled: bool) -> _Wanted | None:
         """Which ``pending`` entries to look up within the budget left: those before the
-        last mapped entry, and a few past it once the mapping ``settled``, unless a lookup
-        found a message past it; None: none."""
+        last mapped entry (unless the mapping's gaps wait for its check), and a few past it
+        once the mapping ``settled``, unless a lookup found a message past it; None: none."""
         past = pending.after(frontier.last_mapped)
         if self.in_background:
             budget = min(MARKER_LOOKUPS_PER_SYNC, MARKER_LOOKUPS_IN_FLIGHT - self._in_flight)
@@ -390,7 +411,8 @@ class MarkerLookups:
             if self.resume is None:
                 self.resume = (obs.key, obs.subscription)
             return None
-        before = list(itertools.islice((pending - past).iter_entries(ledgers), budget))
+        before = [] if self._gaps_deferred(obs.key) else list(
+            itertools.islice((pending - past).iter_entries(ledgers), budget))
         if len(before) == budget < MARKER_LOOKUPS_PER_SYNC and self.resume is None:
             self.resume = (obs.key, obs.subscription)  # cut short by the budget
         tail: list[Position] = []

@@ -39,7 +39,7 @@ from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import stable_hash
 from cursorsync.sync.step import SyncStep
 from cursorsync.sync.step_totals import StepResult
-from cursorsync.tables.mappings_table import MappingStore
+from cursorsync.tables.mappings_table import MappingStore, WaitsStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
 from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import TableStore
@@ -120,6 +120,8 @@ class SyncSink:
         self.spill = Spill()
         self.mappings = MappingStore(store, settings.source_cluster, settings.target_cluster,
                                      spill=self.spill)
+        #: Partitions whose mapping has skipped ids waiting: their gaps' lookups wait too.
+        self.waits = WaitsStore(store, settings.source_cluster, settings.target_cluster)
         self.last_batch = -1
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
@@ -223,6 +225,7 @@ class SyncSink:
         t1 = time.perf_counter()
         t["collect"] = t1 - t0
         mappings = self.mappings.refresh()
+        self.step.lookups.mapping_waits(self.waits.refresh())
         t2 = time.perf_counter()
         t["refresh"] = t2 - t1
         self.step.halted_keys = known

@@ -28,7 +28,7 @@ from cursorsync.core.packed import ArrayKeeper, PackedMappings
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import TopicMapping
 from cursorsync.errors import MappingConflictError
-from cursorsync.tables.rows import mapping_rows, topic_mappings
+from cursorsync.tables.rows import latest_waits, mapping_rows, topic_mappings
 from cursorsync.tables.schema import load_schema
 from cursorsync.tables.store import RowFilter, TableStore, prepare_rows
 
@@ -154,3 +154,33 @@ class MappingStore:
             self.loaded_upto = top
         self.mappings.settle()
         return self.mappings
+
+
+@dataclass
+class WaitsStore:
+    """The ``mapping_waits`` table, loaded incrementally by batch id: per topic partition,
+    the skipped target ids its mapping has not classified yet, as the mapping last wrote
+    (a partition whose count went back to 0 has a row saying so)."""
+
+    store: TableStore
+    source_cluster: str
+    target_cluster: str
+    loaded_upto: int = -1
+    waiting: dict[PartitionKey, int] = field(default_factory=dict)
+
+    def refresh(self) -> dict[PartitionKey, int]:
+        """The partitions with skipped ids waiting, with the rows written since the last
+        refresh read in."""
+        if not self.store.exists("mapping_waits"):
+            return self.waiting
+        rows = self.store.read("mapping_waits", RowFilter.of(
+            source_cluster=self.source_cluster, target_cluster=self.target_cluster,
+            min_batch_id=self.loaded_upto + 1))
+        if rows.num_rows:
+            for key, n in latest_waits(rows).items():
+                if n:
+                    self.waiting[key] = n
+                else:
+                    self.waiting.pop(key, None)
+            self.loaded_upto = int(pc.max(rows.column("batch_id")).as_py())
+        return self.waiting

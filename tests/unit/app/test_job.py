@@ -398,10 +398,14 @@ def test_the_mapping_sink_writes_a_partitions_waiting_skipped_ids_when_they_chan
     from cursorsync.core.records import SyncRecord
     from cursorsync.mapping import builder
     from cursorsync.mapping.sink import MappingSink
+    from cursorsync.tables.mappings_table import WaitsStore
     from cursorsync.tables.rows import latest_waits, sync_progress_rows
 
     monkeypatch.setattr(builder, "HOLE_CHECKS_PER_BATCH", 1)
     config, store = _mapping_job(tmp_path)
+    # The sync's reading of the table: partitions waiting, each batch's rows read once.
+    seen = WaitsStore(store, "A", "B")
+    assert seen.refresh() == {}
 
     def check(candidates: dict[PartitionKey, Runs]) -> dict[PartitionKey, Runs]:
         return candidates  # every id checked is a marker
@@ -413,10 +417,13 @@ def test_the_mapping_sink_writes_a_partitions_waiting_skipped_ids_when_they_chan
     sink = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check)
     sink(_entries_on_ledger_9([0, 3, 6]), 0)
     assert sink.skipped_waiting == 2 and waits() == [(0, 2)]
+    assert seen.refresh() == {KEY: 2} and seen.loaded_upto == 0
+    assert WaitsStore(store, "B", "A").refresh() == {}  # another pair's
     again = MappingSink(builder_config(config), store, tmp_path / "state", None,
                         hole_check=check)
     again(_entries_on_ledger_9([7]), 1)  # the waiting run is checked: none waits
     assert waits() == [(0, 2), (1, 0)]
+    assert seen.refresh() == {} and seen.loaded_upto == 1
     again(_entries_on_ledger_9([8]), 2)  # still none: no row
     assert waits() == [(0, 2), (1, 0)]
     assert latest_waits(store.read("mapping_waits")) == {KEY: 0}

@@ -25,6 +25,7 @@ from cursorsync.pulsar.admin import TopicCreation
 from cursorsync.pulsar.emitter import EmitError, EmitResult
 from cursorsync.sync.marker_lookups import (
     MARKER_LOOKUP_SETTLE_S,
+    MARKER_LOOKUP_WAIT_MAX_S,
     MARKER_LOOKUPS_IN_FLIGHT,
     MARKER_LOOKUPS_PER_BATCH,
     MARKER_TAIL_LOOKUPS,
@@ -653,6 +654,50 @@ def test_a_gap_judged_across_target_ledgers_stays_judged_once_the_target_deletes
     fresh.lookups.clock = lambda: 1e9
     assert fresh.run([obs], {KEY: mapping}).records[0].plan.unmapped_acked_entries == 2
     assert asked == [[Position(5, 3), Position(5, 4)]]
+
+
+def test_a_gap_whose_target_ids_wait_for_their_check_is_judged_then_not_looked_up() -> None:
+    """Source 5:0..5:2 -> target 7:0..7:2 and 5:5..5:9 -> 7:6..7:10. While the mapping's
+    skipped target ids 7:3..7:5 wait for their check, source 5:3 and 5:4 stay unmapped and
+    nobody asks the source about them; once the check claims 7:3..7:5 as markers, the gap
+    shows 5:3 and 5:4 were never replicated as data, and still nothing was asked."""
+    segments = SegmentSet.of([Segment(5, 0, 7, 0, 3), Segment(5, 5, 7, 6, 5)])
+    obs = ObservedCursor(KEY, "sub", CursorState(Position(5, 9), RangeSet(),
+                                                 Ledgers.of([(5, 10)])), NOW)
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11)]))
+    asked: list[list[Position]] = []
+    step, advance = _step(target, lambda t, p: asked.append(p) or [])
+    advance(1e6)  # the mapping long settled: only the wait holds the lookups back
+    step.lookups.mapping_waits([KEY])
+    waiting = step.run([obs], {KEY: TopicMapping(segments)}).records[0].plan
+    assert (waiting.outcome, waiting.unmapped_acked_entries, asked) == ("partial", 2, [])
+    step.lookups.mapping_waits([])
+    claimed = TopicMapping(segments, skippable=Runs.of((7, 3, 3)))
+    done = step.run([obs], {KEY: claimed}).records[0].plan
+    assert (done.outcome, done.unmapped_acked_entries, asked) == ("exact", 0, [])
+
+
+def test_a_gap_waiting_longer_than_the_wait_cap_is_looked_up() -> None:
+    """Skipped target ids that stay waiting do not keep the gap's source entries from
+    their lookup for more than MARKER_LOOKUP_WAIT_MAX_S."""
+    segments = SegmentSet.of([Segment(5, 0, 7, 0, 3), Segment(5, 5, 7, 6, 5)])
+    obs = ObservedCursor(KEY, "sub", CursorState(Position(5, 9), RangeSet(),
+                                                 Ledgers.of([(5, 10)])), NOW)
+    target = CursorState(Position(7, -1), RangeSet(), Ledgers.of([(7, 11)]))
+    asked: list[list[Position]] = []
+    step, advance = _step(target, lambda t, p: asked.append(p) or p)
+    advance(1e6)
+    step.lookups.mapping_waits([KEY])
+    step.run([obs], {KEY: TopicMapping(segments)})
+    advance(MARKER_LOOKUP_WAIT_MAX_S - 1)
+    step.lookups.mapping_waits([KEY])  # still waiting: since the first time it was seen
+    step.run([obs], {KEY: TopicMapping(segments)})
+    assert asked == []
+    advance(1)
+    step.lookups.mapping_waits([KEY])
+    plan = step.run([obs], {KEY: TopicMapping(segments)}).records[0].plan
+    assert asked == [[Position(5, 3), Position(5, 4)]]
+    assert (plan.outcome, plan.unmapped_acked_entries) == ("exact", 0)
 
 
 def test_background_lookups_keep_the_batch_from_waiting_and_the_next_takes_their_answers(
