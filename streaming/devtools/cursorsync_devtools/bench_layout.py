@@ -33,7 +33,7 @@ from cursorsync.mapping.entries_options import (
     schema_of,
 )
 from cursorsync.mapping.entries_rows import pack_batches, unpack_batches
-from cursorsync_devtools.testbed.cpu import own_cpu_s
+from cursorsync_devtools.testbed.cpu import own_cpu_s, read_stat
 
 SOURCE_NAME = "cursorsync-bench-rows"
 LAYOUTS = ("rows", "arrow")
@@ -94,10 +94,10 @@ class BenchRowsDataSource(DataSource):
 
 
 def _cpu_of(pid: int) -> float | None:
-    stat = Path(f"/proc/{pid}/stat")
-    if not stat.exists():
+    stat = read_stat(Path(f"/proc/{pid}/stat"))
+    if stat is None:
         return None
-    fields = stat.read_text().rsplit(")", 1)[1].split()
+    fields = stat[1]
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

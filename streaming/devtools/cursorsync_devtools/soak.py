@@ -47,6 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.soak_table import table
+from cursorsync_devtools.testbed.cpu import read_stat
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,9 @@ def tree_rss(root: int) -> dict[str, float]:
     itself (``driver``), Java processes (``jvm``) and the rest (``workers``)."""
     parents: dict[int, int] = {}
     for d in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue  # ended between listing and reading
-        parents[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        stat = read_stat(d / "stat")
+        if stat is not None:
+            parents[int(d.name)] = int(stat[1][1])
     tree, frontier = {root}, [root]
     while frontier:
         parent = frontier.pop()

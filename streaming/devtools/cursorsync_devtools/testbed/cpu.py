@@ -35,6 +35,17 @@ THREAD_KINDS = (("jit", ("C1 CompilerThre", "C2 CompilerThre")),
                 ("admin api", ("pulsar-web-",)))
 
 
+def read_stat(path: Path) -> tuple[str, list[str]] | None:
+    """A ``/proc`` ``stat`` file: the command (thread) name, and the fields after it (state
+    first: ppid is [1], utime [11], stime [12], cutime [13], cstime [14]); None when it
+    is gone (the process or thread ended between listing and reading)."""
+    try:
+        raw = path.read_text()
+    except OSError:
+        return None
+    return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+
+
 def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
     """CPU-seconds of the live threads of process ``pid`` per :data:`THREAD_KINDS` kind
     (a kind with no thread: 0.0). A thread that has exited took its time with it: the
@@ -42,12 +53,10 @@ def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
     tick = tick or os.sysconf("SC_CLK_TCK")
     out = dict.fromkeys((kind for kind, _ in THREAD_KINDS), 0.0)
     for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
-        try:
-            raw = (task / "stat").read_text()
-        except OSError:
-            continue  # ended between listing and reading
-        name = raw[raw.index("(") + 1:raw.rindex(")")]
-        f = raw[raw.rindex(")") + 2:].split()
+        stat = read_stat(task / "stat")
+        if stat is None:
+            continue
+        name, f = stat
         for kind, prefixes in THREAD_KINDS:
             if name.startswith(prefixes):
                 out[kind] += (int(f[11]) + int(f[12])) / tick
@@ -80,12 +89,10 @@ class CpuSampler:
         """pid -> (parent pid, its own CPU-seconds, its reaped children's)."""
         out: dict[int, tuple[int, float, float]] = {}
         for d in Path("/proc").glob("[0-9]*"):
-            try:
-                raw = (d / "stat").read_text()
-            except OSError:
-                continue  # ended between listing and reading
-            f = raw[raw.rindex(")") + 2:].split()
-            # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
+            stat = read_stat(d / "stat")
+            if stat is None:
+                continue
+            f = stat[1]
             out[int(d.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / self.tick,
                                 (int(f[13]) + int(f[14])) / self.tick)
         return out
