@@ -130,7 +130,8 @@ class Metrics:
             "cursorsync_skipped_id_requests",
             "Admin requests made to classify skipped target ids, by kind: raw-entry (one per "
             "id, evidence.holes: verified, and what a probe cursor cannot answer) and "
-            "cursor-read (one internalStats per probed partition and batch).",
+            "cursor-read (one internalStats per probed partition and batch) and "
+            "plugin-cursor-read (spark.cursor_digests: many probed partitions per request).",
             ["kind"], registry=r)
         self._source_lookups = Counter(
             "cursorsync_source_lookups",

@@ -106,7 +106,7 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
         from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
 
         probe = DispatchProbe(clients.target.client.connect(), clients.target_admin,
-                              PROBE_SUBSCRIPTION)
+                              PROBE_SUBSCRIPTION, plugin=config.spark.cursor_digests)
         hole_check = ProbeHoleCheck(probe, hole_check)
     anchor_read = None
     if "snapshot" in config.evidence.strategies:

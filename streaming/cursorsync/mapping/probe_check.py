@@ -179,7 +179,8 @@ class ProbeHoleCheck:
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind (the policies' reads aside)."""
         return {"raw-entry": self.per_id.stats.requests,
-                "cursor-read": self.probe.stats.cursor_reads}
+                "cursor-read": self.probe.stats.cursor_reads,
+                "plugin-cursor-read": self.probe.stats.plugin_reads}
 
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The built-in's moves read on the way: only from ids checked one by one."""

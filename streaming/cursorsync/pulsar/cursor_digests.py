@@ -17,6 +17,12 @@ hash of its partly acked batches, which the topic stats show only while a consum
 connected. Equal digests mean an unchanged cursor but for a 64-bit hash collision. One
 request per broker covers all its topics of the namespace, where topic stats cost one
 request per topic and a read of every partition's stats inside the broker.
+
+With ``&stats=true`` each topic also carries ``stats``: its ledgers and the cursors asked
+for in internalStats' own shape (``lastConfirmedEntry``, ``ledgers``, ``cursors`` with
+``markDeletePosition`` and ``individuallyDeletedMessages``), each cursor's two read together
+under its lock and the ledgers after them. :func:`cluster_cursor_stats` reads a probe's
+cursors on many partitions that way, a request per broker instead of one per partition.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from cursorsync.core.positions import Position, parse_range_bounds
 from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.batch_acks import plugin_answer, plugin_get
-from cursorsync.pulsar.stats import TopicInternalStats
+from cursorsync.pulsar.stats import TopicInternalStats, parse_internal_stats
+from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,8 @@ class TopicDigest:
     ledgers: str
     #: Subscription -> its cursor's digests.
     cursors: Mapping[str, CursorDigest]
+    #: Its ledgers and those cursors as internalStats shows them, when asked for.
+    stats: TopicInternalStats | None = None
 
 
 @dataclass(frozen=True)
@@ -78,21 +87,25 @@ class CursorDigests:
 
 
 def fetch_cursor_digests(admin: AdminClient, namespace: str,
-                         subscriptions: Sequence[str] = ()) -> CursorDigests:
+                         subscriptions: Sequence[str] = (), *,
+                         stats: bool = False) -> CursorDigests:
     """Ask the broker behind ``admin`` about the topics of ``namespace`` it serves, and of
-    each the cursors of ``subscriptions`` (none: every durable one).
+    each the cursors of ``subscriptions`` (none: every durable one); with ``stats``, also
+    their ledgers and those cursors as internalStats shows them (:attr:`TopicDigest.stats`).
 
     BatchAcksPluginAbsentError when the broker has no plugin, BatchAcksNotFoundError when
     its plugin has no such endpoint (an older build), MalformedAdminOutputError for an
     answer that is not the plugin's; otherwise the AdminClient's errors."""
-    params = [("namespace", namespace), *(("subscription", s) for s in subscriptions)]
+    params = [("namespace", namespace), *(("subscription", s) for s in subscriptions),
+              *((("stats", "true"),) if stats else ())]
     what = f"cursor digests of namespace {namespace}"
     doc = plugin_get(admin, f"{CURSORS_PATH}?{urlencode(params)}", what)
     return parse_cursor_digests(namespace, doc)
 
 
 def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
-                    subscriptions: Sequence[str] = ()) -> dict[str, TopicDigest]:
+                    subscriptions: Sequence[str] = (), *,
+                    stats: bool = False) -> dict[str, TopicDigest]:
     """What every broker of ``admin``'s cluster says of the topics of ``namespaces`` it
     serves, by topic: the broker behind ``admin``'s URL first, then each other broker it
     lists at its own web address (with ``admin``'s settings; the URL's scheme). A topic two
@@ -103,7 +116,7 @@ def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
     if not namespaces:
         return {}
     # Behind a load balancer each namespace's first answer may come from another broker.
-    first = [fetch_cursor_digests(admin, ns, subscriptions) for ns in namespaces]
+    first = [fetch_cursor_digests(admin, ns, subscriptions, stats=stats) for ns in namespaces]
     answered = {(d.broker, d.namespace) for d in first}
     brokers = sorted({b for d in first for b in (d.broker, *d.brokers)})
     todo = [(b, [ns for ns in namespaces if (b, ns) not in answered]) for b in brokers]
@@ -114,7 +127,8 @@ def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
         settings = replace(admin.config, urls=(f"{scheme}://{broker}",), max_workers=1)
         try:
             with AdminClient(settings) as other:
-                return [fetch_cursor_digests(other, ns, subscriptions) for ns in missing]
+                return [fetch_cursor_digests(other, ns, subscriptions, stats=stats)
+                        for ns in missing]
         except CursorSyncError as err:
             log.warning("broker %s of cluster %s: no cursor digests (%s); its topics are "
                         "read without them", broker, admin.cluster, err)
@@ -131,6 +145,24 @@ def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
             out[name] = digest
     for name in twice:
         del out[name]
+    return out
+
+
+def cluster_cursor_stats(admin: AdminClient, topics: Sequence[str],
+                         subscription: str) -> dict[str, TopicInternalStats]:
+    """internalStats of each of ``topics`` (concrete names) as far as they show its ledgers
+    and ``subscription``'s cursor, from the plugin of every broker of ``admin``'s cluster:
+    a request per broker and namespace. A topic no broker answered for (being moved, its
+    broker unreachable), or that has no such cursor, is left out; the caller reads it one
+    by one. The first broker's errors are raised, as :func:`cluster_digests` does."""
+    namespaces = sorted({f"{n.tenant}/{n.namespace}" for n in map(TopicName.parse, topics)})
+    found = cluster_digests(admin, namespaces, (subscription,), stats=True)
+    out: dict[str, TopicInternalStats] = {}
+    for topic in topics:
+        digest = found.get(topic)
+        if digest is not None and digest.stats is not None and (
+                subscription in digest.stats.subscriptions):
+            out[topic] = digest.stats
     return out
 
 
@@ -164,8 +196,10 @@ def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:
                       f"batches, 16 hex digits each")
         if name in out:
             raise bad(f"{name} is listed twice")
+        stats = t.get("stats")
         out[name] = TopicDigest(ledgers, {
-            s: CursorDigest(d["acks"], d["batches"]) for s, d in cursors.items()})
+            s: CursorDigest(d["acks"], d["batches"]) for s, d in cursors.items()},
+            None if stats is None else parse_internal_stats(name, stats))
     return CursorDigests(broker, namespace, out, tuple(brokers))
 
 

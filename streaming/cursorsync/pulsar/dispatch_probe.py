@@ -14,6 +14,12 @@ and every :data:`HAZARD_CHECK_S`) is not probed; a message the probe received an
 finds acked without having acked it shows the third. Either way the partition's probe is
 trusted no more in this process (:attr:`ProbeStats.disturbed`) and its skipped ids go to
 the per-id check.
+
+With cursorsync's broker plugin on the target's brokers (``plugin``), the probe cursors
+are read from it: one request per broker and namespace returns what those internalStats
+requests would of the probe's cursor and the ledgers (:func:`cluster_cursor_stats`). A
+partition it does not answer for is read on its own; a plugin that cannot be asked is
+asked again after :data:`PLUGIN_RETRY_S`, the partitions read on their own meanwhile.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from typing import Any
 
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
+from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.cursor_digests import cluster_cursor_stats
+from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -43,13 +52,19 @@ PROBE_QUEUE = 1000
 #: Probes placed at once: each placement is a subscribe and a seek, two round trips to
 #: the broker, which a thousand partitions would otherwise wait for one after another.
 PLACE_WORKERS = 16
+#: After the plugin could not be asked, how long the probe cursors are read one
+#: internalStats request per partition before the plugin is tried again.
+PLUGIN_RETRY_S = 300.0
 
 
 @dataclass
 class ProbeStats:
     """Totals since start, for logs and metrics."""
 
+    #: Probe cursors read one internalStats request each.
     cursor_reads: int = 0
+    #: Requests to the brokers' plugin, each for many probe cursors.
+    plugin_reads: int = 0
     seeks: int = 0
     #: Partitions whose probe found a received message acked by someone else.
     disturbed: int = 0
@@ -110,8 +125,11 @@ def dispatch_hazards(admin: AdminClient, topic: str) -> list[str]:
 class DispatchProbe:
     """Probe consumers on the target's partitions, opened on first use."""
 
-    def __init__(self, client: Any, admin: AdminClient, subscription: str) -> None:
+    def __init__(self, client: Any, admin: AdminClient, subscription: str, *,
+                 plugin: bool = False) -> None:
         self._client, self.admin, self.subscription = client, admin, subscription
+        self.plugin = plugin
+        self._plugin_off_until = 0.0
         self.stats = ProbeStats()
         self._lock = threading.Lock()
         self._probes: dict[str, _Probe] = {}
@@ -235,10 +253,13 @@ class DispatchProbe:
             time.sleep(0.05)
 
     def read(self, topics: list[str]) -> dict[str, CursorRead]:
-        """The probe cursors of ``topics``, one internalStats request each; a topic whose
-        probe turns out disturbed is left out (and trusted no more)."""
-        found = self.admin.map_concurrently(self.admin.internal_stats, topics)
-        self.stats.cursor_reads += len(topics)
+        """The probe cursors of ``topics``, from the plugin or one internalStats request
+        each; a topic whose probe turns out disturbed is left out (and trusted no more)."""
+        found = self._from_plugin(topics)
+        rest = [t for t in topics if t not in found]
+        if rest:
+            found.update(self.admin.map_concurrently(self.admin.internal_stats, rest))
+            self.stats.cursor_reads += len(rest)
         out: dict[str, CursorRead] = {}
         for topic in topics:
             stats = found[topic]
@@ -263,6 +284,23 @@ class DispatchProbe:
                              strict=True))
             out[topic] = CursorRead(acked, own, sizes)
         return out
+
+    def _from_plugin(self, topics: list[str]) -> dict[str, TopicInternalStats]:
+        """What the brokers' plugin says of ``topics``' probe cursors; nothing when the plugin
+        is off, or could not be asked within the last PLUGIN_RETRY_S."""
+        now = time.monotonic()
+        if not self.plugin or not topics or now < self._plugin_off_until:
+            return {}
+        try:
+            found = cluster_cursor_stats(self.admin, topics, self.subscription)
+        except CursorSyncError as err:
+            self._plugin_off_until = now + PLUGIN_RETRY_S
+            log.warning("the probe cursors of cluster %s cannot be read from cursorsync's "
+                        "broker plugin (%s): one internalStats request per partition for "
+                        "the next %.0f s", self.admin.cluster, err, PLUGIN_RETRY_S)
+            return {}
+        self.stats.plugin_reads += 1
+        return found
 
     def _distrust(self, probe: _Probe) -> None:
         if probe.trusted:

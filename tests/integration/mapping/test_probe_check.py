@@ -4,17 +4,21 @@ of the requests; where the probe cannot answer, the per-id check does."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs
 from cursorsync.mapping.hole_check import AdminHoleCheck
 from cursorsync.mapping.probe_check import ProbeHoleCheck
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.cursor_digests import cluster_cursor_stats
 from cursorsync.pulsar.dispatch_probe import PROBE_SUBSCRIPTION, DispatchProbe
+from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.skipped_ids import delivered, markers_chunks_and_messages, stored
@@ -137,4 +141,70 @@ def test_the_probes_of_many_partitions_are_placed_at_once_each_where_it_was_aske
         assert probe.vouches_after(topic) == pos
         cursor = testbed.internal_stats("b", topic)["cursors"][PROBE_SUBSCRIPTION]
         assert Position.parse(cursor["markDeletePosition"]) == pos, topic
+    check.close()
+
+
+def test_with_the_plugin_one_request_reads_every_probe_as_internal_stats_would(
+        index_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """``spark.cursor_digests``: the target brokers' plugin reads the probe cursors, a
+    request per broker for all partitions, and the claims are the per-id check's. What it
+    answers of each probe cursor and the ledgers is what internalStats shows."""
+    bed = index_testbed
+    parts = bed.create_topic(topic_name("probe-plugin"), partitions=2)
+    for part in parts:
+        markers_chunks_and_messages(bed, part, updates=True)
+    with AdminClient(AdminSettings.from_urls(bed.admin_url("b"), cluster="b")) as admin_b:
+        wanted, ends = {}, {}
+        for i, part in enumerate(parts):
+            key = PartitionKey(str(TopicName.parse(part).base), i)
+            wanted[key], ends[key] = skipped_on_b(bed, part)
+        expected = AdminHoleCheck(admin_b)(wanted)
+        assert all(expected[key].entry_count() >= 2 for key in wanted)  # markers to claim
+
+        probe = DispatchProbe(bed.client("b"), admin_b, PROBE_SUBSCRIPTION, plugin=True)
+        check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=30.0)
+        assert check(wanted) == expected
+        assert probe.stats.cursor_reads == 0 and probe.stats.plugin_reads == 1
+        assert check.requests_by_kind()["plugin-cursor-read"] == 1
+
+        # The brokers keep writing snapshot markers, which the probe's dispatch acks: the
+        # plugin's answer is compared with internalStats read just before and just after
+        # it, where those two agree.
+        for part in parts:
+            assert _same_when_still(admin_b, part), part
+        check.close()
+
+
+def _probe_view(stats: TopicInternalStats) -> tuple[Ledgers, Position, str]:
+    cursor = stats.subscriptions[PROBE_SUBSCRIPTION]
+    return (stats.ledgers, cursor.state.mark_delete,
+            cursor.individually_deleted_text.replace(" ", ""))
+
+
+def _same_when_still(admin: AdminClient, part: str, tries: int = 20) -> bool:
+    """Whether the plugin says of ``part``'s probe what internalStats says, in the first
+    of ``tries`` rounds in which internalStats read the same before and after it."""
+    for _ in range(tries):
+        before = _probe_view(admin.internal_stats(part))
+        mine = _probe_view(cluster_cursor_stats(admin, [part], PROBE_SUBSCRIPTION)[part])
+        if _probe_view(admin.internal_stats(part)) == before:
+            return mine == before
+    raise AssertionError(f"{part}: the probe cursor never held still for three reads")
+
+
+def test_a_target_without_the_plugin_has_its_probes_read_one_by_one(
+        testbed: TestBed, admin_b: AdminClient, topic_name: Callable[[str], str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    (t,) = testbed.create_topic(topic_name("probe-no-plugin"))
+    markers_chunks_and_messages(testbed, t, updates=True)
+    runs, _ = skipped_on_b(testbed, t)
+    key = PartitionKey(t, -1)
+    expected = AdminHoleCheck(admin_b)({key: runs})
+    probe = DispatchProbe(testbed.client("b"), admin_b, PROBE_SUBSCRIPTION, plugin=True)
+    check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=30.0)
+    with caplog.at_level(logging.WARNING):
+        assert check({key: runs}) == expected
+    assert probe.stats.cursor_reads == 1 and probe.stats.plugin_reads == 0
+    assert "cannot be read from cursorsync's broker plugin" in caplog.text
+    assert "no cursorsync plugin loaded" in caplog.text
     check.close()

@@ -20,6 +20,7 @@ from cursorsync.pulsar.cursor_digests import (
     CursorDigest,
     TopicDigest,
     acks_digest,
+    cluster_cursor_stats,
     cluster_digests,
     fetch_cursor_digests,
     moved,
@@ -189,3 +190,64 @@ def test_a_broker_that_cannot_be_asked_leaves_its_topics_out(stub: StubAdmin) ->
         "brokers": [urlsplit(stub.url).netloc, "127.0.0.1:1"]}))
     with client(stub.url) as admin:
         assert set(cluster_digests(admin, [NS])) == {P0}  # 127.0.0.1:1 refuses: logged
+
+
+def stats(cursors: dict[str, Any] | None = None, lce: str = "12:4",
+          ledgers: list[dict[str, int]] | None = None) -> dict[str, Any]:
+    """A topic's ``stats`` as the plugin writes them with ``stats=true``: internalStats'
+    own fields and forms."""
+    return {"lastConfirmedEntry": lce,
+            "ledgers": [{"ledgerId": 11, "entries": 7}, {"ledgerId": 12, "entries": 0}]
+            if ledgers is None else ledgers,
+            "cursors": {"cursorsync-probe": {"markDeletePosition": "11:2",
+                                             "individuallyDeletedMessages":
+                                                 "[(11:3..11:5],(12:0..12:2]]"}}
+            if cursors is None else cursors}
+
+
+def test_stats_read_as_internal_stats_would() -> None:
+    """The open ledger's count comes from the last confirmed entry, as internalStats' does;
+    the cursor's acked set from its markDeletePosition and ranges."""
+    got = parse_cursor_digests(NS, answer({**topic(), "stats": stats()})).topics[P0].stats
+    assert got is not None
+    assert dict(zip(got.ledgers.ids.tolist(), got.ledgers.entries.tolist(),
+                    strict=True)) == {11: 7, 12: 5}
+    cursor = got.subscriptions["cursorsync-probe"].state
+    acked = cursor.acked()
+    assert cursor.mark_delete == Position(11, 2)
+    assert [p for p in (Position(11, 2), Position(11, 4), Position(11, 5), Position(12, 1),
+                        Position(12, 2)) if acked.contains(p)] == [
+        Position(11, 2), Position(11, 4), Position(11, 5), Position(12, 1), Position(12, 2)]
+    assert not acked.contains(Position(11, 3)) and not acked.contains(Position(12, 3))
+    assert parse_cursor_digests(NS, answer(topic())).topics[P0].stats is None
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ({"cursors": {"cursorsync-probe": {"markDeletePosition": "11:2",
+                                       "individuallyDeletedMessages": "[(11:3..]"}}},
+     "individuallyDeletedMessages is malformed"),
+    ({"lce": "x"}, "lastConfirmedEntry"),
+    ({"ledgers": [{"ledgerId": 11, "entries": -1}]}, "entries is negative"),
+], ids=["ranges", "last confirmed", "ledger count"])
+def test_malformed_stats_are_one_error_naming_the_topic(bad: dict[str, Any], why: str) -> None:
+    with pytest.raises(MalformedAdminOutputError) as err:
+        parse_cursor_digests(NS, answer({**topic(), "stats": stats(**bad)}))
+    assert P0 in str(err.value) and why in str(err.value)
+
+
+def test_cluster_cursor_stats_asks_for_stats_and_leaves_out_what_it_cannot_answer(
+        stub: StubAdmin) -> None:
+    """One request for the namespace; a topic without the cursor, or not listed, is left
+    for the caller to read on its own."""
+    no_probe = stats(cursors={})
+    query = urlencode([("namespace", NS), ("subscription", "cursorsync-probe"),
+                       ("stats", "true")])
+    stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
+        **answer({**topic(), "stats": stats()}, {**topic(P1), "stats": no_probe}),
+        "broker": urlsplit(stub.url).netloc, "brokers": [urlsplit(stub.url).netloc]}))
+    p2 = f"persistent://{NS}/events-partition-2"
+    with client(stub.url) as admin:
+        got = cluster_cursor_stats(admin, [P0, P1, p2], "cursorsync-probe")
+    assert set(got) == {P0}
+    assert got[P0].subscriptions["cursorsync-probe"].state.mark_delete == Position(11, 2)
+    assert len(stub.requests) == 1

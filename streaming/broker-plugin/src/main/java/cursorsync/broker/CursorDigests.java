@@ -12,6 +12,7 @@ import org.apache.bookkeeper.mledger.ManagedCursor;
 import org.apache.bookkeeper.mledger.ManagedLedger;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.impl.ManagedCursorImpl;
+import org.apache.bookkeeper.mledger.proto.MLDataFormats.ManagedLedgerInfo.LedgerInfo;
 import org.apache.pulsar.broker.service.BrokerService;
 import org.apache.pulsar.broker.service.Topic;
 import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
@@ -33,11 +34,38 @@ import org.apache.pulsar.common.naming.NamespaceName;
  * so a poller can hash what it read and know the state it holds is the state the broker
  * has, with no race between the two requests. Equal digests mean equal states, but for a
  * hash collision (about one in 2^64 per change). A digest says nothing else.
+ *
+ * <p>Asked for, each topic also comes with its ledgers and the chosen cursors as
+ * internalStats shows them ({@link Stats}): one request per broker then reads what one
+ * internalStats request per partition would, of those cursors.
  */
 final class CursorDigests {
 
-    /** One topic: its ledgers line and its durable subscriptions' digests, by name. */
-    record TopicDigest(String topic, String ledgers, Map<String, Digest> cursors) {
+    /**
+     * One topic: its ledgers line and its durable subscriptions' digests, by name; and, when
+     * asked for, its ledgers and those cursors as internalStats shows them (else null).
+     */
+    record TopicDigest(String topic, String ledgers, Map<String, Digest> cursors,
+                       Stats stats) {
+    }
+
+    /**
+     * What internalStats shows of a topic's ledgers and of some of its cursors, in its own
+     * forms: each cursor's markDeletePosition and individually deleted ranges, then (read
+     * after them, so never older) the last confirmed entry and each kept ledger's id and
+     * entry count (0 for the open one, as there: its count is the last confirmed entry's
+     * when that is in it, else 0).
+     */
+    record Stats(Map<String, CursorText> cursors, Position lastConfirmed,
+                 List<long[]> ledgers) {
+    }
+
+    /**
+     * One cursor as internalStats shows it: the markDeletePosition and the individually
+     * deleted ranges ("[(l:e..l:e],...]", each open below and closed above), read together
+     * under the cursor's read lock.
+     */
+    record CursorText(Position markDelete, String individuallyDeleted) {
     }
 
     private CursorDigests() {
@@ -45,10 +73,11 @@ final class CursorDigests {
 
     /**
      * The topics of {@code namespace} loaded on this broker, in name order; of each, the
-     * subscriptions named in {@code subscriptions} (empty: every durable one).
+     * subscriptions named in {@code subscriptions} (empty: every durable one), with their
+     * {@link Stats} when {@code stats}.
      */
     static List<TopicDigest> of(BrokerService brokers, NamespaceName namespace,
-                                Set<String> subscriptions) {
+                                Set<String> subscriptions, boolean stats) {
         Map<String, Map<String, Topic>> bundles =
                 brokers.getMultiLayerTopicsMap().get(namespace.toString());
         List<PersistentTopic> topics = new ArrayList<>();
@@ -64,10 +93,31 @@ final class CursorDigests {
         topics.sort(Comparator.comparing(PersistentTopic::getName));
         List<TopicDigest> out = new ArrayList<>(topics.size());
         for (PersistentTopic topic : topics) {
-            out.add(new TopicDigest(topic.getName(), ledgers(topic.getManagedLedger()),
-                    cursors(topic.getSubscriptions().values(), subscriptions)));
+            ManagedLedger ledger = topic.getManagedLedger();
+            String line = ledgers(ledger);
+            Map<String, Digest> digests = new LinkedHashMap<>();
+            Map<String, CursorText> texts = new LinkedHashMap<>();
+            for (PersistentSubscription sub : durable(topic.getSubscriptions().values(),
+                    subscriptions)) {
+                Read read = read(sub.getCursor(), stats);
+                digests.put(sub.getName(), read.digest());
+                if (stats) {
+                    texts.put(sub.getName(), read.text());
+                }
+            }
+            out.add(new TopicDigest(topic.getName(), line, digests,
+                    stats ? stats(ledger, texts) : null));
         }
         return out;
+    }
+
+    private static Stats stats(ManagedLedger ledger, Map<String, CursorText> cursors) {
+        Position last = ledger.getLastConfirmedEntry();
+        List<long[]> rows = new ArrayList<>();
+        for (LedgerInfo info : ledger.getLedgersInfo().values()) {
+            rows.add(new long[] {info.getLedgerId(), info.getEntries()});
+        }
+        return new Stats(cursors, last, rows);
     }
 
     /**
@@ -80,19 +130,21 @@ final class CursorDigests {
                 + last.getLedgerId() + ":" + last.getEntryId();
     }
 
-    private static Map<String, Digest> cursors(Collection<PersistentSubscription> subs,
-                                               Set<String> wanted) {
-        Map<String, Digest> out = new LinkedHashMap<>();
-        subs.stream()
+    private static List<PersistentSubscription> durable(
+            Collection<PersistentSubscription> subs, Set<String> wanted) {
+        return subs.stream()
                 .filter(s -> wanted.isEmpty() || wanted.contains(s.getName()))
                 .filter(s -> s.getCursor() != null && s.getCursor().isDurable())
                 .sorted(Comparator.comparing(PersistentSubscription::getName))
-                .forEach(s -> out.put(s.getName(), digest(s.getCursor())));
-        return out;
+                .toList();
     }
 
     /** A cursor's two digests, as 16 hex digits each. */
     record Digest(String acks, String batches) {
+    }
+
+    /** A cursor's digests, and what internalStats shows of it when asked for (else null). */
+    record Read(Digest digest, CursorText text) {
     }
 
     /**
@@ -101,6 +153,11 @@ final class CursorDigests {
      * partly acked batches (each one's ledger, entry, word count and words).
      */
     static Digest digest(ManagedCursor cursor) {
+        return read(cursor, false).digest();
+    }
+
+    /** The cursor's digests, and with {@code text} its {@link CursorText} from the same read. */
+    static Read read(ManagedCursor cursor, boolean text) {
         if (!(cursor instanceof ManagedCursorImpl impl)) {
             // Not the implementation 4.0 uses: its ranges cannot be read under the lock.
             throw new HttpProblem(501, "cursor " + cursor.getName() + " is a "
@@ -108,12 +165,18 @@ final class CursorDigests {
                     + "cannot read");
         }
         Hash acks = new Hash();
+        StringBuilder ranges = text ? new StringBuilder("[") : null;
         Position markDelete = impl.processIndividuallyDeletedMessagesAndGetMarkDeletedPosition(
                 r -> {
                     acks.add(r.lowerEndpoint().getLedgerId());
                     acks.add(r.lowerEndpoint().getEntryId());
                     acks.add(r.upperEndpoint().getLedgerId());
                     acks.add(r.upperEndpoint().getEntryId());
+                    if (ranges != null) {
+                        ranges.append(ranges.length() > 1 ? ",(" : "(")
+                                .append(PluginJson.text(r.lowerEndpoint())).append("..")
+                                .append(PluginJson.text(r.upperEndpoint())).append(']');
+                    }
                     return true;
                 });
         acks.add(markDelete.getLedgerId());
@@ -134,7 +197,9 @@ final class CursorDigests {
                 }
             }
         }
-        return new Digest(acks.hex(), batches.hex());
+        Digest digest = new Digest(acks.hex(), batches.hex());
+        return new Read(digest, ranges == null ? null
+                : new CursorText(markDelete, ranges.append(']').toString()));
     }
 
     /** A 64-bit hash of a sequence of longs (splitmix64's finalizer after each one). */

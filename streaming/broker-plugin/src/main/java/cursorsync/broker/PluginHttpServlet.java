@@ -22,7 +22,8 @@ import org.slf4j.LoggerFactory;
  * The HTTP side only (parameters, status codes, redirects) of the plugin's two endpoints:
  * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N][&amp;after=L:E] (the work is
  * {@link CursorFinder}'s and {@link PartialBatches}') and
- * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...] ({@link CursorDigests}').
+ * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...][&amp;stats=true]
+ * ({@link CursorDigests}').
  * Read-only: no method but GET is served.
  */
 final class PluginHttpServlet extends HttpServlet {
@@ -87,7 +88,8 @@ final class PluginHttpServlet extends HttpServlet {
         String[] subs = req.getParameterValues("subscription");
         Set<String> wanted = subs == null ? Set.of() : new HashSet<>(Arrays.asList(subs));
         List<CursorDigests.TopicDigest> topics = finder.readable(
-                CursorDigests.of(finder.brokers(), namespace, wanted), caller(req));
+                CursorDigests.of(finder.brokers(), namespace, wanted,
+                        Boolean.parseBoolean(req.getParameter("stats"))), caller(req));
         resp.setStatus(200);
         resp.setContentType("application/json");
         PluginJson.writeDigests(resp.getWriter(), finder.brokerId(), finder.availableBrokers(),

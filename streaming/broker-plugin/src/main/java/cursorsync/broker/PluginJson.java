@@ -73,11 +73,39 @@ final class PluginJson {
                     g.writeEndObject();
                 }
                 g.writeEndObject();
+                if (t.stats() != null) {
+                    writeStats(g, t.stats());
+                }
                 g.writeEndObject();
             }
             g.writeEndArray();
             g.writeEndObject();
         }
+    }
+
+    /** "stats": the fields of internalStats that {@link CursorDigests.Stats} holds. */
+    private static void writeStats(JsonGenerator g, CursorDigests.Stats stats)
+            throws IOException {
+        g.writeObjectFieldStart("stats");
+        g.writeStringField("lastConfirmedEntry", text(stats.lastConfirmed()));
+        g.writeArrayFieldStart("ledgers");
+        for (long[] row : stats.ledgers()) {
+            g.writeStartObject();
+            g.writeNumberField("ledgerId", row[0]);
+            g.writeNumberField("entries", row[1]);
+            g.writeEndObject();
+        }
+        g.writeEndArray();
+        g.writeObjectFieldStart("cursors");
+        for (Map.Entry<String, CursorDigests.CursorText> c : stats.cursors().entrySet()) {
+            g.writeObjectFieldStart(c.getKey());
+            g.writeStringField("markDeletePosition", text(c.getValue().markDelete()));
+            g.writeStringField("individuallyDeletedMessages",
+                    c.getValue().individuallyDeleted());
+            g.writeEndObject();
+        }
+        g.writeEndObject();
+        g.writeEndObject();
     }
 
     static void writeError(Writer out, String message) throws IOException {
@@ -90,7 +118,7 @@ final class PluginJson {
     }
 
     /** ledger:entry, the form internalStats uses for positions. */
-    private static String text(Position p) {
+    static String text(Position p) {
         return p.getLedgerId() + ":" + p.getEntryId();
     }
 }
