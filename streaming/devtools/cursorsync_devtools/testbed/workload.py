@@ -209,14 +209,12 @@ class _Publisher:
     its own, so its messages never look like a's."""
 
     def __init__(self, bed: TestBed, topic: str, spec: WorkloadSpec,
-                 decisions: Decisions, *, cluster: str = "a", client: Any = None) -> None:
+                 decisions: Decisions, *, cluster: str = "a") -> None:
         self.topic = topic
         self.spec = spec
         self.decisions = decisions
         self.cluster = cluster
-        # One client shared by many partitions' publishers: a client each holds its own
-        # threads and file descriptors, which thousands of partitions run out of.
-        self.client = client if client is not None else bed.client(cluster)
+        self.client = bed.client(cluster)
         local = TopicName.parse(topic).local
         prefix = local if cluster == "a" else f"{local}-{cluster}"
         self._plan_name = topic if cluster == "a" else f"{topic}@{cluster}"
@@ -311,11 +309,10 @@ class _Publisher:
             p.close()
 
 
-def _publish_foreign(bed: TestBed, topic: str, spec: WorkloadSpec,
-                     client: Any = None) -> list[Produced]:
+def _publish_foreign(bed: TestBed, topic: str, spec: WorkloadSpec) -> list[Produced]:
     if not spec.foreign_per_partition:
-        return []
-    client = client if client is not None else bed.client("b")
+        return []  # no client either: each holds threads and file descriptors
+    client = bed.client("b")
     local = TopicName.parse(topic).local
     producer = client.create_producer(topic, producer_name=f"{local}-foreign-b",
                                       batching_enabled=False)
@@ -375,8 +372,7 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
             for sub, replicated in subs:
                 ackers.append((name, Acker(bed, bed.topic(name), sub, kind, replicated,
                                             decisions, spec.batch_index_acks)))
-    clients = {"a": bed.client("a"), "b": bed.client("b")}
-    publishers = {p: _Publisher(bed, p, spec, decisions, client=clients["a"])
+    publishers = {p: _Publisher(bed, p, spec, decisions)
                   for parts in partitions.values() for p in parts}
     for _, a in ackers:
         a.start()
@@ -390,7 +386,7 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
                     publishers[p].entry(size, rng)
             if r == rounds // 2:
                 for p in regular:
-                    result.foreign += _publish_foreign(bed, p, spec, clients["b"])
+                    result.foreign += _publish_foreign(bed, p, spec)
                 if spec.chunked_topic:
                     (chunk_topic,) = partitions[spec.chunked_topic]
                     publisher = publishers[chunk_topic]
@@ -401,8 +397,6 @@ def run_workload(bed: TestBed, spec: WorkloadSpec | None = None) -> WorkloadResu
     finally:
         for pub in publishers.values():
             pub.close()
-        for client in clients.values():
-            client.close()
     for pub in publishers.values():
         result.messages += pub.out
     expected: dict[str, int] = {}
