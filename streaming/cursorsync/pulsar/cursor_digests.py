@@ -42,7 +42,7 @@ from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.batch_acks import plugin_answer, plugin_get
 from cursorsync.pulsar.stats import TopicInternalStats, parse_internal_stats
-from cursorsync.pulsar.topics import TopicName
+from cursorsync.pulsar.topics import namespaces_of
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,7 @@ def cluster_cursor_stats(admin: AdminClient, topics: Sequence[str],
     a request per broker and namespace. A topic no broker answered for (being moved, its
     broker unreachable), or that has no such cursor, is left out; the caller reads it one
     by one. The first broker's errors are raised, as :func:`cluster_digests` does."""
-    namespaces = sorted({f"{n.tenant}/{n.namespace}" for n in map(TopicName.parse, topics)})
-    found = cluster_digests(admin, namespaces, (subscription,), stats=True)
+    found = cluster_digests(admin, namespaces_of(topics), (subscription,), stats=True)
     out: dict[str, TopicInternalStats] = {}
     for topic in topics:
         digest = found.get(topic)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -76,6 +77,11 @@ def parse_namespace(text: str) -> tuple[str, str]:
     if len(parts) != 2 or not all(_SEGMENT_RE.match(p) for p in parts):
         raise ConfigError(f"namespace {text!r} is not tenant/namespace")
     return parts[0], parts[1]
+
+
+def namespaces_of(topics: Iterable[str]) -> list[str]:
+    """The ``tenant/namespace`` of each topic name, each once, in order."""
+    return sorted({f"{t.tenant}/{t.namespace}" for t in map(TopicName.parse, topics)})
 
 
 def namespace_admin_path(namespace: str, suffix: str = "") -> str:

@@ -51,7 +51,7 @@ from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.selection import EVERY, Selection
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topic_stats import Fingerprint, fingerprint
-from cursorsync.pulsar.topics import TopicName
+from cursorsync.pulsar.topics import TopicName, namespaces_of
 from cursorsync.sync import poll_health
 from cursorsync.sync.follow import WAKE_MIN_GAP
 from cursorsync.sync.poll_health import PollHealth
@@ -298,9 +298,8 @@ class PulsarCursorsStreamReader(SimpleDataSourceStreamReader):
         are asked instead)."""
         names = sorted({*(str(t.with_partition(i)) for t, n in partitioned.items()
                           for i in range(n)), *(str(t) for t in concrete)})
-        namespaces = sorted({f"{t.tenant}/{t.namespace}" for t in map(TopicName.parse, names)})
         try:
-            digests = cluster_digests(admin, namespaces)
+            digests = cluster_digests(admin, namespaces_of(names))
         except CursorSyncError as err:
             # Once until they answer again: every poll would say it again.
             log.log(logging.DEBUG if self._no_digests else logging.WARNING,

@@ -150,13 +150,9 @@ final class CursorDigests {
     /**
      * The cursor's digests: of its acknowledgements (each individually deleted range's
      * lower and upper ledger and entry, in order, then the markDeletePosition's), and of its
-     * partly acked batches (each one's ledger, entry, word count and words).
+     * partly acked batches (each one's ledger, entry, word count and words); with
+     * {@code text}, its {@link CursorText} from the same read of the ranges.
      */
-    static Digest digest(ManagedCursor cursor) {
-        return read(cursor, false).digest();
-    }
-
-    /** The cursor's digests, and with {@code text} its {@link CursorText} from the same read. */
     static Read read(ManagedCursor cursor, boolean text) {
         if (!(cursor instanceof ManagedCursorImpl impl)) {
             // Not the implementation 4.0 uses: its ranges cannot be read under the lock.
