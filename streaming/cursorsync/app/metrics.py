@@ -139,6 +139,12 @@ class Metrics:
             "not map, by kind: raw-entry (one per entry) and tail-check (one per partition: "
             "whether anything past its last mapped entry is dispatchable).",
             ["kind"], registry=r)
+        self._target_cursor_reads = Counter(
+            "cursorsync_target_cursor_reads",
+            "Admin requests the sync made to read target cursors, by way: internal-stats (one "
+            "per partition) and plugin (spark.cursor_digests: one per target broker and "
+            "namespace, for many partitions).",
+            ["way"], registry=r)
         self._skipped_waiting = Gauge(
             "cursorsync_skipped_target_ids_waiting",
             "Skipped target ids not checked yet: the check of each mapping batch is bounded, "
@@ -272,6 +278,10 @@ class Metrics:
     def record_source_lookups(self, kind: str, count: int) -> None:
         """``count`` more requests of ``kind`` classified acked source entries."""
         self._source_lookups.labels(kind=kind).inc(_count(count, "count"))
+
+    def record_target_cursor_reads(self, way: str, count: int) -> None:
+        """``count`` more admin requests of ``way`` read target cursors for the sync."""
+        self._target_cursor_reads.labels(way=way).inc(_count(count, "count"))
 
     def set_failover_ready(self, subscription: str, ready: bool) -> None:
         """Whether the subscription's partitions were all ready at their last sync."""

@@ -131,7 +131,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     """The sync query's sink and its step. The step reads each moving partition's ledger
     lists: the builder trims its known mappings with them too (``live``; with emission on
     executors this step plans nothing, and the builder keeps them whole)."""
-    targets = AdminTargets(clients.target_admin)
+    targets = AdminTargets(clients.target_admin, plugin=config.spark.cursor_digests)
     step = SyncStep(StepSettings(config.emission.cumulative, dry_run,
                                config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
@@ -148,6 +148,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                     tail_check=clients.source_tail.nothing_dispatchable_after,
                     lookups_in_background=True)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
+    sink.target_reads = targets
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due
     return sink

@@ -21,15 +21,17 @@ request per topic and a read of every partition's stats inside the broker.
 With ``&stats=true`` each topic also carries ``stats``: its ledgers and the cursors asked
 for in internalStats' own shape (``lastConfirmedEntry``, ``ledgers``, ``cursors`` with
 ``markDeletePosition`` and ``individuallyDeletedMessages``), each cursor's two read together
-under its lock and the ledgers after them. :func:`cluster_cursor_stats` reads a probe's
-cursors on many partitions that way, a request per broker instead of one per partition.
+under its lock and the ledgers after them. :func:`cluster_cursor_stats` reads chosen
+cursors of many partitions that way (the probe's, the sync's target cursors), a request per
+broker and namespace instead of one per partition.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
@@ -42,7 +44,7 @@ from cursorsync.errors import CursorSyncError, MalformedAdminOutputError
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.batch_acks import plugin_answer, plugin_get
 from cursorsync.pulsar.stats import TopicInternalStats, parse_internal_stats
-from cursorsync.pulsar.topics import namespaces_of
+from cursorsync.pulsar.topics import TopicName, namespaces_of
 
 log = logging.getLogger(__name__)
 
@@ -148,21 +150,61 @@ def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
     return out
 
 
-def cluster_cursor_stats(admin: AdminClient, topics: Sequence[str],
-                         subscription: str) -> dict[str, TopicInternalStats]:
-    """internalStats of each of ``topics`` (concrete names) as far as they show its ledgers
-    and ``subscription``'s cursor, from the plugin of every broker of ``admin``'s cluster:
-    a request per broker and namespace. A topic no broker answered for (being moved, its
-    broker unreachable), or that has no such cursor, is left out; the caller reads it one
-    by one. The first broker's errors are raised, as :func:`cluster_digests` does."""
-    found = cluster_digests(admin, namespaces_of(topics), (subscription,), stats=True)
+def cluster_cursor_stats(admin: AdminClient, wanted: Mapping[str, Collection[str]],
+                         ) -> dict[str, TopicInternalStats]:
+    """internalStats of each topic of ``wanted`` (concrete names, by the names as given) as
+    far as they show its ledgers and the cursors of its subscriptions there, from the plugin
+    of every broker of ``admin``'s cluster: a request per broker and namespace. A topic no
+    broker answered for (being moved, its broker unreachable), or that lacks one of its
+    cursors, is left out; the caller reads it one by one. The first broker's errors are
+    raised, as :func:`cluster_digests` does."""
+    names = {t: str(TopicName.parse(t)) for t in wanted}
+    subscriptions = sorted({s for subs in wanted.values() for s in subs})
+    found = cluster_digests(admin, namespaces_of(names.values()), subscriptions, stats=True)
     out: dict[str, TopicInternalStats] = {}
-    for topic in topics:
-        digest = found.get(topic)
-        if digest is not None and digest.stats is not None and (
-                subscription in digest.stats.subscriptions):
+    for topic, name in names.items():
+        digest = found.get(name)
+        if digest is not None and digest.stats is not None and all(
+                s in digest.stats.subscriptions for s in wanted[topic]):
             out[topic] = digest.stats
     return out
+
+
+#: After the plugin could not be asked, how long :class:`PluginCursorStats` reads nothing
+#: from it (its callers read one internalStats request per partition) before asking again.
+PLUGIN_RETRY_S = 300.0
+
+
+class PluginCursorStats:
+    """:func:`cluster_cursor_stats` for a caller that reads on without the plugin: a plugin
+    that cannot be asked is warned of once and asked again after :data:`PLUGIN_RETRY_S`,
+    every partition left to the caller meanwhile."""
+
+    def __init__(self, admin: AdminClient, what: str, *, enabled: bool = True) -> None:
+        #: What is read, for the warning ("the probe cursors").
+        self.admin, self.what, self.enabled = admin, what, enabled
+        self._off_until = 0.0
+        #: Reads answered (each a request per broker and namespace).
+        self.reads = 0
+        self.clock = time.monotonic
+
+    def read(self, wanted: Mapping[str, Collection[str]]) -> dict[str, TopicInternalStats]:
+        """What the brokers' plugin says of the topics of ``wanted`` and their subscriptions
+        (see :func:`cluster_cursor_stats`); nothing when off, or when it could not be asked
+        within the last PLUGIN_RETRY_S."""
+        now = self.clock()
+        if not self.enabled or not wanted or now < self._off_until:
+            return {}
+        try:
+            found = cluster_cursor_stats(self.admin, wanted)
+        except CursorSyncError as err:
+            self._off_until = now + PLUGIN_RETRY_S
+            log.warning("%s of cluster %s cannot be read from cursorsync's broker plugin "
+                        "(%s): one internalStats request per partition for the next %.0f s",
+                        self.what, self.admin.cluster, err, PLUGIN_RETRY_S)
+            return {}
+        self.reads += 1
+        return found
 
 
 def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:

@@ -17,9 +17,10 @@ the per-id check.
 
 With cursorsync's broker plugin on the target's brokers (``plugin``), the probe cursors
 are read from it: one request per broker and namespace returns what those internalStats
-requests would of the probe's cursor and the ledgers (:func:`cluster_cursor_stats`). A
-partition it does not answer for is read on its own; a plugin that cannot be asked is
-asked again after :data:`PLUGIN_RETRY_S`, the partitions read on their own meanwhile.
+requests would of the probe's cursor and the ledgers
+(:class:`cursorsync.pulsar.cursor_digests.PluginCursorStats`). A partition it does not
+answer for is read on its own, and so is every partition for a while after the plugin
+could not be asked.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ from typing import Any
 
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
-from cursorsync.errors import CursorSyncError
 from cursorsync.pulsar.admin import AdminClient
-from cursorsync.pulsar.cursor_digests import cluster_cursor_stats
+from cursorsync.pulsar.cursor_digests import PluginCursorStats
 from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 
@@ -52,9 +52,6 @@ PROBE_QUEUE = 1000
 #: Probes placed at once: each placement is a subscribe and a seek, two round trips to
 #: the broker, which a thousand partitions would otherwise wait for one after another.
 PLACE_WORKERS = 16
-#: After the plugin could not be asked, how long the probe cursors are read one
-#: internalStats request per partition before the plugin is tried again.
-PLUGIN_RETRY_S = 300.0
 
 
 @dataclass
@@ -128,8 +125,7 @@ class DispatchProbe:
     def __init__(self, client: Any, admin: AdminClient, subscription: str, *,
                  plugin: bool = False) -> None:
         self._client, self.admin, self.subscription = client, admin, subscription
-        self.plugin = plugin
-        self._plugin_off_until = 0.0
+        self._plugin = PluginCursorStats(admin, "the probe cursors", enabled=plugin)
         self.stats = ProbeStats()
         self._lock = threading.Lock()
         self._probes: dict[str, _Probe] = {}
@@ -286,20 +282,9 @@ class DispatchProbe:
         return out
 
     def _from_plugin(self, topics: list[str]) -> dict[str, TopicInternalStats]:
-        """What the brokers' plugin says of ``topics``' probe cursors; nothing when the plugin
-        is off, or could not be asked within the last PLUGIN_RETRY_S."""
-        now = time.monotonic()
-        if not self.plugin or not topics or now < self._plugin_off_until:
-            return {}
-        try:
-            found = cluster_cursor_stats(self.admin, topics, self.subscription)
-        except CursorSyncError as err:
-            self._plugin_off_until = now + PLUGIN_RETRY_S
-            log.warning("the probe cursors of cluster %s cannot be read from cursorsync's "
-                        "broker plugin (%s): one internalStats request per partition for "
-                        "the next %.0f s", self.admin.cluster, err, PLUGIN_RETRY_S)
-            return {}
-        self.stats.plugin_reads += 1
+        """What the brokers' plugin says of ``topics``' probe cursors (nothing when off)."""
+        found = self._plugin.read({t: (self.subscription,) for t in topics})
+        self.stats.plugin_reads = self._plugin.reads
         return found
 
     def _distrust(self, probe: _Probe) -> None:

@@ -39,6 +39,7 @@ from cursorsync.sync.observed import Observations, observations, previous_states
 from cursorsync.sync.plans import stable_hash
 from cursorsync.sync.step import SyncStep
 from cursorsync.sync.step_totals import StepResult
+from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables.mappings_table import MappingStore, WaitsStore
 from cursorsync.tables.rows import cursor_state_rows, sync_progress_rows
 from cursorsync.tables.spill import Spill
@@ -99,6 +100,7 @@ class SyncMetrics(Protocol):
     def observe_sync_lags(self, subscription: str, seconds: Iterable[float]) -> None: ...
     def mark_synced(self, subscription: str, at: float | None = None) -> None: ...
     def record_source_lookups(self, kind: str, count: int) -> None: ...
+    def record_target_cursor_reads(self, way: str, count: int) -> None: ...
     def set_failover_ready(self, subscription: str, ready: bool) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
     def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None: ...
@@ -122,6 +124,9 @@ class SyncSink:
                                      spill=self.spill)
         #: Partitions whose mapping has skipped ids waiting: their gaps' lookups wait too.
         self.waits = WaitsStore(store, settings.source_cluster, settings.target_cluster)
+        #: The step's target reads, whose requests the metrics count (None: not counted).
+        self.target_reads: AdminTargets | None = None
+        self._target_reads_seen: dict[str, int] = {}
         self.last_batch = -1
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
@@ -326,6 +331,11 @@ class SyncSink:
         lookups = self.step.lookups
         m.record_source_lookups("raw-entry", lookups.count)
         m.record_source_lookups("tail-check", lookups.tail_checks)
+        if self.target_reads is not None:
+            t = self.target_reads
+            for way, total in (("internal-stats", t.requests), ("plugin", t.plugin.reads)):
+                m.record_target_cursor_reads(way, total - self._target_reads_seen.get(way, 0))
+                self._target_reads_seen[way] = total
         if done.unavailable:
             m.record_error("admin", done.unavailable)
         if done.anchor_conflicts:

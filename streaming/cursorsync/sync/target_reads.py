@@ -4,7 +4,12 @@ A sync batch reads the target cursors of the cursors whose source moved, and of 
 ones due for a check. Each read is a round trip to a broker, so a batch of thousands must
 not make them one after another: the reads of a batch go out together, on up to the target
 cluster's ``max_concurrency`` threads, and a topic partition is asked once
-(``internalStats``) however many of its subscriptions are synced.
+(``internalStats``) however many of its subscriptions are synced. With cursorsync's broker
+plugin on the target's brokers (``spark.cursor_digests``), a batch's cursors are read from
+it first: a request per broker and namespace returns what those internalStats requests
+would of the ledgers and the synced subscriptions' cursors
+(:class:`cursorsync.pulsar.cursor_digests.PluginCursorStats`); a partition it does not
+answer for, or that lacks one of those subscriptions, is read on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import AdminUnavailableError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.cursor_digests import PluginCursorStats
 from cursorsync.pulsar.stats import TopicInternalStats
 
 #: Reads the target's cursor for (concrete topic, subscription): None when unknown.
@@ -53,10 +59,11 @@ class AdminTargets:
     """Reads target cursors on the target's admin API: one at a time (a
     :data:`TargetReader`) or a batch's together (:meth:`many`)."""
 
-    def __init__(self, admin: AdminClient) -> None:
+    def __init__(self, admin: AdminClient, *, plugin: bool = False) -> None:
         self.admin = admin
         #: internalStats requests made, for the step's metrics.
         self.requests = 0
+        self.plugin = PluginCursorStats(admin, "the target cursors", enabled=plugin)
 
     def __call__(self, topic: str, subscription: str) -> CursorState | None:
         answer = self.many([(topic, subscription)])[topic, subscription]
@@ -72,15 +79,20 @@ class AdminTargets:
         topics = sorted({t for t, _ in pairs})
         if not topics:
             return {}
-        workers = min(self.admin.config.max_workers, len(topics))
+        wanted: dict[str, set[str]] = {}
+        for t, s in pairs:
+            wanted.setdefault(t, set()).add(s)
+        by_topic: dict[str, TopicInternalStats | AdminUnavailableError | None] = dict(
+            self.plugin.read(wanted))
+        rest = [t for t in topics if t not in by_topic]
+        workers = min(self.admin.config.max_workers, len(rest))
         if workers == 1:
-            stats = [self._stats(t) for t in topics]
-        else:
+            by_topic.update((t, self._stats(t)) for t in rest)
+        elif rest:
             with ThreadPoolExecutor(max_workers=workers,
                                     thread_name_prefix="target-reads") as pool:
-                stats = list(pool.map(self._stats, topics))
-        self.requests += len(topics)
-        by_topic = dict(zip(topics, stats, strict=True))
+                by_topic.update(zip(rest, pool.map(self._stats, rest), strict=True))
+        self.requests += len(rest)
         return {(t, s): _cursor(by_topic[t], s) for t, s in pairs}
 
     def _stats(self, topic: str) -> TopicInternalStats | AdminUnavailableError | None:

@@ -18,13 +18,17 @@ def _samples(metrics: Any, family: str) -> Iterator[Any]:
 
 
 def skipped_id_requests(metrics: Any) -> dict[str, float]:
-    """The job's ``cursorsync_skipped_id_requests`` by kind, and its
-    ``cursorsync_source_lookups`` as ``source <kind>``."""
+    """The job's ``cursorsync_skipped_id_requests`` by kind, its
+    ``cursorsync_source_lookups`` as ``source <kind>``, and its
+    ``cursorsync_target_cursor_reads`` as ``target <way>``: the admin requests by kind."""
     found = {s.labels["kind"]: s.value
              for s in _samples(metrics, "cursorsync_skipped_id_requests")
              if s.name.endswith("_total")}
     found.update({f"source {s.labels['kind']}": s.value
                   for s in _samples(metrics, "cursorsync_source_lookups")
+                  if s.name.endswith("_total")})
+    found.update({f"target {s.labels['way']}": s.value
+                  for s in _samples(metrics, "cursorsync_target_cursor_reads")
                   if s.name.endswith("_total")})
     return found
 

@@ -184,7 +184,7 @@ def _same_when_still(admin: AdminClient, part: str, tries: int = 20) -> bool:
     of ``tries`` rounds in which internalStats read the same before and after it."""
     for _ in range(tries):
         before = _probe_view(admin.internal_stats(part))
-        mine = _probe_view(cluster_cursor_stats(admin, [part], PROBE_SUBSCRIPTION)[part])
+        mine = _probe_view(cluster_cursor_stats(admin, {part: (PROBE_SUBSCRIPTION,)})[part])
         if _probe_view(admin.internal_stats(part)) == before:
             return mine == before
     raise AssertionError(f"{part}: the probe cursor never held still for three reads")

@@ -9,22 +9,21 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from cursorsync.core.cursor import CursorState
 from cursorsync.core.positions import Position
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync_devtools.testbed import TestBed
 
 
-@pytest.mark.integration
-def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
-        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
-    """Two subscriptions of one topic, one of a partition of another, a subscription the
-    target does not have, and a topic it does not have: one internalStats request per
-    topic that exists, each cursor as the broker shows it."""
-    one = testbed.topic(topic_name("targets-one"))
-    testbed.create_topic(one)
-    two = testbed.create_topic(topic_name("targets-two"), partitions=2)[1]
-    client = testbed.client("b")
+def _targets_scene(bed: TestBed, topic_name: Callable[[str], str],
+                   ) -> tuple[str, str, str]:
+    """On b: a topic with subscriptions x (a hole at its second message) and y, a
+    2-partition topic with x on partition 1, and the name of a topic b does not have."""
+    one = bed.topic(topic_name("targets-one"))
+    bed.create_topic(one)
+    two = bed.create_topic(topic_name("targets-two"), partitions=2)[1]
+    client = bed.client("b")
     for topic, sub in ((one, "x"), (one, "y"), (two, "x")):
         client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
                          initial_position=pulsar.InitialPosition.Earliest).close()
@@ -38,8 +37,16 @@ def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
         if msg.data() != b"m1":
             consumer.acknowledge(msg)  # a hole: m1 stays unacked
     consumer.close()
-    missing = testbed.topic(topic_name("targets-missing"))
+    return one, two, bed.topic(topic_name("targets-missing"))
 
+
+@pytest.mark.integration
+def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
+        testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """Two subscriptions of one topic, one of a partition of another, a subscription the
+    target does not have, and a topic it does not have: one internalStats request per
+    topic that exists, each cursor as the broker shows it."""
+    one, two, missing = _targets_scene(testbed, topic_name)
     with AdminClient(AdminSettings.from_urls(testbed.admin_url("b"), cluster="b")) as admin:
         targets = AdminTargets(admin)
         got = targets.many([(one, "x"), (one, "y"), (two, "x"), (two, "none"),
@@ -58,6 +65,37 @@ def test_a_batch_s_targets_on_the_bed_one_request_per_topic(
     assert got[missing, "x"] is None
     ledger = Position.parse(stats["x"]["markDeletePosition"]).ledger
     assert x.ledgers is not None and ledger in x.ledgers.ids.tolist()
+
+
+@pytest.mark.integration
+def test_with_the_plugin_one_request_reads_what_internal_stats_would(
+        index_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """``spark.cursor_digests``: the target brokers' plugin answers for the topics it
+    serves with both their cursors, in one request per broker; the partition without
+    subscription "none" and the missing topic are read on their own. Every cursor equals
+    what internalStats alone gives, ledgers included."""
+    bed = index_testbed
+    one, two, missing = _targets_scene(bed, topic_name)
+    pairs = [(one, "x"), (one, "y"), (two, "x"), (two, "none"), (missing, "x")]
+    with AdminClient(AdminSettings.from_urls(bed.admin_url("b"), cluster="b")) as admin:
+        plain = AdminTargets(admin).many(pairs)
+        targets = AdminTargets(admin, plugin=True)
+        got = targets.many(pairs)
+    assert targets.plugin.reads == 1
+    assert targets.requests == 2  # the partition lacking "none", and the missing topic
+    for pair in pairs:
+        mine, theirs = got[pair], plain[pair]
+        if theirs is None:
+            assert mine is None, pair
+            continue
+        assert isinstance(mine, CursorState) and isinstance(theirs, CursorState), pair
+        assert (mine.mark_delete, mine.individually_deleted) == (
+            theirs.mark_delete, theirs.individually_deleted), pair
+        assert mine.ledgers is not None and theirs.ledgers is not None
+        assert mine.ledgers.ids.tolist() == theirs.ledgers.ids.tolist(), pair
+        assert mine.ledgers.entries.tolist() == theirs.ledgers.entries.tolist(), pair
+    x = got[one, "x"]
+    assert isinstance(x, CursorState) and x.individually_deleted.count_entries(x.ledgers) == 2
 
 
 @pytest.mark.integration

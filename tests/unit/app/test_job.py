@@ -9,6 +9,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -99,15 +100,21 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     sink.step = SyncStep(StepSettings(cumulative=True), None, lambda t, s: None)
     sink._not_ready = {}
     sink.step.lookups.count, sink.step.lookups.tail_checks = 3, 2
+    reads = SimpleNamespace(requests=4, plugin=SimpleNamespace(reads=1))
+    sink.target_reads, sink._target_reads_seen = reads, {}  # type: ignore[assignment]
+    sink._record(_Synced([], rows, 0.01), 0.5)
+    reads.requests += 2  # the next batch's: counted once each
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
-    assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 1.0' in text
+    assert 'cursorsync_target_cursor_reads_total{way="internal-stats"} 6.0' in text
+    assert 'cursorsync_target_cursor_reads_total{way="plugin"} 1.0' in text
+    assert 'cursorsync_acks_sent_total{kind="cumulative",subscription="billing"} 2.0' in text
     assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
-    assert 'cursorsync_errors_total{stage="guard"} 2.0' in text
-    assert 'cursorsync_source_lookups_total{kind="raw-entry"} 3.0' in text
-    assert 'cursorsync_source_lookups_total{kind="tail-check"} 2.0' in text
-    assert 'cursorsync_errors_total{stage="emit"} 1.0' in text
-    for result, n in (("emitted", 1), ("refused", 2), ("failed", 1), ("halted", 1)):
+    assert 'cursorsync_errors_total{stage="guard"} 4.0' in text
+    assert 'cursorsync_source_lookups_total{kind="raw-entry"} 6.0' in text
+    assert 'cursorsync_source_lookups_total{kind="tail-check"} 4.0' in text
+    assert 'cursorsync_errors_total{stage="emit"} 2.0' in text
+    for result, n in (("emitted", 2), ("refused", 4), ("failed", 2), ("halted", 2)):
         assert (f'cursorsync_sync_outcomes_total{{result="{result}",subscription="billing"}} '
                 f'{n}.0') in text
     assert rows.column("outcome").to_pylist() == ["partial", "refused", "refused", "failed",

@@ -17,7 +17,9 @@ from cursorsync.errors import MalformedAdminOutputError
 from cursorsync.pulsar.batch_acks import BatchAcksNotFoundError, BatchAcksPluginAbsentError
 from cursorsync.pulsar.cursor_digests import (
     CURSORS_PATH,
+    PLUGIN_RETRY_S,
     CursorDigest,
+    PluginCursorStats,
     TopicDigest,
     acks_digest,
     cluster_cursor_stats,
@@ -247,7 +249,32 @@ def test_cluster_cursor_stats_asks_for_stats_and_leaves_out_what_it_cannot_answe
         "broker": urlsplit(stub.url).netloc, "brokers": [urlsplit(stub.url).netloc]}))
     p2 = f"persistent://{NS}/events-partition-2"
     with client(stub.url) as admin:
-        got = cluster_cursor_stats(admin, [P0, P1, p2], "cursorsync-probe")
+        got = cluster_cursor_stats(admin, {t: ("cursorsync-probe",) for t in (P0, P1, p2)})
     assert set(got) == {P0}
     assert got[P0].subscriptions["cursorsync-probe"].state.mark_delete == Position(11, 2)
     assert len(stub.requests) == 1
+
+
+def test_a_plugin_that_cannot_be_asked_is_asked_again_after_the_retry_time(
+        stub: StubAdmin, caplog: pytest.LogCaptureFixture) -> None:
+    """No plugin on the broker: one warning naming what is read, nothing read from it (the
+    caller reads each partition on its own) and no request until PLUGIN_RETRY_S has passed;
+    then it is asked again, and answers."""
+    now = [1000.0]
+    with client(stub.url) as admin:
+        reads = PluginCursorStats(admin, "the target cursors")
+        reads.clock = lambda: now[0]
+        wanted = {P0: ("cursorsync-probe",)}
+        assert reads.read(wanted) == {}  # the stub answers 404: no plugin
+        assert "the target cursors of cluster" in caplog.text
+        asked = len(stub.requests)
+        now[0] += PLUGIN_RETRY_S - 1
+        assert reads.read(wanted) == {} and len(stub.requests) == asked
+        query = urlencode([("namespace", NS), ("subscription", "cursorsync-probe"),
+                           ("stats", "true")])
+        stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
+            **answer({**topic(), "stats": stats()}),
+            "broker": urlsplit(stub.url).netloc, "brokers": [urlsplit(stub.url).netloc]}))
+        now[0] += 1
+        assert set(reads.read(wanted)) == {P0} and reads.reads == 1
+        assert PluginCursorStats(admin, "x", enabled=False).read(wanted) == {}

@@ -166,3 +166,41 @@ def test_without_the_plugin_the_topic_stats_are_asked(admin: StubAdmin, tmp_path
     with caplog.at_level(logging.INFO):
         r.poll()
     assert "answers the cursor digests again" in caplog.text
+
+
+def plugin_stats(doc: dict[str, Any], *, counts: bool = True) -> dict[str, Any]:
+    """What the plugin writes as ``stats`` of a partition whose internalStats are ``doc``
+    (an older plugin wrote no entry count and size)."""
+    out = {"lastConfirmedEntry": doc["lastConfirmedEntry"],
+           "ledgers": [{"ledgerId": x["ledgerId"], "entries": x["entries"]}
+                       for x in doc["ledgers"]],
+           "cursors": {s: {k: c[k] for k in ("markDeletePosition",
+                                             "individuallyDeletedMessages")}
+                       for s, c in doc["cursors"].items()}}
+    return {"numberOfEntries": doc["numberOfEntries"], "totalSize": doc["totalSize"],
+            **out} if counts else out
+
+
+def test_many_moved_partitions_are_read_from_the_plugin_in_one_request(
+        admin: StubAdmin, tmp_path: Path) -> None:
+    """Ten partitions move at once: the plugin's stats answer for eight; one it gives without
+    the entry count (an older plugin) and one it does not list are read one by one. What
+    the poll remembers of the eight is their own digest, so the next poll, told the same,
+    reads nothing; their rows are what internalStats would have given."""
+    docs = {i: state(f"3:{i}", "[(3:5..3:7]]" if i % 2 else "[]") for i in range(10)}
+    serve(admin, docs)
+    admin.set(PLUGIN, answer(admin, {i: told(d) for i, d in docs.items()}))
+    with_stats = {i: {**told(d), "stats": plugin_stats(d, counts=i != 8)}
+                  for i, d in docs.items() if i != 9}
+    admin.set(PLUGIN + "&stats=true", answer(admin, with_stats))
+    r = reader(admin, tmp_path)
+    rows = r.poll()
+    assert reads(admin, 0) == [f"{BASE}-partition-8/internalStats",
+                               f"{BASE}-partition-9/internalStats"]
+    assert r.plugin_reads == 1 and r.partitions_read == 10
+    assert sorted((row[2], row[4], row[5]) for row in rows) == [
+        (i, f"3:{i}", "[(3:5..3:7]]" if i % 2 else "[]") for i in range(10)]
+    assert {row[6] == [(3, 10)] for row in rows} == {True}  # the open ledger: lce's count
+    n = len(admin.requests)
+    r.poll()
+    assert reads(admin, n) == [] and r.partitions_unchanged == 10 and r.plugin_reads == 1

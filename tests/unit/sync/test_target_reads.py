@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 
 from cursorsync.errors import AdminUnavailableError
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.cursor_digests import CURSORS_PATH
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.target_reads import AdminTargets
 from tests.support.admin_stub import Reply, StubAdmin, stats_doc
@@ -48,3 +51,43 @@ def test_one_at_a_time_raises_what_the_broker_gave(stub: StubAdmin) -> None:
     with (AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin,
           pytest.raises(AdminUnavailableError, match="t0")):
         AdminTargets(admin)(name, "svc")
+
+
+def test_with_the_plugin_one_request_reads_the_cursors_it_answers_for(stub: StubAdmin) -> None:
+    """``spark.cursor_digests``: the target brokers' plugin answers for t0 with both synced
+    subscriptions; t1 lacks one there and t2 is not listed (being moved), so those two are
+    read on their own. One plugin request and two internalStats, each cursor from where it
+    was read."""
+    ns = "acme/orders"
+    t0, t1, t2 = (f"persistent://{ns}/t{i}" for i in range(3))
+    broker = urlsplit(stub.url).netloc
+
+    def plugin_stats(cursors: dict[str, str]) -> dict[str, Any]:
+        return {"lastConfirmedEntry": "3:9",
+                "ledgers": [{"ledgerId": 1, "entries": 5}, {"ledgerId": 3, "entries": 0}],
+                "cursors": {s: {"markDeletePosition": md, "individuallyDeletedMessages": "[]"}
+                            for s, md in cursors.items()}}
+
+    def listed(name: str, cursors: dict[str, str]) -> dict[str, Any]:
+        return {"topic": name, "ledgers": "14:0:3:9",
+                "cursors": {s: {"acks": "0" * 16, "batches": "0" * 16} for s in cursors},
+                "stats": plugin_stats(cursors)}
+
+    query = urlencode([("namespace", ns), ("subscription", "audit"), ("subscription", "svc"),
+                       ("stats", "true")])
+    stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
+        "plugin": "cursorsync", "broker": broker, "brokers": [broker], "namespace": ns,
+        "topics": [listed(t0, {"audit": "3:1", "svc": "3:2"}), listed(t1, {"svc": "3:3"})]}))
+    for name in (t1, t2):
+        stub.set(TopicName.parse(name).admin_path("internalStats"), Reply(body=stats_doc(
+            "3:9", [(1, 5), (3, 0)], {"svc": ("1:4", "[]"), "audit": ("1:3", "[]")})))
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+        targets = AdminTargets(admin, plugin=True)
+        got = targets.many([(t0, "svc"), (t0, "audit"), (t1, "svc"), (t1, "audit"),
+                            (t2, "svc")])
+    assert {k: str(v.mark_delete) for k, v in got.items()} == {  # type: ignore[union-attr]
+        (t0, "svc"): "3:2", (t0, "audit"): "3:1", (t1, "svc"): "1:4", (t1, "audit"): "1:3",
+        (t2, "svc"): "1:4"}
+    assert targets.requests == 2 and targets.plugin.reads == 1
+    assert sorted(p.split("?")[0] for p, _ in stub.requests) == sorted(
+        [CURSORS_PATH, *(TopicName.parse(t).admin_path("internalStats") for t in (t1, t2))])

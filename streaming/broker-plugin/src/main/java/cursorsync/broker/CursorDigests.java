@@ -52,12 +52,12 @@ final class CursorDigests {
     /**
      * What internalStats shows of a topic's ledgers and of some of its cursors, in its own
      * forms: each cursor's markDeletePosition and individually deleted ranges, then (read
-     * after them, so never older) the last confirmed entry and each kept ledger's id and
-     * entry count (0 for the open one, as there: its count is the last confirmed entry's
-     * when that is in it, else 0).
+     * after them, so never older) the topic's entry count and size, the last confirmed
+     * entry and each kept ledger's id and entry count (0 for the open one, as there: its
+     * count is the last confirmed entry's when that is in it, else 0).
      */
-    record Stats(Map<String, CursorText> cursors, Position lastConfirmed,
-                 List<long[]> ledgers) {
+    record Stats(Map<String, CursorText> cursors, long entries, long size,
+                 Position lastConfirmed, List<long[]> ledgers) {
     }
 
     /**
@@ -112,12 +112,14 @@ final class CursorDigests {
     }
 
     private static Stats stats(ManagedLedger ledger, Map<String, CursorText> cursors) {
+        long entries = ledger.getNumberOfEntries();
+        long size = ledger.getTotalSize();
         Position last = ledger.getLastConfirmedEntry();
         List<long[]> rows = new ArrayList<>();
         for (LedgerInfo info : ledger.getLedgersInfo().values()) {
             rows.add(new long[] {info.getLedgerId(), info.getEntries()});
         }
-        return new Stats(cursors, last, rows);
+        return new Stats(cursors, entries, size, last, rows);
     }
 
     /**

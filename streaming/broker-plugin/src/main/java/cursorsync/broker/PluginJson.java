@@ -87,6 +87,8 @@ final class PluginJson {
     private static void writeStats(JsonGenerator g, CursorDigests.Stats stats)
             throws IOException {
         g.writeObjectFieldStart("stats");
+        g.writeNumberField("numberOfEntries", stats.entries());
+        g.writeNumberField("totalSize", stats.size());
         g.writeStringField("lastConfirmedEntry", text(stats.lastConfirmed()));
         g.writeArrayFieldStart("ledgers");
         for (long[] row : stats.ledgers()) {
