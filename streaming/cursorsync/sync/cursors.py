@@ -68,8 +68,9 @@ WHOLE_READ_MAX_PARTITIONS = 100
 #: With ``cursorDigests``, the partitions that moved are read from the brokers' plugin (one
 #: request per broker and namespace, every partition it serves in the answer) once at least
 #: this share of the polled partitions, and PLUGIN_STATS_MIN, moved; fewer are read one
-#: internalStats request each. The plugin's answer costs the broker about 0.02 ms a partition
-#: it serves, an internalStats request about 1.2 ms (``cursorsync-dev bench admin``).
+#: internalStats request each. The plugin's answer with the cursors costs the broker about
+#: 0.05 ms a partition it serves, an internalStats request 1.2-2 ms (``cursorsync-dev bench
+#: admin --plugin``).
 PLUGIN_STATS_SHARE = 0.05
 PLUGIN_STATS_MIN = 8
 

@@ -20,7 +20,10 @@ poll, reading every partition's internalStats each poll (the baseline) and with 
 stats asked first; seconds, partitions read and the broker's CPU per partition. With the
 broker plugin loaded (``plugin``), beside them: what the plugin's one request per broker
 (:mod:`cursorsync.pulsar.cursor_digests`) costs to tell which partitions moved, with the
-topics it listed and how many it says moved (none: nothing changed).
+topics it listed and how many it says moved (none: nothing changed); and the plugin's
+reads of every partition's cursor (``spark.cursor_digests``): the sync step's reader taking
+all the target cursors from it (a request per broker), and the answer with ``stats`` a
+poll reads the partitions that moved from, asked for every subscription of the namespace.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.sync.target_reads import AdminTargets
 
+    plugin_targets: dict[str, float] = {}
     topic = bed.topic(f"targets-{uuid.uuid4().hex[:8]}")
     names = bed.create_topic(topic, partitions=partitions)
     # The admin call makes the subscription on every partition, loading them; a client's
@@ -105,8 +109,11 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
         for label, age in (("every_poll", 0), ("stats_first", 600_000))}
     if bed.config.broker_plugin is not None:
         source_poll["plugin_digests"] = _digests(bed, names, pid, idle, repeat)
+        source_poll["plugin_stats"] = _plugin_stats(bed, names, pid, idle, repeat)
+        plugin_targets = _plugin_targets(bed, pairs, pid, idle, repeat)
     placement = _place_probes(bed, names, pid, idle)
-    return {"benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
+    extra = {} if bed.config.broker_plugin is None else {"plugin_target_reads": plugin_targets}
+    return {**extra, "benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
             "requests_per_round": partitions, "rounds": repeat, "by_workers": rows,
             "partitioned_internal_stats_seconds": whole["seconds"],
             "partitioned_internal_stats_broker_cpu_ms": whole["broker_cpu_ms_per_request"],
@@ -151,6 +158,46 @@ def _digests(bed: Any, names: list[str], pid: int | None, idle: float, repeat: i
             "partitions_listed": len(ours & set(first)),
             "partitions_moved": max(len(moved(first, a, [SUBSCRIPTION]) & ours)
                                     for a in answers),
+            "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
+            "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
+
+
+def _plugin_targets(bed: Any, pairs: list[tuple[str, str]], pid: int | None, idle: float,
+                    repeat: int) -> dict[str, float]:
+    """The sync step's reader taking every target cursor of ``pairs`` from the plugin."""
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
+    from cursorsync.sync.target_reads import AdminTargets
+
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
+        reader = AdminTargets(admin, plugin=True)
+
+        def one_round() -> None:
+            got = reader.many(pairs)
+            bad = [v for v in got.values() if not isinstance(v, CursorState)]
+            if bad:
+                raise RuntimeError(f"a target read failed: {bad[0]!r}")
+
+        got = _timed(one_round, pid, idle, repeat, len(pairs))
+    if reader.requests:
+        raise RuntimeError(f"{reader.requests} target cursors read without the plugin")
+    return {**got, "plugin_requests_per_round": reader.plugin.reads / repeat}
+
+
+def _plugin_stats(bed: Any, names: list[str], pid: int | None, idle: float, repeat: int
+                  ) -> dict[str, float]:
+    """The plugin's answer with ``stats`` of every durable cursor of the bed's namespace,
+    which a poll asks for when many partitions moved: seconds, and CPU per topic listed."""
+    from cursorsync.pulsar.admin import AdminClient, AdminSettings
+    from cursorsync.pulsar.cursor_digests import cluster_digests
+
+    with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
+        listed = cluster_digests(admin, [bed.namespace], stats=True)
+        got = _timed(lambda: cluster_digests(admin, [bed.namespace], stats=True), pid, idle,
+                     repeat, len(listed))
+    with_stats = sum(1 for n in names if listed.get(n) is not None
+                     and listed[n].stats is not None)
+    return {"seconds": got["seconds"], "requests": 1, "topics_listed": len(listed),
+            "partitions_with_stats": with_stats,
             "broker_cpu_ms_per_partition": got["broker_cpu_ms_per_request"],
             "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
 

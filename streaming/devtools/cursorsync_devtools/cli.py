@@ -329,9 +329,11 @@ def bench_admin(
     with progress(f"bench admin: {partitions} partitions", json_output=json_output):
         result = run_bench(partitions, workers=counts, plugin=plugin)
     rows = [(k, v) for k, v in result.items()
-            if k not in ("by_workers", "source_poll", "probe_placement")]
+            if k not in ("by_workers", "source_poll", "probe_placement", "plugin_target_reads")]
     rows += [(f"target reads, {r['workers']} threads: {k}", v) for r in result["by_workers"]
              for k, v in r.items() if k != "workers"]
+    rows += [(f"target reads, the plugin: {k}", v)
+             for k, v in result.get("plugin_target_reads", {}).items()]
     rows += [(f"source poll, {label}: {k}", v) for label, r in result["source_poll"].items()
              for k, v in r.items()]
     rows += [(f"probe placement, {label.replace('_', ' ')}: {k}", v)

@@ -367,7 +367,9 @@ def test_the_cursor_digests_of_a_namespace_nobody_serves_here_are_none(
 def test_bench_admin_measures_the_plugins_digests_beside_the_source_polls(
         plugin_bed: TestBed, tmp_path: Path) -> None:
     """With the plugin loaded, the benchmark asks for the namespace's digests too: it lists
-    every partition of its topic, and with nothing changed says none moved."""
+    every partition of its topic, and with nothing changed says none moved; the plugin's
+    stats list every partition's, and the target reads take every cursor from one plugin
+    request a round (the benchmark raises if one is read without it)."""
     from cursorsync_devtools.bench_admin import bench_admin
 
     r = bench_admin(20, workers=(1,), repeat=2, bed=plugin_bed, work_dir=str(tmp_path))
@@ -375,6 +377,10 @@ def test_bench_admin_measures_the_plugins_digests_beside_the_source_polls(
     assert digests["partitions_listed"] == 20 and digests["partitions_moved"] == 0
     assert digests["topics_listed"] >= 20
     assert digests["seconds"] > 0 and digests["requests"] == 1
+    stats = r["source_poll"]["plugin_stats"]
+    assert stats["partitions_with_stats"] == 20 and stats["topics_listed"] >= 20
+    targets = r["plugin_target_reads"]
+    assert targets["plugin_requests_per_round"] == 1 and targets["seconds"] > 0
 
 
 @pytest.mark.slow  # a test bed of its own: CURSORSYNC_SLOW=1 runs it

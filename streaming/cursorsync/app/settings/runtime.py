@@ -131,10 +131,12 @@ class SparkConfig(_Section):
     #: Which source partitions' cursors moved is asked of the source brokers' cursorsync
     #: plugin (one request per broker and namespace, streaming/broker-plugin) instead of
     #: their topic stats (one request per topic, a stats read per partition inside the
-    #: broker). A broker without the plugin: the topic stats, with a warning. With
-    #: ``evidence.holes: probe`` the target's plugin is also asked for the probe cursors
-    #: (one request per broker and namespace instead of an internalStats per partition and
-    #: mapping batch); without it there, one internalStats each, with a warning.
+    #: broker). A broker without the plugin: the topic stats, with a warning. When many
+    #: partitions moved, the plugin also gives their cursors (one request per broker and
+    #: namespace instead of an internalStats each). On the target, the plugin is asked for
+    #: the cursors a sync batch reads and, with ``evidence.holes: probe``, for the probe
+    #: cursors (one request per broker and namespace instead of an internalStats per
+    #: partition); without it there, one internalStats each, with a warning.
     cursor_digests: bool = False
 
     @model_validator(mode="after")
