@@ -1,30 +1,8 @@
 """cursorsync's Prometheus metrics: one registry per :class:`Metrics`, nothing global.
 
-Every metric is named ``cursorsync_*``. What each one answers:
-
-- ``cursorsync_mapping_entries_ingested_total{cluster}``: entries read by the mapping query.
-- ``cursorsync_segments_written_total{evidence}``: segments appended to ``mappings``.
-- ``cursorsync_sync_lag_seconds{subscription}`` (histogram): from the last time a source
-  cursor state was known current (read, or confirmed unchanged by the topic stats) to
-  the target reflecting the plan made from it.
-- ``cursorsync_acks_sent_total{subscription,kind}``: acks sent, kind cumulative|individual.
-- ``cursorsync_sync_outcomes_total{subscription,result}``: what became of each plan:
-  emitted, dry_run, halted (source rewound), refused (by the guard), failed (sending).
-- ``cursorsync_unmapped_acked_entries{subscription}``: source-acked entries with no mapping yet.
-- ``cursorsync_redelivery_forecast_messages{subscription,cause}``: messages a failover now
-  would deliver again, as far as the sync knows them (see the metric's help).
-- ``cursorsync_rewound_entries_total{subscription}``: entries a source rewind un-acked.
-- ``cursorsync_halted_partitions{subscription,cause}``: partitions halted now, by cause.
-- ``cursorsync_translation_seconds`` (histogram): one translation of one cursor.
-- ``cursorsync_batch_duration_seconds{query}`` (histogram): one micro-batch of a query.
-- ``cursorsync_batch_phase_seconds{query,phase}`` (histogram): one phase of a micro-batch:
-  where a batch's time, and so the sync lag, goes (phases named ``a:b`` are parts of ``a``).
-- ``cursorsync_last_successful_sync_timestamp_seconds{subscription}``: alert when it stalls.
-- ``cursorsync_errors_total{stage}``: failures, by pipeline stage.
-- ``cursorsync_table_rows_expired_total{table}``: rows table maintenance deleted (retention).
-- ``cursorsync_table_maintenance_timestamp_seconds{table}``: the last maintenance that
-  succeeded (compaction, vacuum and, for the history tables, expiry).
-- ``cursorsync_query_*{query}``: Spark progress reports, see :meth:`Metrics.observe_progress`.
+Every metric is named ``cursorsync_*``; what each one answers is its help text, and the
+table of docs/operation.md ("Metrics"). ``cursorsync_query_*{query}`` come from Spark's
+progress reports (:meth:`Metrics.observe_progress`).
 
 Label cardinality is kept low on purpose: no metric has a ``topic`` label.
 A namespace regex can match thousands of topics, times their partitions, and a

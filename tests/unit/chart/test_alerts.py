@@ -267,6 +267,7 @@ def exercised_metrics() -> Metrics:
     m.record_maintenance("mappings", 1)
     m.record_skipped_id_requests("cursor-read", 1)
     m.record_source_lookups("tail-check", 1)
+    m.record_target_cursor_reads("plugin", 1)
     m.observe_progress({"name": "cursorsync-sync", "numInputRows": 1, "inputRowsPerSecond": 1,
                         "processedRowsPerSecond": 1, "batchId": 1,
                         "durationMs": {"addBatch": 1}})
