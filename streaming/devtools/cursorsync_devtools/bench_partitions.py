@@ -14,9 +14,10 @@ a run that ends early gives its error and that peak.
 With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
 and the workload's consumers ack by batch index; each mode then runs twice, the job without
 carrying partly acked batches (the baseline) and with (``<mode>-batches``). With
-``cursor_digests`` the brokers load the plugin and each run is made twice again: the job's
-source polls asking the topic stats which partitions moved (the baseline), and asking the
-plugin (``...-digests``). With ``kept_readers`` each run is made twice again: the mapping's
+``cursor_digests`` the brokers load the plugin and each run is made twice again: the job
+without ``spark.cursor_digests`` (the baseline: topic stats and an internalStats per
+partition read), and with it (``...-digests``: the source polls, the sync's target reads and
+the probe reads asking the plugin). With ``kept_readers`` each run is made twice again: the mapping's
 workers opening a reader per range (``kept_readers: 0``, the baseline) and keeping them
 between ranges (the default, ``...-kept``).
 

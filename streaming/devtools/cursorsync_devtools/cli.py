@@ -258,7 +258,7 @@ def bench_partitions(
         "loaded; each mode runs without and with emission.batch_index_acks.")] = False,
     cursor_digests: Annotated[bool, typer.Option(
         "--cursor-digests", help="The plugin loaded; each run is made without and with "
-        "spark.cursor_digests (the source polls ask it which partitions moved).")] = False,
+        "spark.cursor_digests (the source polls, target reads and probe reads ask it).")] = False,
     kept_readers: Annotated[bool, typer.Option(
         "--kept-readers", help="Each run is made with the mapping's workers opening a reader "
         "per range (kept_readers 0, the baseline) and keeping readers between ranges.")] = False,
