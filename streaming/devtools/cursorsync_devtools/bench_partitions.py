@@ -17,9 +17,9 @@ carrying partly acked batches (the baseline) and with (``<mode>-batches``). With
 ``cursor_digests`` the brokers load the plugin and each run is made twice again: the job
 without ``spark.cursor_digests`` (the baseline: topic stats and an internalStats per
 partition read), and with it (``...-digests``: the source polls, the sync's target reads and
-the probe reads asking the plugin). With ``kept_readers`` each run is made twice again: the mapping's
-workers opening a reader per range (``kept_readers: 0``, the baseline) and keeping them
-between ranges (the default, ``...-kept``).
+the probe reads asking the plugin). With ``kept_readers`` each run is made twice again: the
+mapping's workers opening a reader per range (``kept_readers: 0``, the baseline) and keeping
+them between ranges (the default, ``...-kept``).
 
 The brokers are started for the benchmark, so the first run on them also pays for their
 JIT compiling the code every request takes (about a quarter of their CPU in a
@@ -50,11 +50,13 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
                      kept_readers: bool = False, memory_scale: int | None = None,
-                     warm_up: bool = False) -> dict[str, Any]:
+                     warm_up: bool = False, digests_only: bool = False) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests`` and
     with ``kept_readers``), on
-    one test bed; return the figures per run. ``memory_scale``: the brokers' heap and
+    one test bed; return the figures per run. ``digests_only``: the runs with
+    ``cursor_digests`` alone, no baseline beside them (for a width whose baseline does not
+    finish). ``memory_scale``: the brokers' heap and
     direct memory that many times the bed's default (default: :func:`bed_size`'s).
     ``warm_up``: a run of ``holes[0]`` first, on brokers as fresh as the others' would be
     without it (``runs["warm-up"]``)."""
@@ -66,7 +68,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                              if batch_index_acks else {})}
     bed = TestBed(TestBedConfig(
         work_dir=root / "pulsar", settings={"a": on, "b": on},
-        broker_plugin=broker_plugin_path() if batch_index_acks or cursor_digests else None,
+        broker_plugin=(broker_plugin_path() if batch_index_acks or cursor_digests
+                       or digests_only else None),
         **bed_size(partitions, memory_scale))).start()
     try:
         # Consumed ledgers stay on a for the run: a subscription first synced after its
@@ -82,7 +85,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                                  batch_index_acks=batch_index_acks, label=WARM_UP)
         for mode in holes:
             for carry in (False, True) if batch_index_acks else (False,):
-                for digests in (False, True) if cursor_digests else (False,):
+                for digests in ((True,) if digests_only else (False, True)
+                                if cursor_digests else (False,)):
                     for kept in (False, True) if kept_readers else (None,):
                         label = _label(mode, carry, digests, kept)
                         runs[label] = _run(bed, root / label, partitions,
@@ -94,7 +98,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
         if not work_dir:
             shutil.rmtree(root, ignore_errors=True)
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
-            "batch_index_acks": batch_index_acks, "cursor_digests": cursor_digests,
+            "batch_index_acks": batch_index_acks,
+            "cursor_digests": cursor_digests or digests_only, "digests_only": digests_only,
             "kept_readers": kept_readers, "warm_up": warm_up, "runs": runs}
 
 

@@ -259,6 +259,10 @@ def bench_partitions(
     cursor_digests: Annotated[bool, typer.Option(
         "--cursor-digests", help="The plugin loaded; each run is made without and with "
         "spark.cursor_digests (the source polls, target reads and probe reads ask it).")] = False,
+    digests_only: Annotated[bool, typer.Option(
+        "--digests-only", help="The plugin loaded; each run is made with "
+        "spark.cursor_digests alone, no baseline beside it (for a width whose baseline "
+        "does not finish).")] = False,
     kept_readers: Annotated[bool, typer.Option(
         "--kept-readers", help="Each run is made with the mapping's workers opening a reader "
         "per range (kept_readers 0, the baseline) and keeping readers between ranges.")] = False,
@@ -289,7 +293,7 @@ def bench_partitions(
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
                            cursor_digests=cursor_digests, kept_readers=kept_readers,
                            memory_scale=memory_scale, warm_up=warm_up,
-                           work_dir=work_dir)
+                           work_dir=work_dir, digests_only=digests_only)
     if json_output:
         print_figures(result, json_output)
         return
