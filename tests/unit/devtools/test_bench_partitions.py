@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 
 def test_kept_reader_runs_are_labelled_and_set_both_clusters(tmp_path: Path) -> None:
@@ -28,3 +32,40 @@ def test_kept_reader_runs_are_labelled_and_set_both_clusters(tmp_path: Path) -> 
     default = demo_config(Bed(), tmp_path, topics=["x"], subscriptions=["s"])
     assert (off.source.kept_readers, off.target.kept_readers) == (0, 0)
     assert default.source.kept_readers == default.target.kept_readers == 2048
+
+
+def test_digests_only_runs_each_mode_with_the_plugin_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--digests-only``: the plugin loaded and one run per mode, with
+    ``spark.cursor_digests``; ``--cursor-digests``: the baseline first, then that run."""
+    from cursorsync_devtools import bench_partitions, testbed
+
+    made: list[dict[str, Any]] = []
+
+    class Bed:
+        config = SimpleNamespace(tenant="t", namespace="ns")
+
+        def __init__(self, config: Any) -> None:
+            made.append(config)
+
+        def start(self) -> Bed:
+            return self
+
+        def admin_call(self, *a: Any, **k: Any) -> None:
+            return None
+
+        def stop(self) -> None:
+            return None
+
+    monkeypatch.setattr(testbed, "TestBed", Bed)
+    monkeypatch.setattr(testbed, "TestBedConfig", lambda **k: k)
+    monkeypatch.setattr(testbed, "broker_plugin_path", lambda: tmp_path / "plugin.nar")
+    monkeypatch.setattr(bench_partitions, "_run",
+                        lambda *a, digests, **k: {"digests": digests})
+    only = bench_partitions.bench_partitions(10, holes=("probe",), digests_only=True,
+                                             work_dir=str(tmp_path))
+    assert only["runs"] == {"probe-digests": {"digests": True}} and only["cursor_digests"]
+    pair = bench_partitions.bench_partitions(10, holes=("probe",), cursor_digests=True,
+                                             work_dir=str(tmp_path))
+    assert list(pair["runs"]) == ["probe", "probe-digests"]
+    assert all(c["broker_plugin"] == tmp_path / "plugin.nar" for c in made)
