@@ -180,7 +180,7 @@ class ProbeHoleCheck:
         """Admin requests made since start, by kind (the policies' reads aside)."""
         return {"raw-entry": self.per_id.stats.requests,
                 "cursor-read": self.probe.stats.cursor_reads,
-                "plugin-cursor-read": self.probe.stats.plugin_reads}
+                "plugin-cursor-read": self.probe.plugin_reads}
 
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The built-in's moves read on the way: only from ids checked one by one."""

@@ -60,8 +60,6 @@ class ProbeStats:
 
     #: Probe cursors read one internalStats request each.
     cursor_reads: int = 0
-    #: Requests to the brokers' plugin, each for many probe cursors.
-    plugin_reads: int = 0
     seeks: int = 0
     #: Partitions whose probe found a received message acked by someone else.
     disturbed: int = 0
@@ -283,9 +281,12 @@ class DispatchProbe:
 
     def _from_plugin(self, topics: list[str]) -> dict[str, TopicInternalStats]:
         """What the brokers' plugin says of ``topics``' probe cursors (nothing when off)."""
-        found = self._plugin.read({t: (self.subscription,) for t in topics})
-        self.stats.plugin_reads = self._plugin.reads
-        return found
+        return self._plugin.read({t: (self.subscription,) for t in topics})
+
+    @property
+    def plugin_reads(self) -> int:
+        """Requests to the brokers' plugin since start, each for many probe cursors."""
+        return self._plugin.reads
 
     def _distrust(self, probe: _Probe) -> None:
         if probe.trusted:

@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,6 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
     from cursorsync.pulsar.topics import TopicName
     from cursorsync.sync.target_reads import AdminTargets
 
-    plugin_targets: dict[str, float] = {}
     topic = bed.topic(f"targets-{uuid.uuid4().hex[:8]}")
     names = bed.create_topic(topic, partitions=partitions)
     # The admin call makes the subscription on every partition, loading them; a client's
@@ -93,27 +93,21 @@ def _bench(bed: Any, partitions: int, workers: Sequence[int], repeat: int,
         with AdminClient(config) as admin:
             reader = AdminTargets(admin)
             reader.many(pairs[: 2 * w])  # connections open before the clock starts
-
-            def one_round(reader: AdminTargets = reader) -> None:
-                got = reader.many(pairs)
-                bad = [v for v in got.values() if not isinstance(v, CursorState)]
-                if bad:
-                    raise RuntimeError(f"a target read failed: {bad[0]!r}")
-
-            rows.append({"workers": w, **_timed(one_round, pid, idle, repeat, partitions)})
+            rows.append({"workers": w, **_timed(partial(_read_all, reader, pairs), pid, idle,
+                                                repeat, partitions)})
     # The same cursors in one request per topic: the broker gathers the partitions' stats.
     with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
         whole = _timed(lambda: admin.partitioned_internal_stats(topic), pid, idle, repeat, 1)
     source_poll = {
         label: _poll(bed, topic, polls / label, age, pid, idle, repeat, partitions)
         for label, age in (("every_poll", 0), ("stats_first", 600_000))}
+    result: dict[str, Any] = {}
     if bed.config.broker_plugin is not None:
         source_poll["plugin_digests"] = _digests(bed, names, pid, idle, repeat)
         source_poll["plugin_stats"] = _plugin_stats(bed, names, pid, idle, repeat)
-        plugin_targets = _plugin_targets(bed, pairs, pid, idle, repeat)
+        result["plugin_target_reads"] = _plugin_targets(bed, pairs, pid, idle, repeat)
     placement = _place_probes(bed, names, pid, idle)
-    extra = {} if bed.config.broker_plugin is None else {"plugin_target_reads": plugin_targets}
-    return {**extra, "benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
+    return {**result, "benchmark": "admin", "partitions": partitions, "cores": os.cpu_count(),
             "requests_per_round": partitions, "rounds": repeat, "by_workers": rows,
             "partitioned_internal_stats_seconds": whole["seconds"],
             "partitioned_internal_stats_broker_cpu_ms": whole["broker_cpu_ms_per_request"],
@@ -162,6 +156,14 @@ def _digests(bed: Any, names: list[str], pid: int | None, idle: float, repeat: i
             "reader_cpu_ms_per_partition": got["reader_cpu_ms_per_request"]}
 
 
+def _read_all(reader: Any, pairs: list[tuple[str, str]]) -> None:
+    """One round of target reads of every pair; a read that failed stops the benchmark."""
+    got = reader.many(pairs)
+    bad = [v for v in got.values() if not isinstance(v, CursorState)]
+    if bad:
+        raise RuntimeError(f"a target read failed: {bad[0]!r}")
+
+
 def _plugin_targets(bed: Any, pairs: list[tuple[str, str]], pid: int | None, idle: float,
                     repeat: int) -> dict[str, float]:
     """The sync step's reader taking every target cursor of ``pairs`` from the plugin."""
@@ -170,14 +172,7 @@ def _plugin_targets(bed: Any, pairs: list[tuple[str, str]], pid: int | None, idl
 
     with AdminClient(AdminSettings.from_urls(bed.admin_url(CLUSTER), cluster=CLUSTER)) as admin:
         reader = AdminTargets(admin, plugin=True)
-
-        def one_round() -> None:
-            got = reader.many(pairs)
-            bad = [v for v in got.values() if not isinstance(v, CursorState)]
-            if bad:
-                raise RuntimeError(f"a target read failed: {bad[0]!r}")
-
-        got = _timed(one_round, pid, idle, repeat, len(pairs))
+        got = _timed(partial(_read_all, reader, pairs), pid, idle, repeat, len(pairs))
     if reader.requests:
         raise RuntimeError(f"{reader.requests} target cursors read without the plugin")
     return {**got, "plugin_requests_per_round": reader.plugin.reads / repeat}

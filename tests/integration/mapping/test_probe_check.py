@@ -162,7 +162,7 @@ def test_with_the_plugin_one_request_reads_every_probe_as_internal_stats_would(
         probe = DispatchProbe(bed.client("b"), admin_b, PROBE_SUBSCRIPTION, plugin=True)
         check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=30.0)
         assert check(wanted) == expected
-        assert probe.stats.cursor_reads == 0 and probe.stats.plugin_reads == 1
+        assert probe.stats.cursor_reads == 0 and probe.plugin_reads == 1
         assert check.requests_by_kind()["plugin-cursor-read"] == 1
 
         # The brokers keep writing snapshot markers, which the probe's dispatch acks: the
@@ -202,7 +202,7 @@ def test_a_target_without_the_plugin_has_its_probes_read_one_by_one(
     check = ProbeHoleCheck(probe, AdminHoleCheck(admin_b), wait_s=30.0)
     with caplog.at_level(logging.WARNING):
         assert check({key: runs}) == expected
-    assert probe.stats.cursor_reads == 1 and probe.stats.plugin_reads == 0
+    assert probe.stats.cursor_reads == 1 and probe.plugin_reads == 0
     assert "cannot be read from cursorsync's broker plugin" in caplog.text
     assert "no cursorsync plugin loaded" in caplog.text
     check.close()
