@@ -108,8 +108,10 @@ class Metrics:
             "cursorsync_skipped_id_requests",
             "Admin requests made to classify skipped target ids, by kind: raw-entry (one per "
             "id, evidence.holes: verified, and what a probe cursor cannot answer) and "
-            "cursor-read (one internalStats per probed partition and batch) and "
-            "plugin-cursor-read (spark.cursor_digests: many probed partitions per request).",
+            "cursor-read (one internalStats per probed partition and batch), "
+            "plugin-cursor-read (spark.cursor_digests: many probed partitions per request), "
+            "ledger-list (one internalStats per partition whose reader skipped whole "
+            "ledgers) and plugin-ledger-list (spark.cursor_digests: those lists at once).",
             ["kind"], registry=r)
         self._source_lookups = Counter(
             "cursorsync_source_lookups",

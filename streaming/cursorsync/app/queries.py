@@ -96,7 +96,8 @@ def mapping_sink(config: Config, store: TableStore, metrics: Metrics, clients: C
         hole_check = AdminHoleCheck(clients.target_admin,
                                     max_workers=config.target.max_concurrency,
                                     target_cluster=config.target.name,
-                                    source_cluster=config.source.name if stamps else None)
+                                    source_cluster=config.source.name if stamps else None,
+                                    plugin=config.spark.cursor_digests)
         if stamps:  # the source's copies of the target's chunks name their originals
             source_chunks = AdminHoleCheck(clients.source_admin,
                                            max_workers=config.source.max_concurrency,

@@ -109,6 +109,9 @@ class SideRows:
     publish: I64
     #: Each row's identity digest (None where it has none).
     digests: list[bytes | None]
+    #: Each row's parsed source-position stamp (0 where it has none, or no stamp column).
+    stamp_ledger: I64
+    stamp_entry: I64
 
     @classmethod
     def whole(cls, rows: pa.Table) -> SideRows:
@@ -117,7 +120,8 @@ class SideRows:
         return cls(rows, _int64(rows, "ledger"), _int64(rows, "entry"),
                    _valid(rows, "source_position"), _valid(rows, "entry_identity"),
                    _valid(rows, "first_chunk"), stream, publish,
-                   rows.column("entry_identity").to_pylist())
+                   rows.column("entry_identity").to_pylist(),
+                   _int64_or_zeros(rows, "stamp_ledger"), _int64_or_zeros(rows, "stamp_entry"))
 
     def slice(self, start: int, stop: int) -> SideRows:
         """Rows ``start`` to ``stop`` (views, no copy)."""
@@ -125,13 +129,13 @@ class SideRows:
                         self.entry[start:stop], self.stamped[start:stop],
                         self.digested[start:stop], self.chunked[start:stop],
                         self.stream[start:stop], self.publish[start:stop],
-                        self.digests[start:stop])
+                        self.digests[start:stop], self.stamp_ledger[start:stop],
+                        self.stamp_entry[start:stop])
 
     def stamp_pairs(self, mask: Mask) -> Pairs:
         """The rows ``mask`` picks (stamped ones), each paired with the source entry its
         source-position stamp names (parsed into ``stamp_ledger`` and ``stamp_entry``)."""
-        return Pairs.of(self.rows.column("stamp_ledger").to_numpy()[mask],
-                        self.rows.column("stamp_entry").to_numpy()[mask],
+        return Pairs.of(self.stamp_ledger[mask], self.stamp_entry[mask],
                         self.ledger[mask], self.entry[mask], "position-property")
 
     def last(self) -> Position:
@@ -191,6 +195,10 @@ def partition_sides(entries: pa.Table, target_cluster: str, source_cluster: str
 
 def _int64(t: pa.Table, name: str) -> I64:
     return np.asarray(t.column(name).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _int64_or_zeros(t: pa.Table, name: str) -> I64:
+    return _int64(t, name) if name in t.column_names else np.zeros(t.num_rows, np.int64)
 
 
 def _valid(t: pa.Table, name: str) -> Mask:

@@ -43,6 +43,7 @@ from cursorsync.core.segments import Runs
 from cursorsync.mapping.pairs import Pairs
 from cursorsync.mapping.skipped_ids import HoleCheck
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.cursor_digests import PluginCursorStats
 from cursorsync.pulsar.markers import MarkerParseError, SubscriptionUpdate, parse_marker
 from cursorsync.pulsar.raw_entry import RawEntry
 from cursorsync.pulsar.stats import TopicInternalStats
@@ -125,6 +126,8 @@ class HoleCheckStats:
     # runs cut short: an unstamped chunk, an aborted-transaction entry, a trimmed id
     not_markers: int = 0
     malformed: int = 0  # markers whose body could not be parsed
+    #: internalStats requests read for a partition's ledger list.
+    ledger_reads: int = 0
 
     @property
     def requests(self) -> int:
@@ -136,13 +139,15 @@ class AdminHoleCheck:
     """A :data:`HoleCheck` that asks the target cluster's admin API, runs in parallel."""
 
     def __init__(self, admin: AdminClient, max_workers: int = 8,
-                 target_cluster: str | None = None, source_cluster: str | None = None
-                 ) -> None:
+                 target_cluster: str | None = None, source_cluster: str | None = None,
+                 *, plugin: bool = False) -> None:
         """``target_cluster``: the cluster ``admin`` answers for; with it, UPDATE markers
         are kept for :meth:`drain_updates`. ``source_cluster``: with it, chunks replicated
         from there are mapped by their stamps (:meth:`drain_chunks`); give it only where
-        the stamps are trusted (``position-property`` evidence)."""
+        the stamps are trusted (``position-property`` evidence). ``plugin``: the ledger
+        lists of many partitions are asked of the brokers' plugin at once."""
         self.admin = admin
+        self.plugin = PluginCursorStats(admin, "the ledger lists", enabled=plugin)
         self.max_workers = max(1, max_workers)
         self.target_cluster = target_cluster
         self.source_of = _no_chunks if source_cluster is None else stamped_chunk(source_cluster)
@@ -157,25 +162,44 @@ class AdminHoleCheck:
         when ``before`` is not in the list read last)."""
         known = self._ledgers.get(key)
         if known is None or before not in known:
-            known = self._ledgers[key] = _ledger_ids(
-                self.admin.internal_stats(key.concrete_topic()))
+            known = self._ledgers[key] = _ledger_ids(self._internal_stats(key))
         return [ledger for ledger in known if after < ledger < before]
 
     def learn_ledgers(self, wanted: Mapping[PartitionKey, int]) -> None:
+        """Reads the ledger list of each partition of ``wanted`` whose list does not name
+        the ledger given: from the plugin when on (a request per broker and namespace),
+        the rest one internalStats request each."""
         stale = [key for key, before in wanted.items()
                  if before not in self._ledgers.get(key, ())]
         if not stale:
             return
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(stale)),
+        # Any subscription will do: the ledgers are the topic's.
+        listed = self.plugin.read({key.concrete_topic(): () for key in stale})
+        left = []
+        for key in stale:
+            stats = listed.get(key.concrete_topic())
+            if stats is None:
+                left.append(key)
+            else:
+                self._ledgers[key] = _ledger_ids(stats)
+        if not left:
+            return
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(left)),
                                 thread_name_prefix="ledger-lists") as pool:
-            found = list(pool.map(lambda key: self.admin.internal_stats(key.concrete_topic()),
-                                  stale))
-        for key, stats in zip(stale, found, strict=True):
+            found = list(pool.map(self._internal_stats, left))
+        for key, stats in zip(left, found, strict=True):
             self._ledgers[key] = _ledger_ids(stats)
+
+    def _internal_stats(self, key: PartitionKey) -> TopicInternalStats:
+        stats = self.admin.internal_stats(key.concrete_topic())
+        with self._lock:
+            self.stats.ledger_reads += 1
+        return stats
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind."""
-        return {"raw-entry": self.stats.requests}
+        return {"raw-entry": self.stats.requests, "ledger-list": self.stats.ledger_reads,
+                "plugin-ledger-list": self.plugin.reads}
 
     def drain_updates(self) -> list[BuiltinUpdate]:
         """The UPDATE markers read since the last call, in no particular order."""

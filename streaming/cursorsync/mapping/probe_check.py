@@ -178,7 +178,7 @@ class ProbeHoleCheck:
 
     def requests_by_kind(self) -> dict[str, int]:
         """Admin requests made since start, by kind (the policies' reads aside)."""
-        return {"raw-entry": self.per_id.stats.requests,
+        return {**self.per_id.requests_by_kind(),
                 "cursor-read": self.probe.stats.cursor_reads,
                 "plugin-cursor-read": self.probe.plugin_reads}
 

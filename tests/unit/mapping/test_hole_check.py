@@ -6,6 +6,8 @@ import threading
 from collections.abc import Iterator
 from itertools import pairwise
 from types import SimpleNamespace
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +28,10 @@ from cursorsync.mapping.hole_check import (
     stamped_chunk,
 )
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
+from cursorsync.pulsar.cursor_digests import CURSORS_PATH
 from cursorsync.pulsar.raw_entry import RawEntry
 from cursorsync.pulsar.topics import TopicName
-from tests.support.admin_stub import Reply, StubAdmin
+from tests.support.admin_stub import Reply, StubAdmin, stats_doc
 
 MARKER = RawEntry(marker_type=10)
 CHUNK = RawEntry(chunk_id=0, num_chunks=2)
@@ -474,3 +477,42 @@ def test_a_source_copy_of_a_target_chunked_message_maps_chunk_by_chunk_to_its_or
     plain.process(rows)
     found = plain.known.get(KEY)
     assert found is None or not len(found.segments.rows)
+
+
+def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one() -> None:
+    """``spark.cursor_digests``: partitions 0 and 1 are listed by the target broker's plugin
+    (its stats carry the ledgers), partition 2 is not (being moved) and is read with its
+    own internalStats: one plugin request and one internalStats, each counted; the lists
+    name the same ledgers either way, and a later batch needing no new ledger asks none."""
+    ns = "acme/orders"
+    keys = [PartitionKey(f"persistent://{ns}/t", p) for p in range(3)]
+    ledgers = [(1, 5), (3, 4), (5, 0)]
+    stub = StubAdmin().start()
+    broker = urlsplit(stub.url).netloc
+
+    def listed(key: PartitionKey) -> dict[str, Any]:
+        doc = stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})
+        return {"topic": key.concrete_topic(), "ledgers": "9:0:5:0",
+                "cursors": {"svc": {"acks": "0" * 16, "batches": "0" * 16}},
+                "stats": {k: doc[k] for k in ("lastConfirmedEntry", "ledgers", "cursors",
+                                               "numberOfEntries", "totalSize")}}
+
+    query = urlencode([("namespace", ns), ("stats", "true")])
+    stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
+        "plugin": "cursorsync", "broker": broker, "brokers": [broker], "namespace": ns,
+        "topics": [listed(k) for k in keys[:2]]}))
+    stub.set(TopicName.parse(keys[2].concrete_topic()).admin_path("internalStats"),
+             Reply(body=stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})))
+    try:
+        with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+            check = AdminHoleCheck(admin, plugin=True)
+            check.learn_ledgers(dict.fromkeys(keys, 5))
+            assert [check.ledgers_between(k, 1, 5) for k in keys] == [[3], [3], [3]]
+            check.learn_ledgers(dict.fromkeys(keys, 5))
+            assert check.requests_by_kind() == {"raw-entry": 0, "ledger-list": 1,
+                                                "plugin-ledger-list": 1}
+            assert sorted(p.split("?")[0] for p, _ in stub.requests) == sorted(
+                [CURSORS_PATH, TopicName.parse(keys[2].concrete_topic()).admin_path(
+                    "internalStats")])
+    finally:
+        stub.stop()
