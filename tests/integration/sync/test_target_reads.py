@@ -11,6 +11,8 @@ import pytest
 
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.positions import Position
+from cursorsync.core.records import PartitionKey
+from cursorsync.mapping.hole_check import AdminHoleCheck
 from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync_devtools.testbed import TestBed
@@ -96,6 +98,17 @@ def test_with_the_plugin_one_request_reads_what_internal_stats_would(
         assert mine.ledgers.entries.tolist() == theirs.ledgers.entries.tolist(), pair
     x = got[one, "x"]
     assert isinstance(x, CursorState) and x.individually_deleted.count_entries(x.ledgers) == 2
+    # The mapping's ledger lists from the plugin too (no subscription asked: every topic).
+    keys = [PartitionKey(t) for t in (one, two)]  # concrete names as they are
+    with AdminClient(AdminSettings.from_urls(bed.admin_url("b"), cluster="b")) as admin:
+        check = AdminHoleCheck(admin, plugin=True)
+        check.learn_ledgers({k: plain[t, "x"].ledgers.ids.tolist()[-1]  # type: ignore[union-attr]
+                             for k, t in zip(keys, (one, two), strict=True)})
+        assert check.requests_by_kind()["plugin-ledger-list"] == 1
+        assert check.requests_by_kind()["ledger-list"] == 0
+        for key, topic in zip(keys, (one, two), strict=True):
+            ids = plain[topic, "x"].ledgers.ids.tolist()  # type: ignore[union-attr]
+            assert check.ledgers_between(key, -1, ids[-1] + 1) == ids, topic
 
 
 @pytest.mark.integration
