@@ -479,7 +479,8 @@ def test_a_source_copy_of_a_target_chunked_message_maps_chunk_by_chunk_to_its_or
     assert found is None or not len(found.segments.rows)
 
 
-def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one() -> None:
+def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one(
+        stub: StubAdmin) -> None:
     """``spark.cursor_digests``: partitions 0 and 1 are listed by the target broker's plugin
     (its stats carry the ledgers), partition 2 is not (being moved) and is read with its
     own internalStats: one plugin request and one internalStats, each counted; the lists
@@ -487,7 +488,6 @@ def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one() -> 
     ns = "acme/orders"
     keys = [PartitionKey(f"persistent://{ns}/t", p) for p in range(3)]
     ledgers = [(1, 5), (3, 4), (5, 0)]
-    stub = StubAdmin().start()
     broker = urlsplit(stub.url).netloc
 
     def listed(key: PartitionKey) -> dict[str, Any]:
@@ -503,16 +503,13 @@ def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one() -> 
         "topics": [listed(k) for k in keys[:2]]}))
     stub.set(TopicName.parse(keys[2].concrete_topic()).admin_path("internalStats"),
              Reply(body=stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})))
-    try:
-        with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
-            check = AdminHoleCheck(admin, plugin=True)
-            check.learn_ledgers(dict.fromkeys(keys, 5))
-            assert [check.ledgers_between(k, 1, 5) for k in keys] == [[3], [3], [3]]
-            check.learn_ledgers(dict.fromkeys(keys, 5))
-            assert check.requests_by_kind() == {"raw-entry": 0, "ledger-list": 1,
-                                                "plugin-ledger-list": 1}
-            assert sorted(p.split("?")[0] for p, _ in stub.requests) == sorted(
-                [CURSORS_PATH, TopicName.parse(keys[2].concrete_topic()).admin_path(
-                    "internalStats")])
-    finally:
-        stub.stop()
+    with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
+        check = AdminHoleCheck(admin, plugin=True)
+        check.learn_ledgers(dict.fromkeys(keys, 5))
+        assert [check.ledgers_between(k, 1, 5) for k in keys] == [[3], [3], [3]]
+        check.learn_ledgers(dict.fromkeys(keys, 5))
+        assert check.requests_by_kind() == {"raw-entry": 0, "ledger-list": 1,
+                                            "plugin-ledger-list": 1}
+        assert sorted(p.split("?")[0] for p, _ in stub.requests) == sorted(
+            [CURSORS_PATH, TopicName.parse(keys[2].concrete_topic()).admin_path(
+                "internalStats")])
