@@ -201,6 +201,12 @@ class Metrics:
             "cursorsync_batch_phase_seconds",
             "Time of one phase of one micro-batch, by query and phase (a phase a:b is part "
             "of phase a).", ["query", "phase"], buckets=BATCH_BUCKETS, registry=r)
+        self._batch_phase_cpu = Counter(
+            "cursorsync_batch_phase_cpu_seconds",
+            "CPU seconds the batch's own thread spent in each phase, by query and phase (the "
+            "mapping query): its share of the phase's seconds is work, the rest waiting on "
+            "brokers, on threads it started, or for a core or the interpreter.",
+            ["query", "phase"], registry=r)
         self._last_sync = Gauge(
             "cursorsync_last_successful_sync_timestamp_seconds",
             "Unix time of the last batch that synced the subscription without error.",
@@ -380,10 +386,14 @@ class Metrics:
     def observe_batch(self, query: str, seconds: float) -> None:
         self._batch_duration.labels(query=query).observe(max(0.0, seconds))
 
-    def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None:
-        """The seconds of each phase of one batch of ``query``."""
+    def observe_batch_phases(self, query: str, seconds: Mapping[str, float], *,
+                             cpu: Mapping[str, float] | None = None) -> None:
+        """The seconds of each phase of one batch of ``query``, and the CPU seconds its
+        thread spent in each (``cpu``, where measured)."""
         for phase, value in seconds.items():
             self._batch_phase.labels(query=query, phase=phase).observe(max(0.0, value))
+        for phase, value in (cpu or {}).items():
+            self._batch_phase_cpu.labels(query=query, phase=phase).inc(max(0.0, value))
 
     @contextmanager
     def time_batch(self, query: str) -> Iterator[None]:

@@ -223,7 +223,7 @@ class MappingBuilder:
             unpaired=totals.unpaired,
             skipped_waiting={key: state.unchecked.entry_count()
                              for key, state in self._parts.items() if len(state.unchecked.rows)},
-            live=live, seconds=clock.seconds)
+            live=live, seconds=clock.seconds, cpu_seconds=clock.cpu)
 
     def _partition(self, key: PartitionKey, target: SideRows, source: SideRows,
                    totals: BatchTotals, candidates: dict[PartitionKey, Runs],

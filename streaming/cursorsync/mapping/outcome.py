@@ -37,6 +37,8 @@ class BatchOutcome:
     #: partition's rows), ``check`` (the skipped ids' check), ``release`` (telling a check
     #: that follows the reads how far they got), ``anchors`` (the source's snapshots).
     seconds: dict[str, float] = field(default_factory=dict)
+    #: The builder's thread's CPU seconds in each of those parts.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

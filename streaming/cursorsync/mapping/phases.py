@@ -1,5 +1,7 @@
 """Seconds per phase of one mapping batch, and of its build: where the batch's time goes
-(``cursorsync_batch_phase_seconds``)."""
+(``cursorsync_batch_phase_seconds``), and how much of it the batch's own thread spent on
+a core (``cursorsync_batch_phase_cpu_seconds_total``). The rest is waiting: on brokers,
+on threads the phase started, or for a core or the interpreter that others hold."""
 
 from __future__ import annotations
 
@@ -7,16 +9,20 @@ import time
 
 
 class Phases:
-    """A stopwatch: :meth:`step` ends the phase running since the last step (or the start)."""
+    """A stopwatch: :meth:`step` ends the phase running since the last step (or the start),
+    timing its wall seconds and the calling thread's CPU seconds."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
         self._at = time.perf_counter()
+        self._cpu_at = time.thread_time()
 
     def step(self, name: str) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         self.seconds[name] = now - self._at
-        self._at = now
+        self.cpu[name] = cpu - self._cpu_at
+        self._at, self._cpu_at = now, cpu
 
     def __str__(self) -> str:
         return ", ".join(f"{k} {v:.3f}" for k, v in self.seconds.items())

@@ -62,7 +62,8 @@ class MappingMetrics(Protocol):
     def record_skipped_id_requests(self, kind: str, count: int) -> None: ...
     def set_skipped_waiting(self, by_partition: Mapping[PartitionKey, int]) -> None: ...
     def observe_batch(self, query: str, seconds: float) -> None: ...
-    def observe_batch_phases(self, query: str, seconds: Mapping[str, float]) -> None: ...
+    def observe_batch_phases(self, query: str, seconds: Mapping[str, float], *,
+                             cpu: Mapping[str, float] | None = None) -> None: ...
 
 
 @runtime_checkable
@@ -166,6 +167,7 @@ class MappingSink:
         clock.step("build")  # pairs, evidence, the skipped ids' check
         # Parts of the build (a "build:" phase is inside "build").
         clock.seconds.update({f"build:{k}": v for k, v in outcome.seconds.items()})
+        clock.cpu.update({f"build:{k}": v for k, v in outcome.cpu_seconds.items()})
         if self.crash_after_process is not None:
             self.crash_after_process(batch_id, outcome)
         self._write(outcome, batch_id)
@@ -180,7 +182,7 @@ class MappingSink:
             self.after_batch()
         if self.metrics:
             self._record(table, outcome, time.perf_counter() - t0)
-            self.metrics.observe_batch_phases("mapping", clock.seconds)
+            self.metrics.observe_batch_phases("mapping", clock.seconds, cpu=clock.cpu)
         log.info("mapping batch %d: %d entries, %d pairs, %d conflicts, %d given up, "
                  "%d of %d skipped target ids claimed as markers and %d mapped as chunks "
                  "(%d wait), %d snapshot anchors, %d unpaired copies",

@@ -36,6 +36,24 @@ def skipped_id_requests(metrics: Any) -> dict[str, float]:
 def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
     """Mean seconds per batch of each phase, per query, from the job's phase histogram
     (a phase ``a:b`` is part of ``a``): where the batches' time, and the lag, goes."""
+    sums, counts = _phase_sums(metrics)
+    return _means(sums, counts)
+
+
+def phase_cpu_seconds(metrics: Any) -> dict[str, dict[str, float]]:
+    """Mean CPU seconds per batch the batch's own thread spent in each phase, per query,
+    where measured (the mapping's): beside :func:`phase_seconds`, what of a phase is work
+    and what is waiting."""
+    _, counts = _phase_sums(metrics)
+    cpu = {(s.labels["query"], s.labels["phase"]): s.value
+           for s in _samples(metrics, "cursorsync_batch_phase_cpu_seconds")
+           if s.name.endswith("_total")}
+    return _means(cpu, {key: counts.get(key, 0.0) for key in cpu})
+
+
+def _phase_sums(metrics: Any) -> tuple[dict[tuple[str, str], float],
+                                       dict[tuple[str, str], float]]:
+    """The phase histogram's sums and counts by (query, phase)."""
     sums: dict[tuple[str, str], float] = {}
     counts: dict[tuple[str, str], float] = {}
     for s in _samples(metrics, "cursorsync_batch_phase_seconds"):
@@ -44,6 +62,11 @@ def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
             sums[key] = s.value
         elif s.name.endswith("_count"):
             counts[key] = s.value
+    return sums, counts
+
+
+def _means(sums: Mapping[tuple[str, str], float], counts: Mapping[tuple[str, str], float]
+           ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for (query, phase), n in sorted(counts.items()):
         if n:
@@ -72,16 +95,22 @@ def batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def phase_table(by_phase: Mapping[str, Mapping[str, float]]) -> str:
-    """The mean seconds per batch of each phase, a column per query."""
+def phase_table(by_phase: Mapping[str, Mapping[str, float]],
+                cpu: Mapping[str, Mapping[str, float]] | None = None) -> str:
+    """The mean seconds per batch of each phase, a column per query, and the mapping's
+    thread's CPU seconds in each (``cpu``, :func:`phase_cpu_seconds`)."""
     from cursorsync.app.render import format_table
 
     names = sorted({p for q in by_phase.values() for p in q})
-    table = format_table(("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "SYNC"), [
-        (name, _s(by_phase.get("mapping", {}).get(name)), _s(by_phase.get("sync", {}).get(name)))
-        for name in names], right=(1, 2))
+    mapping_cpu = (cpu or {}).get("mapping", {})
+    table = format_table(
+        ("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "MAPPING CPU", "SYNC"), [
+            (name, _s(by_phase.get("mapping", {}).get(name)), _s(mapping_cpu.get(name)),
+             _s(by_phase.get("sync", {}).get(name)))
+            for name in names], right=(1, 2, 3))
     return table + ('\n("step:..." is part of "step", "build:..." of "build"; "read" is the '
-                    "mapping batch's Spark tasks, every range's reader)")
+                    "mapping batch's Spark tasks, every range's reader; MAPPING CPU is the "
+                    "mapping thread's own, the rest of its seconds waiting)")
 
 
 def _s(v: float | None) -> str | None:

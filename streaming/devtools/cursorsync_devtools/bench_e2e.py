@@ -45,7 +45,7 @@ from typing import Any
 from cursorsync.app.session import LOCAL_MASTER
 from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
-from cursorsync_devtools.batch_figures import phase_seconds, trigger_phases
+from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, trigger_phases
 from cursorsync_devtools.bench_e2e_report import table
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
@@ -290,6 +290,7 @@ def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
             result, lag = _live(bed, job, spec, config)
         lag["warm_up"] = warm_up
         lag["batch_phases_mean_s"] = phase_seconds(recorder)
+        lag["batch_phases_cpu_mean_s"] = phase_cpu_seconds(recorder)
     finally:
         if job is not None:
             job.stop()

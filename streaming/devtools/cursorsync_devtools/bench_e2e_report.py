@@ -71,7 +71,8 @@ def table(report: Mapping[str, Any]) -> str:
                "every step's time: source poll = ack on a -> the job's cursor_states row; "
                "mapping = -> its segment row, if later; sync = -> the sync_progress row acking "
                "it; target = -> b's cursor polled covering it")
-    batch_phases = phase_table(lag.get("batch_phases_mean_s") or {})
+    batch_phases = phase_table(lag.get("batch_phases_mean_s") or {},
+                               lag.get("batch_phases_cpu_mean_s"))
     if lag.get("spark_phases"):
         batch_phases += ("\n\n" + trigger_table(lag["spark_phases"]) + "\n(the live phase's "
                          "batches; addBatch holds the job's own phases above)")

@@ -173,6 +173,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         "batches": report.batch_seconds,
         # Where a batch's time goes (mean seconds per batch; "step:..." is inside "step").
         "batch_phases_mean_s": report.phase_seconds,
+        # Of which the batch's own thread on a core (the rest waits: brokers, threads, CPU).
+        "batch_phases_cpu_mean_s": report.phase_cpu_seconds,
         "sync_lag_p50_s": round(float(np.percentile(lags, 50)), 2) if len(lags) else None,
         "sync_lag_p99_s": round(float(np.percentile(lags, 99)), 2) if len(lags) else None,
         "skipped_id_requests": report.skipped_id_requests,

@@ -335,6 +335,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         mapping_batches += job.mapping_sink.last_batch + 1
         batch_seconds = batch_figures.batch_seconds(job.sync_sink.metrics)
         phases = batch_figures.phase_seconds(job.sync_sink.metrics)
+        phases_cpu = batch_figures.phase_cpu_seconds(job.sync_sink.metrics)
         requests = batch_figures.skipped_id_requests(job.sync_sink.metrics)
     finally:
         job.stop()
@@ -373,7 +374,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       builtin_settled_s=settled, sync_batches=sync_batches,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
-                      batch_seconds=batch_seconds, phase_seconds=phases, target_marks=marks,
+                      batch_seconds=batch_seconds, phase_seconds=phases,
+                      phase_cpu_seconds=phases_cpu, target_marks=marks,
                       skipped_id_requests=requests, forecast=forecast,
                       batch_index_acks=spec.batch_index_acks, source_restart=on_a_again,
                       builtin_source_restart=builtin_on_a_again)

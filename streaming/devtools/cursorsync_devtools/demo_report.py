@@ -57,6 +57,9 @@ class DemoReport:
     batch_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Per query, each phase's mean seconds per batch (``demo.phase_seconds``).
     phase_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Per query, the CPU seconds its thread spent in each phase, mean per batch, where
+    #: measured (``batch_figures.phase_cpu_seconds``).
+    phase_cpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     #: b's markDeletePosition per sync subscription and topic partition when the job
     #: stopped, before the failover check's consumers (whose dispatchers ack the markers
     #: they read) connect: what the sync alone made of b's cursors.

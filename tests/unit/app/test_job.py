@@ -364,6 +364,11 @@ def test_the_mapping_sink_claims_only_checked_holes_and_keeps_the_check_on_repla
                              {"query": "mapping", "phase": phase})
                for phase in ("build", "build:check")}
     assert 0.05 <= seconds["build:check"] <= seconds["build"]
+    cpu = {phase: sample("cursorsync_batch_phase_cpu_seconds_total",
+                         {"query": "mapping", "phase": phase})
+           for phase in ("read", "build", "build:check", "build:partitions")}
+    assert all(v is not None and v >= 0 for v in cpu.values()), cpu
+    assert cpu["build:check"] <= cpu["build"] <= seconds["build"] + 0.01
     # A new sink (a restart) replays batch 1 from batch 0's saved state: the check still runs.
     live = LiveLedgers()
     again = MappingSink(builder_config(config), store, tmp_path / "state", None, hole_check=check,

@@ -35,7 +35,8 @@ def test_every_metric_appears_with_its_labels() -> None:
     m.record_rewound("billing", 9)
     m.observe_translation(0.003)
     m.observe_batch("sync", 1.2)
-    m.observe_batch_phases("mapping", {"read": 0.7, "build": 0.2})
+    m.observe_batch_phases("mapping", {"read": 0.7, "build": 0.2}, cpu={"build": 0.15})
+    m.observe_batch_phases("mapping", {"read": 0.3, "build": 0.4}, cpu={"build": 0.25})
     m.mark_synced("billing", at=1_700_000_000.0)
     m.record_error("emit")
     m.record_error("emit")
@@ -55,9 +56,13 @@ def test_every_metric_appears_with_its_labels() -> None:
     assert sample(m, "cursorsync_rewound_entries_total", subscription="billing") == 9
     assert sample(m, "cursorsync_translation_seconds_count") == 1
     assert sample(m, "cursorsync_batch_duration_seconds_count", query="sync") == 1
-    assert sample(m, "cursorsync_batch_phase_seconds_sum", query="mapping", phase="read") == 0.7
+    assert sample(m, "cursorsync_batch_phase_seconds_sum", query="mapping", phase="read") == 1.0
     assert sample(m, "cursorsync_batch_phase_seconds_count", query="mapping",
-                  phase="build") == 1
+                  phase="build") == 2
+    assert sample(m, "cursorsync_batch_phase_cpu_seconds_total", query="mapping",
+                  phase="build") == 0.4
+    assert sample(m, "cursorsync_batch_phase_cpu_seconds_total", query="mapping",
+                  phase="read") is None
     assert sample(m, "cursorsync_last_successful_sync_timestamp_seconds",
                   subscription="billing") == 1_700_000_000.0
     assert sample(m, "cursorsync_errors_total", stage="emit") == 2

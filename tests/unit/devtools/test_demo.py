@@ -60,12 +60,20 @@ def test_snapshot_evidence_alone_needs_quiet_batches_spanning_the_settle_time() 
 
 def test_phase_means_come_from_the_jobs_phase_histogram() -> None:
     from cursorsync.app.metrics import Metrics
-    from cursorsync_devtools.batch_figures import phase_seconds
+    from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, phase_table
 
     m = Metrics()
     m.observe_batch_phases("sync", {"step": 2.0, "step:targets": 1.5, "write": 0.25})
     m.observe_batch_phases("sync", {"step": 4.0, "step:targets": 2.5, "write": 0.75})
-    m.observe_batch_phases("mapping", {"read": 9.0})
-    assert phase_seconds(m) == {"mapping": {"read": 9.0},
+    m.observe_batch_phases("mapping", {"read": 9.0, "build": 3.0}, cpu={"build": 1.0})
+    m.observe_batch_phases("mapping", {"read": 7.0, "build": 5.0}, cpu={"build": 2.0})
+    assert phase_seconds(m) == {"mapping": {"read": 8.0, "build": 4.0},
                                 "sync": {"step": 3.0, "step:targets": 2.0, "write": 0.5}}
     assert phase_seconds(None) == {}
+    # The mapping thread's CPU per batch, beside its seconds; nothing where not measured.
+    assert phase_cpu_seconds(m) == {"mapping": {"build": 1.5}}
+    assert phase_cpu_seconds(None) == {}
+    table = phase_table(phase_seconds(m), phase_cpu_seconds(m)).splitlines()
+    assert "MAPPING CPU" in table[0]
+    build = next(line for line in table if line.startswith("build"))
+    assert build.split() == ["build", "4.00", "1.50", "-"]  # no sync phase "build"
