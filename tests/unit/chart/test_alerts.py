@@ -262,6 +262,7 @@ def exercised_metrics() -> Metrics:
     m.observe_translation(0.001)
     m.observe_batch("sync", 1.0)
     m.observe_batch_phases("sync", {"step": 0.5})
+    m.observe_batch_phases("mapping", {"build": 0.5}, cpu={"build": 0.25})
     m.mark_synced("settlement")
     m.record_error("emit")
     m.record_maintenance("mappings", 1)
