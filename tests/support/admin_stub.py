@@ -120,3 +120,22 @@ def stats_doc(lce: str, ledgers: list[tuple[int, int]], cursors: dict[str, tuple
                     for name, (md, idm) in cursors.items()},
         "schemaLedgers": [],
     }
+
+
+def plugin_listing(broker: str, namespace: str, topics: dict[str, dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """The broker plugin's answer with stats (``stats=true``) for ``topics``: topic name ->
+    its internalStats (:func:`stats_doc`). Each topic carries its ledgers' digest, a digest
+    per cursor (their values matter only to a poll, not to stats readers) and the stats
+    fields the plugin sends."""
+    listed = []
+    for name, doc in topics.items():
+        ledger, entry = doc["lastConfirmedEntry"].split(":")
+        listed.append({
+            "topic": name,
+            "ledgers": f"{doc['numberOfEntries']}:{doc['totalSize']}:{ledger}:{entry}",
+            "cursors": {c: {"acks": "0" * 16, "batches": "0" * 16} for c in doc["cursors"]},
+            "stats": {k: doc[k] for k in ("lastConfirmedEntry", "ledgers", "cursors",
+                                          "numberOfEntries", "totalSize")}})
+    return {"plugin": "cursorsync", "broker": broker, "brokers": [broker],
+            "namespace": namespace, "topics": listed}

@@ -6,7 +6,6 @@ import threading
 from collections.abc import Iterator
 from itertools import pairwise
 from types import SimpleNamespace
-from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import numpy as np
@@ -31,7 +30,7 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.cursor_digests import CURSORS_PATH
 from cursorsync.pulsar.raw_entry import RawEntry
 from cursorsync.pulsar.topics import TopicName
-from tests.support.admin_stub import Reply, StubAdmin, stats_doc
+from tests.support.admin_stub import Reply, StubAdmin, plugin_listing, stats_doc
 
 MARKER = RawEntry(marker_type=10)
 CHUNK = RawEntry(chunk_id=0, num_chunks=2)
@@ -490,19 +489,12 @@ def test_with_the_plugin_ledger_lists_come_from_it_and_the_rest_one_by_one(
     ledgers = [(1, 5), (3, 4), (5, 0)]
     broker = urlsplit(stub.url).netloc
 
-    def listed(key: PartitionKey) -> dict[str, Any]:
-        doc = stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})
-        return {"topic": key.concrete_topic(), "ledgers": "9:0:5:0",
-                "cursors": {"svc": {"acks": "0" * 16, "batches": "0" * 16}},
-                "stats": {k: doc[k] for k in ("lastConfirmedEntry", "ledgers", "cursors",
-                                               "numberOfEntries", "totalSize")}}
-
+    doc = stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})
     query = urlencode([("namespace", ns), ("stats", "true")])
-    stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
-        "plugin": "cursorsync", "broker": broker, "brokers": [broker], "namespace": ns,
-        "topics": [listed(k) for k in keys[:2]]}))
+    stub.set(f"{CURSORS_PATH}?{query}", Reply(body=plugin_listing(
+        broker, ns, {k.concrete_topic(): doc for k in keys[:2]})))
     stub.set(TopicName.parse(keys[2].concrete_topic()).admin_path("internalStats"),
-             Reply(body=stats_doc("5:0", ledgers, {"svc": ("1:4", "[]")})))
+             Reply(body=doc))
     with AdminClient(AdminSettings.from_urls(stub.url, attempts=1)) as admin:
         check = AdminHoleCheck(admin, plugin=True)
         check.learn_ledgers(dict.fromkeys(keys, 5))

@@ -15,7 +15,7 @@ from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.cursor_digests import CURSORS_PATH
 from cursorsync.pulsar.topics import TopicName
 from cursorsync.sync.target_reads import AdminTargets
-from tests.support.admin_stub import Reply, StubAdmin, stats_doc
+from tests.support.admin_stub import Reply, StubAdmin, plugin_listing, stats_doc
 
 
 @pytest.fixture
@@ -62,22 +62,13 @@ def test_with_the_plugin_one_request_reads_the_cursors_it_answers_for(stub: Stub
     t0, t1, t2 = (f"persistent://{ns}/t{i}" for i in range(3))
     broker = urlsplit(stub.url).netloc
 
-    def plugin_stats(cursors: dict[str, str]) -> dict[str, Any]:
-        return {"lastConfirmedEntry": "3:9",
-                "ledgers": [{"ledgerId": 1, "entries": 5}, {"ledgerId": 3, "entries": 0}],
-                "cursors": {s: {"markDeletePosition": md, "individuallyDeletedMessages": "[]"}
-                            for s, md in cursors.items()}}
-
-    def listed(name: str, cursors: dict[str, str]) -> dict[str, Any]:
-        return {"topic": name, "ledgers": "14:0:3:9",
-                "cursors": {s: {"acks": "0" * 16, "batches": "0" * 16} for s in cursors},
-                "stats": plugin_stats(cursors)}
+    def doc(cursors: dict[str, str]) -> dict[str, Any]:
+        return stats_doc("3:9", [(1, 5), (3, 0)], {s: (md, "[]") for s, md in cursors.items()})
 
     query = urlencode([("namespace", ns), ("subscription", "audit"), ("subscription", "svc"),
                        ("stats", "true")])
-    stub.set(f"{CURSORS_PATH}?{query}", Reply(body={
-        "plugin": "cursorsync", "broker": broker, "brokers": [broker], "namespace": ns,
-        "topics": [listed(t0, {"audit": "3:1", "svc": "3:2"}), listed(t1, {"svc": "3:3"})]}))
+    stub.set(f"{CURSORS_PATH}?{query}", Reply(body=plugin_listing(broker, ns, {
+        t0: doc({"audit": "3:1", "svc": "3:2"}), t1: doc({"svc": "3:3"})})))
     for name in (t1, t2):
         stub.set(TopicName.parse(name).admin_path("internalStats"), Reply(body=stats_doc(
             "3:9", [(1, 5), (3, 0)], {"svc": ("1:4", "[]"), "audit": ("1:3", "[]")})))
