@@ -51,7 +51,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -85,6 +86,8 @@ _CONSUMER_TYPES = {
     "Key_Shared": pulsar.ConsumerType.KeyShared,
 }
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
+#: Consumers subscribed at once by :meth:`PulsarEmitter.open_consumers`.
+OPEN_WORKERS = 8
 
 
 class EmitError(CursorSyncError):
@@ -309,6 +312,41 @@ class PulsarEmitter:
         if not plan.index_acks:
             return result
         return replace(result, index_acks=self._ack_indexes(sub, plan.index_acks))
+
+    def open_consumers(self, cursors: Sequence[tuple[str, str]]) -> None:
+        """Subscribe the consumers of ``cursors`` (concrete topic, subscription) that are
+        not open yet, OPEN_WORKERS at a time, as :meth:`apply` would one by one. One that
+        fails to open is left: :meth:`apply` subscribes it again and says why it cannot."""
+        with self._lock:
+            missing = sorted({(str(TopicName.parse(t)), s) for t, s in cursors}
+                             - self._subs.keys())
+        if not missing:
+            return
+
+        def subscribe(key: tuple[str, str]) -> Any:
+            try:
+                return self._subscribe(*key)
+            except (CursorSyncError, pulsar.PulsarException) as exc:
+                log.debug("%s %s: not subscribed ahead of its acks (%s)", *key, exc)
+                return None
+
+        with ThreadPoolExecutor(max_workers=min(OPEN_WORKERS, len(missing)),
+                                thread_name_prefix="emitter-open") as pool:
+            opened = list(pool.map(subscribe, missing))
+        extra = []
+        with self._lock:
+            for (topic, subscription), consumer in zip(missing, opened, strict=True):
+                if consumer is None:
+                    continue
+                if (topic, subscription) in self._subs:  # opened by apply meanwhile
+                    extra.append(consumer)
+                    continue
+                self._subs[(topic, subscription)] = _Subscription(
+                    topic, subscription, TopicName.parse(topic).partition, consumer)
+        for consumer in extra:
+            consumer.close()
+        log.debug("opened %d of %d target consumers at once",
+                  sum(c is not None for c in opened), len(missing))
 
     def close(self) -> None:
         """Close every consumer (flushing grouped acks), then the client if we created it."""

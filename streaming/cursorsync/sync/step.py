@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from cursorsync.core.batches import PartialBatch
 from cursorsync.core.cursor import AckPlan, CursorState
@@ -82,6 +82,13 @@ log = logging.getLogger(__name__)
 class EmitterLike(Protocol):
     def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
               ledgers: Ledgers | None = None, unproven: RangeSet | None = None) -> object: ...
+
+
+@runtime_checkable
+class OpensConsumers(Protocol):
+    """An emitter that opens many target consumers at once before their plans are sent."""
+
+    def open_consumers(self, cursors: Sequence[tuple[str, str]]) -> None: ...
 
 
 class BatchReadsLike(Protocol):
@@ -169,7 +176,8 @@ class SyncStep:
         targets = self._read_targets(batch.work)
         held = self._read_batches(batch.work)
         totals.target_read_seconds = time.perf_counter() - t0
-        records: list[SyncRecord] = []
+        records: list[SyncRecord | None] = []
+        to_send: list[_ToSend] = []
         for item in batch.work:
             if isinstance(item, SyncRecord):  # an idle cursor nothing changed for
                 records.append(item)
@@ -195,15 +203,22 @@ class SyncStep:
             plan = planned.plan
             if lost.entries:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
+            to_send.append(_ToSend(len(records), item, target, planned, plan, lost))
+            records.append(None)  # the record once the plan is sent
+        t0 = time.perf_counter()
+        self._open_consumers(to_send)
+        totals.emit_seconds += time.perf_counter() - t0
+        for one in to_send:
             t0 = time.perf_counter()
-            emitted = self._emit(obs, item.topic, plan, planned.used, target, lost=lost)
+            emitted = self._emit(one.item.obs, one.item.topic, one.plan, one.planned.used,
+                                 one.target, lost=one.lost)
             totals.emit_seconds += time.perf_counter() - t0
-            plan = self._settle(item, planned, plan, emitted, lost, totals)
-            records.append(self._record(obs, plan, target, emitted, totals))
+            plan = self._settle(one.item, one.planned, one.plan, emitted, one.lost, totals)
+            records[one.at] = self._record(one.item.obs, plan, one.target, emitted, totals)
         if totals.went_idle > len(self.kept.plans):
             # Most plans went idle: dicts keep their size when emptied, so they are copied.
             self.kept.plans, self.previous = dict(self.kept.plans), dict(self.previous)
-        return totals.result(records, batch.deferred)
+        return totals.result([r for r in records if r is not None], batch.deferred)
 
     def note_batches(self) -> None:
         """Before a batch: the source cursors whose partly acked batches changed since the
@@ -374,6 +389,26 @@ class SyncStep:
         """Idle cursors handed back: :meth:`run` decides for them as for its own."""
         self.kept.adopt(cursors)
 
+    def _open_consumers(self, to_send: Sequence[_ToSend]) -> None:
+        """Open the target consumers the batch's plans are sent through, together (a
+        subscribe is a round trip or two to the target's brokers, and a first batch of acks
+        after a start needs one per partition). Only for plans :meth:`_emit` would send, but
+        for a guard's refusal; a consumer that fails to open here is opened, or its failure
+        reported, when its plan is sent."""
+        if not isinstance(self.emitter, OpensConsumers) or self.config.dry_run:
+            return
+        wanted = [(one.item.topic, one.item.obs.subscription) for one in to_send
+                  if (one.plan.to_ack or one.plan.index_acks)
+                  and not self._halts(one.item.obs, one.plan, one.lost)]
+        if wanted:
+            self.emitter.open_consumers(wanted)
+
+    def _halts(self, obs: ObservedCursor, plan: AckPlan, lost: Lost | None) -> bool:
+        """Whether :meth:`_emit` holds the plan back whatever the guard says."""
+        return ((obs.key, obs.subscription) in self.halted_keys
+                or (lost is not None and bool(lost.entries))
+                or (bool(plan.rewound_entries) and self.config.rewind_policy == "halt"))
+
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
               target: CursorState, *, lost: Lost | None = None) -> Emitted:
         """Halt, guard, send: what became of the plan, and the acks sent."""
@@ -422,6 +457,17 @@ class SyncStep:
 
 #: The mapping of a partition with no rows yet.
 _NO_MAPPING = TopicMapping()
+
+
+class _ToSend(NamedTuple):
+    """A cursor planned in a batch, its plan to send once the batch's consumers are open."""
+
+    at: int  # where its record goes among the batch's
+    item: Work
+    target: CursorState
+    planned: Planned
+    plan: AckPlan
+    lost: Lost
 
 
 class _Sorted(NamedTuple):

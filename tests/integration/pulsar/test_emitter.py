@@ -1,6 +1,6 @@
 """The emitter on the real test bed: acks exactly the plan, cumulative where the
-subscription type allows, per partition; an exclusive subscription held elsewhere, a
-topic missing on the target."""
+subscription type allows, per partition, through consumers opened ahead together; an
+exclusive subscription held elsewhere, a topic missing on the target."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from cursorsync.pulsar.emitter import (
     SubscriptionBusyError,
 )
 from cursorsync.pulsar.subscriptions import SubscriptionType
+from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.emitter_plans import _plan
 
@@ -167,11 +168,20 @@ def test_partitions_are_acked_each_with_its_own_plan(
     n = 6
     plans = {0: (1, "[(900:2..900:4]]"), 1: (-1, "[(900:0..900:1],(900:4..900:5]]")}
     with PulsarEmitter(testbed.service_url("b")) as em:
+        # Both consumers opened at once, ahead of their acks; the acks go through them.
+        em.open_consumers([(topic, "sub") for topic in parts])
+        for topic in parts:
+            stats = testbed.admin_call("b", "GET", TopicName.parse(topic).admin_path("stats"),
+                                       ok=(200,))
+            assert len(stats["subscriptions"]["sub"]["consumers"]) == 1, topic
         for i, topic in enumerate(parts):
             ledger = _produce(client_b, topic, [0, 2, 0, 0, 3, 0])
             safe, after = _plan(ledger, n, plans[i][0], plans[i][1])
             em.apply(topic, "sub", safe, cumulative=False)
             _wait_cursor(testbed, topic, "sub", after.mark_delete, after.individually_deleted)
+            stats = testbed.admin_call("b", "GET", TopicName.parse(topic).admin_path("stats"),
+                                       ok=(200,))
+            assert len(stats["subscriptions"]["sub"]["consumers"]) == 1, topic
         with pytest.raises(ConfigError, match="partitioned topic"):
             em.apply(testbed.topic(name), "sub", safe, cumulative=False)
 
@@ -186,6 +196,7 @@ def test_exclusive_subscription_held_by_another_consumer(
         em = PulsarEmitter(ClientSettings(testbed.service_url("b"), operation_timeout_s=2),
                            subscription_type="Exclusive")
         safe, _ = _plan(0, 2, 1)
+        em.open_consumers([(topic, "sub")])  # fails quietly: apply says why
         with pytest.raises(SubscriptionBusyError, match=f"{topic} subscription 'sub'") as err:
             em.apply(topic, "sub", safe, cumulative=True)
         assert "must be stopped" in str(err.value)

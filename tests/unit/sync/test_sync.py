@@ -389,6 +389,47 @@ def test_every_outcome_is_recorded_and_a_plan_not_sent_leaves_the_target_as_it_w
     assert record.plan.rewound_entries == 6 and not record.plan.to_ack
 
 
+class _OpeningEmitter(_Emitter):
+    """Opens consumers ahead of the acks; records what it was asked, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, object]] = []
+
+    def open_consumers(self, cursors: Sequence[tuple[str, str]]) -> None:
+        self.calls.append(("open", list(cursors)))
+
+    def apply(self, topic: str, subscription: str, safe: SafePlan, *, cumulative: bool,
+              ledgers: Ledgers | None = None) -> EmitResult:
+        self.calls.append(("apply", topic))
+        return super().apply(topic, subscription, safe, cumulative=cumulative, ledgers=ledgers)
+
+
+def test_a_batch_opens_the_consumers_its_plans_are_sent_through_before_sending_any() -> None:
+    """Every cursor is planned first; then the consumers of the plans with acks to send
+    are opened in one call, and the plans sent. A cursor with nothing to send or halted
+    gets no consumer; records come in the batch's order; a dry run opens none."""
+    obs, mapping, target = _world(0)
+    keys = [PartitionKey(KEY.topic, i) for i in range(4)]
+    done = replace(target, mark_delete=Position(7, 9))  # partition 1: nothing to send
+    emitter = _OpeningEmitter()
+    step = SyncStep(StepSettings(), emitter, lambda t, s: done if t.endswith("-1") else target)
+    step.halted_keys = {(keys[2], "sub")}
+    observed = [replace(obs, key=k) for k in keys]
+    result = step.run(observed, {k: mapping[KEY] for k in keys})
+    topics = [k.concrete_topic() for k in keys]
+    assert emitter.calls == [("open", [(topics[0], "sub"), (topics[3], "sub")]),
+                             ("apply", topics[0]), ("apply", topics[3])]
+    assert [(r.key.partition, r.result) for r in result.records] == [
+        (0, "emitted"), (1, "emitted"), (2, "halted"), (3, "emitted")]
+    assert [r.acks_sent for r in result.records] == [10, 0, 0, 10]
+
+    dry = _OpeningEmitter()
+    SyncStep(StepSettings(dry_run=True), dry, lambda t, s: target).run(
+        observed, {k: mapping[KEY] for k in keys})
+    assert dry.calls == []
+
+
 def test_an_idle_cursor_reuses_its_plan_until_a_plan_input_changes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Same source state, same mapping object, same target: the plan is reused untranslated
