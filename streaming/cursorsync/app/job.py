@@ -31,7 +31,6 @@ import json
 import logging
 import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -177,8 +176,6 @@ def start_job(config: Config, *, spark: Any = None, emitter: Any = None,
     ``serve_metrics``: start the metrics endpoint too (a caller that restarts the job
     serves its own ``metrics`` once instead)."""
     config.require_resolved()
-    # The two queries' sinks share this interpreter (spark.driver_switch_interval_ms).
-    sys.setswitchinterval(config.spark.driver_switch_interval_ms / 1000)
     t0 = time.perf_counter()
     spark, store = _session_and_tables(config, spark)
     log.info("Spark session and tables (%s) ready in %.1f s", config.tables.backend,

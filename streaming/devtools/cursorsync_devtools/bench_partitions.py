@@ -50,8 +50,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
                      kept_readers: bool = False, memory_scale: int | None = None,
-                     warm_up: bool = False, digests_only: bool = False,
-                     switch_interval_ms: float | None = None) -> dict[str, Any]:
+                     warm_up: bool = False, digests_only: bool = False) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests`` and
     with ``kept_readers``), on
@@ -60,8 +59,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     finish). ``memory_scale``: the brokers' heap and
     direct memory that many times the bed's default (default: :func:`bed_size`'s).
     ``warm_up``: a run of ``holes[0]`` first, on brokers as fresh as the others' would be
-    without it (``runs["warm-up"]``). ``switch_interval_ms``: the job's
-    ``spark.driver_switch_interval_ms`` (None: the config's)."""
+    without it (``runs["warm-up"]``)."""
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
     from cursorsync_devtools.testbed.direct_memory import BED_SETTINGS
 
@@ -94,8 +92,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                         runs[label] = _run(bed, root / label, partitions,
                                            entries_per_partition, produce_seconds, timeout_s,
                                            mode, batch_index_acks=batch_index_acks,
-                                           carry=carry, digests=digests, kept=kept,
-                                           switch_interval_ms=switch_interval_ms)
+                                           carry=carry, digests=digests, kept=kept)
     finally:
         bed.stop()
         if not work_dir:
@@ -103,8 +100,7 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
             "batch_index_acks": batch_index_acks,
             "cursor_digests": cursor_digests or digests_only, "digests_only": digests_only,
-            "kept_readers": kept_readers, "warm_up": warm_up,
-            "switch_interval_ms": switch_interval_ms, "runs": runs}
+            "kept_readers": kept_readers, "warm_up": warm_up, "runs": runs}
 
 
 def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]:
@@ -130,8 +126,7 @@ def _label(holes: str, carry: bool, digests: bool, kept: bool | None = None) -> 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str, *,
          batch_index_acks: bool = False, carry: bool = False, digests: bool = False,
-         kept: bool | None = None, label: str | None = None,
-         switch_interval_ms: float | None = None) -> dict[str, Any]:
+         kept: bool | None = None, label: str | None = None) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
@@ -153,8 +148,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
             report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
                           timeout_s=timeout_s, holes=holes, carry_batches=carry,
                           cursor_digests=digests,
-                          kept_readers=0 if kept is False else None,
-                          switch_interval_ms=switch_interval_ms)
+                          kept_readers=0 if kept is False else None)
         except Exception as err:  # never caught up, a broker gone: the other modes still run
             failed = (str(err).splitlines() or [type(err).__name__])[0]
     if report is None:  # a figure too, with how near its limit the bed's memory was

@@ -277,9 +277,6 @@ def bench_partitions(
     work_dir: Annotated[str | None, typer.Option(
         "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
         "(default: a temporary directory, removed).")] = None,
-    switch_interval_ms: Annotated[float | None, typer.Option(
-        "--switch-interval-ms", min=0.01, help="The job's spark.driver_switch_interval_ms "
-        "(default: the config's; 5 is Python's own).")] = None,
     json_output: JsonOption = False,
 ) -> None:
     """One job syncing a topic of many partitions on the local test bed, once per way of
@@ -296,8 +293,7 @@ def bench_partitions(
                            timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
                            cursor_digests=cursor_digests, kept_readers=kept_readers,
                            memory_scale=memory_scale, warm_up=warm_up,
-                           work_dir=work_dir, digests_only=digests_only,
-                           switch_interval_ms=switch_interval_ms)
+                           work_dir=work_dir, digests_only=digests_only)
     if json_output:
         print_figures(result, json_output)
         return

@@ -50,16 +50,13 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
                 backend: str | None = None, spark_conf: dict[str, str] | None = None,
                 admin_urls: dict[str, str] | None = None, holes: str | None = None,
                 batch_index_acks: bool = False, cursor_digests: bool = False,
-                kept_readers: int | None = None,
-                switch_interval_ms: float | None = None) -> Config:
+                kept_readers: int | None = None) -> Config:
     """The embedded config with the test bed's URLs, the topics and the work dir filled in.
 
     ``admin_urls``: admin URLs to use instead of the bed's, per cluster (a proxy, say).
     ``batch_index_acks``: carry partly acked batches; ``cursor_digests``: ask the source
     brokers which cursors moved (both need the plugin on the bed's brokers).
-    ``kept_readers``: both clusters' ``kept_readers`` (None: the config's);
-    ``switch_interval_ms``: the driver's ``spark.driver_switch_interval_ms`` (None: the
-    config's)."""
+    ``kept_readers``: both clusters' ``kept_readers`` (None: the config's)."""
     cfg = base or load_config(EMBEDDED_CONFIG_PATH)
     admin = {c: (admin_urls or {}).get(c) or bed.admin_url(c) for c in ("a", "b")}
     cfg = cfg.with_cluster("source", service_url=bed.service_url("a"), admin_url=admin["a"])
@@ -85,8 +82,6 @@ def demo_config(bed: Any, work_dir: Path, *, topics: Sequence[str], subscription
     if kept_readers is not None:
         for side in ("source", "target"):
             data["clusters"][side]["kept_readers"] = kept_readers
-    if switch_interval_ms is not None:
-        data["spark"]["driver_switch_interval_ms"] = switch_interval_ms
     return parse_config(data)
 
 
@@ -184,8 +179,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          carry_batches: bool | None = None, cursor_digests: bool = False,
          kept_readers: int | None = None, timeout_s: float = 240.0,
          admin_urls: dict[str, str] | None = None, holes: str | None = None,
-         restart_on_source: bool = False,
-         switch_interval_ms: float | None = None) -> DemoReport:
+         restart_on_source: bool = False) -> DemoReport:
     """Test bed, job, workload, catch-up, failover check (see the module doc).
 
     ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
@@ -199,8 +193,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     without carrying them on such a bed (None: as the spec says). ``cursor_digests``: the
     job asks the source brokers' plugin which cursors moved (a given ``bed`` needs the
     plugin; an own bed loads it). ``kept_readers``: the mapping readers each worker keeps
-    open (None: the config's). ``switch_interval_ms``: the driver's interpreter switch
-    interval (None: the config's). ``restart_on_source``:
+    open (None: the config's). ``restart_on_source``:
     also count what a restart on a would deliver again (about 8 s more).
     """
     from cursorsync_devtools.testbed import (
@@ -232,7 +225,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
                       restart_on_source=restart_on_source,
                       carry_batches=(spec.batch_index_acks if carry_batches is None
                                      else carry_batches), cursor_digests=cursor_digests,
-                      kept_readers=kept_readers, switch_interval_ms=switch_interval_ms)
+                      kept_readers=kept_readers)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -248,8 +241,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          admin_urls: dict[str, str] | None = None,
          holes: str | None = None, restart_on_source: bool = True,
          carry_batches: bool = False, cursor_digests: bool = False,
-         kept_readers: int | None = None,
-         switch_interval_ms: float | None = None) -> DemoReport:
+         kept_readers: int | None = None) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
@@ -274,8 +266,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                          strategies=strategies, spread=spread, identity_scope=identity_scope,
                          backend=backend, spark_conf=spark_conf, admin_urls=admin_urls,
                          holes=holes, batch_index_acks=carry_batches,
-                         cursor_digests=cursor_digests, kept_readers=kept_readers,
-                         switch_interval_ms=switch_interval_ms)
+                         cursor_digests=cursor_digests, kept_readers=kept_readers)
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],

@@ -182,15 +182,6 @@ def test_master_is_spark_submits_unless_configured(monkeypatch: pytest.MonkeyPat
     assert master_of(configured) == "spark://10.0.0.1:7077"
 
 
-def test_the_drivers_switch_interval_is_short_by_default_and_must_be_positive() -> None:
-    assert parse_config(MINIMAL).spark.driver_switch_interval_ms == 0.5
-    assert parse_config(with_change("spark.driver_switch_interval_ms", 5)
-                        ).spark.driver_switch_interval_ms == 5.0
-    for bad in (0, -1, 1000):
-        with pytest.raises(ConfigError, match="driver_switch_interval_ms"):
-            parse_config(with_change("spark.driver_switch_interval_ms", bad))
-
-
 def test_a_local_masters_workers_run_the_drivers_interpreter() -> None:
     from cursorsync.app.session import local_worker_python
 
@@ -404,7 +395,7 @@ def test_bad_namespace_regex() -> None:
                           "maintenance_interval_s, path, storage_options, "
                           "sync_progress_retention_s, unchanged_rows_every_batches"),
         ("spark.colour", "app_name, checkpoint_dir, conf, cursor_digests, cursor_stats_max_age_s, "
-                         "driver_switch_interval_ms, entries_per_task, "
+                         "entries_per_task, "
                          "mapping_trigger_interval_s, master, max_entries_per_batch, "
                          "ranges_per_task, topic_discovery_interval_s, trigger_interval_s"),
         ("metrics.colour", "host, port"),

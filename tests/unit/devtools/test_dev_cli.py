@@ -152,12 +152,11 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
                       "timeout_s": 1800.0, "holes": ("verified", "probe"),
                       "batch_index_acks": False, "cursor_digests": False,
                       "kept_readers": False, "memory_scale": None, "warm_up": False,
-                      "work_dir": None, "digests_only": False, "switch_interval_ms": None}]
+                      "work_dir": None, "digests_only": False}]
     calls.clear()
-    invoke("bench", "partitions", "--holes", "probe", "--kept-readers", "--warm-up",
-           "--switch-interval-ms", "5", "--json")
+    invoke("bench", "partitions", "--holes", "probe", "--kept-readers", "--warm-up", "--json")
     assert calls[0]["kept_readers"] is True and calls[0]["holes"] == ("probe",)
-    assert calls[0]["warm_up"] is True and calls[0]["switch_interval_ms"] == 5.0
+    assert calls[0]["warm_up"] is True
     calls.clear()
     invoke("bench", "partitions", "--holes", "probe", "--digests-only", "--json")
     assert calls[0]["digests_only"] is True

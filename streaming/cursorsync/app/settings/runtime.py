@@ -138,12 +138,6 @@ class SparkConfig(_Section):
     #: cursors (one request per broker and namespace instead of an internalStats per
     #: partition); without it there, one internalStats each, with a warning.
     cursor_digests: bool = False
-    #: How long the driver's Python runs one thread before another may take the interpreter
-    #: (``sys.setswitchinterval``; Python's own default is 5 ms). The mapping and sync
-    #: queries share the driver's interpreter, and each numpy or client call that lets go of
-    #: it waits up to this long to get it back while the other query runs Python: a batch
-    #: of many small cursors or partitions makes tens of thousands of such calls.
-    driver_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
 
     @model_validator(mode="after")
     def _digests_need_a_max_age(self) -> Self:
