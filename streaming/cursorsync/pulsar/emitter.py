@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import pulsar
 
@@ -66,6 +65,7 @@ from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
 from cursorsync.errors import ConfigError, CursorSyncError, TopicNotFoundError
+from cursorsync.pulsar.ack_entries import entries_of, last_entry
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.index_acks import (
     BATCH_READER_SUBSCRIPTION,
@@ -73,6 +73,7 @@ from cursorsync.pulsar.index_acks import (
     open_batch_reader,
     read_batch,
 )
+from cursorsync.pulsar.reachable import reachable
 from cursorsync.pulsar.subscriptions import CUMULATIVE_TYPES, SUBSCRIPTION_TYPES, SubscriptionType
 from cursorsync.pulsar.topics import TopicName
 
@@ -85,7 +86,6 @@ _CONSUMER_TYPES = {
     "Shared": pulsar.ConsumerType.Shared,
     "Key_Shared": pulsar.ConsumerType.KeyShared,
 }
-_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
 #: Consumers subscribed at once by :meth:`PulsarEmitter.open_consumers`.
 OPEN_WORKERS = 8
 
@@ -148,64 +148,6 @@ class _Subscription:
     subscription: str
     partition: int
     consumer: Any
-
-
-def _entries(ranges: RangeSet, ledgers: Ledgers | None) -> Iterator[Position]:
-    """The entries of ``ranges``: exact per ledger list when known, else ranges must not span.
-
-    A range inside one ledger the list does not know (a stale list) is taken
-    as it is: its entries come from segments, so they exist. A range spanning
-    ledgers yields only the entries of listed ledgers; anything it misses is
-    not acked now and is planned again at the next sync (never the unsafe way).
-    """
-    known = set() if ledgers is None else set(ledgers.ids.tolist())
-    for a, b, c, d in ranges.bounds.tolist():
-        one = RangeSet.of((Position(a, b), Position(c, d)))
-        if a == c and a not in known:
-            yield from one.iter_entries(None)
-        elif ledgers is None:
-            raise ValueError(
-                f"range ({a}:{b}..{c}:{d}] spans ledgers: pass ledgers= (the target topic's "
-                "ledger list) so that its entries can be enumerated"
-            )
-        else:
-            yield from one.iter_entries(ledgers)
-
-
-def _last_entry(position: Position, ledgers: Ledgers | None) -> Position | None:
-    """An existing entry to ack cumulatively for a markDeletePosition (``L:-1`` has none)."""
-    if position.entry >= 0:
-        return position
-    if ledgers is None or not len(ledgers.ids):
-        return None
-    canon = RangeSet.up_to(position).canonical(ledgers)
-    if not canon:
-        return None
-    last = Position(int(canon.bounds[-1, 2]), int(canon.bounds[-1, 3]))
-    return last if last.entry >= 0 else None
-
-
-def _hosts(service_url: str) -> list[tuple[str, int]]:
-    """(host, port) of each broker in a service URL such as ``pulsar://h1:6650,h2:6650``."""
-    parts = urlsplit(service_url)
-    default = _DEFAULT_PORTS.get(parts.scheme, 6650)
-    out = []
-    for hostport in parts.netloc.rsplit("@", 1)[-1].split(","):
-        host, _, port = hostport.rpartition(":")
-        if not host or not port.isdigit():
-            host, port = hostport, str(default)
-        out.append((host.strip("[]"), int(port)))
-    return out
-
-
-def _reachable(service_url: str, timeout_s: float = 1.0) -> bool:
-    for host, port in _hosts(service_url):
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                return True
-        except OSError:
-            continue
-    return False
 
 
 # ---------------------------------------------------------------------- emitter
@@ -297,7 +239,7 @@ class PulsarEmitter:
                 cum, individual = None, plan.to_ack
             else:
                 individual = plan.to_ack.after(cum)
-        cum_entry = None if cum is None else _last_entry(cum, ledgers)
+        cum_entry = None if cum is None else last_entry(cum, ledgers)
         if cum is not None and cum_entry is None:
             # markDelete L:-1 with no known entry before it: ack everything individually.
             cum, individual = None, plan.to_ack
@@ -412,7 +354,7 @@ class PulsarEmitter:
                 "TLS certificate) and the role's consume permission"
             ) from exc
         except (pulsar.Timeout, pulsar.ConnectError) as exc:
-            if not _reachable(self.service_url):
+            if not reachable(self.service_url):
                 raise TargetUnreachableError(
                     f"target cluster {self.service_url} is unreachable (subscribing {where} "
                     f"failed: {exc}); check the service URL and that the brokers are up"
@@ -439,7 +381,7 @@ class PulsarEmitter:
         ledgers: Ledgers | None,
     ) -> EmitResult:
         ids = (pulsar.MessageId(sub.partition, p.ledger, p.entry, -1)
-               for p in _entries(individual, ledgers))
+               for p in entries_of(individual, ledgers))
         sent = self._ack_individually(sub, ids)
         if cum is not None:
             mid = pulsar.MessageId(sub.partition, cum.ledger, cum.entry, -1)
