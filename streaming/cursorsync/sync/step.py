@@ -399,32 +399,34 @@ class SyncStep:
             return
         wanted = [(one.item.topic, one.item.obs.subscription) for one in to_send
                   if (one.plan.to_ack or one.plan.index_acks)
-                  and not self._halts(one.item.obs, one.plan, one.lost)]
+                  and self._held_back(one.item.obs, one.item.topic, one.plan, one.lost) is None]
         if wanted:
             self.emitter.open_consumers(wanted)
 
-    def _halts(self, obs: ObservedCursor, plan: AckPlan, lost: Lost | None) -> bool:
-        """Whether :meth:`_emit` holds the plan back whatever the guard says."""
-        return ((obs.key, obs.subscription) in self.halted_keys
-                or (lost is not None and bool(lost.entries))
-                or (bool(plan.rewound_entries) and self.config.rewind_policy == "halt"))
+    def _held_back(self, obs: ObservedCursor, topic: str, plan: AckPlan, lost: Lost | None
+                   ) -> tuple[int, str] | None:
+        """Why the plan is held back whatever the guard says (the log level and message), or
+        None: a halted cursor, entries lost to deleted ledgers, a rewind under ``halt``."""
+        where = f"{topic}/{obs.subscription}"
+        if (obs.key, obs.subscription) in self.halted_keys:
+            return logging.WARNING, (f"skip {where}: halted after a source rewind; "
+                                     "`cursorsync resume` clears it")
+        if lost is not None and lost.entries:
+            return logging.ERROR, (f"skip {where}: {lost.why}; their copies on the target "
+                                   "stay unacked. Halted until an operator resumes it "
+                                   "(resuming lets the markDeletePosition cover those copies)")
+        if plan.rewound_entries and self.config.rewind_policy == "halt":
+            return logging.ERROR, (f"skip {where}: the source cursor moved back over "
+                                   f"{plan.rewound_entries} entries; rewind_policy=halt emits "
+                                   "nothing until an operator resets the target cursor too")
+        return None
 
     def _emit(self, obs: ObservedCursor, topic: str, plan: AckPlan, mapping: TopicMapping,
               target: CursorState, *, lost: Lost | None = None) -> Emitted:
         """Halt, guard, send: what became of the plan, and the acks sent."""
-        if (obs.key, obs.subscription) in self.halted_keys:
-            log.warning("skip %s/%s: halted after a source rewind; `cursorsync resume` "
-                        "clears it", topic, obs.subscription)
-            return Emitted(Result.HALTED)
-        if lost is not None and lost.entries:
-            log.error("skip %s/%s: %s; their copies on the target stay unacked. Halted until "
-                      "an operator resumes it (resuming lets the markDeletePosition cover "
-                      "those copies)", topic, obs.subscription, lost.why)
-            return Emitted(Result.HALTED)
-        if plan.rewound_entries and self.config.rewind_policy == "halt":
-            log.error("skip %s/%s: the source cursor moved back over %d entries; "
-                      "rewind_policy=halt emits nothing until an operator resets the "
-                      "target cursor too", topic, obs.subscription, plan.rewound_entries)
+        held = self._held_back(obs, topic, plan, lost)
+        if held is not None:
+            log.log(*held)
             return Emitted(Result.HALTED)
         try:
             safe = guard(plan, obs.state, mapping, target)
