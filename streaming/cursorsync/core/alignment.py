@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core import sorting
+
 #: The stream of an entry whose producer is not known (it pairs, but has no order of its
 #: own to check against other streams).
 NO_STREAM = -1
@@ -228,7 +230,7 @@ def _unique_pairs(src: Sequence[bytes], tgt: Sequence[bytes], s_block: np.ndarra
     t_idx = np.flatnonzero((t_cnt[t_inv] == 1) & ~t_block)
     _, si, ti = np.intersect1d(s[s_idx], t[t_idx], assume_unique=True, return_indices=True)
     ps, pt = s_idx[si], t_idx[ti]
-    order = np.argsort(ps, kind="stable")
+    order = sorting.argsort(ps)
     return ps[order].astype(np.intp), pt[order].astype(np.intp)
 
 
@@ -238,7 +240,7 @@ def _uncrossed(mine: np.ndarray, theirs: np.ndarray, stream: np.ndarray) -> np.n
     ok = np.ones(len(mine), bool)
     if len(mine) < 2:
         return ok
-    order = np.lexsort((mine, stream))
+    order = sorting.lexsort((mine, stream))
     st, th = stream[order], theirs[order]
     for lo, hi in _groups(st):
         if hi - lo < 2:
@@ -268,7 +270,7 @@ def _before_last_pair(stream: np.ndarray, paired: np.ndarray) -> np.ndarray:
     if not len(paired):
         return out
     keys = stream[paired]
-    for key in np.unique(keys).tolist():
+    for key in sorting.unique(keys).tolist():
         last = int(paired[keys == key].max())
         out[:last] |= stream[:last] == key
     return out

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from cursorsync.core import sorting
 from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -96,7 +97,7 @@ class Anchors:
         a = self._a
         if not len(a):
             return None
-        top = a[np.lexsort((a[:, 3], a[:, 2]))[-1]]
+        top = a[sorting.lexsort((a[:, 3], a[:, 2]))[-1]]
         return Position(int(top[2]), int(top[3]))
 
     def licensed(self, source_mark_delete: Position) -> Position | None:
@@ -107,7 +108,7 @@ class Anchors:
         if not ok.any():
             return None
         t = a[ok][:, 2:]
-        best = t[np.lexsort((t[:, 1], t[:, 0]))[-1]]
+        best = t[sorting.lexsort((t[:, 1], t[:, 0]))[-1]]
         return Position(int(best[0]), int(best[1]))
 
     def acks(self, source_mark_delete: Position, copies: RangeSet) -> RangeSet:

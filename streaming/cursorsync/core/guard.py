@@ -24,6 +24,7 @@ from typing import Any, NoReturn, final
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core import sorting
 from cursorsync.core.batches import unbacked_index_acks
 from cursorsync.core.cursor import AckPlan, CursorState
 from cursorsync.core.keys import I64, Keys, fits, keyspace, pack, to_keys
@@ -86,7 +87,7 @@ def _licensed_copies(source_mark_delete: Position, mapping: TopicMapping) -> Ran
     reached = a[(a[:, 0] < md_l) | ((a[:, 0] == md_l) & (a[:, 1] <= md_e))]
     if not len(reached):
         return RangeSet()
-    top = reached[np.lexsort((reached[:, 3], reached[:, 2]))[-1]]
+    top = reached[sorting.lexsort((reached[:, 3], reached[:, 2]))[-1]]
     return mapping.unpaired.ranges() & RangeSet.up_to(Position(int(top[2]), int(top[3])))
 
 
@@ -129,7 +130,7 @@ def _all_backed(rest: RangeSet, source_acked: RangeSet, mapping: TopicMapping,
     shift = np.concatenate((pack(sl, se - 1, s_base, minus_one=False) - lo[:len(g)],
                             np.zeros(len(k) + len(c), np.int64)))
     mapped = np.arange(len(lo)) < len(g)
-    order = np.argsort(lo)
+    order = sorting.argsort(lo)
     lo, shift, mapped = lo[order], shift[order], mapped[order]
     hi = lo + count[order]
     if not (hi[:-1] <= lo[1:]).all():
@@ -145,7 +146,7 @@ def _all_backed(rest: RangeSet, source_acked: RangeSet, mapping: TopicMapping,
     # after the piece ends.
     on = mapped[j]
     s_lo, s_hi = p_lo[on] + shift[j[on]], p_hi[on] + shift[j[on]]
-    at = np.searchsorted(a_hi, s_hi, side="left")
+    at = sorting.searchsorted(a_hi, s_hi, side="left")
     return bool((at < len(a_hi)).all() and (a_lo[np.minimum(at, len(a_hi) - 1)] <= s_lo).all())
 
 
@@ -197,8 +198,8 @@ def _meets(alo: Keys, ahi: Keys, blo: Keys, bhi: Keys) -> tuple[I64, I64, Keys, 
     """For each interval of A (any order), the intervals of B (sorted, none overlapping)
     that meet it, clipped to it: (index into A, index into B, lo, hi) of each such piece,
     grouped by A."""
-    first = np.searchsorted(bhi, alo, side="right")  # first of B ending after A starts
-    stop = np.searchsorted(blo, ahi, side="left")    # first of B starting at or after A ends
+    first = sorting.searchsorted(bhi, alo, side="right")  # first of B ending after A starts
+    stop = sorting.searchsorted(blo, ahi, side="left")    # first of B starting at or after A ends
     n = np.maximum(stop - first, 0)
     a = np.repeat(np.arange(len(alo)), n)
     b = first[a] + (np.arange(len(a)) - np.repeat(np.cumsum(n) - n, n))

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core import sorting
+
 I64 = npt.NDArray[np.int64]
 Keys = npt.NDArray[Any]  # int64, or object (Python ints) when ids are too wide to pack
 
@@ -103,7 +105,7 @@ def unpack(keys: I64, base: int) -> tuple[I64, I64]:
 def rebase(keys: I64, base: int, to: int) -> I64:
     """The same positions (sorted keys) as keys of base ``to`` (<= ``base``); ledger -1
     stays at 0."""
-    first = int(np.searchsorted(keys, 1 << ENTRY_BITS))
+    first = int(sorting.searchsorted(keys, 1 << ENTRY_BITS))
     if to == base or first == len(keys):  # nothing to move (a far base may not fit int64)
         return keys
     out = keys.copy()
@@ -149,7 +151,7 @@ def merge(lo: Keys, hi: Keys) -> tuple[Keys, Keys]:
         # Sorted, and neighbours at most touch: each touching pair joins.
         return lo[np.append(True, gap)], hi[np.append(gap, True)]
     if not (lo[1:] >= lo[:-1]).all():
-        order = np.argsort(lo, kind="stable")
+        order = sorting.argsort(lo)
         lo, hi = lo[order], hi[order]
     reach = np.maximum.accumulate(hi)
     # A new interval starts where it begins strictly after everything before it ends.
@@ -175,7 +177,7 @@ def combine(
         return _empty(alo), _empty(ahi)
     keys = np.concatenate((alo, blo, ahi, bhi))
     code = np.repeat(np.array([1, 2, -1, -2], dtype=np.int8), [na, nb, na, nb])
-    order = np.argsort(keys, kind="stable")
+    order = sorting.argsort(keys)
     keys = keys[order]
     cover = np.cumsum(code[order], dtype=np.int8)
     if op == "and":
@@ -252,8 +254,8 @@ def clip_runs(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64, I64]:
     Only the first and the last interval of each run can stick out of A's interval: the
     ones between lie inside it, as B's intervals neither overlap nor touch.
     """
-    j0 = np.searchsorted(bhi, alo, side="right")  # first of B that ends after A starts
-    j1 = np.searchsorted(blo, ahi, side="left")   # first of B that starts at or after A ends
+    j0 = sorting.searchsorted(bhi, alo, side="right")  # first of B that ends after A starts
+    j1 = sorting.searchsorted(blo, ahi, side="left")   # first of B that starts at or after A ends
     counts = np.maximum(j1 - j0, 0)  # an empty interval of A meets nothing
     j1 = j0 + counts
     lo, hi = _take_runs(j0, j1, blo, bhi)
@@ -278,8 +280,8 @@ def _subtract_from(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64]:
     cut short by A's interval, or emptied when A's interval starts or ends inside B.
     """
     m = len(blo)
-    j0 = np.searchsorted(bhi, alo, side="right")
-    j1 = np.searchsorted(blo, ahi, side="left")
+    j0 = sorting.searchsorted(bhi, alo, side="right")
+    j1 = sorting.searchsorted(blo, ahi, side="left")
     k = _aranges(j0, j1 + 1)
     glo = bhi[np.maximum(k - 1, 0)]
     glo[k == 0] = KEY_BELOW
@@ -300,8 +302,8 @@ def _union_small(alo: I64, ahi: I64, blo: I64, bhi: I64) -> tuple[I64, I64]:
     n = len(alo)
     if not len(blo) or not n:
         return (alo, ahi) if n else (blo, bhi)
-    i0 = np.searchsorted(ahi, blo, side="left")   # first of A that reaches B's start
-    i1 = np.searchsorted(alo, bhi, side="right")  # first of A that starts after B's end
+    i0 = sorting.searchsorted(ahi, blo, side="left")   # first of A that reaches B's start
+    i1 = sorting.searchsorted(alo, bhi, side="right")  # first of A that starts after B's end
     meet = i1 > i0
     wlo = np.where(meet, np.minimum(blo, alo[np.minimum(i0, n - 1)]), blo)
     whi = np.where(meet, np.maximum(bhi, ahi[np.maximum(i1 - 1, 0)]), bhi)
@@ -361,7 +363,7 @@ def algebra(alo: I64, ahi: I64, blo: I64, bhi: I64, op: str) -> tuple[I64, I64]:
 def _within(alo: I64, ahi: I64, blo: I64, bhi: I64) -> bool:
     """Does every interval of A lie inside one of B? Only the interval of B holding
     A's upper end can hold all of it."""
-    j = np.searchsorted(bhi, ahi, side="left")
+    j = sorting.searchsorted(bhi, ahi, side="left")
     return bool(j[-1] < len(bhi) and (blo[j] <= alo).all())
 
 
@@ -369,7 +371,7 @@ def covers(lo: Keys, hi: Keys, points: Keys) -> npt.NDArray[np.bool_]:
     """For each point key p: is there an interval with lo < p <= hi (lo, hi canonical)."""
     if len(lo) == 0:
         return np.zeros(len(points), dtype=bool)
-    j = np.searchsorted(hi, points, side="left")
+    j = sorting.searchsorted(hi, points, side="left")
     inside = j < len(hi)
     jj = np.minimum(j, len(hi) - 1)
     return inside & (lo[jj] < points)
@@ -393,7 +395,7 @@ class KeySpace:
                 # Run heads: cheap on the sorted arrays we mostly get, correct on any.
                 heads.append(a[np.concatenate(([True], a[1:] != a[:-1]))])
         self.ledgers: I64 = (
-            np.unique(np.concatenate(heads)) if heads else np.empty(0, dtype=np.int64)
+            sorting.unique(np.concatenate(heads)) if heads else np.empty(0, dtype=np.int64)
         )
         max_entry = -1
         for e in entry_arrays:
@@ -407,7 +409,7 @@ class KeySpace:
         self.wide = self.shift + rank_bits > 62
 
     def pack(self, ledgers: I64, entries: I64) -> Keys:
-        ranks = np.searchsorted(self.ledgers, ledgers)
+        ranks = sorting.searchsorted(self.ledgers, ledgers)
         if self.wide:
             r = ranks.astype(object)
             e = entries.astype(object)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cursorsync.core import sorting
 from cursorsync.core.keys import I64, base_for, fits, pack
 from cursorsync.core.positions import Position
 
@@ -72,7 +73,7 @@ class Ledgers:
         out_l = ledgers.copy()
         out_e = entries.copy()
         known = ledgers <= self.ids[-1]
-        i = np.searchsorted(ids, ledgers, side="right") - 1
+        i = sorting.searchsorted(ids, ledgers, side="right") - 1
         ic = np.maximum(i, 0)
         in_ledger = known & (i >= 0) & (ids[ic] == ledgers)
         # Inside a non-empty ledger: clamp past its end; -1 means "end of the previous one".
@@ -118,13 +119,13 @@ class Ledgers:
         starts, ends, before, top = table
         # Keys from starts[j] to starts[j + 1] are in ledger j or in the gap after it: the
         # last entry at or before each is the key itself or the ledger's last entry.
-        at = np.searchsorted(keys, starts, side="left")
+        at = sorting.searchsorted(keys, starts, side="left")
         out = np.empty_like(keys)
         out[:at[0]] = before
         spans = np.diff(np.append(at, len(keys)))
         np.minimum(keys[at[0]:], np.repeat(ends, spans), out=out[at[0]:])
         # The open ledger (from its entry 0) and beyond stay as they are.
-        t = int(np.searchsorted(keys, top, side="left"))
+        t = int(sorting.searchsorted(keys, top, side="left"))
         out[t:] = keys[t:]
         return out
 
@@ -166,7 +167,7 @@ class Ledgers:
     def entries_up_to(self, ledgers: I64, entries: I64) -> I64:
         """How many existing entries lie at or before each position (past the last ledger: all)."""
         cum = self._cumulative()
-        i = np.searchsorted(self.ids, ledgers, side="right") - 1
+        i = sorting.searchsorted(self.ids, ledgers, side="right") - 1
         ic = np.maximum(i, 0)
         exact = (i >= 0) & (self.ids[ic] == ledgers)
         within = np.clip(entries + 1, 0, self.entries[ic])

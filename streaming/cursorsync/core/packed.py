@@ -20,6 +20,7 @@ from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 
+from cursorsync.core import sorting
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Runs, SegmentSet, TopicMapping
@@ -176,7 +177,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         out = _find(self._versions, self._keys, keys)
         if self._fresh:
             fresh = keys_bytes(self._fresh)
-            order = np.argsort(fresh, kind="stable")
+            order = sorting.argsort(fresh)
             found = _find(np.array([packed_version(d) for d in self._fresh.values()],
                                    np.int64)[order], fresh[order], keys)
             out = np.where(found != NO_VERSION, found, out)
@@ -225,7 +226,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         offsets = np.concatenate([self._offsets, ends])
         # A fresh mapping replaces its settled one; the fresh rows come last, so a stable
         # sort puts each key's fresh row after its settled one.
-        order = np.argsort(keys, kind="stable")
+        order = sorting.argsort(keys)
         last = np.ones(len(order), bool)
         last[:-1] = keys[order[1:]] != keys[order[:-1]]
         rows = order[last]
@@ -262,7 +263,7 @@ class PackedMappings(Mapping[PartitionKey, TopicMapping]):
         if not len(self._keys):
             return -1
         want = key_bytes(key)
-        at = int(np.searchsorted(self._keys, want))
+        at = int(sorting.searchsorted(self._keys, want))
         return at if at < len(self._keys) and self._keys[at] == want else -1
 
     def _packed(self, key: PartitionKey) -> bytes | None:
@@ -334,7 +335,7 @@ def _find(values: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> np.ndarra
     out = np.full(len(wanted), NO_VERSION, np.int64)
     if not len(keys) or not len(wanted):
         return out
-    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    at = np.minimum(sorting.searchsorted(keys, wanted), len(keys) - 1)
     hit = keys[at] == wanted
     out[hit] = values[at[hit]]
     return out

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core import sorting
 from cursorsync.core.keys import (
     EMPTY_BOUNDS,
     I64,
@@ -103,7 +104,7 @@ def _based_bounds(b: I64, *, canonical: bool) -> Based | None:
     while i < len(ledgers) and i < 4 and ledgers[i] == -1:
         i += 1
     if i == 4:
-        i = int(np.searchsorted(np.ascontiguousarray(ledgers), -1, side="right"))
+        i = int(sorting.searchsorted(np.ascontiguousarray(ledgers), -1, side="right"))
     top = int(ledgers[-1])
     low = int(ledgers[i]) if i < len(ledgers) else 0
     base = base_for(low)

@@ -23,6 +23,7 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
+from cursorsync.core import sorting
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.keys import I64
 from cursorsync.core.positions import Position
@@ -105,7 +106,7 @@ class SegmentSet:
         a = a.reshape(-1, 5)
         ev = (np.full(len(a), 1, np.int8) if evidence is None
               else np.asarray(evidence, np.int8))
-        order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
+        order = sorting.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
         a, ev = a[order], ev[order]
         a.setflags(write=False)
         ev.setflags(write=False)
@@ -158,7 +159,7 @@ class SegmentSet:
         ev = np.left_shift(np.int8(1), ev).astype(np.int8)
         if len(sl) == 0:
             return cls(validate=validate)
-        order = np.lexsort((se, sl, te, tl))
+        order = sorting.lexsort((se, sl, te, tl))
         sl, se, tl, te, ev = sl[order], se[order], tl[order], te[order], ev[order]
         dup = np.concatenate(([False], (sl[1:] == sl[:-1]) & (se[1:] == se[:-1])
                               & (tl[1:] == tl[:-1]) & (te[1:] == te[:-1])))
@@ -226,7 +227,7 @@ class SegmentSet:
         a = self._a
         if len(a) < 2:
             return []
-        order = np.lexsort((a[:, 3], a[:, 2]))
+        order = sorting.lexsort((a[:, 3], a[:, 2]))
         tl, te, cnt = a[order, 2], a[order, 3], a[order, 4]
         clash = (tl[1:] == tl[:-1]) & (te[1:] < te[:-1] + cnt[:-1])
         return [(int(order[k]), int(order[k + 1]), "overlap on the target")
@@ -246,12 +247,12 @@ class SegmentSet:
     def covering(self, position: Position) -> list[int]:
         """Indexes of the segments that map ``position``, in target order."""
         a = self._a
-        lo = int(np.searchsorted(a[:, 0], position.ledger, side="left"))
-        hi = int(np.searchsorted(a[:, 0], position.ledger, side="right"))
+        lo = int(sorting.searchsorted(a[:, 0], position.ledger, side="left"))
+        hi = int(sorting.searchsorted(a[:, 0], position.ledger, side="right"))
         # Segments of the ledger starting at or before the entry; copies may start earlier.
-        hi = lo + int(np.searchsorted(a[lo:hi, 1], position.entry, side="right"))
+        hi = lo + int(sorting.searchsorted(a[lo:hi, 1], position.entry, side="right"))
         cand = lo + np.flatnonzero(a[lo:hi, 1] + a[lo:hi, 4] > position.entry)
-        order = np.lexsort((a[cand, 3], a[cand, 2]))
+        order = sorting.lexsort((a[cand, 3], a[cand, 2]))
         return [int(i) for i in cand[order]]
 
     @classmethod
@@ -282,7 +283,7 @@ def _from_segment_rows(rows: I64, ev: npt.NDArray[np.int8]) -> SegmentSet:
     it merged. Rows at other offsets stay apart; validation refuses any that claim one
     target entry."""
     offset = rows[:, 3] - rows[:, 1]
-    order = np.lexsort((rows[:, 1], offset, rows[:, 2], rows[:, 0]))
+    order = sorting.lexsort((rows[:, 1], offset, rows[:, 2], rows[:, 0]))
     rows, ev, offset = rows[order], ev[order], offset[order]
     start = rows[:, 1]
     end = start + rows[:, 4]
@@ -325,7 +326,7 @@ class Runs:
         entries = np.asarray(entries, np.int64)
         if len(ledgers) == 0:
             return cls()
-        order = np.lexsort((entries, ledgers))
+        order = sorting.lexsort((entries, ledgers))
         ledgers, entries = ledgers[order], entries[order]
         keep = np.concatenate(
             ([True], (ledgers[1:] != ledgers[:-1]) | (entries[1:] != entries[:-1])))
@@ -351,7 +352,7 @@ class Runs:
 
     def first(self) -> Position:
         """The earliest position any run starts at (the rows need not be in order)."""
-        row = self.rows[np.lexsort((self.rows[:, 1], self.rows[:, 0]))[0]]
+        row = self.rows[sorting.lexsort((self.rows[:, 1], self.rows[:, 0]))[0]]
         return Position(int(row[0]), int(row[1]))
 
     def union(self, other: Runs) -> Runs:

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cursorsync.core import sorting
 from cursorsync.core.batches import PartialBatch, plan_index_acks
 from cursorsync.core.cursor import AckPlan, CursorState, Outcome, fold
 from cursorsync.core.keys import (
@@ -108,7 +109,7 @@ def _implied(mapping: TopicMapping,
         g_lo, _ = to_keys(ks, gaps[idx])
         r_lo, _ = to_keys(ks, rb)
         # Each leftover range lies inside one gap: the last gap starting at or before it.
-        owner = np.searchsorted(g_lo, r_lo, side="right") - 1
+        owner = sorting.searchsorted(g_lo, r_lo, side="right") - 1
         holds = same[idx][owner]
         if target_ledgers is not None and len(target_ledgers.ids):
             holds |= (target_ledgers.entries_up_to(rb[:, 2], rb[:, 3])
@@ -126,7 +127,7 @@ def _target_pairs(mapping: TopicMapping
     rows = mapping.segments.rows
     if len(rows) < 2:
         return None
-    rows = rows[np.lexsort((rows[:, 3], rows[:, 2]))]
+    rows = rows[sorting.lexsort((rows[:, 3], rows[:, 2]))]
     sl, se, tl, te, n = (rows[:, i] for i in range(5))
     s_end_e = se[:-1] + n[:-1] - 1
     forward = (sl[1:] > sl[:-1]) | ((sl[1:] == sl[:-1]) & (se[1:] > s_end_e))
@@ -164,8 +165,8 @@ def safe_target_acks(source_acked: RangeSet, segments: SegmentSet) -> RangeSet:
     s_lo, s_hi = to_keys(ks, s)
     g_lo, g_hi = to_keys(ks, seg_bounds)
     # Acked ranges overlapping segment j: those with hi > seg lo and lo < seg hi.
-    first = np.searchsorted(s_hi, g_lo, side="right")
-    last = np.searchsorted(s_lo, g_hi, side="left")
+    first = sorting.searchsorted(s_hi, g_lo, side="right")
+    last = sorting.searchsorted(s_lo, g_hi, side="left")
     n = np.maximum(last - first, 0)
     total = int(n.sum())
     if total == 0:
@@ -338,7 +339,7 @@ def _stream_starts_mapped(mapping: TopicMapping, target_ledgers: Ledgers | None)
     if target_ledgers is None or not len(target_ledgers.ids):
         return False
     rows = mapping.segments.rows
-    first = rows[np.lexsort((rows[:, 3], rows[:, 2]))[0]]
+    first = rows[sorting.lexsort((rows[:, 3], rows[:, 2]))[0]]
     before = (RangeSet.up_to(Position(int(first[2]), int(first[3]) - 1))
               - mapping.skippable.ranges() - mapping.foreign.ranges())
     return before.count_entries(target_ledgers) == 0
