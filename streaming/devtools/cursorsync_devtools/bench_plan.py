@@ -18,7 +18,9 @@ batch after the first reads the mappings' new rows first, as the job does
 (``refresh_seconds``, none here); a batch's time is all four. The
 target's admin API is a function that answers from memory and counts the requests, as
 the job's would be made: one per moving (partition, subscription) and batch, one per
-idle one every few batches.
+idle one every few batches. The steady batch is then run twice more beside a thread that
+runs Python without pause, as the mapping builder's batches do in the job's driver (the
+sinks share its interpreter): ``..._beside_busy_thread`` beside the same figures alone.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import itertools
 import math
 import resource
 import tempfile
+import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -201,13 +204,13 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         sink.on_result = summarise
         batches: list[dict[str, Any]] = []
-        start_batches, steady = 0, 0
-        for batch_id in itertools.count():
-            if steady == 2:
-                break
+
+        def run_batch(batch_id: int, sink: SyncSink, loaded: MappingStore) -> dict[str, Any]:
             moved = 5 * batch_id
-            obs, targets, n_active, n_holes = _observations(
+            obs, targets_now, n_active, n_holes = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
+            targets.clear()
+            targets.update(targets_now)
             polled = poll_rows(obs, "a")  # what the sink gets from Spark
             requests[0] = 0
             t0 = time.perf_counter()
@@ -220,7 +223,8 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                     t0 = time.perf_counter()
                     observations(polled)
                     fresh_s = round(time.perf_counter() - t0, 3)
-            batches.append({
+            counts[:] = [n_active, n_holes]
+            return {
                 "batch_seconds": round(batch_s, 3),
                 **{f"{phase}_seconds": round(v, 3) for phase, v in sink.timings.items()},
                 "parse_seconds_without_the_last_batch": fresh_s,
@@ -232,11 +236,24 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 "cursors_repeated_in_bulk": sink.repeated,
                 "idle_cursors_in_columns": len(sink.idle),
                 **figures,
-            })
+            }
+
+        counts = [0, 0]
+        start_batches, steady = 0, 0
+        for batch_id in itertools.count():
+            if steady == 2:
+                break
+            batches.append(run_batch(batch_id, sink, loaded))
             if batch_id == 0 or batches[-2]["cursors_waiting"]:
                 start_batches += 1  # until the batch that made the last first plans
             else:
                 steady += 1
+        # The steady batch again beside a thread that runs Python without pause, as the
+        # mapping builder's batches do in the job's driver: what sharing the interpreter
+        # costs the sync, beside the same batch alone.
+        with _busy_thread():
+            busy = [run_batch(len(batches) + i, sink, loaded) for i in range(2)]
+        n_active, n_holes = counts
         rss1, anon1 = _rss_mib(), _rss_anon_mib()
         # What the allocators hold free after the batches' peaks, handed back.
         pa.default_memory_pool().release_unused()
@@ -262,6 +279,9 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         "start_seconds": round(sum(_batch_s(b) for b in batches[:start_batches]), 2),
         "start_batch_max_seconds": round(max(_batch_s(b) for b in batches[:start_batches]), 2),
         "seconds_per_batch": round(steady_s, 3),
+        "seconds_per_batch_beside_busy_thread": round(_batch_s(busy[-1]), 3),
+        "translate_seconds": batches[-1]["translate_seconds"],
+        "translate_seconds_beside_busy_thread": busy[-1]["translate_seconds"],
         "microseconds_per_partition": round(steady_s / partitions * 1e6, 1),
         "driver_rss_mib_after": round(rss1),
         "driver_rss_mib_growth": round(rss1 - rss0),
@@ -332,6 +352,27 @@ def kept_bytes(partitions: int, *, holes: float, seed: int) -> dict[str, int]:
             mapped = idle.nbytes + held.mappings.settled_bytes
             out[f"mapped_bytes_per_{name}_partition"] = round(mapped / partitions)
     return out
+
+
+@contextlib.contextmanager
+def _busy_thread() -> Iterator[None]:
+    """A thread running Python, never letting go of the interpreter but at the switch
+    interval, while the block runs."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        n = 0
+        while not stop.is_set():
+            for _ in range(1_000):
+                n += 1
+
+    thread = threading.Thread(target=spin, name="bench-busy", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _batch_s(batch: dict[str, Any]) -> float:

@@ -84,6 +84,11 @@ def test_a_start_plans_the_cursors_over_batches_of_first_plans() -> None:
     assert out["start_batch_max_seconds"] <= out["start_seconds"]
     # The cursors that moved since the state the tables held before the start go first.
     assert batches[0]["cursors_with_acks_planned"] == out["active_partitions"]
+    # The steady batch again beside a busy thread: the same work, timed.
+    assert out["seconds_per_batch_beside_busy_thread"] > 0
+    assert out["translate_seconds"] == batches[-1]["translate_seconds"] > 0
+    assert out["translate_seconds_beside_busy_thread"] > 0
+    assert len(batches) == out["start_batches"] + 2
 
 
 def test_bench_plan_from_the_command_line() -> None:
