@@ -80,7 +80,6 @@ from cursorsync.mapping.identity_evidence import (
 )
 from cursorsync.mapping.outcome import BatchOutcome, BatchTotals
 from cursorsync.mapping.pairs import Pairs
-from cursorsync.mapping.phases import Phases
 from cursorsync.mapping.skipped_ids import (
     LEDGER_END_PROBE,
     Defers,
@@ -93,6 +92,7 @@ from cursorsync.mapping.skipped_ids import (
     read_before_first,
     source_chunk_spans,
 )
+from cursorsync.phases import Phases
 
 log = logging.getLogger(__name__)
 

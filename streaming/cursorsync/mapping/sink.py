@@ -27,8 +27,8 @@ from cursorsync.mapping.builder_state import read_state, write_state
 from cursorsync.mapping.entries_options import EVIDENCE_COLUMNS
 from cursorsync.mapping.entries_rows import unpack_batches
 from cursorsync.mapping.outcome import BatchOutcome
-from cursorsync.mapping.phases import Phases
 from cursorsync.mapping.skipped_ids import HoleCheck
+from cursorsync.phases import Phases
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import (

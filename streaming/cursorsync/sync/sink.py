@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from cursorsync import gc_pause
 from cursorsync.core.records import ObservedCursor, PartitionKey, SyncRecord
+from cursorsync.phases import Phases
 from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.halts import (
     HaltCause,
@@ -146,8 +147,10 @@ class SyncSink:
         self.after_batch: Callable[[], object] | None = None
         #: Seconds of the last batch by phase (halts, collect, parse, refresh, step, rows,
         #: write, metrics, collector; collect to rows on the driver path only, with the
-        #: step's parts: step:targets, step:translate, step:emit).
+        #: step's parts: step:targets, step:translate, step:emit), and of them the seconds
+        #: the batch's thread spent on a core.
         self.timings: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
         #: Rows the last batch wrote to cursor_states and sync_progress.
         self.rows_written = 0
         #: Called with each batch's step result on the driver path, outside the timed
@@ -159,26 +162,30 @@ class SyncSink:
         self.waits_on_mapping = False
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        clock = Phases()
+        self.timings, self.cpu = clock.seconds, clock.cpu
         with gc_pause.paused():  # the batch's garbage is freed after it
-            self._run(df, batch_id)
-            t0 = time.perf_counter()
-        self.timings["collector"] = time.perf_counter() - t0
+            self._run(df, batch_id, clock)
+            clock.skip()
+        clock.step("collector")
         if self.metrics:
-            self.metrics.observe_batch_phases("sync", self.timings)
+            self.metrics.observe_batch_phases("sync", clock.seconds, cpu=clock.cpu)
 
-    def _run(self, df: Any, batch_id: int) -> None:
+    def _run(self, df: Any, batch_id: int, clock: Phases) -> None:
         t0 = time.perf_counter()
-        self.timings = {}
         src, tgt = self.settings.source_cluster, self.settings.target_cluster
         causes = read_halt_causes(self.store, source_cluster=src, target_cluster=tgt)
         known = set(causes)
-        self.timings["halts"] = time.perf_counter() - t0
-        done = (self._on_executors(df, batch_id, self.settings.executors)
-                if self.settings.executors is not None else self._on_driver(df, batch_id, known))
+        clock.step("halts")
+        if self.settings.executors is not None:
+            done = self._on_executors(df, batch_id, self.settings.executors)
+            clock.skip()  # the tasks' time: the batch's, in no phase of the driver's
+        else:
+            done = self._on_driver(df, batch_id, known, clock)
         obs, rows = done.observed, done.rows
         if self.crash_after_emit is not None:
             self.crash_after_emit(batch_id)
-        t_write = time.perf_counter()
+        clock.skip()
         fresh = new_halts(rows, known, lambda keys: self._halt_causes(keys, obs, batch_id))
         if fresh:
             record_halts(self.store, fresh, source_cluster=src, target_cluster=tgt,
@@ -192,12 +199,11 @@ class SyncSink:
         self.store.append("sync_progress", rows, app_id=SYNC_APP, batch_id=batch_id)
         self.rows_written = len(written) + rows.num_rows
         self.last_batch = batch_id
-        t_metrics = time.perf_counter()
-        self.timings["write"] = t_metrics - t_write
+        clock.step("write")
         if self.metrics:
-            self._record(done, t_metrics - t0)
+            self._record(done, time.perf_counter() - t0)
             self.metrics.set_halted(halted_counts(causes))
-            self.timings["metrics"] = time.perf_counter() - t_metrics
+            clock.step("metrics")
         if self.after_batch is not None:
             self.after_batch()
         acks = int(pc.sum(rows.column("acks_sent")).as_py() or 0)
@@ -223,17 +229,13 @@ class SyncSink:
         return {k: halt_cause(found.get(k), before[k].state if k in before else None,
                               rewind_halts=rewind_halts) for k in keys}
 
-    def _on_driver(self, df: Any, batch_id: int, known: HaltedKeys) -> _Synced:
+    def _on_driver(self, df: Any, batch_id: int, known: HaltedKeys, clock: Phases) -> _Synced:
         """Translate, guard and emit here; returns the observations and sync_progress rows."""
-        t = self.timings
-        t0 = time.perf_counter()
         table = df.toArrow()
-        t1 = time.perf_counter()
-        t["collect"] = t1 - t0
+        clock.step("collect")
         mappings = self.mappings.refresh()
         self.step.lookups.mapping_waits(self.waits.refresh())
-        t2 = time.perf_counter()
-        t["refresh"] = t2 - t1
+        clock.step("refresh")
         self.step.halted_keys = known
         # A repeated record repeats rows written by an earlier batch only if the step's
         # previous run was the previous batch, and that batch's rows were written.
@@ -245,8 +247,7 @@ class SyncSink:
                                 rows_every=every)
         obs = self._observations(split.rest)
         self.cursors, self.repeated = table.num_rows, split.repeated
-        t3 = time.perf_counter()
-        t["parse"] = t3 - t2
+        clock.step("parse")
         if not self._seeded:
             # After a start, a rewind is measured against the last state the tables hold.
             self.step.previous = {**previous_states(self.store, obs, batch_id, **self.clusters),
@@ -256,13 +257,14 @@ class SyncSink:
         result = self.step.run(obs, mappings)
         self.waits_on_mapping = any(r.plan.unmapped_acked_entries for r in result.records)
         self._observations.forget(self.idle.keep(self.step, split.rest, obs))
-        t4 = time.perf_counter()
-        t["step"] = t4 - t3
+        clock.step("step")
         # Parts of the step (a "step:" phase is inside "step"): where a moving cursor's
         # time goes.
-        t["step:targets"] = result.target_read_seconds
-        t["step:translate"] = result.translate_seconds
-        t["step:emit"] = result.emit_seconds
+        for part, seconds in (("targets", result.target_read_seconds),
+                              ("translate", result.translate_seconds),
+                              ("emit", result.emit_seconds)):
+            clock.seconds[f"step:{part}"] = seconds
+            clock.cpu[f"step:{part}"] = result.cpu_seconds.get(part, 0.0)
         if result.deferred:
             log.info("sync batch %d: %d cursors wait for their first plan in the next "
                      "batches (emission.first_plans_per_batch %d)", batch_id, result.deferred,
@@ -276,7 +278,7 @@ class SyncSink:
         rows = sync_progress_rows(written, **self.clusters)
         done = _Synced(obs, rows, result.translate_seconds, result.unavailable,
                        result.anchor_conflicts, unchanged, split.lags)
-        t["rows"] = time.perf_counter() - t4
+        clock.step("rows")
         if self.on_result is not None:
             self.on_result(result)
         return done

@@ -172,10 +172,11 @@ class SyncStep:
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
         totals = Totals()
         batch = self._sort(observed, given)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         targets = self._read_targets(batch.work)
         held = self._read_batches(batch.work)
         totals.target_read_seconds = time.perf_counter() - t0
+        totals.target_read_cpu_seconds = time.thread_time() - c0
         records: list[SyncRecord | None] = []
         to_send: list[_ToSend] = []
         for item in batch.work:
@@ -190,9 +191,10 @@ class SyncStep:
                 continue
             obs, k = item.obs, (item.obs.key, item.obs.subscription)
             prev = self.previous.get(k)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             planned = self._plan(item, target, prev, given)
             totals.translate_seconds += time.perf_counter() - t0
+            totals.translate_cpu_seconds += time.thread_time() - c0
             witness = prev if prev is not None else self.first_seen.get(k)
             lost = self.lost.check(obs, witness, item.topic, planned.used, target)
             if lost is None:
@@ -205,14 +207,16 @@ class SyncStep:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
             to_send.append(_ToSend(len(records), item, target, planned, plan, lost))
             records.append(None)  # the record once the plan is sent
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self._open_consumers(to_send)
         totals.emit_seconds += time.perf_counter() - t0
+        totals.emit_cpu_seconds += time.thread_time() - c0
         for one in to_send:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             emitted = self._emit(one.item.obs, one.item.topic, one.plan, one.planned.used,
                                  one.target, lost=one.lost)
             totals.emit_seconds += time.perf_counter() - t0
+            totals.emit_cpu_seconds += time.thread_time() - c0
             plan = self._settle(one.item, one.planned, one.plan, emitted, one.lost, totals)
             records[one.at] = self._record(one.item.obs, plan, one.target, emitted, totals)
         if totals.went_idle > len(self.kept.plans):

@@ -3,7 +3,7 @@ cursor by cursor as the step sends their plans (:class:`Totals`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cursorsync.core.records import Result, SyncRecord
@@ -25,6 +25,9 @@ class StepResult:
     #: Seconds reading the batch's target cursors, and handing plans to the emitter.
     target_read_seconds: float = 0.0
     emit_seconds: float = 0.0
+    #: Of the seconds reading targets, translating and emitting, those the step's thread
+    #: spent on a core (the rest it waited: brokers, threads, a core, the interpreter).
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class Emitted(NamedTuple):
@@ -46,6 +49,9 @@ class Totals:
     translate_seconds: float = 0.0
     target_read_seconds: float = 0.0
     emit_seconds: float = 0.0
+    translate_cpu_seconds: float = 0.0
+    target_read_cpu_seconds: float = 0.0
+    emit_cpu_seconds: float = 0.0
     unavailable: int = 0
     anchor_conflicts: int = 0
     #: Plans that went idle in the batch.
@@ -60,4 +66,7 @@ class Totals:
     def result(self, records: list[SyncRecord], deferred: int) -> StepResult:
         return StepResult(records, self.acks_sent, self.refused, self.halted_count,
                           self.translate_seconds, self.unavailable, self.anchor_conflicts,
-                          deferred, self.target_read_seconds, self.emit_seconds)
+                          deferred, self.target_read_seconds, self.emit_seconds,
+                          {"targets": self.target_read_cpu_seconds,
+                           "translate": self.translate_cpu_seconds,
+                           "emit": self.emit_cpu_seconds})

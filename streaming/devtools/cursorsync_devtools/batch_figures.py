@@ -41,9 +41,8 @@ def phase_seconds(metrics: Any) -> dict[str, dict[str, float]]:
 
 
 def phase_cpu_seconds(metrics: Any) -> dict[str, dict[str, float]]:
-    """Mean CPU seconds per batch the batch's own thread spent in each phase, per query,
-    where measured (the mapping's): beside :func:`phase_seconds`, what of a phase is work
-    and what is waiting."""
+    """Mean CPU seconds per batch the batch's own thread spent in each phase, per query:
+    beside :func:`phase_seconds`, what of a phase is work and what is waiting."""
     _, counts = _phase_sums(metrics)
     cpu = {(s.labels["query"], s.labels["phase"]): s.value
            for s in _samples(metrics, "cursorsync_batch_phase_cpu_seconds")
@@ -97,20 +96,20 @@ def batch_seconds(metrics: Any) -> dict[str, dict[str, float]]:
 
 def phase_table(by_phase: Mapping[str, Mapping[str, float]],
                 cpu: Mapping[str, Mapping[str, float]] | None = None) -> str:
-    """The mean seconds per batch of each phase, a column per query, and the mapping's
-    thread's CPU seconds in each (``cpu``, :func:`phase_cpu_seconds`)."""
+    """The mean seconds per batch of each phase, a column per query, each beside its
+    thread's CPU seconds in the phase (``cpu``, :func:`phase_cpu_seconds`)."""
     from cursorsync.app.render import format_table
 
     names = sorted({p for q in by_phase.values() for p in q})
-    mapping_cpu = (cpu or {}).get("mapping", {})
+    mapping_cpu, sync_cpu = ((cpu or {}).get(q, {}) for q in ("mapping", "sync"))
     table = format_table(
-        ("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "MAPPING CPU", "SYNC"), [
+        ("BATCH PHASE, MEAN S PER BATCH", "MAPPING", "MAPPING CPU", "SYNC", "SYNC CPU"), [
             (name, _s(by_phase.get("mapping", {}).get(name)), _s(mapping_cpu.get(name)),
-             _s(by_phase.get("sync", {}).get(name)))
-            for name in names], right=(1, 2, 3))
+             _s(by_phase.get("sync", {}).get(name)), _s(sync_cpu.get(name)))
+            for name in names], right=(1, 2, 3, 4))
     return table + ('\n("step:..." is part of "step", "build:..." of "build"; "read" is the '
-                    "mapping batch's Spark tasks, every range's reader; MAPPING CPU is the "
-                    "mapping thread's own, the rest of its seconds waiting)")
+                    "mapping batch's Spark tasks, every range's reader; a CPU column is the "
+                    "query thread's own seconds on a core, the rest of its seconds waiting)")
 
 
 def _s(v: float | None) -> str | None:

@@ -63,17 +63,21 @@ def test_phase_means_come_from_the_jobs_phase_histogram() -> None:
     from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, phase_table
 
     m = Metrics()
-    m.observe_batch_phases("sync", {"step": 2.0, "step:targets": 1.5, "write": 0.25})
-    m.observe_batch_phases("sync", {"step": 4.0, "step:targets": 2.5, "write": 0.75})
+    m.observe_batch_phases("sync", {"step": 2.0, "step:targets": 1.5, "write": 0.25},
+                           cpu={"step": 0.5})
+    m.observe_batch_phases("sync", {"step": 4.0, "step:targets": 2.5, "write": 0.75},
+                           cpu={"step": 1.5})
     m.observe_batch_phases("mapping", {"read": 9.0, "build": 3.0}, cpu={"build": 1.0})
     m.observe_batch_phases("mapping", {"read": 7.0, "build": 5.0}, cpu={"build": 2.0})
     assert phase_seconds(m) == {"mapping": {"read": 8.0, "build": 4.0},
                                 "sync": {"step": 3.0, "step:targets": 2.0, "write": 0.5}}
     assert phase_seconds(None) == {}
-    # The mapping thread's CPU per batch, beside its seconds; nothing where not measured.
-    assert phase_cpu_seconds(m) == {"mapping": {"build": 1.5}}
+    # Each query thread's CPU per batch, beside its seconds; nothing where not measured.
+    assert phase_cpu_seconds(m) == {"mapping": {"build": 1.5}, "sync": {"step": 1.0}}
     assert phase_cpu_seconds(None) == {}
     table = phase_table(phase_seconds(m), phase_cpu_seconds(m)).splitlines()
-    assert "MAPPING CPU" in table[0]
+    assert "MAPPING CPU" in table[0] and "SYNC CPU" in table[0]
     build = next(line for line in table if line.startswith("build"))
-    assert build.split() == ["build", "4.00", "1.50", "-"]  # no sync phase "build"
+    assert build.split() == ["build", "4.00", "1.50", "-", "-"]  # no sync phase "build"
+    step = next(line for line in table if line.startswith("step "))
+    assert step.split() == ["step", "-", "-", "3.00", "1.00"]

@@ -162,3 +162,12 @@ def test_each_batch_observes_its_phases_with_the_steps_parts(tmp_path: Path) -> 
                       phase=phase) == 2, phase
     parts = sum(sink.timings[p] for p in ("step:targets", "step:translate", "step:emit"))
     assert parts <= sink.timings["step"]
+    # And of each phase's seconds, the CPU seconds of the batch's thread: a counter per
+    # phase, added up over the batches, no more than the phase's seconds.
+    assert set(sink.cpu) == phases
+    for phase in phases:
+        assert 0 <= sink.cpu[phase] <= sink.timings[phase] + 0.01, phase
+        total = sample(metrics, "cursorsync_batch_phase_cpu_seconds_total", query="sync",
+                       phase=phase)
+        assert total is not None and total >= sink.cpu[phase], phase
+    assert sink.cpu["step:translate"] > 0  # both batches planned a moved cursor

@@ -1,7 +1,8 @@
-"""Seconds per phase of one mapping batch, and of its build: where the batch's time goes
-(``cursorsync_batch_phase_seconds``), and how much of it the batch's own thread spent on
-a core (``cursorsync_batch_phase_cpu_seconds_total``). The rest is waiting: on brokers,
-on threads the phase started, or for a core or the interpreter that others hold."""
+"""Seconds per phase of one batch (of either query, and of the mapping's build): where the
+batch's time goes (``cursorsync_batch_phase_seconds``), and how much of it the batch's own
+thread spent on a core (``cursorsync_batch_phase_cpu_seconds_total``). The rest is
+waiting: on brokers, on threads the phase started, or for a core or the interpreter that
+others hold."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ class Phases:
         self.seconds[name] = now - self._at
         self.cpu[name] = cpu - self._cpu_at
         self._at, self._cpu_at = now, cpu
+
+    def skip(self) -> None:
+        """Starts the next phase here, leaving the time since the last step out."""
+        self._at, self._cpu_at = time.perf_counter(), time.thread_time()
 
     def __str__(self) -> str:
         return ", ".join(f"{k} {v:.3f}" for k, v in self.seconds.items())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cursorsync.mapping.phases import Phases
+from cursorsync.phases import Phases
 
 
 def _spin(seconds: float) -> None:
