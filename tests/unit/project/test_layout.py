@@ -92,7 +92,7 @@ def test_the_product_never_imports_the_development_tools() -> None:
 #: The product's layers, lowest first: a module imports only its own layer's modules and
 #: lower layers'. The two in a layer are independent of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("core", "errors", "files", "gc_pause", "wake", "_proto"),
+    ("core", "errors", "files", "gc_pause", "phases", "wake", "_proto"),
     ("pulsar", "tables"),
     ("mapping", "sync"),
     ("app",),
