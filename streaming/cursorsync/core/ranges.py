@@ -415,9 +415,12 @@ class RangeSet:
         if len(b) == 0:
             return 0
         if ledgers is not None and len(ledgers.ids):
-            # Both ends of every range in one lookup: rows are (lo ledger, lo entry, hi ...).
-            up = ledgers.entries_up_to(b[:, 0::2].ravel(), b[:, 1::2].ravel()).reshape(-1, 2)
-            return int(np.maximum(up[:, 1] - up[:, 0], 0).sum())
+            # Both ends of every range in one lookup: the low ends, then the high ends
+            # (columns joined, not a strided view copied, which lets go of the lock).
+            n = len(b)
+            up = ledgers.entries_up_to(np.concatenate((b[:, 0], b[:, 2])),
+                                       np.concatenate((b[:, 1], b[:, 3])))
+            return int(np.maximum(up[n:] - up[:n], 0).sum())
         same = b[:, 0] == b[:, 2]
         n = np.where(same, b[:, 3] - b[:, 1], b[:, 3] + 1)
         return int(np.maximum(n, 0).sum())
