@@ -417,10 +417,10 @@ class RangeSet:
         if ledgers is not None and len(ledgers.ids):
             # Both ends of every range in one lookup: the low ends, then the high ends
             # (columns joined, not a strided view copied, which lets go of the lock).
-            n = len(b)
+            k = len(b)
             up = ledgers.entries_up_to(np.concatenate((b[:, 0], b[:, 2])),
                                        np.concatenate((b[:, 1], b[:, 3])))
-            return int(np.maximum(up[n:] - up[:n], 0).sum())
+            return int(np.maximum(up[k:] - up[:k], 0).sum())
         same = b[:, 0] == b[:, 2]
         n = np.where(same, b[:, 3] - b[:, 1], b[:, 3] + 1)
         return int(np.maximum(n, 0).sum())
