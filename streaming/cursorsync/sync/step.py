@@ -36,7 +36,6 @@ target does not show yet; acks are idempotent on the broker.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -67,7 +66,7 @@ from cursorsync.sync.kept_plans import KeptPlans, Key, Work, WorkKind, in_turn, 
 from cursorsync.sync.lost_entries import Lost, LostEntries, SourceCreatedAt
 from cursorsync.sync.marker_lookups import MarkerLookup, MarkerLookups, TailCheck
 from cursorsync.sync.plans import IdleCursor, Planned
-from cursorsync.sync.step_totals import Emitted, StepResult, Totals
+from cursorsync.sync.step_totals import Emitted, StepResult, Totals, mark
 from cursorsync.sync.target_reads import (
     Target,
     TargetReader,
@@ -172,11 +171,10 @@ class SyncStep:
         given = mappings if isinstance(mappings, Mappings) else self._held.adopt(mappings)
         totals = Totals()
         batch = self._sort(observed, given)
-        t0, c0 = time.perf_counter(), time.thread_time()
+        since = mark()
         targets = self._read_targets(batch.work)
         held = self._read_batches(batch.work)
-        totals.target_read_seconds = time.perf_counter() - t0
-        totals.target_read_cpu_seconds = time.thread_time() - c0
+        totals.spent("targets", since)
         records: list[SyncRecord | None] = []
         to_send: list[_ToSend] = []
         for item in batch.work:
@@ -191,10 +189,9 @@ class SyncStep:
                 continue
             obs, k = item.obs, (item.obs.key, item.obs.subscription)
             prev = self.previous.get(k)
-            t0, c0 = time.perf_counter(), time.thread_time()
+            since = mark()
             planned = self._plan(item, target, prev, given)
-            totals.translate_seconds += time.perf_counter() - t0
-            totals.translate_cpu_seconds += time.thread_time() - c0
+            totals.spent("translate", since)
             witness = prev if prev is not None else self.first_seen.get(k)
             lost = self.lost.check(obs, witness, item.topic, planned.used, target)
             if lost is None:
@@ -207,16 +204,14 @@ class SyncStep:
                 plan = replace(plan, rewound_entries=plan.rewound_entries + lost.entries)
             to_send.append(_ToSend(len(records), item, target, planned, plan, lost))
             records.append(None)  # the record once the plan is sent
-        t0, c0 = time.perf_counter(), time.thread_time()
+        since = mark()
         self._open_consumers(to_send)
-        totals.emit_seconds += time.perf_counter() - t0
-        totals.emit_cpu_seconds += time.thread_time() - c0
+        totals.spent("emit", since)
         for one in to_send:
-            t0, c0 = time.perf_counter(), time.thread_time()
+            since = mark()
             emitted = self._emit(one.item.obs, one.item.topic, one.plan, one.planned.used,
                                  one.target, lost=one.lost)
-            totals.emit_seconds += time.perf_counter() - t0
-            totals.emit_cpu_seconds += time.thread_time() - c0
+            totals.spent("emit", since)
             plan = self._settle(one.item, one.planned, one.plan, emitted, one.lost, totals)
             records[one.at] = self._record(one.item.obs, plan, one.target, emitted, totals)
         if totals.went_idle > len(self.kept.plans):

@@ -3,6 +3,7 @@ cursor by cursor as the step sends their plans (:class:`Totals`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,6 +40,10 @@ class Emitted(NamedTuple):
     anchor_conflict: bool = False
 
 
+#: The parts of a step whose time is counted.
+PARTS: tuple[str, ...] = ("targets", "translate", "emit")
+
+
 @dataclass(slots=True)
 class Totals:
     """A batch's counts, as its cursors go through the step."""
@@ -46,12 +51,10 @@ class Totals:
     acks_sent: int = 0
     refused: int = 0
     halted_count: int = 0
-    translate_seconds: float = 0.0
-    target_read_seconds: float = 0.0
-    emit_seconds: float = 0.0
-    translate_cpu_seconds: float = 0.0
-    target_read_cpu_seconds: float = 0.0
-    emit_cpu_seconds: float = 0.0
+    #: Per part of the step (``targets``, ``translate``, ``emit``): its seconds, and of
+    #: them those the step's thread spent on a core.
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    cpu: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
     unavailable: int = 0
     anchor_conflicts: int = 0
     #: Plans that went idle in the batch.
@@ -63,10 +66,19 @@ class Totals:
         self.halted_count += emitted.result is Result.HALTED
         self.anchor_conflicts += emitted.anchor_conflict
 
+    def spent(self, part: str, since: tuple[float, float]) -> None:
+        """Adds the time since ``since`` (a :func:`mark`) to ``part``."""
+        now, cpu = mark()
+        self.seconds[part] += now - since[0]
+        self.cpu[part] += cpu - since[1]
+
     def result(self, records: list[SyncRecord], deferred: int) -> StepResult:
         return StepResult(records, self.acks_sent, self.refused, self.halted_count,
-                          self.translate_seconds, self.unavailable, self.anchor_conflicts,
-                          deferred, self.target_read_seconds, self.emit_seconds,
-                          {"targets": self.target_read_cpu_seconds,
-                           "translate": self.translate_cpu_seconds,
-                           "emit": self.emit_cpu_seconds})
+                          self.seconds["translate"], self.unavailable, self.anchor_conflicts,
+                          deferred, self.seconds["targets"], self.seconds["emit"],
+                          dict(self.cpu))
+
+
+def mark() -> tuple[float, float]:
+    """Now on the wall clock and on the calling thread's CPU clock."""
+    return time.perf_counter(), time.thread_time()
