@@ -178,9 +178,11 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         step = SyncStep(StepSettings(dry_run=True, first_plans_per_batch=cap), None,
                         read_target)
         # As the job seeds it at a start: each cursor's newest state in the tables, from
-        # before the start (the active ones have moved since).
-        step.previous = {(o.key, o.subscription): o for o in _observations(
-            layout, active=active, holes=holes, seed=seed, moved=-5)[0]}
+        # before the start (the active ones have moved since). Which partitions are active
+        # and have holes is the seed's, the same in every batch.
+        seeded, _, n_active, n_holes = _observations(
+            layout, active=active, holes=holes, seed=seed, moved=-5)
+        step.previous = {(o.key, o.subscription): o for o in seeded}
         # The job's sink, with its metrics: it parses the rows, runs the step, builds and
         # writes the tables' rows and records the metrics, each phase timed.
         sink = SyncSink(sync_sink_settings(_config(root)), store, step, Metrics())
@@ -207,7 +209,7 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
 
         def run_batch(batch_id: int, sink: SyncSink, loaded: MappingStore) -> dict[str, Any]:
             moved = 5 * batch_id
-            obs, targets_now, n_active, n_holes = _observations(
+            obs, targets_now, _, _ = _observations(
                 layout, active=active, holes=holes, seed=seed, moved=moved)
             targets.clear()
             targets.update(targets_now)
@@ -223,7 +225,6 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                     t0 = time.perf_counter()
                     observations(polled)
                     fresh_s = round(time.perf_counter() - t0, 3)
-            counts[:] = [n_active, n_holes]
             return {
                 "batch_seconds": round(batch_s, 3),
                 **{f"{phase}_seconds": round(v, 3) for phase, v in sink.timings.items()},
@@ -238,7 +239,6 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
                 **figures,
             }
 
-        counts = [0, 0]
         start_batches, steady = 0, 0
         for batch_id in itertools.count():
             if steady == 2:
@@ -253,7 +253,6 @@ def bench_plan(partitions: int, *, active: float = 0.05, holes: float = 0.2,
         # costs the sync, beside the same batch alone.
         with _busy_thread():
             busy = [run_batch(len(batches) + i, sink, loaded) for i in range(2)]
-        n_active, n_holes = counts
         rss1, anon1 = _rss_mib(), _rss_anon_mib()
         # What the allocators hold free after the batches' peaks, handed back.
         pa.default_memory_pool().release_unused()
