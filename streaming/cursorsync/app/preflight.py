@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse, urlsplit
+from urllib.parse import urlparse
 
 from cursorsync.app.connect import admin_config, client_settings
 from cursorsync.app.settings import ClusterConfig, Config
@@ -24,6 +24,7 @@ from cursorsync.app.topology import topics_in_play, topology_watch
 from cursorsync.core.topology import refusals
 from cursorsync.errors import CursorSyncError, TopicNotFoundError
 from cursorsync.pulsar.admin import AdminAuthError, AdminClient
+from cursorsync.pulsar.reachable import endpoints
 from cursorsync.pulsar.topics import TopicName
 
 Status = Literal["ok", "warning", "problem"]
@@ -192,21 +193,6 @@ def _broker(cluster: ClusterConfig, name: str, topic: TopicName | None) -> Findi
             with contextlib.suppress(Exception):
                 client.close()
     return Finding("ok", what)
-
-
-def endpoints(service_url: str) -> list[tuple[str, int] | str]:
-    """Each host and port a service URL names (``pulsar://h1:6650,h2:6650``; without a
-    port, 6650, or 6651 for pulsar+ssl), or why an item is none."""
-    scheme, _, hosts = service_url.partition("://")
-    default_port = 6651 if scheme == "pulsar+ssl" else 6650
-    out: list[tuple[str, int] | str] = []
-    for hostport in hosts.rstrip("/").split(","):
-        try:
-            parts = urlsplit(f"//{hostport.strip()}")
-            out.append((parts.hostname or "", parts.port or default_port))
-        except ValueError as err:
-            out.append(f"{hostport!r} is not host:port ({err})")
-    return out
 
 
 def _no_connection(service_url: str) -> str:

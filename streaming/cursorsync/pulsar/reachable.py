@@ -6,30 +6,33 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
-_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
 
-
-def hosts(service_url: str) -> list[tuple[str, int]]:
-    """(host, port) of each broker in a service URL such as ``pulsar://h1:6650,h2:6650``."""
-    parts = urlsplit(service_url)
-    default = _DEFAULT_PORTS.get(parts.scheme, 6650)
-    out = []
-    for hostport in parts.netloc.rsplit("@", 1)[-1].split(","):
-        host, _, port = hostport.rpartition(":")
-        if not host or not port.isdigit():
-            host, port = hostport, str(default)
-        out.append((host.strip("[]"), int(port)))
+def endpoints(service_url: str) -> list[tuple[str, int] | str]:
+    """Each host and port a service URL names (``pulsar://h1:6650,h2:6650``; without a
+    port, 6650, or 6651 for pulsar+ssl), or why an item is none."""
+    scheme, _, hosts = service_url.partition("://")
+    default_port = 6651 if scheme == "pulsar+ssl" else 6650
+    out: list[tuple[str, int] | str] = []
+    for hostport in hosts.rstrip("/").split(","):
+        try:
+            parts = urlsplit(f"//{hostport.strip()}")
+            out.append((parts.hostname or "", parts.port or default_port))
+        except ValueError as err:
+            out.append(f"{hostport!r} is not host:port ({err})")
     return out
 
 
 def reachable(service_url: str, timeout_s: float = 1.0) -> bool:
-    for host, port in hosts(service_url):
+    """Whether any broker ``service_url`` names takes a TCP connection."""
+    for endpoint in endpoints(service_url):
+        if isinstance(endpoint, str):
+            continue
         try:
-            with socket.create_connection((host, port), timeout=timeout_s):
+            with socket.create_connection(endpoint, timeout=timeout_s):
                 return True
         except OSError:
             continue
     return False
 
 
-__all__ = ["hosts", "reachable"]
+__all__ = ["endpoints", "reachable"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import time
 
-from cursorsync.app.preflight import _broker, _no_connection, endpoints
+from cursorsync.app.preflight import _broker, _no_connection
 from cursorsync.app.settings import ClusterConfig
 
 
@@ -43,14 +43,3 @@ def test_every_host_of_a_service_url_is_tried_and_named() -> None:
         server.listen()
         up = server.getsockname()[1]
         assert _no_connection(f"pulsar://127.0.0.1:{port},127.0.0.1:{up}") == ""
-
-
-def test_the_hosts_of_a_service_url() -> None:
-    """Without a port, pulsar:// is 6650 and pulsar+ssl:// 6651, as the Pulsar client
-    takes them."""
-    assert endpoints("pulsar://broker-1") == [("broker-1", 6650)]
-    assert endpoints("pulsar+ssl://broker-1,broker-2:7000/") == [
-        ("broker-1", 6651), ("broker-2", 7000)]
-    assert endpoints("pulsar://[::1]:6650") == [("::1", 6650)]
-    (bad,) = endpoints("pulsar://h:99999")
-    assert isinstance(bad, str) and bad.startswith("'h:99999' is not host:port")
