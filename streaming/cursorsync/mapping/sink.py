@@ -34,9 +34,8 @@ from cursorsync.tables.mappings_table import load_mappings
 from cursorsync.tables.rows import (
     builtin_update_rows,
     latest_waits,
-    mapping_rows,
     mapping_wait_rows,
-    row_schema,
+    mappings_rows,
 )
 from cursorsync.tables.spill import Spill
 from cursorsync.tables.store import RowFilter, TableStore
@@ -198,11 +197,10 @@ class MappingSink:
         now = datetime.now(UTC)
         written = (outcome.mappings if self.tamper is None
                    else self.tamper(batch_id, dict(outcome.mappings)))
-        parts = [mapping_rows(k, written.get(k, _NOTHING), **self.clusters, written_at=now,
-                              live=outcome.live.get(k))
-                 for k in sorted(written.keys() | outcome.live.keys())]
         # No rows still records the batch id as written.
-        rows = pa.concat_tables(parts) if parts else row_schema("mappings").empty_table()
+        rows = mappings_rows([(k, written.get(k, _NOTHING), outcome.live.get(k))
+                              for k in sorted(written.keys() | outcome.live.keys())],
+                             **self.clusters, written_at=now)
         self.store.append("mappings", rows, app_id=MAPPING_APP, batch_id=batch_id)
         updates = self.builtin_updates() if self.builtin_updates is not None else []
         if updates:

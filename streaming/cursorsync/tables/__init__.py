@@ -15,6 +15,7 @@ from cursorsync.tables.rows import (
     cursor_state_rows,
     cursor_states,
     mapping_rows,
+    mappings_rows,
     sync_progress_rows,
     topic_mappings,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "cursor_states",
     "load_schema",
     "mapping_rows",
+    "mappings_rows",
     "open_reader",
     "open_store",
     "prepare_rows",

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.core import sorting
 from cursorsync.core.anchors import Anchors
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
@@ -56,10 +57,6 @@ def _arrow_schema(table: TableName) -> pa.Schema:
     return pa.schema([f for f in schema if f.name not in _DERIVED])
 
 
-def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
-    return pa.array([value] * n, type_)
-
-
 # ---------------------------------------------------------------- mappings
 
 
@@ -75,62 +72,116 @@ def mapping_rows(
     """Rows for one topic partition's mapping: segments, then each kind of run; and with
     ``live`` (the first live source and target ledgers), a ``live`` row, after which readers
     drop what names only ledgers before them (:mod:`cursorsync.core.retention`)."""
-    schema = _arrow_schema("mappings")
-    parts = _mapping_parts(mapping, live)
-    n = sum(len(p["kind"]) for p in parts)
-    columns: dict[str, pa.Array] = {
-        "topic": _constant(key.topic, n, pa.string()),
-        "partition": _constant(key.partition, n, pa.int32()),
-        "source_cluster": _constant(source_cluster, n, pa.string()),
-        "target_cluster": _constant(target_cluster, n, pa.string()),
-        "written_at": _constant(written_at, n, schema.field("written_at").type),
-    }
-    for name in ("kind", "source_ledger", "source_entry", "target_ledger", "target_entry",
-                 "count", "evidence"):
-        values: list[Any] = (
-            np.concatenate([np.asarray(p[name], object) for p in parts]).tolist() if n else []
-        )
-        columns[name] = pa.array(values, schema.field(name).type)
-    return pa.table([columns[f.name] for f in schema], schema=schema)
+    return mappings_rows([(key, mapping, live)], source_cluster=source_cluster,
+                         target_cluster=target_cluster, written_at=written_at)
 
-def _mapping_parts(mapping: TopicMapping, live: tuple[int | None, int | None] | None
-                   ) -> list[dict[str, Any]]:
-    """The columns of a mapping's rows, one part per kind: segments, anchors, each kind
-    of run, and the ``live`` row."""
-    seg = mapping.segments.rows
-    parts: list[dict[str, Any]] = [{
-        "kind": np.full(len(seg), "segment", object),
-        "source_ledger": seg[:, 0], "source_entry": seg[:, 1],
-        "target_ledger": seg[:, 2], "target_entry": seg[:, 3], "count": seg[:, 4],
-        "evidence": np.array([evidence_names(int(c)) for c in mapping.segments.evidence_codes],
-                             object),
-    }]
-    anchors = mapping.anchors.rows
-    parts.append({
-        "kind": np.full(len(anchors), "anchor", object),
-        "source_ledger": anchors[:, 0], "source_entry": anchors[:, 1],
-        "target_ledger": anchors[:, 2], "target_entry": anchors[:, 3],
-        "count": np.ones(len(anchors), np.int64),
-        "evidence": np.full(len(anchors), "snapshot", object),
-    })
-    for kind, side in _RUN_SIDE.items():
-        runs: Runs = getattr(mapping, kind)
-        r = runs.rows
-        none = np.full(len(r), None, object)
-        ledger, entry = (r[:, 0], r[:, 1])
-        parts.append({
-            "kind": np.full(len(r), kind, object),
-            "source_ledger": ledger if side == "source" else none,
-            "source_entry": entry if side == "source" else none,
-            "target_ledger": ledger if side == "target" else none,
-            "target_entry": entry if side == "target" else none,
-            "count": r[:, 2], "evidence": none,
-        })
-    if live is not None:
-        parts.append({"kind": ["live"], "source_ledger": [live[0]], "source_entry": [None],
-                      "target_ledger": [live[1]], "target_entry": [None], "count": [0],
-                      "evidence": [None]})
-    return parts
+
+#: The kinds of a mapping's rows, in the order each partition's rows are written.
+_KINDS = ("segment", "anchor", *_RUN_SIDE, "live")
+_SIDES = ("source_ledger", "source_entry", "target_ledger", "target_entry")
+
+
+def mappings_rows(
+    items: Iterable[tuple[PartitionKey, TopicMapping, tuple[int | None, int | None] | None]],
+    *,
+    source_cluster: str,
+    target_cluster: str,
+    written_at: datetime,
+) -> pa.Table:
+    """The rows of many topic partitions' mappings (each ``(key, mapping, live)`` as
+    :func:`mapping_rows` takes them), partition after partition in the order given, each
+    partition's rows in :func:`mapping_rows`' order. Each column is built once for all of
+    them: a batch's mapping rows cost a pass over its partitions, not an Arrow table each."""
+    schema = _arrow_schema("mappings")
+    keys: list[PartitionKey] = []
+    # Per kind: each partition's rows (columns: the kind's _SIDES, then count) and, for
+    # segments, their evidence codes.
+    blocks: dict[str, list[np.ndarray]] = {kind: [] for kind in _KINDS}
+    owners: dict[str, list[int]] = {kind: [] for kind in _KINDS}
+    codes: list[np.ndarray] = []
+    for i, (key, mapping, live) in enumerate(items):
+        keys.append(key)
+        seg = mapping.segments.rows
+        if len(seg):
+            blocks["segment"].append(seg[:, :5])
+            owners["segment"].append(i)
+            codes.append(np.asarray(mapping.segments.evidence_codes))
+        anchors = mapping.anchors.rows
+        if len(anchors):
+            blocks["anchor"].append(anchors[:, :4])
+            owners["anchor"].append(i)
+        for kind in _RUN_SIDE:
+            r = getattr(mapping, kind).rows
+            if len(r):
+                blocks[kind].append(r[:, :3])
+                owners[kind].append(i)
+        if live is not None:
+            blocks["live"].append(np.array([[-1 if live[0] is None else live[0],
+                                             -1 if live[1] is None else live[1]]], object))
+            owners["live"].append(i)
+    parts: list[dict[str, Any]] = []
+    for rank, kind in enumerate(_KINDS):
+        if not blocks[kind]:
+            continue
+        rows = np.concatenate(blocks[kind])
+        n = len(rows)
+        owner = np.repeat(np.asarray(owners[kind], np.int64), [len(b) for b in blocks[kind]])
+        part: dict[str, Any] = {"owner": owner, "rank": np.full(n, rank, np.int64)}
+        none = np.zeros(n, bool)
+        if kind == "segment":
+            for j, name in enumerate(_SIDES):
+                part[name] = (rows[:, j], ~none)
+            part["count"] = rows[:, 4]
+            code = np.concatenate(codes)
+            names = {int(c): evidence_names(int(c)) for c in np.unique(code)}
+            part["evidence"] = np.array([names[int(c)] for c in code], object)
+        elif kind == "anchor":
+            for j, name in enumerate(_SIDES):
+                part[name] = (rows[:, j], ~none)
+            part["count"] = np.ones(n, np.int64)
+            part["evidence"] = np.full(n, "snapshot", object)
+        elif kind == "live":
+            ledgers = rows.astype(np.int64)
+            part["source_ledger"] = (ledgers[:, 0], ledgers[:, 0] >= 0)
+            part["target_ledger"] = (ledgers[:, 1], ledgers[:, 1] >= 0)
+            part["source_entry"] = part["target_entry"] = (np.zeros(n, np.int64), none)
+            part["count"] = np.zeros(n, np.int64)
+            part["evidence"] = np.full(n, None, object)
+        else:
+            side = _RUN_SIDE[kind]
+            for name in _SIDES:
+                on_side = name.startswith(side)
+                part[name] = (rows[:, 1 if name.endswith("entry") else 0] if on_side
+                              else np.zeros(n, np.int64), ~none if on_side else none)
+            part["count"] = rows[:, 2]
+            part["evidence"] = np.full(n, None, object)
+        parts.append(part)
+    if not parts:
+        return schema.empty_table()
+    # Each partition's rows together, its kinds in _KINDS order, each kind's rows as kept.
+    order = sorting.argsort(np.concatenate([p["owner"] * len(_KINDS) + p["rank"]
+                                            for p in parts]))
+    owner = np.concatenate([p["owner"] for p in parts])[order]
+    n = len(order)
+    topics = np.array([k.topic for k in keys], object)
+    partitions = np.array([k.partition for k in keys], np.int64)
+    columns: dict[str, pa.Array] = {
+        "topic": pa.array(topics[owner], pa.string()),
+        "partition": pa.array(partitions[owner], pa.int32()),
+        "source_cluster": pa.repeat(pa.scalar(source_cluster, pa.string()), n),
+        "target_cluster": pa.repeat(pa.scalar(target_cluster, pa.string()), n),
+        "kind": pa.array(np.concatenate([np.full(len(p["owner"]), _KINDS[p["rank"][0]],
+                                                 object) for p in parts])[order], pa.string()),
+        "count": pa.array(np.concatenate([p["count"] for p in parts])[order], pa.int64()),
+        "evidence": pa.array(np.concatenate([p["evidence"] for p in parts])[order],
+                             pa.string()),
+        "written_at": pa.repeat(pa.scalar(written_at, schema.field("written_at").type), n),
+    }
+    for name in _SIDES:
+        values = np.concatenate([p[name][0] for p in parts])[order]
+        valid = np.concatenate([p[name][1] for p in parts])[order]
+        columns[name] = pa.array(values, pa.int64(), mask=~valid)
+    return pa.table([columns[f.name] for f in schema], schema=schema)
 
 
 def topic_mappings(rows: pa.Table) -> dict[PartitionKey, TopicMapping]:

@@ -7,8 +7,9 @@ ids seen) and its mapping (one segment of 100 entries), the mappings settled in
 memory-mapped files as the sink keeps them. Then batches of entry rows for an ``active``
 fraction of the partitions, ``entries`` target entries each carrying the source-position
 property, as the target's reader returns them. Per batch: the builder's work
-(``process_seconds``) and the state the sink saves with the batch (``state_seconds``, and
-the file's size); once, a restart's read of that state back (``state_load_seconds``). The
+(``process_seconds``), the state the sink saves with the batch (``state_seconds``, and
+the file's size) and the batch's ``mappings`` rows as the sink makes them
+(``rows_seconds``); once, a restart's read of that state back (``state_load_seconds``). The
 heap the builder keeps per partition is traced apart (``state_bytes_per_partition``).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import tempfile
 import time
 import tracemalloc
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,13 @@ from cursorsync.core.records import PartitionKey
 from cursorsync.core.segments import Segment, SegmentSet, TopicMapping
 from cursorsync.mapping.builder import BuilderSettings, MappingBuilder
 from cursorsync.mapping.builder_state import PartitionState, read_state, write_state
+from cursorsync.tables.rows import mappings_rows
 from cursorsync.tables.spill import Spill
 
 #: Entries each partition's mapping covers before the batches.
 MAPPED = 100
+#: When the batches' rows are written.
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _key(i: int) -> PartitionKey:
@@ -86,12 +91,18 @@ def bench_mapping_batch(partitions: int = 100_000, *, active: float = 0.05,
             t1 = time.perf_counter()
             write_state(path, builder.state())
             t2 = time.perf_counter()
+            rows = mappings_rows([(k, outcome.mappings[k], outcome.live.get(k))
+                                  for k in sorted(outcome.mappings)],
+                                 source_cluster="A", target_cluster="B", written_at=NOW)
+            t3 = time.perf_counter()
             mapped = sum(m.segments.entry_count() for m in outcome.mappings.values())
             if mapped != len(moving) * entries:
                 raise RuntimeError(f"batch {b} mapped {mapped} entries, not "
                                      f"{len(moving) * entries}")
             out["batches"].append({"process_seconds": round(t1 - t0, 3),
-                                   "state_seconds": round(t2 - t1, 3)})
+                                   "state_seconds": round(t2 - t1, 3),
+                                   "rows_seconds": round(t3 - t2, 3),
+                                   "rows": rows.num_rows})
         out["state_file_bytes"] = path.stat().st_size
         t0 = time.perf_counter()
         MappingBuilder(builder.config).load_state(read_state(path))

@@ -16,6 +16,8 @@ def test_a_small_mapping_batch_run_maps_every_entry_and_reports() -> None:
         400, 40, 200)
     assert len(out["batches"]) == 2
     assert all(b["process_seconds"] > 0 and b["state_seconds"] > 0 for b in out["batches"])
+    # The rows the sink writes: each active partition's new segment (one a batch).
+    assert all(b["rows_seconds"] > 0 and b["rows"] == 40 for b in out["batches"])
     # A row per partition, idle ones included: tens of bytes each, not nothing.
     assert 400 * 20 < out["state_file_bytes"] < 400 * 1000
     assert out["state_load_seconds"] > 0 and out["state_bytes_per_partition"] > 0

@@ -29,6 +29,7 @@ from cursorsync.tables.rows import (
     cursor_state_rows,
     cursor_states,
     mapping_rows,
+    mappings_rows,
     sync_progress_rows,
     topic_mappings,
 )
@@ -182,3 +183,63 @@ def test_topic_mappings_refuses_rows_that_disagree() -> None:
     ])
     with pytest.raises(MappingConflictError, match="overlap on the target"):
         topic_mappings(rows)
+
+
+def _expected_rows(key: PartitionKey, m: TopicMapping,
+                   live: tuple[int | None, int | None] | None) -> list[dict[str, Any]]:
+    """One partition's rows listed one by one: the oracle of mappings_rows' columns."""
+    base = {"topic": key.topic, "partition": key.partition, "source_cluster": "A",
+            "target_cluster": "B", "written_at": NOW}
+    out = [{**base, "kind": "segment", "source_ledger": s.source_ledger,
+            "source_entry": s.source_entry, "target_ledger": s.target_ledger,
+            "target_entry": s.target_entry, "count": s.count, "evidence": s.evidence}
+           for s in m.segments]
+    out += [{**base, "kind": "anchor", "source_ledger": a[0], "source_entry": a[1],
+             "target_ledger": a[2], "target_entry": a[3], "count": 1, "evidence": "snapshot"}
+            for a in m.anchors.rows.tolist()]
+    for kind, side in (("skippable", "target"), ("foreign", "target"),
+                       ("unreplicated", "source"), ("unpaired", "target")):
+        other = "target" if side == "source" else "source"
+        out += [{**base, "kind": kind, f"{side}_ledger": lg, f"{side}_entry": e,
+                 f"{other}_ledger": None, f"{other}_entry": None, "count": n, "evidence": None}
+                for lg, e, n in getattr(m, kind).rows.tolist()]
+    if live is not None:
+        out.append({**base, "kind": "live", "source_ledger": live[0], "source_entry": None,
+                    "target_ledger": live[1], "target_entry": None, "count": 0,
+                    "evidence": None})
+    return out
+
+
+_runs = st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40), st.integers(1, 9)),
+                 max_size=3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(1, 9), st.sampled_from(EVIDENCES)),
+             max_size=4, unique_by=lambda s: s[0]),
+    st.lists(st.tuples(*[st.integers(0, 2**62)] * 4), max_size=2),
+    st.tuples(_runs, _runs, _runs, _runs),
+    st.one_of(st.none(), st.tuples(st.one_of(st.none(), st.integers(0, 2**62)),
+                                   st.one_of(st.none(), st.integers(0, 2**62))))),
+    max_size=6))
+def test_mappings_rows_lists_every_partitions_rows_in_order(
+        items: list[tuple[list[tuple[int, int, str]], list[tuple[int, int, int, int]],
+                          tuple[list[tuple[int, int, int]], ...],
+                          tuple[int | None, int | None] | None]]) -> None:
+    """Many partitions' rows built column by column are each partition's rows, one by
+    one, partition after partition as given: segments, anchors, each kind of run, live."""
+    given_items = []
+    for i, (segs, anchors, runs, live) in enumerate(items):
+        mapping = TopicMapping(
+            SegmentSet.of([Segment(7, 10 * cell, 2**50 + i, 10 * cell, n, ev)
+                           for cell, n, ev in segs]),
+            *(Runs().union(Runs.of(*r)) for r in runs[:3]),
+            unpaired=Runs().union(Runs.of(*runs[3])),
+            anchors=Anchors(np.array(anchors, np.int64).reshape(-1, 4)))
+        given_items.append((PartitionKey(f"persistent://t/ns/x{i % 2}", i), mapping, live))
+    got = mappings_rows(given_items, source_cluster="A", target_cluster="B", written_at=NOW)
+    expected = [r for item in given_items for r in _expected_rows(*item)]
+    assert got.to_pylist() == expected
+    assert got.schema == mapping_rows(PartitionKey("t"), TopicMapping(), source_cluster="A",
+                                      target_cluster="B", written_at=NOW).schema
