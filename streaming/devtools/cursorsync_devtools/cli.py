@@ -28,70 +28,26 @@ needs neither Spark nor Pulsar.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from cursorsync.app.cli_base import (
     EXIT_NOT_FOUND,
     JsonOption,
-    LogJsonOption,
-    LogLevel,
-    apply_global_options,
     user_errors,
 )
 from cursorsync.app.progress import progress
-
-app = typer.Typer(
-    name="cursorsync-dev",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+from cursorsync_devtools import cli_partitions  # noqa: F401 (registers `bench partitions`)
+from cursorsync_devtools.cli_base import (
+    app,
+    bench_app,
+    echo_json,
+    parse_strategies,
+    print_figures,
+    steady_batch_rows,
 )
-bench_app = typer.Typer(
-    help="Benchmarks that print their figures (translation cost, failover outcome, end to end).",
-    no_args_is_help=True,
-)
-app.add_typer(bench_app, name="bench")
-
-
-@app.callback()
-def _global_options(
-    ctx: typer.Context,
-    log_level: Annotated[
-        LogLevel | None,
-        typer.Option("--log-level", case_sensitive=False,
-                     help="Log level (default warning). debug also prints the traceback of "
-                          "an error."),
-    ] = None,
-    log_json: LogJsonOption = None,
-) -> None:
-    """cursorsync's development tools: the demo on two local Apache Pulsar clusters, and
-    the benchmarks.
-
-    Results go to stdout, logs and errors to stderr. Exit status 2 means an error
-    you can fix (the message says what); see each command's help for 1.
-    """
-    apply_global_options(ctx, log_level, log_json)
-
-
-def echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def parse_strategies(evidence: str) -> list[str]:
-    """The --evidence option's strategies, validated."""
-    strategies = [x.strip() for x in evidence.split(",") if x.strip()]
-    unknown = sorted(set(strategies) - {"position-property", "identity", "snapshot"})
-    if unknown or not strategies:
-        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: use any of "
-                                 "position-property, identity, snapshot",
-                                 param_hint="--evidence")
-    return strategies
-
 
 # ------------------------------------------------------------------ demo
 
@@ -139,24 +95,6 @@ def demo(
 
 
 # ------------------------------------------------------------------ bench
-
-
-def steady_batch_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A batch benchmark's figures, then its last (steady) batch's."""
-    rows = [(k, v) for k, v in result.items() if k != "batches"]
-    return rows + [(f"steady batch: {k}", v) for k, v in result["batches"][-1].items()]
-
-
-def print_figures(result: dict[str, Any], json_output: bool,
-                  rows: list[tuple[str, Any]] | None = None) -> None:
-    """A benchmark's figures: its JSON, or a FIGURE / VALUE table of ``rows`` (by default
-    each top-level figure)."""
-    if json_output:
-        echo_json(result)
-        return
-    from cursorsync.app.render import format_table
-
-    typer.echo(format_table(("FIGURE", "VALUE"), list(result.items()) if rows is None else rows))
 
 
 @bench_app.command("translate")
@@ -237,70 +175,6 @@ def bench_mapping_rows(
     with progress(f"bench mapping-rows: {entries} entries", json_output=json_output):
         result = run_bench(entries, batch_entries=batch_entries)
     print_figures(result, json_output)
-
-
-@bench_app.command("partitions")
-@user_errors
-def bench_partitions(
-    partitions: Annotated[int, typer.Option("--partitions", min=1,
-                                            help="Partitions of the one topic.")] = 1000,
-    entries: Annotated[int, typer.Option("--entries-per-partition", min=1)] = 20,
-    seconds: Annotated[float, typer.Option("--seconds", min=1,
-                                           help="How long the workload produces.")] = 30.0,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", min=1, help="Seconds the sync may take to catch up after the workload "
-        "(the failover check waits for it).")] = 900.0,
-    holes: Annotated[str, typer.Option(
-        "--holes", help="evidence.holes modes to run one after the other on one test bed, "
-        "comma-separated; the first is the baseline.")] = "verified,probe",
-    batch_index_acks: Annotated[bool, typer.Option(
-        "--batch-index-acks", help="Brokers and consumers ack by batch index, the plugin "
-        "loaded; each mode runs without and with emission.batch_index_acks.")] = False,
-    cursor_digests: Annotated[bool, typer.Option(
-        "--cursor-digests", help="The plugin loaded; each run is made without and with "
-        "spark.cursor_digests (the source polls, target reads and probe reads ask it).")] = False,
-    digests_only: Annotated[bool, typer.Option(
-        "--digests-only", help="The plugin loaded; each run is made with "
-        "spark.cursor_digests alone, no baseline beside it (for a width whose baseline "
-        "does not finish).")] = False,
-    kept_readers: Annotated[bool, typer.Option(
-        "--kept-readers", help="Each run is made with the mapping's workers opening a reader "
-        "per range (kept_readers 0, the baseline) and keeping readers between ranges.")] = False,
-    memory_scale: Annotated[int | None, typer.Option(
-        "--memory-scale", min=1, help="The brokers' heap and direct memory this many times "
-        "the bed's default (default: 1 up to 1,000 partitions, one more per 1,000 "
-        "beyond).")] = None,
-    warm_up: Annotated[bool, typer.Option(
-        "--warm-up", help="Run the first mode once more before the others, on topics of "
-        "its own, so that the compared runs find the brokers' JIT warm (its figures are "
-        "printed as warm-up, not compared).")] = False,
-    work_dir: Annotated[str | None, typer.Option(
-        "--work-dir", help="Where the bed, tables and checkpoints go, kept after the run "
-        "(default: a temporary directory, removed).")] = None,
-    json_output: JsonOption = False,
-) -> None:
-    """One job syncing a topic of many partitions on the local test bed, once per way of
-    classifying skipped ids: failover counts, per-batch time, sync lag, the admin requests
-    the classification made and mapping rows per entry."""
-    from cursorsync_devtools.bench_partitions import bench_partitions as run_bench
-
-    modes = tuple(m.strip() for m in holes.split(",") if m.strip())
-    if not modes or set(modes) - {"verified", "probe", "unacked"}:
-        raise typer.BadParameter(f"not a list of verified, probe, unacked: {holes!r}",
-                                 param_hint="--holes")
-    with progress(f"bench partitions: {partitions} partitions", json_output=json_output):
-        result = run_bench(partitions, entries_per_partition=entries, produce_seconds=seconds,
-                           timeout_s=timeout, holes=modes, batch_index_acks=batch_index_acks,
-                           cursor_digests=cursor_digests, kept_readers=kept_readers,
-                           memory_scale=memory_scale, warm_up=warm_up,
-                           work_dir=work_dir, digests_only=digests_only)
-    if json_output:
-        print_figures(result, json_output)
-        return
-    rows = [(f"{mode} {name}{f' {part}' if part else ''}", v)
-            for mode, run in result["runs"].items() for name, value in run.items()
-            for part, v in (value.items() if isinstance(value, dict) else [("", value)])]
-    print_figures(result, json_output, rows)
 
 
 @bench_app.command("admin")
