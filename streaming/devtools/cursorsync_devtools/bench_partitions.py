@@ -50,7 +50,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
                      batch_index_acks: bool = False, cursor_digests: bool = False,
                      kept_readers: bool = False, memory_scale: int | None = None,
-                     warm_up: bool = False, digests_only: bool = False) -> dict[str, Any]:
+                     warm_up: bool = False, digests_only: bool = False,
+                     watch_builtin: bool = False) -> dict[str, Any]:
     """Run the workload and the job on ``partitions`` partitions for each mode of
     ``holes`` (twice each with ``batch_index_acks``, and again with ``cursor_digests`` and
     with ``kept_readers``), on
@@ -59,7 +60,11 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     finish). ``memory_scale``: the brokers' heap and
     direct memory that many times the bed's default (default: :func:`bed_size`'s).
     ``warm_up``: a run of ``holes[0]`` first, on brokers as fresh as the others' would be
-    without it (``runs["warm-up"]``)."""
+    without it (``runs["warm-up"]``). ``watch_builtin``: the harness follows the
+    built-in's cursors through the whole run (an ``internalStats`` of every partition of b
+    each poll, in the job's process), as the demo does for when they last moved; without
+    it, only after the sync caught up, to count the built-in's failover once they are
+    still: the figures are the job's and the brokers', not the harness's polls."""
     from cursorsync_devtools.testbed import TestBed, TestBedConfig, broker_plugin_path
     from cursorsync_devtools.testbed.direct_memory import BED_SETTINGS
 
@@ -82,7 +87,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
         if warm_up:
             runs[WARM_UP] = _run(bed, root / WARM_UP, partitions, entries_per_partition,
                                  produce_seconds, timeout_s, holes[0],
-                                 batch_index_acks=batch_index_acks, label=WARM_UP)
+                                 batch_index_acks=batch_index_acks, label=WARM_UP,
+                                 watch_builtin=watch_builtin)
         for mode in holes:
             for carry in (False, True) if batch_index_acks else (False,):
                 for digests in ((True,) if digests_only else (False, True)
@@ -92,7 +98,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                         runs[label] = _run(bed, root / label, partitions,
                                            entries_per_partition, produce_seconds, timeout_s,
                                            mode, batch_index_acks=batch_index_acks,
-                                           carry=carry, digests=digests, kept=kept)
+                                           carry=carry, digests=digests, kept=kept,
+                                           watch_builtin=watch_builtin)
     finally:
         bed.stop()
         if not work_dir:
@@ -100,7 +107,8 @@ def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
     return {"benchmark": "partitions", "partitions": partitions, "baseline": holes[0],
             "batch_index_acks": batch_index_acks,
             "cursor_digests": cursor_digests or digests_only, "digests_only": digests_only,
-            "kept_readers": kept_readers, "warm_up": warm_up, "runs": runs}
+            "kept_readers": kept_readers, "warm_up": warm_up,
+            "watch_builtin": watch_builtin, "runs": runs}
 
 
 def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]:
@@ -126,7 +134,8 @@ def _label(holes: str, carry: bool, digests: bool, kept: bool | None = None) -> 
 def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          produce_seconds: float, timeout_s: float, holes: str, *,
          batch_index_acks: bool = False, carry: bool = False, digests: bool = False,
-         kept: bool | None = None, label: str | None = None) -> dict[str, Any]:
+         kept: bool | None = None, label: str | None = None,
+         watch_builtin: bool = False) -> dict[str, Any]:
     from cursorsync.tables import open_store
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
@@ -148,7 +157,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
             report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
                           timeout_s=timeout_s, holes=holes, carry_batches=carry,
                           cursor_digests=digests,
-                          kept_readers=0 if kept is False else None)
+                          kept_readers=0 if kept is False else None,
+                          watch_builtin=watch_builtin)
         except Exception as err:  # never caught up, a broker gone: the other modes still run
             failed = (str(err).splitlines() or [type(err).__name__])[0]
     if report is None:  # a figure too, with how near its limit the bed's memory was

@@ -179,7 +179,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
          carry_batches: bool | None = None, cursor_digests: bool = False,
          kept_readers: int | None = None, timeout_s: float = 240.0,
          admin_urls: dict[str, str] | None = None, holes: str | None = None,
-         restart_on_source: bool = False) -> DemoReport:
+         restart_on_source: bool = False, watch_builtin: bool = True) -> DemoReport:
     """Test bed, job, workload, catch-up, failover check (see the module doc).
 
     ``bed``: a running :class:`~cursorsync_devtools.testbed.TestBed` to use (the tests share one);
@@ -194,7 +194,11 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
     job asks the source brokers' plugin which cursors moved (a given ``bed`` needs the
     plugin; an own bed loads it). ``kept_readers``: the mapping readers each worker keeps
     open (None: the config's). ``restart_on_source``:
-    also count what a restart on a would deliver again (about 8 s more).
+    also count what a restart on a would deliver again (about 8 s more). ``watch_builtin``:
+    follow the built-in's cursors on b from the start, for when they last moved (an
+    ``internalStats`` of every partition each poll, a load on b's brokers and this
+    process); False follows them only after the sync caught up, to fail the built-in over
+    once they are still (``builtin_settled_s`` None).
     """
     from cursorsync_devtools.testbed import (
         PULSAR_VERSION,
@@ -225,7 +229,7 @@ def demo(*, bed: Any = None, work_dir: str | None = None, keep: bool = False,
                       restart_on_source=restart_on_source,
                       carry_batches=(spec.batch_index_acks if carry_batches is None
                                      else carry_batches), cursor_digests=cursor_digests,
-                      kept_readers=kept_readers)
+                      kept_readers=kept_readers, watch_builtin=watch_builtin)
         return replace(report, pulsar_version=PULSAR_VERSION, seconds=time.monotonic() - t0)
     finally:
         if own_bed:
@@ -241,7 +245,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          admin_urls: dict[str, str] | None = None,
          holes: str | None = None, restart_on_source: bool = True,
          carry_batches: bool = False, cursor_digests: bool = False,
-         kept_readers: int | None = None) -> DemoReport:
+         kept_readers: int | None = None, watch_builtin: bool = True) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
@@ -270,8 +274,11 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
     partitions = {bed.topic(t): bed.partitions(t) for t in topics}
     chunked = {bed.topic(spec.chunked_topic)} if spec.chunked_topic else set()
     watches = [CursorWatch(bed, [p for parts in partitions.values() for p in parts],
-                           builtin_subscription(k)).start()
+                           builtin_subscription(k))
                for k in spec.subscription_types] if spec.builtin else []
+    if watch_builtin:
+        for w in watches:
+            w.start()
     job = start_job(config)
     restarts = sync_batches = mapping_batches = 0
     crashed: list[int] = []
@@ -331,6 +338,9 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                                partitions=partitions, chunked=chunked)
             if not isinstance(caught, str):
                 caught += after - result.last_ack_at  # from the last ack on a
+        if not watch_builtin:  # only to fail the built-in over once its cursors are still
+            for w in watches:
+                w.start()
         sync_batches += job.sync_sink.last_batch + 1
         mapping_batches += job.mapping_sink.last_batch + 1
         batch_seconds = batch_figures.batch_seconds(job.sync_sink.metrics)
@@ -347,7 +357,10 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
             if sub in cursors:
                 found[p] = cursors[sub]["markDeletePosition"]
     forecast = taken_forecast(config, {sync_subscription(k): k for k in spec.subscription_types})
-    settled = max((w.settle() - result.last_ack_at for w in watches), default=0.0)
+    settled: float | None = max((w.settle() - result.last_ack_at for w in watches),
+                                default=0.0)
+    if not watch_builtin:
+        settled = None  # the watch began after the sync caught up: when it last moved is unknown
     checks: list[tuple[str, str, float | None]] = [
         (kind, sync_subscription(kind), result.last_ack_at) for kind in spec.subscription_types]
     if spec.builtin:

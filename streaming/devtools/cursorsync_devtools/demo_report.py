@@ -42,8 +42,8 @@ class DemoReport:
     #: From the workload's last ack on a until the sync's progress showed it caught up.
     sync_caught_up_s: float
     #: From the same moment until the built-in's cursors on b last moved (negative: they
-    #: last moved before it, and nothing after the last ack moved them).
-    builtin_settled_s: float
+    #: last moved before it, and nothing after the last ack moved them; None: not watched).
+    builtin_settled_s: float | None
     sync_batches: int
     mapping_batches: int
     seconds: float
@@ -103,7 +103,8 @@ class DemoReport:
                             + [str(self.source_restart[k]["partial_batch"]) for k in kinds]
                             + [str(self.builtin_source_restart.get(k, {}).get(
                                 "partial_batch", "")) for k in kinds])
-        settled = (f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
+        settled = ("not watched" if self.builtin_settled_s is None
+                   else f"{self.builtin_settled_s:.1f} s" if self.builtin_settled_s >= 0
                    else "no move")
         rows.append(["b's cursor last moved, after the last ack"]
                     + [f"{self.sync_caught_up_s:.1f} s"] * len(kinds) + [settled] * len(kinds))

@@ -60,8 +60,9 @@ def test_digests_only_runs_each_mode_with_the_plugin_alone(
     monkeypatch.setattr(testbed, "TestBed", Bed)
     monkeypatch.setattr(testbed, "TestBedConfig", lambda **k: k)
     monkeypatch.setattr(testbed, "broker_plugin_path", lambda: tmp_path / "plugin.nar")
-    monkeypatch.setattr(bench_partitions, "_run",
-                        lambda *a, digests, **k: {"digests": digests})
+    watched: list[bool] = []
+    monkeypatch.setattr(bench_partitions, "_run", lambda *a, digests, watch_builtin, **k: (
+        watched.append(watch_builtin), {"digests": digests})[1])
     only = bench_partitions.bench_partitions(10, holes=("probe",), digests_only=True,
                                              work_dir=str(tmp_path))
     assert only["runs"] == {"probe-digests": {"digests": True}} and only["cursor_digests"]
@@ -69,3 +70,9 @@ def test_digests_only_runs_each_mode_with_the_plugin_alone(
                                              work_dir=str(tmp_path))
     assert list(pair["runs"]) == ["probe", "probe-digests"]
     assert all(c["broker_plugin"] == tmp_path / "plugin.nar" for c in made)
+    # The built-in's cursors followed only after the sync caught up unless asked.
+    assert watched == [False] * 3 and not pair["watch_builtin"]
+    watched.clear()
+    bench_partitions.bench_partitions(10, holes=("probe",), digests_only=True,
+                                      work_dir=str(tmp_path), watch_builtin=True)
+    assert watched == [True]

@@ -152,14 +152,15 @@ def test_bench_partitions_and_mapping_rows_dispatch_and_print(
                       "timeout_s": 1800.0, "holes": ("verified", "probe"),
                       "batch_index_acks": False, "cursor_digests": False,
                       "kept_readers": False, "memory_scale": None, "warm_up": False,
-                      "work_dir": None, "digests_only": False}]
+                      "work_dir": None, "digests_only": False, "watch_builtin": False}]
     calls.clear()
     invoke("bench", "partitions", "--holes", "probe", "--kept-readers", "--warm-up", "--json")
     assert calls[0]["kept_readers"] is True and calls[0]["holes"] == ("probe",)
     assert calls[0]["warm_up"] is True
     calls.clear()
-    invoke("bench", "partitions", "--holes", "probe", "--digests-only", "--json")
-    assert calls[0]["digests_only"] is True
+    invoke("bench", "partitions", "--holes", "probe", "--digests-only", "--watch-builtin",
+           "--json")
+    assert calls[0]["digests_only"] is True and calls[0]["watch_builtin"] is True
     calls.clear()
     fake_module(monkeypatch, "cursorsync_devtools.bench_partitions", "bench_partitions",
                 lambda *a, **k: {"partitions": a[0], "runs": {

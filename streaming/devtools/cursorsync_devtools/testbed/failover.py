@@ -227,6 +227,7 @@ class CursorWatch:
                                         daemon=True)
 
     def start(self) -> CursorWatch:
+        self.last_change = time.time()
         self._thread.start()
         return self
 
