@@ -126,15 +126,18 @@ def mappings_rows(
         rows = np.concatenate(blocks[kind])
         n = len(rows)
         owner = np.repeat(np.asarray(owners[kind], np.int64), [len(b) for b in blocks[kind]])
-        part: dict[str, Any] = {"owner": owner, "rank": np.full(n, rank, np.int64)}
+        # The sort key: each partition's rows together, its kinds in _KINDS order.
+        part: dict[str, Any] = {"owner": owner, "key": owner * len(_KINDS) + rank,
+                                "kind": np.full(n, kind, object)}
         none = np.zeros(n, bool)
         if kind == "segment":
             for j, name in enumerate(_SIDES):
                 part[name] = (rows[:, j], ~none)
             part["count"] = rows[:, 4]
-            code = np.concatenate(codes)
-            names = {int(c): evidence_names(int(c)) for c in np.unique(code)}
-            part["evidence"] = np.array([names[int(c)] for c in code], object)
+            # Named once per distinct evidence bit-set, as the readers decode them.
+            distinct, each = np.unique(np.concatenate(codes), return_inverse=True)
+            part["evidence"] = np.array([evidence_names(int(c)) for c in distinct],
+                                        object)[each.reshape(-1)]
         elif kind == "anchor":
             for j, name in enumerate(_SIDES):
                 part[name] = (rows[:, j], ~none)
@@ -158,10 +161,13 @@ def mappings_rows(
         parts.append(part)
     if not parts:
         return schema.empty_table()
-    # Each partition's rows together, its kinds in _KINDS order, each kind's rows as kept.
-    order = sorting.argsort(np.concatenate([p["owner"] * len(_KINDS) + p["rank"]
-                                            for p in parts]))
-    owner = np.concatenate([p["owner"] for p in parts])[order]
+    # Stable: each kind's rows of a partition stay in the order the mapping keeps them.
+    order = sorting.argsort(np.concatenate([p["key"] for p in parts]))
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([p[name] for p in parts])[order]
+
+    owner = joined("owner")
     n = len(order)
     topics = np.array([k.topic for k in keys], object)
     partitions = np.array([k.partition for k in keys], np.int64)
@@ -170,11 +176,9 @@ def mappings_rows(
         "partition": pa.array(partitions[owner], pa.int32()),
         "source_cluster": pa.repeat(pa.scalar(source_cluster, pa.string()), n),
         "target_cluster": pa.repeat(pa.scalar(target_cluster, pa.string()), n),
-        "kind": pa.array(np.concatenate([np.full(len(p["owner"]), _KINDS[p["rank"][0]],
-                                                 object) for p in parts])[order], pa.string()),
-        "count": pa.array(np.concatenate([p["count"] for p in parts])[order], pa.int64()),
-        "evidence": pa.array(np.concatenate([p["evidence"] for p in parts])[order],
-                             pa.string()),
+        "kind": pa.array(joined("kind"), pa.string()),
+        "count": pa.array(joined("count"), pa.int64()),
+        "evidence": pa.array(joined("evidence"), pa.string()),
         "written_at": pa.repeat(pa.scalar(written_at, schema.field("written_at").type), n),
     }
     for name in _SIDES:
