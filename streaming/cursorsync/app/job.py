@@ -70,7 +70,7 @@ class RunningJob:
     metrics_server: Any = None
     progress: Any = None
     source_admin: Any = None
-    #: The source tail checks' client (:class:`cursorsync.pulsar.dispatchable.DispatchableTail`).
+    #: The source tail checks' client (:mod:`cursorsync.pulsar.dispatchable`).
     source_tail: Any = None
     stopped: bool = False
 

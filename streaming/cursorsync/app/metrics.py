@@ -116,8 +116,10 @@ class Metrics:
         self._source_lookups = Counter(
             "cursorsync_source_lookups",
             "Requests to the source made to classify acked source entries the mapping does "
-            "not map, by kind: raw-entry (one per entry) and tail-check (one per partition: "
-            "whether anything past its last mapped entry is dispatchable).",
+            "not map, by kind: raw-entry (one per entry), tail-check (a reader per "
+            "partition: whether anything past its last mapped entry is dispatchable) and "
+            "plugin-tail (spark.cursor_digests: those answers for every partition a broker "
+            "serves, one request per broker and namespace).",
             ["kind"], registry=r)
         self._target_cursor_reads = Counter(
             "cursorsync_target_cursor_reads",

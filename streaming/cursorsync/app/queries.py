@@ -21,7 +21,7 @@ from cursorsync.mapping.sink import MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.cursor_digests import cluster_digests
-from cursorsync.pulsar.dispatchable import DispatchableTail
+from cursorsync.pulsar.dispatchable import DispatchableTail, PluginTail
 from cursorsync.pulsar.replication import TopologyWatch
 from cursorsync.sync.batch_moves import BatchMoves
 from cursorsync.sync.batch_reads import BatchReads
@@ -47,8 +47,9 @@ class Clients:
     target_admin: AdminClient
     #: The target's ack emitter on the driver (None: a dry run, or emission on executors).
     emitter: Any
-    #: Whether anything past a source partition's last mapped entry is dispatchable.
-    source_tail: DispatchableTail
+    #: Whether anything past a source partition's last mapped entry is dispatchable: from
+    #: the source brokers' plugin with ``spark.cursor_digests``, else a reader each.
+    source_tail: DispatchableTail | PluginTail
 
     @classmethod
     def open(cls, config: Config, *, dry_run: bool, emitter: Any = None) -> Clients:
@@ -57,8 +58,10 @@ class Clients:
             emitter = target.emitter(subscription_type=config.emission.subscription_type,
                                      ack_batch_size=config.emission.ack_batch_size,
                                      batch_index_acks=config.emission.batch_index_acks)
-        return cls(source, target, source.admin_client(), target.admin_client(), emitter,
-                   source.dispatchable_tail())
+        source_admin = source.admin_client()
+        readers = source.dispatchable_tail()
+        tail = PluginTail(source_admin, readers) if config.spark.cursor_digests else readers
+        return cls(source, target, source_admin, target.admin_client(), emitter, tail)
 
 
 def builder_config(config: Config) -> BuilderSettings:
@@ -150,6 +153,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
                     lookups_in_background=True)
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.target_reads = targets
+    sink.source_tail = clients.source_tail
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due
     return sink

@@ -31,9 +31,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
 import numpy as np
@@ -105,49 +105,76 @@ def fetch_cursor_digests(admin: AdminClient, namespace: str,
     return parse_cursor_digests(namespace, doc)
 
 
-def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
-                    subscriptions: Sequence[str] = (), *,
-                    stats: bool = False) -> dict[str, TopicDigest]:
-    """What every broker of ``admin``'s cluster says of the topics of ``namespaces`` it
-    serves, by topic: the broker behind ``admin``'s URL first, then each other broker it
-    lists at its own web address (with ``admin``'s settings; the URL's scheme). A topic two
-    brokers list (one being moved between them) is left out, as is every topic of a broker
-    that cannot be asked (logged): a caller reads those as it would without the plugin.
+class BrokerAnswer(Protocol):
+    """One broker's answer about the topics of a namespace it serves."""
+
+    @property
+    def broker(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def brokers(self) -> tuple[str, ...]: ...
+    @property
+    def topics(self) -> Mapping[str, Any]: ...
+
+
+A = TypeVar("A", bound=BrokerAnswer)
+
+
+def cluster_answers(admin: AdminClient, namespaces: Sequence[str],
+                    fetch: Callable[[AdminClient, str], A], what: str) -> dict[str, Any]:
+    """What every broker of ``admin``'s cluster answers (``fetch``: one broker, one
+    namespace) of the topics of ``namespaces`` it serves, by topic: the broker behind
+    ``admin``'s URL first, then each other broker it lists at its own web address (with
+    ``admin``'s settings; the URL's scheme). A topic two brokers list (one being moved
+    between them) is left out, as is every topic of a broker that cannot be asked (logged,
+    naming ``what`` it answers): a caller reads those as it would without the plugin.
 
     The first broker's errors are raised (BatchAcksPluginAbsentError: no plugin there)."""
     if not namespaces:
         return {}
     # Behind a load balancer each namespace's first answer may come from another broker.
-    first = [fetch_cursor_digests(admin, ns, subscriptions, stats=stats) for ns in namespaces]
+    first = [fetch(admin, ns) for ns in namespaces]
     answered = {(d.broker, d.namespace) for d in first}
     brokers = sorted({b for d in first for b in (d.broker, *d.brokers)})
     todo = [(b, [ns for ns in namespaces if (b, ns) not in answered]) for b in brokers]
     scheme = admin.config.urls[0].split("://", 1)[0]
 
-    def ask(job: tuple[str, list[str]]) -> list[CursorDigests]:
+    def ask(job: tuple[str, list[str]]) -> list[A]:
         broker, missing = job
         settings = replace(admin.config, urls=(f"{scheme}://{broker}",), max_workers=1)
         try:
             with AdminClient(settings) as other:
-                return [fetch_cursor_digests(other, ns, subscriptions, stats=stats)
-                        for ns in missing]
+                return [fetch(other, ns) for ns in missing]
         except CursorSyncError as err:
-            log.warning("broker %s of cluster %s: no cursor digests (%s); its topics are "
-                        "read without them", broker, admin.cluster, err)
+            log.warning("broker %s of cluster %s: no %s (%s); its topics are read without "
+                        "them", broker, admin.cluster, what, err)
             return []
 
     answers = [*first, *(d for got in admin.map_each(ask, [j for j in todo if j[1]])
                          for d in got)]
-    out: dict[str, TopicDigest] = {}
+    out: dict[str, Any] = {}
     twice: set[str] = set()
     for answer in answers:
-        for name, digest in answer.topics.items():
+        for name, value in answer.topics.items():
             if name in out:
                 twice.add(name)
-            out[name] = digest
+            out[name] = value
     for name in twice:
         del out[name]
     return out
+
+
+def cluster_digests(admin: AdminClient, namespaces: Sequence[str],
+                    subscriptions: Sequence[str] = (), *,
+                    stats: bool = False) -> dict[str, TopicDigest]:
+    """What every broker of ``admin``'s cluster says of the topics of ``namespaces`` it
+    serves and of their cursors (see :func:`fetch_cursor_digests`), by topic, as
+    :func:`cluster_answers` gathers them."""
+    return cluster_answers(
+        admin, namespaces,
+        lambda a, ns: fetch_cursor_digests(a, ns, subscriptions, stats=stats),
+        "cursor digests")
 
 
 def cluster_cursor_stats(admin: AdminClient, wanted: Mapping[str, Collection[str]],
@@ -214,15 +241,7 @@ def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:
     def bad(why: str) -> MalformedAdminOutputError:
         return MalformedAdminOutputError(f"cursor digests of namespace {namespace}: {why}")
 
-    doc = plugin_answer(doc, bad)
-    if doc.get("namespace") != namespace:
-        raise bad(f"the answer is for namespace {doc.get('namespace')!r}")
-    broker, topics, brokers = doc.get("broker"), doc.get("topics"), doc.get("brokers")
-    if not isinstance(broker, str) or not isinstance(topics, list):
-        raise bad("expected a broker string and a topics list")
-    if not isinstance(brokers, list) or not all(
-            isinstance(b, str) and _BROKER.fullmatch(b) for b in brokers):
-        raise bad(f"brokers {str(brokers)[:200]} is not a list of host:port")
+    broker, topics, brokers = answer_head(namespace, doc, bad)
     out: dict[str, TopicDigest] = {}
     for i, t in enumerate(topics):
         if not isinstance(t, dict):
@@ -241,7 +260,23 @@ def parse_cursor_digests(namespace: str, doc: Any) -> CursorDigests:
         out[name] = TopicDigest(ledgers, {
             s: CursorDigest(d["acks"], d["batches"]) for s, d in cursors.items()},
             None if stats is None else parse_internal_stats(name, stats))
-    return CursorDigests(broker, namespace, out, tuple(brokers))
+    return CursorDigests(broker, namespace, out, brokers)
+
+
+def answer_head(namespace: str, doc: Any, bad: Callable[[str], MalformedAdminOutputError],
+                ) -> tuple[str, list[Any], tuple[str, ...]]:
+    """The plugin's answer for ``namespace``: the answering broker, its topics list, and the
+    cluster's brokers; ``bad(why)`` raised for anything else."""
+    doc = plugin_answer(doc, bad)
+    if doc.get("namespace") != namespace:
+        raise bad(f"the answer is for namespace {doc.get('namespace')!r}")
+    broker, topics, brokers = doc.get("broker"), doc.get("topics"), doc.get("brokers")
+    if not isinstance(broker, str) or not isinstance(topics, list):
+        raise bad("expected a broker string and a topics list")
+    if not isinstance(brokers, list) or not all(
+            isinstance(b, str) and _BROKER.fullmatch(b) for b in brokers):
+        raise bad(f"brokers {str(brokers)[:200]} is not a list of host:port")
+    return broker, topics, tuple(brokers)
 
 
 def _is_digest(d: Any) -> bool:

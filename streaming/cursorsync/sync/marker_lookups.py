@@ -7,8 +7,9 @@ markers at a ledger's end or after the last message, where no segment on either 
 vouches for them), so it is not "waiting for evidence", and the plan can become exact.
 Entries past the last mapped one are only looked up once the mapping has not moved for a
 while: under traffic they are simply not mapped yet. With a tail check
-(:data:`TailCheck`), those are not looked up one by one: one question to the source's
-broker per partition, on threads of their own and answered in a later batch, says
+(:data:`TailCheck`), those are not looked up one by one: one question per partition (a
+reader on the source, or the source brokers' plugin answering for all their partitions at
+once), on threads of their own and answered in a later batch, says
 whether anything past the last mapped entry is dispatchable; if nothing is, every acked
 entry past it is a marker or an aborted transaction's message, neither of which a
 replicator sends as data. If something is (a message the mapping has not reached, or a
@@ -47,9 +48,10 @@ log = logging.getLogger(__name__)
 
 #: Which of these source entries of a concrete topic are markers (asked of the source).
 MarkerLookup = Callable[[str, list[Position]], list[Position]]
-#: Whether a concrete topic holds no entry past a position that a consumer could receive
-#: (asked of the source's broker: :class:`cursorsync.pulsar.dispatchable.DispatchableTail`).
-TailCheck = Callable[[str, Position], bool]
+#: Whether a concrete topic holds no entry past a position that a consumer could receive,
+#: by an answer of the source's brokers given no sooner than a time.monotonic() value
+#: (:class:`cursorsync.pulsar.dispatchable.DispatchableTail`, ``PluginTail``).
+TailCheck = Callable[[str, Position, float], bool]
 #: Tail checks asked at once (each a reader opened and closed on the source).
 TAIL_CHECK_THREADS = 8
 #: A tail check is asked this long after the poll that saw its entries acked, at least. The
@@ -349,14 +351,12 @@ class MarkerLookups:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(TAIL_CHECK_THREADS, thread_name_prefix="tail-check")
-        not_before = obs.observed_at.timestamp() + TAIL_CHECK_AFTER_POLL_S
-        wall = self.wall_clock
-
-        def ask() -> bool:
-            time.sleep(max(0.0, not_before - wall()))
-            return check(topic, after)
-
-        self._tails[obs.key] = _Tail(after, entries, self._pool.submit(ask))
+        # On the monotonic clock from here: a wall clock set back later cannot make an
+        # answer given before the poll look later than it.
+        not_before = time.monotonic() + max(
+            0.0, obs.observed_at.timestamp() + TAIL_CHECK_AFTER_POLL_S - self.wall_clock())
+        self._tails[obs.key] = _Tail(after, entries,
+                                     self._pool.submit(check, topic, after, not_before))
 
     def _answered(self) -> None:
         """The answers of the tail checks done: their entries are markers when nothing past

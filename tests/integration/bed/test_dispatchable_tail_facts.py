@@ -1,10 +1,12 @@
 """What the source broker says in one round trip about the entries past a partition's last
 message, pinned against the real test bed (Pulsar 4.0.8).
 
-The sync classifies the acked source entries past the last one the mapping maps with
-:class:`cursorsync.pulsar.dispatchable.DispatchableTail`: a reader started after that entry
-asks the broker for its last dispatchable position. Each test compares its answer with
-what the admin API's raw entries say every entry past that position is.
+The sync classifies the acked source entries past the last one the mapping maps by the
+broker's last dispatchable position: a reader started after that entry asks for it
+(:class:`cursorsync.pulsar.dispatchable.DispatchableTail`), or cursorsync's broker plugin
+lists it for every partition the broker serves (``PluginTail``, on a bed with the plugin).
+Each test runs both ways and compares the answer with what the admin API's raw entries say
+every entry past that position is.
 """
 
 from __future__ import annotations
@@ -15,22 +17,40 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cursorsync.core.positions import Position
+from cursorsync.pulsar.admin import AdminClient, AdminSettings
 from cursorsync.pulsar.client import ClientSettings
-from cursorsync.pulsar.dispatchable import DispatchableTail
+from cursorsync.pulsar.dispatchable import DispatchableTail, PluginTail
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.replicated import send_with_snapshots
 from tests.support.skipped_ids import delivered, kill_mid_chunked_message, raw_headers, stored
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+# The plugin's bed is asked for by one parameter only (see tests.support.shared).
+pytestmark = [pytest.mark.integration, pytest.mark.shares("index_testbed")]
+
+Tail = DispatchableTail | PluginTail
 
 
-@pytest.fixture
-def tail(testbed: TestBed) -> Iterator[DispatchableTail]:
-    check = DispatchableTail(ClientSettings(testbed.service_url("a")))
-    yield check
-    check.close()
+@pytest.fixture(params=["reader", "plugin"])
+def bed_tail(request: pytest.FixtureRequest) -> Iterator[tuple[TestBed, Tail]]:
+    """A bed and its tail check: a reader per check, or the plugin's answers (a bed with
+    the plugin loaded)."""
+    if request.param == "reader":
+        bed: TestBed = request.getfixturevalue("testbed")
+        tail: Tail = DispatchableTail(ClientSettings(bed.service_url("a")))
+    else:
+        bed = request.getfixturevalue("index_testbed")
+        admin = AdminClient(AdminSettings.from_urls(bed.admin_url("a"), cluster="a"))
+        tail = PluginTail(admin, DispatchableTail(ClientSettings(bed.service_url("a"))))
+    yield bed, tail
+    if isinstance(tail, PluginTail):
+        # Every partition here has had messages since it was loaded: its broker knows
+        # its position without reading, so no check went to a reader.
+        assert tail.requests_by_kind()["tail-check"] == 0
+        assert tail.answered > 0
+        tail.admin.close()
+    tail.close()
 
 
 def is_marker(bed: TestBed, topic: str, pos: Position) -> bool:
@@ -48,10 +68,11 @@ def markers_after_last_message(bed: TestBed, topic: str) -> Position:
 
 
 def test_only_markers_past_the_last_message_say_nothing_dispatchable(
-        testbed: TestBed, topic_name: Callable[[str], str], tail: DispatchableTail) -> None:
+        bed_tail: tuple[TestBed, Tail], topic_name: Callable[[str], str]) -> None:
     """Past a partition's last message only markers: nothing dispatchable after it, and
     something after any earlier message; a message sent after the markers turns the answer,
     and the first answer's markers are still markers."""
+    testbed, tail = bed_tail
     part = testbed.create_topic(topic_name("tail"), partitions=2)[1]
     sub = send_with_snapshots(testbed.client("a"), part, 3)
     last = markers_after_last_message(testbed, part)
@@ -65,14 +86,15 @@ def test_only_markers_past_the_last_message_say_nothing_dispatchable(
     producer.close()
     assert not tail.nothing_dispatchable_after(part, last)
     assert all(is_marker(testbed, part, p) for p in past)
-    assert tail.checks == 3
+    assert sum(tail.requests_by_kind().values()) == 3  # a reader or a plugin answer each
     sub.close()
 
 
 def test_a_batched_last_message_and_its_markers(
-        testbed: TestBed, topic_name: Callable[[str], str], tail: DispatchableTail) -> None:
+        bed_tail: tuple[TestBed, Tail], topic_name: Callable[[str], str]) -> None:
     """The last message's entry a batch of several: past it only markers, nothing
     dispatchable (the broker names the batch's last index; the answer compares entries)."""
+    testbed, tail = bed_tail
     (t,) = testbed.create_topic(topic_name("tail-batch"))
     a = testbed.client("a")
     sub = send_with_snapshots(a, t, 1)
@@ -90,9 +112,10 @@ def test_a_batched_last_message_and_its_markers(
 
 
 def test_the_chunks_of_a_message_that_never_completes_are_dispatchable(
-        testbed: TestBed, topic_name: Callable[[str], str], tail: DispatchableTail) -> None:
+        bed_tail: tuple[TestBed, Tail], topic_name: Callable[[str], str]) -> None:
     """A producer killed in the middle of a chunked message leaves chunks no reader
     returns: the broker counts them dispatchable, so they are never taken for markers."""
+    testbed, tail = bed_tail
     (t,) = testbed.create_topic(topic_name("tail-chunks"))
     rate = TopicName.parse(t).admin_path("publishRate")
     testbed.admin_call("a", "POST", rate, json={"publishThrottlingRateInMsg": 20,

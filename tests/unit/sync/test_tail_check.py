@@ -33,7 +33,8 @@ class Tail:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, topic: str, after: Position) -> bool:
+    def __call__(self, topic: str, after: Position, not_before: float) -> bool:
+        time.sleep(max(0.0, not_before - time.monotonic()))  # as the real checks wait
         self.asked.append((topic, after))
         self.asked_at.append(time.time())
         self.gate.wait(10)

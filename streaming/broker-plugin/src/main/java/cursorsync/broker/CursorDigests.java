@@ -78,19 +78,7 @@ final class CursorDigests {
      */
     static List<TopicDigest> of(BrokerService brokers, NamespaceName namespace,
                                 Set<String> subscriptions, boolean stats) {
-        Map<String, Map<String, Topic>> bundles =
-                brokers.getMultiLayerTopicsMap().get(namespace.toString());
-        List<PersistentTopic> topics = new ArrayList<>();
-        if (bundles != null) {
-            for (Map<String, Topic> bundle : bundles.values()) {
-                for (Topic topic : bundle.values()) {
-                    if (topic instanceof PersistentTopic persistent) {
-                        topics.add(persistent);
-                    }
-                }
-            }
-        }
-        topics.sort(Comparator.comparing(PersistentTopic::getName));
+        List<PersistentTopic> topics = loaded(brokers, namespace);
         List<TopicDigest> out = new ArrayList<>(topics.size());
         for (PersistentTopic topic : topics) {
             ManagedLedger ledger = topic.getManagedLedger();
@@ -109,6 +97,24 @@ final class CursorDigests {
                     stats ? stats(ledger, texts) : null));
         }
         return out;
+    }
+
+    /** The persistent topics of {@code namespace} loaded on this broker, in name order. */
+    static List<PersistentTopic> loaded(BrokerService brokers, NamespaceName namespace) {
+        Map<String, Map<String, Topic>> bundles =
+                brokers.getMultiLayerTopicsMap().get(namespace.toString());
+        List<PersistentTopic> topics = new ArrayList<>();
+        if (bundles != null) {
+            for (Map<String, Topic> bundle : bundles.values()) {
+                for (Topic topic : bundle.values()) {
+                    if (topic instanceof PersistentTopic persistent) {
+                        topics.add(persistent);
+                    }
+                }
+            }
+        }
+        topics.sort(Comparator.comparing(PersistentTopic::getName));
+        return topics;
     }
 
     private static Stats stats(ManagedLedger ledger, Map<String, CursorText> cursors) {

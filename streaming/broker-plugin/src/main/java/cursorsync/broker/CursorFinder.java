@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.Function;
 import org.apache.bookkeeper.mledger.ManagedCursor;
 import org.apache.pulsar.broker.PulsarService;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
@@ -109,20 +110,19 @@ final class CursorFinder {
      * The topics of {@code topics} whose stats the caller may read (GET_STATS, as internalStats
      * requires); the others are left out, as if this broker did not serve them.
      */
-    List<CursorDigests.TopicDigest> readable(List<CursorDigests.TopicDigest> topics,
-                                             Caller caller) {
+    <T> List<T> readable(List<T> topics, Function<T, String> name, Caller caller) {
         if (!authorizing()) {
             return topics;
         }
         AuthorizationService auth = pulsar.getBrokerService().getAuthorizationService();
         List<CompletableFuture<Boolean>> allowed = topics.stream()
-                .map(t -> auth.allowTopicOperationAsync(TopicName.get(t.topic()),
+                .map(t -> auth.allowTopicOperationAsync(TopicName.get(name.apply(t)),
                         TopicOperation.GET_STATS, caller.role(), caller.authData()))
                 .toList();
-        List<CursorDigests.TopicDigest> out = new ArrayList<>();
+        List<T> out = new ArrayList<>();
         for (int i = 0; i < topics.size(); i++) {
             if (Waits.await(allowed.get(i), timeoutSeconds(), "checking role " + caller.role()
-                    + " on " + topics.get(i).topic())) {
+                    + " on " + name.apply(topics.get(i)))) {
                 out.add(topics.get(i));
             }
         }

@@ -23,13 +23,15 @@ import org.slf4j.LoggerFactory;
  * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N][&amp;after=L:E] (the work is
  * {@link CursorFinder}'s and {@link PartialBatches}') and
  * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...][&amp;stats=true]
- * ({@link CursorDigests}').
+ * ({@link CursorDigests}') and GET /cursorsync/dispatchable?namespace=TENANT/NS
+ * ({@link Dispatchable}'s).
  * Read-only: no method but GET is served.
  */
 final class PluginHttpServlet extends HttpServlet {
 
     static final String PATH = "/batch-acks";
     static final String CURSORS_PATH = "/cursors";
+    static final String DISPATCHABLE_PATH = "/dispatchable";
     static final int DEFAULT_LIMIT = 1000;
     static final int MAX_LIMIT = 100_000;
     private static final Logger LOG = LoggerFactory.getLogger(PluginHttpServlet.class);
@@ -47,10 +49,15 @@ final class PluginHttpServlet extends HttpServlet {
                 cursors(req, resp);
                 return;
             }
+            if (DISPATCHABLE_PATH.equals(req.getPathInfo())) {
+                dispatchable(req, resp);
+                return;
+            }
             if (!PATH.equals(req.getPathInfo())) {
                 throw new HttpProblem(404, "no such endpoint; this plugin answers GET "
                         + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=... and "
-                        + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=...");
+                        + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=... and "
+                        + CursorSyncServlet.BASE_PATH + DISPATCHABLE_PATH + "?namespace=...");
             }
             String topic = required(req, "topic");
             String subscription = required(req, "subscription");
@@ -89,11 +96,25 @@ final class PluginHttpServlet extends HttpServlet {
         Set<String> wanted = subs == null ? Set.of() : new HashSet<>(Arrays.asList(subs));
         List<CursorDigests.TopicDigest> topics = finder.readable(
                 CursorDigests.of(finder.brokers(), namespace, wanted,
-                        Boolean.parseBoolean(req.getParameter("stats"))), caller(req));
+                        Boolean.parseBoolean(req.getParameter("stats"))),
+                CursorDigests.TopicDigest::topic, caller(req));
         resp.setStatus(200);
         resp.setContentType("application/json");
         PluginJson.writeDigests(resp.getWriter(), finder.brokerId(), finder.availableBrokers(),
                 namespace.toString(), topics);
+    }
+
+    /** GET /cursorsync/dispatchable: answered for the topics this broker serves; no redirect. */
+    private void dispatchable(HttpServletRequest req, HttpServletResponse resp)
+            throws IOException {
+        NamespaceName namespace = finder.namespace(required(req, "namespace"), caller(req));
+        List<Dispatchable.TopicPosition> topics = finder.readable(
+                Dispatchable.of(finder.brokers(), namespace), Dispatchable.TopicPosition::topic,
+                caller(req));
+        resp.setStatus(200);
+        resp.setContentType("application/json");
+        PluginJson.writeDispatchable(resp.getWriter(), finder.brokerId(),
+                finder.availableBrokers(), namespace.toString(), topics);
     }
 
     private static String required(HttpServletRequest req, String name) {

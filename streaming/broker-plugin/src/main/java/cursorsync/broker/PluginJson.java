@@ -52,14 +52,7 @@ final class PluginJson {
                              List<CursorDigests.TopicDigest> topics) throws IOException {
         try (JsonGenerator g = JSON.createGenerator(out)) {
             g.writeStartObject();
-            g.writeStringField("plugin", PLUGIN);
-            g.writeStringField("broker", broker);
-            g.writeArrayFieldStart("brokers");
-            for (String b : brokers) {
-                g.writeString(b);
-            }
-            g.writeEndArray();
-            g.writeStringField("namespace", namespace);
+            writeBrokers(g, broker, brokers, namespace);
             g.writeArrayFieldStart("topics");
             for (CursorDigests.TopicDigest t : topics) {
                 g.writeStartObject();
@@ -81,6 +74,37 @@ final class PluginJson {
             g.writeEndArray();
             g.writeEndObject();
         }
+    }
+
+    static void writeDispatchable(Writer out, String broker, List<String> brokers,
+                                  String namespace, List<Dispatchable.TopicPosition> topics)
+            throws IOException {
+        try (JsonGenerator g = JSON.createGenerator(out)) {
+            g.writeStartObject();
+            writeBrokers(g, broker, brokers, namespace);
+            g.writeArrayFieldStart("topics");
+            for (Dispatchable.TopicPosition t : topics) {
+                g.writeStartObject();
+                g.writeStringField("topic", t.topic());
+                g.writeStringField("dispatchable", text(t.position()));
+                g.writeEndObject();
+            }
+            g.writeEndArray();
+            g.writeEndObject();
+        }
+    }
+
+    /** "plugin", "broker", "brokers" and "namespace": the head of a per-namespace answer. */
+    private static void writeBrokers(JsonGenerator g, String broker, List<String> brokers,
+                                     String namespace) throws IOException {
+        g.writeStringField("plugin", PLUGIN);
+        g.writeStringField("broker", broker);
+        g.writeArrayFieldStart("brokers");
+        for (String b : brokers) {
+            g.writeString(b);
+        }
+        g.writeEndArray();
+        g.writeStringField("namespace", namespace);
     }
 
     /** "stats": the fields of internalStats that {@link CursorDigests.Stats} holds. */

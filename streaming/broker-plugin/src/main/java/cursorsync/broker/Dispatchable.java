@@ -1,0 +1,51 @@
+package cursorsync.broker;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import org.apache.bookkeeper.mledger.Position;
+import org.apache.pulsar.broker.service.BrokerService;
+import org.apache.pulsar.broker.service.persistent.PersistentTopic;
+import org.apache.pulsar.common.naming.NamespaceName;
+
+/**
+ * For every persistent topic of one namespace this broker serves, its last dispatchable
+ * position: what the broker answers a consumer's GetLastMessageId with (the last entry
+ * that is neither a marker nor an aborted transaction's message, within the transaction
+ * buffer's max read position). One request per broker answers for all its topics, where a
+ * reader asks one topic per round trip.
+ *
+ * <p>Only positions the broker knows without reading are listed: the one it keeps up to
+ * date as messages are written. A topic whose position is not known yet (just loaded, or
+ * its transaction buffer still recovering) is left out, and the broker starts working it
+ * out (a backward read past the markers at the topic's end, as a GetLastMessageId would),
+ * so a later request finds it. No request waits on a read.
+ */
+final class Dispatchable {
+
+    /** A topic and its last dispatchable position. */
+    record TopicPosition(String topic, Position position) {
+    }
+
+    private Dispatchable() {
+    }
+
+    static List<TopicPosition> of(BrokerService brokers, NamespaceName namespace) {
+        List<TopicPosition> out = new ArrayList<>();
+        for (PersistentTopic topic : CursorDigests.loaded(brokers, namespace)) {
+            // As ServerCnx answers GetLastMessageId: after the transaction buffer recovered.
+            if (!known(topic.checkIfTransactionBufferRecoverCompletely())) {
+                continue;
+            }
+            CompletableFuture<Position> last = topic.getLastDispatchablePosition();
+            if (known(last) && last.join() != null) {
+                out.add(new TopicPosition(topic.getName(), last.join()));
+            }
+        }
+        return out;
+    }
+
+    private static boolean known(CompletableFuture<?> future) {
+        return future.isDone() && !future.isCompletedExceptionally();
+    }
+}
