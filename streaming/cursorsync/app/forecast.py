@@ -14,7 +14,9 @@ unacked on the target. cursorsync leaves a copy unacked for four causes, counted
   too, and its acked messages come again there as well (not progress cursorsync drops), and
   the figure is a bound. With brokers that keep them and cursorsync's broker plugin on the
   source, the acked indexes are read: each one whose target copy is not acked, whole or at
-  that index, comes again (exact with the plugin on the target too).
+  that index, comes again (exact with the plugin on the target too); an unacked batch it
+  lists no indexes of adds a bound, as a consumer acking without batch-index acks leaves
+  the broker no record of its acked messages.
 * ``chunks``: the entries of chunked messages not mapped at the last sync (chunks map by
   their stamps, with ``position-property`` evidence only) or acked since.
 
@@ -332,23 +334,36 @@ def _chunks(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources, *,
 
 def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
              index_acks: bool | None = None) -> Figure:
-    """Unacked batches whose messages may be acked in part: the broker shows no batch-index
-    acks, so at most every message but one of each (a batch with every message acked is
-    acked as an entry); they come again on the source too."""
+    """Unacked batches whose messages may be acked in part. Where the source's brokers keep
+    batch-index acks and the plugin read them, those batches are counted from what it read
+    (:func:`_partial_read`); a consumer that acks without batch-index acks leaves the broker
+    no record of a batch's acked messages, so every other unacked batch may hold some: at
+    most every message but one of each (a batch with every message acked is acked as an
+    entry). They come again on the source too."""
     if q.unacked is None:
         return unknown(f"unacked batches not read ({src.not_read})")
-    if index_acks and src.source_batches is not None and src.mapping is not None:
-        return _partial_read(src.source_batches, src)
+    read, listed = NOTHING, frozenset[Position]()
+    indexes_read = bool(index_acks) and src.source_batches is not None and src.mapping is not None
+    if indexes_read:
+        assert src.source_batches is not None
+        read = _partial_read(src.source_batches, src)
+        listed = frozenset(b.position for b in src.source_batches)
     entries = q.listed(q.unacked)
     if entries is None or any(p not in facts for p in entries):
-        return unknown(_not_read(src, q.count(q.unacked)))
+        return read + unknown(_not_read(src, q.count(q.unacked)))
     batches = [facts[p].messages for p in entries
-               if facts[p].messages > 1 and _data(facts[p])]
+               if facts[p].messages > 1 and _data(facts[p]) and p not in listed]
     if not batches:
-        return NOTHING
-    return Figure(len(batches), sum(n - 1 for n in batches), "bound",
-                  "the broker shows no batch-index acks: at most every message but one of "
-                  f"each unacked batch, {_ON_THE_SOURCE[index_acks]}")
+        return read
+    why = (_UNLISTED if indexes_read else "the broker shows no batch-index acks: at most "
+           f"every message but one of each unacked batch, {_ON_THE_SOURCE[index_acks]}")
+    return read + Figure(len(batches), sum(n - 1 for n in batches), "bound", why)
+
+
+#: Why unacked batches the source's brokers list no acked indexes of are a bound.
+_UNLISTED = ("a consumer acking without batch-index acks leaves the broker no record of a "
+             "batch's acked messages: at most every message but one of each unacked batch "
+             "the brokers list no acked indexes of, which comes again on the source too")
 
 
 def _partial_read(batches: tuple[PartialBatch, ...], src: Sources) -> Figure:

@@ -148,9 +148,23 @@ def test_an_unmapped_partial_batch_comes_again_whole_and_no_batches_is_nothing()
     partial = partition_forecast(_row(), src, questions(src), facts,
                                  index_acks=True).causes["partial_batches"]
     assert partial == Figure(2, 3, "exact")
+
+
+def test_unacked_batches_the_brokers_list_no_indexes_of_are_a_bound() -> None:
+    """A consumer acking without batch-index acks (the clients' default) leaves the broker
+    no record of a batch's acked messages: an unacked batch the plugin does not list may
+    hold acked messages all the same, at most every one but one."""
+    facts = _world()[1]
     none = _batches_world(source_batches=())
-    assert partition_forecast(_row(), none, questions(none), facts,
-                              index_acks=True).causes["partial_batches"] == NOTHING
+    partial = partition_forecast(_row(), none, questions(none), facts,
+                                 index_acks=True).causes["partial_batches"]
+    assert (partial.entries, partial.messages, partial.basis) == (2, 4 + 1, "bound")
+    assert "without batch-index acks" in partial.why
+    one = _batches_world(source_batches=(PartialBatch(P("1:13"), 5, frozenset({0, 2})),))
+    partial = partition_forecast(_row(), one, questions(one), facts,
+                                 index_acks=True).causes["partial_batches"]
+    # 1:13's index 2, read; 1:19 (two messages), not listed: at most one.
+    assert (partial.entries, partial.messages, partial.basis) == (2, 1 + 1, "bound")
 
 
 def test_batches_read_are_not_used_where_the_brokers_keep_no_batch_indexes() -> None:
