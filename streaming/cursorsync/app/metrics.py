@@ -116,9 +116,7 @@ class Metrics:
         self._source_lookups = Counter(
             "cursorsync_source_lookups",
             "Requests to the source made to classify acked source entries the mapping does "
-            "not map, by kind: raw-entry (one per entry), plugin-marker "
-            "(spark.cursor_digests: up to 1,000 entries of a partition per request), "
-            "tail-check (a reader per "
+            "not map, by kind: raw-entry (one per entry), tail-check (a reader per "
             "partition: whether anything past its last mapped entry is dispatchable) and "
             "plugin-tail (spark.cursor_digests: those answers for every partition a broker "
             "serves, one request per broker and namespace).",

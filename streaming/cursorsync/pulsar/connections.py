@@ -14,7 +14,7 @@ from cursorsync.pulsar.options import admin_options, client_options
 if TYPE_CHECKING:
     from cursorsync.pulsar.dispatchable import DispatchableTail
     from cursorsync.pulsar.emitter import PulsarEmitter
-    from cursorsync.pulsar.marker_lookup import AdminMarkerLookup, PluginMarkerLookup
+    from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
     from cursorsync.pulsar.subscriptions import SubscriptionType
 
 
@@ -38,15 +38,12 @@ class Connections:
         return PulsarEmitter(self.client, subscription_type=subscription_type,
                              ack_batch_size=ack_batch_size, batch_index_acks=batch_index_acks)
 
-    def marker_lookup(self, admin: AdminClient, *, plugin: bool = False,
-                      ) -> AdminMarkerLookup | PluginMarkerLookup:
-        """Which entries are markers, asked of ``admin``: a raw-entry request each, on up
-        to the configured number of threads, or with ``plugin`` of the brokers' plugin, many
-        entries per request."""
-        from cursorsync.pulsar.marker_lookup import AdminMarkerLookup, PluginMarkerLookup
+    def marker_lookup(self, admin: AdminClient) -> AdminMarkerLookup:
+        """Which entries are markers, asked of ``admin`` on up to the configured number of
+        threads."""
+        from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
 
-        raw = AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
-        return PluginMarkerLookup(admin, raw) if plugin else raw
+        return AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
 
     def dispatchable_tail(self) -> DispatchableTail:
         """Whether a partition holds a dispatchable entry past a position, asked of this

@@ -109,12 +109,11 @@ class SyncMetrics(Protocol):
     def set_halted(self, counts: Mapping[tuple[str, str], int]) -> None: ...
 
 
-class SourceRequests(Protocol):
-    """A client of the step's on the source (its marker lookups, its tail checks), counting
-    its requests."""
+class TailRequests(Protocol):
+    """The tail checks' client, counting its requests to the source."""
 
     def requests_by_kind(self) -> dict[str, int]:
-        """Requests made so far, by kind (``raw-entry``, ``tail-check``, ``plugin-...``)."""
+        """Requests made so far, by kind (``tail-check``: a reader each, ``plugin-tail``)."""
         ...
 
 
@@ -138,11 +137,10 @@ class SyncSink:
         #: The step's target reads, whose requests the metrics count (None: not counted).
         self.target_reads: AdminTargets | None = None
         self._target_reads_seen: dict[str, int] = {}
-        #: The step's clients on the source (its marker lookups and tail checks), whose
-        #: requests are counted by kind; without them, the entries the step looked up and
-        #: the checks it had answered are.
-        self.source_requests: tuple[SourceRequests, ...] = ()
-        self._source_requests_seen: dict[str, int] = {}
+        #: The step's tail checks (:mod:`cursorsync.pulsar.dispatchable`), whose requests
+        #: are counted by kind; without it, the checks the step had answered are.
+        self.source_tail: TailRequests | None = None
+        self._tail_requests_seen: dict[str, int] = {}
         self.last_batch = -1
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
@@ -346,13 +344,13 @@ class SyncSink:
                 m.observe_sync_lags(sub, b.lags)
                 m.mark_synced(sub)
         lookups = self.step.lookups
-        if not self.source_requests:
-            m.record_source_lookups("raw-entry", lookups.count)
+        m.record_source_lookups("raw-entry", lookups.count)
+        if self.source_tail is None:
             m.record_source_lookups("tail-check", lookups.tail_checks)
-        for client in self.source_requests:
-            for way, total in client.requests_by_kind().items():
-                m.record_source_lookups(way, total - self._source_requests_seen.get(way, 0))
-                self._source_requests_seen[way] = total
+        else:
+            for way, total in self.source_tail.requests_by_kind().items():
+                m.record_source_lookups(way, total - self._tail_requests_seen.get(way, 0))
+                self._tail_requests_seen[way] = total
         if self.target_reads is not None:
             t = self.target_reads
             for way, total in (("internal-stats", t.requests), ("plugin", t.plugin.reads)):

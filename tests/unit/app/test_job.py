@@ -103,14 +103,11 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     reads = SimpleNamespace(requests=4, plugin=SimpleNamespace(reads=1))
     sink.target_reads, sink._target_reads_seen = reads, {}  # type: ignore[assignment]
     tails = {"plugin-tail": 3, "tail-check": 1}
-    lookups = {"plugin-marker": 2, "raw-entry": 6}
-    sink.source_requests = (SimpleNamespace(requests_by_kind=lambda: dict(lookups)),
-                            SimpleNamespace(requests_by_kind=lambda: dict(tails)))
-    sink._source_requests_seen = {}
+    sink.source_tail = SimpleNamespace(requests_by_kind=lambda: dict(tails))
+    sink._tail_requests_seen = {}
     sink._record(_Synced([], rows, 0.01), 0.5)
     reads.requests += 2  # the next batch's: counted once each
     tails["plugin-tail"] += 2
-    lookups["plugin-marker"] += 1
     sink._record(_Synced([], rows, 0.01), 0.5)
     text = sink.metrics.exposition()
     assert 'cursorsync_target_cursor_reads_total{way="internal-stats"} 6.0' in text
@@ -119,8 +116,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     assert 'cursorsync_unmapped_acked_entries{subscription="billing"} 5.0' in text
     assert 'cursorsync_errors_total{stage="guard"} 4.0' in text
     assert 'cursorsync_source_lookups_total{kind="raw-entry"} 6.0' in text
-    # The requests as the step's clients count them (not the entries or checks answered).
-    assert 'cursorsync_source_lookups_total{kind="plugin-marker"} 3.0' in text
+    # The tail checks' requests as their client counts them (not the checks answered).
     assert 'cursorsync_source_lookups_total{kind="tail-check"} 1.0' in text
     assert 'cursorsync_source_lookups_total{kind="plugin-tail"} 5.0' in text
     assert 'cursorsync_errors_total{stage="emit"} 2.0' in text

@@ -45,21 +45,16 @@ final class CursorFinder {
     }
 
     Found find(String topicText, String subscription, Caller caller) {
-        PersistentTopic topic = topic(topicText, caller);
-        PersistentSubscription sub = topic.getSubscription(subscription);
-        if (sub == null) {
-            throw new HttpProblem(404, "subscription " + subscription + " not found on topic "
-                    + topic.getName() + " (owned by this broker)");
-        }
-        return new Found(topic, subscription, sub.getCursor());
-    }
-
-    /** A topic this broker owns, with the same checks as {@link #find} (else a redirect). */
-    PersistentTopic topic(String topicText, Caller caller) {
         TopicName name = parse(topicText);
         authorize(name, caller);
         checkOwnedHere(name, caller);
-        return load(name);
+        PersistentTopic topic = load(name);
+        PersistentSubscription sub = topic.getSubscription(subscription);
+        if (sub == null) {
+            throw new HttpProblem(404, "subscription " + subscription + " not found on topic "
+                    + name + " (owned by this broker)");
+        }
+        return new Found(topic, subscription, sub.getCursor());
     }
 
     BrokerService brokers() {

@@ -5,10 +5,15 @@ import java.util.BitSet;
 import java.util.List;
 import java.util.NavigableMap;
 import java.util.concurrent.CompletableFuture;
+import org.apache.bookkeeper.mledger.AsyncCallbacks.ReadEntryCallback;
+import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.ManagedCursor;
 import org.apache.bookkeeper.mledger.ManagedLedger;
+import org.apache.bookkeeper.mledger.ManagedLedgerException;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.impl.ManagedCursorImpl;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.protocol.Commands;
 
 /**
  * Reads, from a durable cursor, every entry whose batch is partly acked.
@@ -63,8 +68,7 @@ final class PartialBatches {
             ackSets.add(words);
         }
         List<CompletableFuture<Integer>> sizes = positions.stream()
-                .map(p -> EntryMetadata.read(ledger, p, m -> m.hasNumMessagesInBatch()
-                        ? m.getNumMessagesInBatch() : 1)).toList();
+                .map(p -> batchSize(ledger, p)).toList();
         List<PartialBatch> batches = new ArrayList<>(positions.size());
         for (int i = 0; i < positions.size(); i++) {
             int size = Waits.await(sizes.get(i), timeoutSeconds,
@@ -72,5 +76,31 @@ final class PartialBatches {
             batches.add(new PartialBatch(positions.get(i), ackSets.get(i), size));
         }
         return new CursorView(markDelete, true, batches, truncated);
+    }
+
+    private static CompletableFuture<Integer> batchSize(ManagedLedger ledger, Position position) {
+        CompletableFuture<Integer> size = new CompletableFuture<>();
+        ledger.asyncReadEntry(position, new ReadEntryCallback() {
+            @Override
+            public void readEntryComplete(Entry entry, Object ctx) {
+                try {
+                    // A copy of the indexes: the entry's buffer may be the cache's.
+                    MessageMetadata metadata = new MessageMetadata();
+                    Commands.parseMessageMetadata(entry.getDataBuffer().duplicate(), metadata);
+                    size.complete(metadata.hasNumMessagesInBatch()
+                            ? metadata.getNumMessagesInBatch() : 1);
+                } catch (RuntimeException e) {
+                    size.completeExceptionally(e);
+                } finally {
+                    entry.release();
+                }
+            }
+
+            @Override
+            public void readEntryFailed(ManagedLedgerException e, Object ctx) {
+                size.completeExceptionally(e);
+            }
+        }, null);
+        return size;
     }
 }

@@ -13,7 +13,6 @@ import javax.servlet.http.HttpServletResponse;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.PositionFactory;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
-import org.apache.pulsar.broker.service.persistent.PersistentTopic;
 import org.apache.pulsar.broker.web.AuthenticationFilter;
 import org.apache.pulsar.common.naming.NamespaceName;
 import org.slf4j.Logger;
@@ -24,9 +23,8 @@ import org.slf4j.LoggerFactory;
  * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N][&amp;after=L:E] (the work is
  * {@link CursorFinder}'s and {@link PartialBatches}') and
  * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...][&amp;stats=true]
- * ({@link CursorDigests}'), GET /cursorsync/dispatchable?namespace=TENANT/NS
- * ({@link Dispatchable}'s) and GET /cursorsync/markers?topic=T&amp;entry=L:E... ({@link
- * MarkerEntries}').
+ * ({@link CursorDigests}') and GET /cursorsync/dispatchable?namespace=TENANT/NS
+ * ({@link Dispatchable}'s).
  * Read-only: no method but GET is served.
  */
 final class PluginHttpServlet extends HttpServlet {
@@ -34,7 +32,6 @@ final class PluginHttpServlet extends HttpServlet {
     static final String PATH = "/batch-acks";
     static final String CURSORS_PATH = "/cursors";
     static final String DISPATCHABLE_PATH = "/dispatchable";
-    static final String MARKERS_PATH = "/markers";
     static final int DEFAULT_LIMIT = 1000;
     static final int MAX_LIMIT = 100_000;
     private static final Logger LOG = LoggerFactory.getLogger(PluginHttpServlet.class);
@@ -56,16 +53,11 @@ final class PluginHttpServlet extends HttpServlet {
                 dispatchable(req, resp);
                 return;
             }
-            if (MARKERS_PATH.equals(req.getPathInfo())) {
-                markers(req, resp);
-                return;
-            }
             if (!PATH.equals(req.getPathInfo())) {
                 throw new HttpProblem(404, "no such endpoint; this plugin answers GET "
                         + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=... and "
-                        + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=..., "
-                        + CursorSyncServlet.BASE_PATH + DISPATCHABLE_PATH + "?namespace=... and "
-                        + CursorSyncServlet.BASE_PATH + MARKERS_PATH + "?topic=...&entry=...");
+                        + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=... and "
+                        + CursorSyncServlet.BASE_PATH + DISPATCHABLE_PATH + "?namespace=...");
             }
             String topic = required(req, "topic");
             String subscription = required(req, "subscription");
@@ -125,22 +117,6 @@ final class PluginHttpServlet extends HttpServlet {
                 finder.availableBrokers(), namespace.toString(), topics);
     }
 
-    /** GET /cursorsync/markers: answered by the topic's owner (else a redirect to it). */
-    private void markers(HttpServletRequest req, HttpServletResponse resp) throws IOException {
-        String[] texts = req.getParameterValues("entry");
-        if (texts == null || texts.length == 0 || texts.length > MarkerEntries.MAX_ENTRIES) {
-            throw new HttpProblem(400, "query parameter entry (ledger:entry) is required, "
-                    + "1 to " + MarkerEntries.MAX_ENTRIES + " times");
-        }
-        List<Position> positions = Arrays.stream(texts).map(t -> position("entry", t)).toList();
-        PersistentTopic topic = finder.topic(required(req, "topic"), caller(req));
-        MarkerEntries.Answer answer = MarkerEntries.read(topic.getManagedLedger(), positions,
-                finder.timeoutSeconds(), "topic " + topic.getName());
-        resp.setStatus(200);
-        resp.setContentType("application/json");
-        PluginJson.writeMarkers(resp.getWriter(), topic.getName(), answer);
-    }
-
     private static String required(HttpServletRequest req, String name) {
         String value = req.getParameter(name);
         if (value == null || value.isBlank()) {
@@ -167,11 +143,9 @@ final class PluginHttpServlet extends HttpServlet {
 
     /** The position a page starts after (null: from the first), as "ledger:entry". */
     private static Position after(String text) {
-        return text == null ? null : position("after", text);
-    }
-
-    /** A position "ledger:entry" given as query parameter {@code name}. */
-    private static Position position(String name, String text) {
+        if (text == null) {
+            return null;
+        }
         String[] parts = text.split(":", -1);
         try {
             if (parts.length == 2) {
@@ -180,7 +154,7 @@ final class PluginHttpServlet extends HttpServlet {
         } catch (NumberFormatException e) {
             // answered below
         }
-        throw new HttpProblem(400, name + " " + text + ": expected a position ledger:entry");
+        throw new HttpProblem(400, "after " + text + ": expected a position ledger:entry");
     }
 
     private static CursorFinder.Caller caller(HttpServletRequest req) {

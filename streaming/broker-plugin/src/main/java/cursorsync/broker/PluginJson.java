@@ -94,27 +94,6 @@ final class PluginJson {
         }
     }
 
-    static void writeMarkers(Writer out, String topic, MarkerEntries.Answer answer)
-            throws IOException {
-        try (JsonGenerator g = JSON.createGenerator(out)) {
-            g.writeStartObject();
-            g.writeStringField("plugin", PLUGIN);
-            g.writeStringField("topic", topic);
-            writePositions(g, "markers", answer.markers());
-            writePositions(g, "missing", answer.missing());
-            g.writeEndObject();
-        }
-    }
-
-    private static void writePositions(JsonGenerator g, String field, List<Position> positions)
-            throws IOException {
-        g.writeArrayFieldStart(field);
-        for (Position p : positions) {
-            g.writeString(text(p));
-        }
-        g.writeEndArray();
-    }
-
     /** "plugin", "broker", "brokers" and "namespace": the head of a per-namespace answer. */
     private static void writeBrokers(JsonGenerator g, String broker, List<String> brokers,
                                      String namespace) throws IOException {
