@@ -52,7 +52,8 @@ MarkerLookup = Callable[[str, list[Position]], list[Position]]
 #: by an answer of the source's brokers given no sooner than a time.monotonic() value
 #: (:class:`cursorsync.pulsar.dispatchable.DispatchableTail`, ``PluginTail``).
 TailCheck = Callable[[str, Position, float], bool]
-#: Tail checks asked at once (each a reader opened and closed on the source).
+#: Tail checks asked at once (each a reader opened and closed on the source, or a wait for
+#: the brokers' plugin to answer for every partition).
 TAIL_CHECK_THREADS = 8
 #: A tail check is asked this long after the poll that saw its entries acked, at least. The
 #: broker takes an entry into its last dispatchable position just after the entry becomes
