@@ -228,7 +228,8 @@ class PluginTail:
                     asked.asking = True
                     break
                 self._cond.wait()
-            wait = asked.asked_at + PLUGIN_TAIL_EVERY_S - self.clock()
+            # No sooner than the check's own time, nor within the spacing after the last.
+            wait = max(since, asked.asked_at + PLUGIN_TAIL_EVERY_S) - self.clock()
         positions: dict[str, Position] | None = None
         try:
             if wait > 0:

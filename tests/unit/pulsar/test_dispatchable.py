@@ -150,6 +150,16 @@ def test_a_check_takes_only_an_answer_asked_no_sooner_than_it_says(stub: StubAdm
     assert tail.requests == 2 and len(stub.requests) == 2
 
 
+def test_a_check_whose_time_is_still_to_come_is_asked_no_sooner(stub: StubAdmin) -> None:
+    """A check submitted right after its poll waits out the margin after it, as a reader
+    would: the answer it takes is asked at its ``not_before``, not when it is submitted."""
+    stub.set(PATH, _own(stub, **{"events-partition-0": "12:40"}))
+    tail, now = _tail(stub, Readers())
+    due = now[0] + 1.0
+    assert tail.nothing_dispatchable_after(P0, Position(12, 40), due)
+    assert now[0] >= due and tail.requests == 1
+
+
 def test_checks_waiting_at_once_share_one_request(stub: StubAdmin) -> None:
     """Eight threads asking at the same time: one request answers them all."""
     stub.set(PATH, Reply(body=answer(urlsplit(stub.url).netloc,
