@@ -342,12 +342,10 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
     entry). They come again on the source too."""
     if q.unacked is None:
         return unknown(f"unacked batches not read ({src.not_read})")
-    read, listed = NOTHING, frozenset[Position]()
-    indexes_read = bool(index_acks) and src.source_batches is not None and src.mapping is not None
-    if indexes_read:
-        assert src.source_batches is not None
-        read = _partial_read(src.source_batches, src)
-        listed = frozenset(b.position for b in src.source_batches)
+    # The acked indexes the source's brokers keep, where read (None: not usable here).
+    kept = src.source_batches if index_acks and src.mapping is not None else None
+    read = NOTHING if kept is None else _partial_read(kept, src)
+    listed = frozenset(()) if kept is None else frozenset(b.position for b in kept)
     entries = q.listed(q.unacked)
     if entries is None or any(p not in facts for p in entries):
         return read + unknown(_not_read(src, q.count(q.unacked)))
@@ -355,7 +353,7 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
                if facts[p].messages > 1 and _data(facts[p]) and p not in listed]
     if not batches:
         return read
-    why = (_UNLISTED if indexes_read else "the broker shows no batch-index acks: at most "
+    why = (_UNLISTED if kept is not None else "the broker shows no batch-index acks: at most "
            f"every message but one of each unacked batch, {_ON_THE_SOURCE[index_acks]}")
     return read + Figure(len(batches), sum(n - 1 for n in batches), "bound", why)
 

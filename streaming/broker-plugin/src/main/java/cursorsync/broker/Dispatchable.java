@@ -37,9 +37,10 @@ final class Dispatchable {
             if (!known(topic.checkIfTransactionBufferRecoverCompletely())) {
                 continue;
             }
-            CompletableFuture<Position> last = topic.getLastDispatchablePosition();
-            if (known(last) && last.join() != null) {
-                out.add(new TopicPosition(topic.getName(), last.join()));
+            CompletableFuture<Position> future = topic.getLastDispatchablePosition();
+            Position last = known(future) ? future.join() : null;
+            if (last != null) {
+                out.add(new TopicPosition(topic.getName(), last));
             }
         }
         return out;
