@@ -299,7 +299,7 @@ def _acked(q: Questions, which: RangeSet, facts: Mapping[Position, EntryFacts],
     entries = q.listed(which)
     if entries is None or any(p not in facts for p in entries):
         read = [facts[p] for p in entries or () if p in facts]
-        return unknown(_not_read(src, n), entries=n,
+        return unknown(_not_read(src), entries=n,
                        at_least=sum(f.messages for f in read if _data(f)))
     data = [facts[p] for p in entries if _data(facts[p])]
     return Figure(len(data), sum(f.messages for f in data), "exact")
@@ -319,10 +319,10 @@ def _chunks(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources, *,
         return unknown("the acked entries are not known (see acked_unmapped)")
     listed = [q.listed(q.unmapped), q.listed(q.since) if q.since is not None else []]
     if any(x is None for x in listed):
-        return unknown(_not_read(src, None) + "; chunks among the acked entries unknown")
+        return unknown(_not_read(src) + "; chunks among the acked entries unknown")
     entries = [p for x in listed for p in x or ()]
     if any(p not in facts for p in entries):
-        return unknown(_not_read(src, len(entries)) + "; chunks among them unknown")
+        return unknown(_not_read(src) + "; chunks among the acked entries unknown")
     chunks = [c for p in entries if (c := facts[p].chunk) is not None]
     firsts = sum(1 for c in chunks if c[0] == 0)
     lasts = sum(1 for c in chunks if c[0] == c[1] - 1)
@@ -348,7 +348,7 @@ def _partial(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources,
     listed = frozenset(()) if kept is None else frozenset(b.position for b in kept)
     entries = q.listed(q.unacked)
     if entries is None or any(p not in facts for p in entries):
-        return read + unknown(_not_read(src, q.count(q.unacked)))
+        return read + unknown(_not_read(src))
     batches = [facts[p].messages for p in entries
                if facts[p].messages > 1 and _data(facts[p]) and p not in listed]
     if not batches:
@@ -401,11 +401,13 @@ _ON_THE_SOURCE: dict[bool | None, str] = {
 }
 
 
-def _not_read(src: Sources, of: int | None) -> str:
+def _not_read(src: Sources) -> str:
+    """Why a figure is unknown for want of entry reads. It names no count (the figure's
+    ``entries`` holds it), so a sum over many partitions says it once."""
     if src.now is None:
         return f"messages per entry not read ({src.not_read})"
-    return (f"not every one of {'the' if of is None else of} entries read (at most "
-            f"{FORECAST_LOOKUPS} a forecast; or a read failed: see the log)")
+    return (f"not every entry read (at most {FORECAST_LOOKUPS} a forecast; or a read "
+            "failed: see the log)")
 
 
 __all__ = [

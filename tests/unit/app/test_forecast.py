@@ -222,6 +222,21 @@ def test_entries_not_read_make_a_figure_unknown_with_what_was_read_as_its_floor(
     assert forecast_cell(unmapped) == ">=3"
 
 
+def test_many_partitions_unread_say_why_once_and_add_their_entries() -> None:
+    # At a thousand partitions the read budget runs out in most of them: the subscription's
+    # figure says the reason once, not once per partition, and counts every entry.
+    src, facts = _world()
+    del facts[P("1:9")]
+    parts = [partition_forecast(_row(partition=i), src, questions(src), facts)
+             for i in range(50)]
+    [sub] = by_subscription(parts)
+    unmapped = sub.causes["acked_unmapped"]
+    assert (unmapped.basis, unmapped.entries, unmapped.at_least) == ("unknown", 250, 150)
+    assert unmapped.why == ("not every entry read (at most 4096 a forecast; or a read "
+                            "failed: see the log)")
+    assert sub.causes["chunks"].why.count("not every entry read") == 1
+
+
 def test_a_question_larger_than_the_lookup_budget_is_not_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     src, facts = _world()
