@@ -126,6 +126,12 @@ def bed_size(partitions: int, memory_scale: int | None = None) -> dict[str, Any]
     return size
 
 
+def clients_shared(partitions: int) -> int:
+    """How many partitions' publishers share a client: one each up to 1,000 partitions (the
+    figures measured so far), then as many as keeps the harness's clients at 1,000."""
+    return max(1, -(-partitions // 1000))
+
+
 def _label(holes: str, carry: bool, digests: bool, kept: bool | None = None) -> str:
     return (holes + ("-batches" if carry else "") + ("-digests" if digests else "")
             + ("-kept" if kept else "-per-range" if kept is False else ""))
@@ -148,7 +154,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         batch_index_acks=batch_index_acks,
                         entries_per_partition=entries_per_partition,
                         produce_seconds=produce_seconds, subscription_types=("Shared",),
-                        foreign_per_partition=0)
+                        foreign_per_partition=0,
+                        partitions_per_client=clients_shared(partitions))
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before, threads_before = cpu.sample(), cpu.broker_threads()
     report, failed = None, ""

@@ -66,6 +66,15 @@ def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
             s.bind((LOOPBACK, p))
 
 
+def test_a_wide_benchmark_keeps_its_harness_within_a_process_s_descriptors() -> None:
+    from cursorsync_devtools.bench_partitions import clients_shared
+
+    # The figures up to 1,000 partitions keep a client per partition; wider, the harness
+    # stays at 1,000 clients (5,000 clients passed the machine's 20,000 descriptors).
+    assert [clients_shared(n) for n in (1, 300, 1000, 1001, 3000, 5000)] == [1, 1, 1, 2, 3, 5]
+    assert max(-(-n // clients_shared(n)) for n in (1000, 3000, 5000, 7777)) == 1000
+
+
 def test_a_wide_benchmark_gives_its_brokers_memory_and_its_clients_time(
         tmp_path: Path) -> None:
     from cursorsync_devtools.bench_partitions import bed_size
