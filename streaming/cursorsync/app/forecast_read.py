@@ -108,7 +108,7 @@ def forecast(store: TableStore, rows: Sequence[StatusRow], *,
     index_acks = None if source is None else batch_index_acks(source)
     if source is not None and index_acks:
         srcs = _with_batches(rows, srcs, source, target, tlive)
-    qs = [questions(s) for s in srcs]
+    qs = [questions(s, r) for r, s in zip(rows, srcs, strict=True)]
     facts: dict[tuple[str, Position], EntryFacts] = {}
     if source is not None and any(s.now is not None for s in srcs):
         facts = _read_entries(source, _wanted(rows, qs, srcs))

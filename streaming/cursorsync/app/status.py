@@ -90,6 +90,9 @@ class StatusRow:
     rewound_entries: int | None = None
     lag_ms: int | None = None
     emitted_at: datetime | None = None
+    #: When the source state the last plan was made from was last known current
+    #: (``sync_progress.source_observed_at``).
+    planned_from: datetime | None = None
     dry_run: bool | None = None
     # newest builtin_updates row: where Pulsar's own replicated subscription moved it on b
     builtin_mark_delete: Position | None = None
@@ -205,7 +208,7 @@ def _latest_rows(store: TableStore, flt: Any) -> tuple[dict[Any, Any], dict[Any,
     progress = _latest(store.read("sync_progress", flt, columns=[
         *_KEY, "source_cluster", "target_cluster", "target_mark_delete_ledger",
         "target_mark_delete_entry", "outcome", "unmapped_acked_entries", "rewound_entries",
-        "lag_ms", "emitted_at", "dry_run", "batch_id"]), "emitted_at")
+        "lag_ms", "emitted_at", "source_observed_at", "dry_run", "batch_id"]), "emitted_at")
     cursors_t = store.read("cursor_states", flt, columns=[
         *_KEY, "source_cluster", "target_cluster", "mark_delete_ledger", "mark_delete_entry",
         "individually_deleted_ranges", "observed_at", "batch_id"])
@@ -237,6 +240,7 @@ def _status_row(k: tuple[str, int, str], p: dict[str, Any] | None, c: dict[str, 
         rewound_entries=None if p is None else p["rewound_entries"],
         lag_ms=None if p is None else p["lag_ms"],
         emitted_at=None if p is None else p["emitted_at"],
+        planned_from=None if p is None else p["source_observed_at"],
         dry_run=None if p is None else p["dry_run"],
         builtin_mark_delete=builtin,
         segments=segs, mapped_entries=mapped, last_mapped_source=last,
