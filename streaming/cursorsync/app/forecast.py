@@ -235,13 +235,14 @@ def questions(src: Sources, row: StatusRow | None = None) -> Questions:
     """The entries acked at the last sync and unmapped, acked since, and unacked now.
 
     None acked at the last sync is unmapped when ``row``, that sync's, counted none and
-    was planned from a source state at least as new as ``src.last``: the sync explained
-    each (mapped, or a marker it looked up on the source), which the tables' mapping alone
-    does not, so they need no reads (at a thousand partitions, thousands of them)."""
+    was planned from a source state at least as new as ``src.last``, with its ledger list:
+    the sync explained each (mapped, or a marker it looked up on the source), which the
+    tables' mapping alone does not, so they need no reads (at a thousand partitions,
+    thousands of them)."""
     ledgers = src.now.ledgers if src.now is not None else (
         src.last.ledgers if src.last is not None else None)
     unmapped = None
-    if _explained_by_sync(row):
+    if _explained_by_sync(row, src.last):
         unmapped = RangeSet()
     elif src.last is not None and src.mapping is not None and len(src.mapping.segments):
         state = CursorState(src.last.mark_delete, src.last.individually_deleted, ledgers)
@@ -255,12 +256,14 @@ def questions(src: Sources, row: StatusRow | None = None) -> Questions:
     return Questions(unmapped, since, unacked, ledgers)
 
 
-def _explained_by_sync(row: StatusRow | None) -> bool:
-    """Whether ``row``'s sync counted no acked source entry unmapped in the newest source
-    state recorded (``observed_at``): it planned from a state known current since."""
+def _explained_by_sync(row: StatusRow | None, last: CursorState | None) -> bool:
+    """Whether ``row``'s sync counted no acked source entry unmapped in ``last``, the newest
+    source state recorded (``observed_at``): it planned from a state known current since,
+    and counted with that state's ledger list (without one its count is only a floor)."""
     return (row is not None and row.unmapped_acked_entries == 0
             and row.planned_from is not None and row.observed_at is not None
-            and row.planned_from >= row.observed_at)
+            and row.planned_from >= row.observed_at
+            and last is not None and last.ledgers is not None and len(last.ledgers.ids) > 0)
 
 
 def partition_forecast(row: StatusRow, src: Sources, q: Questions,

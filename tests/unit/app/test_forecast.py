@@ -367,6 +367,9 @@ def test_a_last_sync_that_left_nothing_unmapped_needs_no_reads(
                   mapping=TopicMapping(SegmentSet.of([Segment(1, 0, 5, 0, 10)])))
     q = questions(src, row)
     [f] = forecast(store, [row])
+    # Without the state's ledger list the sync's count was a floor: it settles nothing.
+    unlisted = replace(src, last=CursorState(P("1:14"), RangeSet(), None))
+    assert questions(unlisted, row).unmapped != RangeSet()
     if planned_from_second == 9 and not unmapped:
         assert q.unmapped == RangeSet() and q.count(q.unmapped) == 0
         assert f.causes["acked_unmapped"] == Figure(0, 0, "exact")
