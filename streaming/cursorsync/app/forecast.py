@@ -258,9 +258,11 @@ def questions(src: Sources, row: StatusRow | None = None) -> Questions:
 
 def _explained_by_sync(row: StatusRow | None, last: CursorState | None) -> bool:
     """Whether ``row``'s sync counted no acked source entry unmapped in ``last``, the newest
-    source state recorded (``observed_at``): it planned from a state known current since,
-    and counted with that state's ledger list (without one its count is only a floor)."""
-    return (row is not None and row.unmapped_acked_entries == 0
+    source state recorded (``observed_at``): its plan was exact (an ``unknown`` one, with
+    no segment, counts nothing), from a state known current since, and counted with that
+    state's ledger list (without one its count is only a floor)."""
+    return (row is not None and row.planned_outcome == "exact"
+            and row.unmapped_acked_entries == 0
             and row.planned_from is not None and row.observed_at is not None
             and row.planned_from >= row.observed_at
             and last is not None and last.ledgers is not None and len(last.ledgers.ids) > 0)

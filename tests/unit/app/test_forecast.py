@@ -349,15 +349,18 @@ def test_from_the_tables_alone_the_unmapped_entries_are_counted(store: TableStor
     assert f.causes["acked_since_sync"].why.startswith("acks since the last observation")
 
 
-@pytest.mark.parametrize(("planned_from_second", "unmapped"), [(9, 0), (8, 0), (9, 5)])
+@pytest.mark.parametrize(("planned_from_second", "unmapped", "outcome"), [
+    (9, 0, "exact"), (8, 0, "exact"), (9, 5, "partial"),
+    (9, 0, "unknown"),  # no segment: the sync counted nothing, it found none unmapped
+])
 def test_a_last_sync_that_left_nothing_unmapped_needs_no_reads(
-        store: TableStore, planned_from_second: int, unmapped: int) -> None:
+        store: TableStore, planned_from_second: int, unmapped: int, outcome: str) -> None:
     # The sync explains acked entries the tables' mapping does not (markers it looked up on
     # the source): when it counted none unmapped, planning from the newest source state
     # recorded (observed at second 9) or one known current since, nothing is to be read.
     key = PartitionKey(ORDERS, -1)
     plan = AckPlan(P("5:9"), RangeSet(), RangeSet(), P("5:9"), unmapped, 0, 0, 0,
-                   "exact" if not unmapped else "partial")  # type: ignore[arg-type]
+                   outcome)  # type: ignore[arg-type]
     store.append("sync_progress", sync_progress_rows(
         [SyncRecord(key, "billing", plan, 0, False, T0.replace(second=planned_from_second),
                     T0.replace(second=10))], source_cluster="a", target_cluster="b"),
@@ -370,10 +373,10 @@ def test_a_last_sync_that_left_nothing_unmapped_needs_no_reads(
     # Without the state's ledger list the sync's count was a floor: it settles nothing.
     unlisted = replace(src, last=CursorState(P("1:14"), RangeSet(), None))
     assert questions(unlisted, row).unmapped != RangeSet()
-    if planned_from_second == 9 and not unmapped:
+    if (planned_from_second, outcome) == (9, "exact"):
         assert q.unmapped == RangeSet() and q.count(q.unmapped) == 0
         assert f.causes["acked_unmapped"] == Figure(0, 0, "exact")
-    else:  # planned from an older state, or entries left unmapped: counted from the tables
+    else:  # an older state, entries left unmapped, or none counted: from the tables
         assert q.count(q.unmapped) == 5
         assert (f.causes["acked_unmapped"].entries,
                 f.causes["acked_unmapped"].basis) == (5, "unknown")
