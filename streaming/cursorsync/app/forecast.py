@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 
 from cursorsync.app.status import DRY_RUN, StatusRow
 from cursorsync.core.batches import PartialBatch
-from cursorsync.core.cursor import CursorState
+from cursorsync.core.cursor import CursorState, Outcome
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.positions import Position
 from cursorsync.core.ranges import RangeSet
@@ -261,7 +261,7 @@ def _explained_by_sync(row: StatusRow | None, last: CursorState | None) -> bool:
     source state recorded (``observed_at``): its plan was exact (an ``unknown`` one, with
     no segment, counts nothing), from a state known current since, and counted with that
     state's ledger list (without one its count is only a floor)."""
-    return (row is not None and row.planned_outcome == "exact"
+    return (row is not None and row.planned_outcome == Outcome.EXACT
             and row.unmapped_acked_entries == 0
             and row.planned_from is not None and row.observed_at is not None
             and row.planned_from >= row.observed_at
@@ -338,10 +338,9 @@ def _chunks(q: Questions, facts: Mapping[Position, EntryFacts], src: Sources, *,
     if not known:
         return unknown("the acked entries are not known (see acked_unmapped)")
     listed = [q.listed(q.unmapped), q.listed(q.since) if q.since is not None else []]
-    if any(x is None for x in listed):
-        return unknown(_not_read(src) + "; chunks among the acked entries unknown")
-    entries = [p for x in listed for p in x or ()]
-    if any(p not in facts for p in entries):
+    entries = (None if any(x is None for x in listed)
+               else [p for x in listed for p in x or ()])
+    if entries is None or any(p not in facts for p in entries):
         return unknown(_not_read(src) + "; chunks among the acked entries unknown")
     chunks = [c for p in entries if (c := facts[p].chunk) is not None]
     firsts = sum(1 for c in chunks if c[0] == 0)
