@@ -43,6 +43,8 @@ import pyarrow.compute as pc
 HOLES = ("verified", "probe")
 #: The label of the run that warms the brokers up.
 WARM_UP = "warm-up"
+#: Progress updates each query keeps, for Spark's phases of every batch of a run.
+PROGRESS_UPDATES = 2000
 
 
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
@@ -143,6 +145,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
          kept: bool | None = None, label: str | None = None,
          watch_builtin: bool = False) -> dict[str, Any]:
     from cursorsync.tables import open_store
+    from cursorsync_devtools.bench_e2e import PROGRESS_KEPT
     from cursorsync_devtools.demo import demo
     from cursorsync_devtools.testbed.cpu import CpuSampler
     from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
@@ -162,6 +165,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
         try:
             report = demo(bed=bed, work_dir=str(root), keep=True, spec=spec,
+                          spark_conf={PROGRESS_KEPT: str(PROGRESS_UPDATES)},
                           timeout_s=timeout_s, holes=holes, carry_batches=carry,
                           cursor_digests=digests,
                           kept_readers=0 if kept is False else None,
@@ -192,6 +196,9 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         "batch_phases_mean_s": report.phase_seconds,
         # Of which the batch's own thread on a core (the rest waits: brokers, threads, CPU).
         "batch_phases_cpu_mean_s": report.phase_cpu_seconds,
+        # Spark's phases of the batches (p50 / p90 ms): latestOffset is the sources' new
+        # offsets (the mapping's last message ids, the sync's source poll).
+        "spark_phases_ms": report.spark_phases,
         "sync_lag_p50_s": round(float(np.percentile(lags, 50)), 2) if len(lags) else None,
         "sync_lag_p99_s": round(float(np.percentile(lags, 99)), 2) if len(lags) else None,
         "skipped_id_requests": report.skipped_id_requests,

@@ -309,6 +309,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
 
         next_batch(120)
         log.info("demo: the job runs; starting the workload")
+        workload_began = time.time()
         result = run_workload(bed, spec)
         since_batch = job.sync_sink.last_batch
         verify_source_cursors(bed, result)
@@ -347,6 +348,10 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         phases = batch_figures.phase_seconds(job.sync_sink.metrics)
         phases_cpu = batch_figures.phase_cpu_seconds(job.sync_sink.metrics)
         requests = batch_figures.skipped_id_requests(job.sync_sink.metrics)
+        # Spark's phases around the job's own (since a restart: the running queries').
+        spark_phases = batch_figures.trigger_phases(
+            {q.name: [json.loads(p.json) for p in q.recentProgress] for q in job.queries},
+            since_epoch_s=workload_began)
     finally:
         job.stop()
     marks: dict[str, dict[str, str]] = {sync_subscription(k): {} for k in
@@ -388,7 +393,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       mapping_batches=mapping_batches, seconds=0.0,
                       workload=result.to_dict(), restarts=restarts, injected_crashes=len(crashed),
                       batch_seconds=batch_seconds, phase_seconds=phases,
-                      phase_cpu_seconds=phases_cpu, target_marks=marks,
+                      phase_cpu_seconds=phases_cpu, spark_phases=spark_phases,
+                      target_marks=marks,
                       skipped_id_requests=requests, forecast=forecast,
                       batch_index_acks=spec.batch_index_acks, source_restart=on_a_again,
                       builtin_source_restart=builtin_on_a_again)

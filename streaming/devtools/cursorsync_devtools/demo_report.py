@@ -60,6 +60,9 @@ class DemoReport:
     #: Per query, the CPU seconds its thread spent in each phase, mean per batch, where
     #: measured (``batch_figures.phase_cpu_seconds``).
     phase_cpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Per query, Spark's phases of its batches since the workload began, p50 and p90 ms
+    #: (``batch_figures.trigger_phases``): the sources' new offsets, the logs, the batch.
+    spark_phases: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: b's markDeletePosition per sync subscription and topic partition when the job
     #: stopped, before the failover check's consumers (whose dispatchers ack the markers
     #: they read) connect: what the sync alone made of b's cursors.
