@@ -55,6 +55,9 @@ def entries_options(config: Config, side: Literal["source", "target"]) -> dict[s
             "keptReaders": str(cluster.kept_readers),
             "sourcePositionProperty": config.evidence.source_position_property,
             "subscription": f"{MAPPING_SUBSCRIPTION_PREFIX}-{side}",
+            # Every partition's last position each trigger: from the plugin, which the
+            # cursor digests need on both clusters' brokers.
+            "pluginPositions": str(config.spark.cursor_digests).lower(),
             "startingPosition": "earliest"}
     return opts
 

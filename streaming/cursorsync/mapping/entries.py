@@ -17,8 +17,11 @@ carry ``"tick": n``, which moves when the mapping sink asks for a batch
 
 Where things run: the driver finds the latest
 positions with a durable, zero-queue subscription consumer per topic
-partition (``get_last_message_id``), and acknowledges ``end`` cumulatively on
-it in ``commit(end)``, so retention keeps every entry not mapped yet.
+partition (``get_last_message_id``), or with ``pluginPositions`` from
+cursorsync's broker plugin (one request per broker and namespace; a partition
+it does not list is asked on its consumer), and acknowledges ``end``
+cumulatively on the consumer in ``commit(end)``, so retention keeps every
+entry not mapped yet.
 Executors read with a pulsar-client Reader created inside ``read()``.
 
 Pinned behaviour (tests/integration/mapping/test_entries_reading.py): a Reader started at ``L:E:-1``
@@ -117,6 +120,7 @@ from cursorsync.mapping.entries_tasks import (
     pack_ranges,
 )
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.dispatchable import PluginPositions
 from cursorsync.pulsar.options import Options
 from cursorsync.pulsar.topics import TopicName
 
@@ -144,6 +148,9 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         #: another ledger than it ends: (start, ledgers). It sizes the ranges from that
         #: start (a restarted driver has none, and packs them as of unknown size).
         self._ledgers: dict[str, tuple[Position, Ledgers]] = {}
+        self._plugin_positions: PluginPositions | None = None
+        #: Per topic, the position the last commit acked.
+        self._committed: dict[str, Position] = {}
 
     # -- resources (driver only; never pickled with partitions) --
 
@@ -201,20 +208,37 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             raise EntriesReadError(
                 f"cluster {self.options.cluster} topic {topic}: cannot get the last message "
                 f"id: {e}") from e
-        pos = Position(mid.ledger_id(), mid.entry_id())
-        return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
+        return _dispatchable(Position(mid.ledger_id(), mid.entry_id()))
 
     def latest_positions(self, topics: Sequence[str]) -> dict[str, Position]:
-        """:meth:`latest_position` of each topic partition, asked on up to the admin's
-        ``max_workers`` threads (one round trip to a broker each: one after the other,
-        a thousand partitions take seconds)."""
+        """:meth:`latest_position` of each topic partition: with ``pluginPositions``, those
+        the brokers' plugin lists from its answers (a request per broker); the rest asked on
+        up to the admin's ``max_workers`` threads (one round trip to a broker each: one
+        after the other, a thousand partitions take seconds)."""
         if not topics:
             return {}
         self._pulsar()  # opened once, before the threads share it
-        assert self.options.admin is not None  # required by EntriesOptions.parse
-        workers = min(self.options.admin.max_workers, len(topics))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return dict(zip(topics, pool.map(self.latest_position, topics), strict=True))
+        listed = self._plugin().read(topics) if self.options.plugin_positions else {}
+        # Every partition has its mapping subscription (what retention keeps) from the
+        # trigger that first reads it, whoever answers its position.
+        rest = [t for t in topics if t not in listed]
+        new = [t for t in listed if t not in self._consumers]
+        asked: dict[str, Position] = {}
+        if rest or new:
+            assert self.options.admin is not None  # required by EntriesOptions.parse
+            workers = min(self.options.admin.max_workers, max(len(rest), len(new)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                asked = dict(zip(rest, pool.map(self.latest_position, rest), strict=True))
+                list(pool.map(self._consumer, new))
+        if listed:
+            log.debug("cluster %s: last positions of %d partitions from the plugin, %d from "
+                      "their consumers", self.options.cluster, len(listed), len(asked))
+        return {t: asked[t] if t in asked else _dispatchable(listed[t]) for t in topics}
+
+    def _plugin(self) -> PluginPositions:
+        if self._plugin_positions is None:
+            self._plugin_positions = PluginPositions(self._admin_client())
+        return self._plugin_positions
 
     def _ledger_lists(self, topics: Sequence[str]) -> dict[str, Ledgers]:
         """Each topic partition's ledger list, read concurrently (a batch after a ledger
@@ -366,11 +390,13 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         import pulsar
 
         for t, pos in entries_positions(end).items():
-            if pos.ledger < 0 or pos.entry < 0:
+            # A partition without new entries was acked as far in an earlier commit.
+            if pos.ledger < 0 or pos.entry < 0 or self._committed.get(t) == pos:
                 continue
             mid = pulsar.MessageId(TopicName.parse(t).partition, pos.ledger, pos.entry, -1)
             try:
                 self._consumer(t).acknowledge_cumulative(mid)
+                self._committed[t] = pos
             except pulsar.PulsarException as e:
                 # Retention only: the next commit acks further. Logged, not hidden.
                 log.warning("cluster %s topic %s: cumulative ack of %s on subscription %s "
@@ -381,12 +407,18 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for c in self._consumers.values():
             c.close()
         self._consumers.clear()
+        self._committed.clear()
         if self._client is not None:
             self._client.close()
             self._client = None
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+
+
+def _dispatchable(pos: Position) -> Position:
+    """A broker's last dispatchable position as an offset: BEFORE_ALL for none."""
+    return BEFORE_ALL if pos.entry < 0 and pos.ledger < 0 else pos
 
 
 class PulsarEntriesDataSource(DataSource):

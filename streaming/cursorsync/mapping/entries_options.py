@@ -151,6 +151,9 @@ class EntriesOptions:
     #: Offsets carry a ``tick`` that moves when the mapping sink asks for a batch in this
     #: file (:mod:`cursorsync.wake`); None: never.
     wake_file: str | None = None
+    #: Option ``pluginPositions``: the partitions' last positions from cursorsync's broker
+    #: plugin, a request per broker (a consumer's GetLastMessageId for any it does not list).
+    plugin_positions: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EntriesOptions:
@@ -200,4 +203,5 @@ class EntriesOptions:
             or DEFAULT_RANGES_PER_TASK,
             packed=parse_layout(o),
             wake_file=o.get_str("wakeFile"),
+            plugin_positions=o.get_bool("pluginPositions", False),
         )

@@ -21,6 +21,9 @@ request per broker and namespace (``GET /cursorsync/dispatchable?namespace=TENAN
 
 A broker lists only the positions it knows without reading (it keeps the position up to
 date as messages are written); a partition it does not list is asked with a reader.
+:class:`PluginPositions` reads the same answers for the mapping's entries source, whose
+every trigger needs the position of every partition it reads (otherwise a consumer's
+GetLastMessageId each).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -39,7 +42,7 @@ from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.batch_acks import plugin_get
 from cursorsync.pulsar.client import ClientSettings
 from cursorsync.pulsar.cursor_digests import PLUGIN_RETRY_S, answer_head, cluster_answers
-from cursorsync.pulsar.topics import TopicName
+from cursorsync.pulsar.topics import TopicName, namespaces_of
 
 log = logging.getLogger(__name__)
 
@@ -256,5 +259,38 @@ class PluginTail:
         self.fallback.close()
 
 
-__all__ = ["DispatchableAnswer", "DispatchableTail", "PluginTail", "fetch_dispatchable",
-           "parse_dispatchable"]
+class PluginPositions:
+    """The last dispatchable position of many topic partitions at once, from the plugin of
+    every broker of ``admin``'s cluster (a request per broker and namespace, where a
+    consumer asks one partition per round trip). A partition no broker lists is left out,
+    for the caller to ask its consumer; a plugin that cannot be asked is warned of once and
+    asked again after PLUGIN_RETRY_S, every partition left to the caller meanwhile."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self.admin = admin
+        self._off_until = float("-inf")
+        self.clock = time.monotonic
+        #: Answers taken (each a request per broker and namespace).
+        self.requests = 0
+
+    def read(self, topics: Sequence[str]) -> dict[str, Position]:
+        """The positions of the concrete ``topics`` the brokers list, by the names given."""
+        now = self.clock()
+        if not topics or now < self._off_until:
+            return {}
+        names = {t: str(TopicName.parse(t)) for t in topics}
+        try:
+            found = cluster_answers(self.admin, namespaces_of(names.values()),
+                                    fetch_dispatchable, "last dispatchable positions")
+        except CursorSyncError as err:
+            self._off_until = now + PLUGIN_RETRY_S
+            log.warning("last dispatchable positions of cluster %s cannot be read from "
+                        "cursorsync's broker plugin (%s): a consumer per partition asks for "
+                        "the next %.0f s", self.admin.cluster, err, PLUGIN_RETRY_S)
+            return {}
+        self.requests += 1
+        return {t: found[n] for t, n in names.items() if n in found}
+
+
+__all__ = ["DispatchableAnswer", "DispatchableTail", "PluginPositions", "PluginTail",
+           "fetch_dispatchable", "parse_dispatchable"]

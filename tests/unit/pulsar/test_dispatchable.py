@@ -16,6 +16,7 @@ from cursorsync.pulsar.cursor_digests import PLUGIN_RETRY_S
 from cursorsync.pulsar.dispatchable import (
     DISPATCHABLE_PATH,
     PLUGIN_TAIL_EVERY_S,
+    PluginPositions,
     PluginTail,
     fetch_dispatchable,
     parse_dispatchable,
@@ -203,3 +204,33 @@ def test_fetch_asks_one_broker_for_one_namespace(stub: StubAdmin) -> None:
     with client(stub.url) as admin:
         got = fetch_dispatchable(admin, NS)
     assert got.topics == {P0: Position(5, 6)} and stub.requests[0][0] == PATH
+
+
+def test_positions_of_many_partitions_come_from_one_request(stub: StubAdmin) -> None:
+    """Every listed partition by the name it was asked by (short or full); one the broker
+    does not list is left for the caller's consumer."""
+    stub.set(PATH, _own(stub, **{"events-partition-0": "12:40", "events-partition-2": "7:-1"}))
+    positions = PluginPositions(client(stub.url))
+    short = "acme/orders/events-partition-2"
+    got = positions.read([P0, P1, short])
+    assert got == {P0: Position(12, 40), short: Position(7, -1)}
+    assert len(stub.requests) == 1 and positions.requests == 1
+
+
+def test_positions_of_nothing_ask_nothing(stub: StubAdmin) -> None:
+    positions = PluginPositions(client(stub.url))
+    assert positions.read([]) == {} and stub.requests == []
+
+
+def test_a_broker_without_the_plugin_leaves_every_position_to_the_consumers_for_a_while(
+        stub: StubAdmin, caplog: pytest.LogCaptureFixture) -> None:
+    positions = PluginPositions(client(stub.url))
+    now = [100.0]
+    positions.clock = lambda: now[0]
+    assert positions.read([P0]) == {}  # the stub answers 404 without the plugin's mark
+    assert "a consumer per partition asks for the next" in caplog.text
+    now[0] += PLUGIN_RETRY_S - 1
+    assert positions.read([P0]) == {} and len(stub.requests) == 1
+    stub.set(PATH, _own(stub, **{"events-partition-0": "12:40"}))
+    now[0] += 1
+    assert positions.read([P0]) == {P0: Position(12, 40)} and len(stub.requests) == 2

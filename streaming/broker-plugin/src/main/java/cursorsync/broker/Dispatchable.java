@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import org.apache.bookkeeper.mledger.Position;
+import org.apache.bookkeeper.mledger.PositionFactory;
 import org.apache.pulsar.broker.service.BrokerService;
 import org.apache.pulsar.broker.service.persistent.PersistentTopic;
 import org.apache.pulsar.common.naming.NamespaceName;
@@ -20,12 +21,19 @@ import org.apache.pulsar.common.naming.NamespaceName;
  * its transaction buffer still recovering) is left out, and the broker starts working it
  * out (a backward read past the markers at the topic's end, as a GetLastMessageId would),
  * so a later request finds it. No request waits on a read.
+ *
+ * <p>A position that names no entry of a ledger the topic still has (its current ledger
+ * empty, or its ledger deleted) is listed as -1:-1, as the broker answers a consumer that
+ * does not read the compacted topic.
  */
 final class Dispatchable {
 
     /** A topic and its last dispatchable position. */
     record TopicPosition(String topic, Position position) {
     }
+
+    /** What a consumer is told when the last dispatchable position names no entry. */
+    static final Position NONE = PositionFactory.create(-1, -1);
 
     private Dispatchable() {
     }
@@ -40,7 +48,9 @@ final class Dispatchable {
             CompletableFuture<Position> future = topic.getLastDispatchablePosition();
             Position last = known(future) ? future.join() : null;
             if (last != null) {
-                out.add(new TopicPosition(topic.getName(), last));
+                boolean entry = last.getEntryId() >= 0
+                        && topic.getManagedLedger().getLedgersInfo().containsKey(last.getLedgerId());
+                out.add(new TopicPosition(topic.getName(), entry ? last : NONE));
             }
         }
         return out;
