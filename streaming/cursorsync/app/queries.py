@@ -4,6 +4,8 @@ state they share (:class:`~cursorsync.core.retention.LiveLedgers`) as an argumen
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -159,6 +161,26 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     return sink
 
 
+#: The queries' names, and their scheduler pools' (a query's property, inherited by its jobs).
+MAPPING_QUERY = "cursorsync-mapping"
+SYNC_QUERY = "cursorsync-sync"
+SCHEDULER_POOL = "spark.scheduler.pool"
+
+
+@contextmanager
+def scheduler_pool(spark: Any, pool: str) -> Iterator[None]:
+    """Queries started inside run their jobs in scheduler pool ``pool`` (with
+    spark.scheduler.mode FAIR, the pools share the task slots: a sync batch's one task takes
+    the next free slot instead of waiting behind every task of a mapping batch submitted
+    before it, as FIFO would have it)."""
+    context = spark.sparkContext
+    context.setLocalProperty(SCHEDULER_POOL, pool)  # a started query's thread inherits it
+    try:
+        yield
+    finally:
+        context.setLocalProperty(SCHEDULER_POOL, None)
+
+
 def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSink,
                   bases: dict[str, int]) -> list[Any]:
     """Start the mapping and the sync queries on their checkpoints (batch ids bound to the
@@ -183,17 +205,19 @@ def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSi
     entries = entries_stream(spark, config, "target", wake_file=mapping.wake_file)
     if {"identity", "snapshot"} & set(config.evidence.strategies):
         entries = entries.unionByName(entries_stream(spark, config, "source"))
-    mq = (entries.writeStream.queryName("cursorsync-mapping")
-          .foreachBatch(Rebased(mapping, bases["mapping"]))
-          .option("checkpointLocation", str(ckpt / "mapping"))
-          .trigger(processingTime=mapping_trigger)
-          .start())
-    cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR), wake_file).writeStream
-          .queryName("cursorsync-sync").foreachBatch(Rebased(sync, bases["sync"]))
-          .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=tick)
-          .start())
+    with scheduler_pool(spark, MAPPING_QUERY):
+        mq = (entries.writeStream.queryName(MAPPING_QUERY)
+              .foreachBatch(Rebased(mapping, bases["mapping"]))
+              .option("checkpointLocation", str(ckpt / "mapping"))
+              .trigger(processingTime=mapping_trigger)
+              .start())
+    with scheduler_pool(spark, SYNC_QUERY):
+        cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR), wake_file).writeStream
+              .queryName(SYNC_QUERY).foreachBatch(Rebased(sync, bases["sync"]))
+              .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=tick)
+              .start())
     return [mq, cq]
 
 
-__all__ = ["Clients", "builder_config", "executor_settings", "mapping_sink", "start_queries",
-           "sync_sink", "sync_sink_settings"]
+__all__ = ["Clients", "builder_config", "executor_settings", "mapping_sink", "scheduler_pool",
+           "start_queries", "sync_sink", "sync_sink_settings"]

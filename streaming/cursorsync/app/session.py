@@ -180,6 +180,9 @@ def build_session(config: Config) -> Any:
         # A Python worker that dies (a native crash in the Pulsar client) leaves its
         # threads' stacks in the error, not only "exited unexpectedly".
         "spark.python.worker.faulthandler.enabled": "true",
+        # The two queries' jobs share the slots by pool (cursorsync.app.queries), not in
+        # the order they were submitted.
+        "spark.scheduler.mode": "FAIR",
         **CHECKPOINT_FILE_MANAGER,
     })
     if config.tables.backend == "delta-spark":
