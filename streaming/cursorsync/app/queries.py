@@ -19,7 +19,7 @@ from cursorsync.app.settings import Config
 from cursorsync.app.streams import cursors_stream, entries_stream, selection
 from cursorsync.core.retention import LiveLedgers
 from cursorsync.mapping.builder import BuilderSettings
-from cursorsync.mapping.sink import MappingSink
+from cursorsync.mapping.sink import MAPPING_APP, MappingSink
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.connections import Connections
 from cursorsync.pulsar.cursor_digests import cluster_digests
@@ -30,7 +30,7 @@ from cursorsync.sync.batch_reads import BatchReads
 from cursorsync.sync.executors import ExecutorSettings
 from cursorsync.sync.follow import SYNC_WAKE, FollowMapping
 from cursorsync.sync.poll_health import POLLS_DIR
-from cursorsync.sync.sink import SyncSink, SyncSinkSettings
+from cursorsync.sync.sink import SYNC_APP, SyncSink, SyncSinkSettings
 from cursorsync.sync.step import StepSettings, SyncStep
 from cursorsync.sync.target_reads import AdminTargets
 from cursorsync.tables.store import TableStore
@@ -161,9 +161,8 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     return sink
 
 
-#: The queries' names, and their scheduler pools' (a query's property, inherited by its jobs).
-MAPPING_QUERY = "cursorsync-mapping"
-SYNC_QUERY = "cursorsync-sync"
+#: The local property naming a query's scheduler pool, inherited by its jobs; each query's
+#: pool and name is its sink's app id.
 SCHEDULER_POOL = "spark.scheduler.pool"
 
 
@@ -205,15 +204,15 @@ def start_queries(spark: Any, config: Config, mapping: MappingSink, sync: SyncSi
     entries = entries_stream(spark, config, "target", wake_file=mapping.wake_file)
     if {"identity", "snapshot"} & set(config.evidence.strategies):
         entries = entries.unionByName(entries_stream(spark, config, "source"))
-    with scheduler_pool(spark, MAPPING_QUERY):
-        mq = (entries.writeStream.queryName(MAPPING_QUERY)
+    with scheduler_pool(spark, MAPPING_APP):
+        mq = (entries.writeStream.queryName(MAPPING_APP)
               .foreachBatch(Rebased(mapping, bases["mapping"]))
               .option("checkpointLocation", str(ckpt / "mapping"))
               .trigger(processingTime=mapping_trigger)
               .start())
-    with scheduler_pool(spark, SYNC_QUERY):
+    with scheduler_pool(spark, SYNC_APP):
         cq = (cursors_stream(spark, config, str(ckpt / POLLS_DIR), wake_file).writeStream
-              .queryName(SYNC_QUERY).foreachBatch(Rebased(sync, bases["sync"]))
+              .queryName(SYNC_APP).foreachBatch(Rebased(sync, bases["sync"]))
               .option("checkpointLocation", str(ckpt / "sync")).trigger(processingTime=tick)
               .start())
     return [mq, cq]

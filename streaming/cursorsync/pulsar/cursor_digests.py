@@ -197,9 +197,30 @@ def cluster_cursor_stats(admin: AdminClient, wanted: Mapping[str, Collection[str
     return out
 
 
-#: After the plugin could not be asked, how long :class:`PluginCursorStats` reads nothing
-#: from it (its callers read one internalStats request per partition) before asking again.
+#: After the plugin could not be asked, how long its callers read nothing from it (they
+#: read on without it: a request or a reader per partition) before asking again.
 PLUGIN_RETRY_S = 300.0
+
+
+class PluginBackoff:
+    """Whether a cluster's broker plugin may be asked at ``now``: one that could not be
+    asked is warned of once and left alone for :data:`PLUGIN_RETRY_S`."""
+
+    def __init__(self, cluster: str, what: str, instead: str) -> None:
+        #: What is read ("the probe cursors"), and how it is read meanwhile.
+        self.cluster, self.what, self.instead = cluster, what, instead
+        self._off_until = float("-inf")
+
+    def closed(self, now: float) -> bool:
+        """Whether the plugin is being left alone at ``now``."""
+        return now < self._off_until
+
+    def failed(self, now: float, err: Exception) -> None:
+        """The plugin could not be asked at ``now``: warn, and leave it alone a while."""
+        self._off_until = now + PLUGIN_RETRY_S
+        log.warning("%s of cluster %s cannot be read from cursorsync's broker plugin (%s): "
+                    "%s for the next %.0f s", self.what, self.cluster, err, self.instead,
+                    PLUGIN_RETRY_S)
 
 
 class PluginCursorStats:
@@ -210,7 +231,8 @@ class PluginCursorStats:
     def __init__(self, admin: AdminClient, what: str, *, enabled: bool = True) -> None:
         #: What is read, for the warning ("the probe cursors").
         self.admin, self.what, self.enabled = admin, what, enabled
-        self._off_until = 0.0
+        self._backoff = PluginBackoff(admin.cluster, what,
+                                      "one internalStats request per partition")
         #: Reads answered (each a request per broker and namespace).
         self.reads = 0
         self.clock = time.monotonic
@@ -220,15 +242,12 @@ class PluginCursorStats:
         (see :func:`cluster_cursor_stats`); nothing when off, or when it could not be asked
         within the last PLUGIN_RETRY_S."""
         now = self.clock()
-        if not self.enabled or not wanted or now < self._off_until:
+        if not self.enabled or not wanted or self._backoff.closed(now):
             return {}
         try:
             found = cluster_cursor_stats(self.admin, wanted)
         except CursorSyncError as err:
-            self._off_until = now + PLUGIN_RETRY_S
-            log.warning("%s of cluster %s cannot be read from cursorsync's broker plugin "
-                        "(%s): one internalStats request per partition for the next %.0f s",
-                        self.what, self.admin.cluster, err, PLUGIN_RETRY_S)
+            self._backoff.failed(now, err)
             return {}
         self.reads += 1
         return found

@@ -41,7 +41,7 @@ from cursorsync.errors import CursorSyncError, MalformedAdminOutputError, Positi
 from cursorsync.pulsar.admin import AdminClient
 from cursorsync.pulsar.batch_acks import plugin_get
 from cursorsync.pulsar.client import ClientSettings
-from cursorsync.pulsar.cursor_digests import PLUGIN_RETRY_S, answer_head, cluster_answers
+from cursorsync.pulsar.cursor_digests import PluginBackoff, answer_head, cluster_answers
 from cursorsync.pulsar.topics import TopicName, namespaces_of
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,8 @@ class PluginTail:
         self.fallback = fallback
         self._cond = threading.Condition()
         self._asked: dict[str, _Asked] = {}
-        self._off_until = float("-inf")
+        self._backoff = PluginBackoff(admin.cluster, "last dispatchable positions",
+                                      "a reader per partition checks")
         self.clock = time.monotonic
         self.sleep = time.sleep
         #: Answers taken from the plugin (each a request to every broker serving the
@@ -223,7 +224,7 @@ class PluginTail:
         with self._cond:
             asked = self._asked.setdefault(namespace, _Asked())
             while True:
-                if self.clock() < self._off_until:
+                if self._backoff.closed(self.clock()):
                     return None
                 if asked.asked_at >= since:
                     return asked.positions
@@ -241,11 +242,8 @@ class PluginTail:
             positions = dict(cluster_answers(self.admin, [namespace], fetch_dispatchable,
                                              "last dispatchable positions"))
         except CursorSyncError as err:
-            log.warning("last dispatchable positions of cluster %s cannot be read from "
-                        "cursorsync's broker plugin (%s): a reader per partition checks for "
-                        "the next %.0f s", self.admin.cluster, err, PLUGIN_RETRY_S)
             with self._cond:
-                self._off_until = self.clock() + PLUGIN_RETRY_S
+                self._backoff.failed(self.clock(), err)
         finally:
             with self._cond:
                 asked.asking = False
@@ -268,7 +266,8 @@ class PluginPositions:
 
     def __init__(self, admin: AdminClient) -> None:
         self.admin = admin
-        self._off_until = float("-inf")
+        self._backoff = PluginBackoff(admin.cluster, "last dispatchable positions",
+                                      "a consumer per partition asks")
         self.clock = time.monotonic
         #: Answers taken (each a request per broker and namespace).
         self.requests = 0
@@ -276,17 +275,14 @@ class PluginPositions:
     def read(self, topics: Sequence[str]) -> dict[str, Position]:
         """The positions of the concrete ``topics`` the brokers list, by the names given."""
         now = self.clock()
-        if not topics or now < self._off_until:
+        if not topics or self._backoff.closed(now):
             return {}
         names = {t: str(TopicName.parse(t)) for t in topics}
         try:
             found = cluster_answers(self.admin, namespaces_of(names.values()),
                                     fetch_dispatchable, "last dispatchable positions")
         except CursorSyncError as err:
-            self._off_until = now + PLUGIN_RETRY_S
-            log.warning("last dispatchable positions of cluster %s cannot be read from "
-                        "cursorsync's broker plugin (%s): a consumer per partition asks for "
-                        "the next %.0f s", self.admin.cluster, err, PLUGIN_RETRY_S)
+            self._backoff.failed(now, err)
             return {}
         self.requests += 1
         return {t: found[n] for t, n in names.items() if n in found}

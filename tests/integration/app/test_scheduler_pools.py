@@ -18,14 +18,16 @@ pytestmark = pytest.mark.spark
 
 RUN = """
 import json, sys, time, urllib.request
-from cursorsync.app.queries import MAPPING_QUERY, SYNC_QUERY, scheduler_pool
+from cursorsync.app.queries import scheduler_pool
+from cursorsync.mapping.sink import MAPPING_APP
+from cursorsync.sync.sink import SYNC_APP
 from cursorsync.app.session import build_session
 from cursorsync.app.settings import parse_config
 
 spark = build_session(parse_config(json.loads(sys.argv[1])))
 context = spark.sparkContext
 queries = []
-for name in (MAPPING_QUERY, SYNC_QUERY):
+for name in (MAPPING_APP, SYNC_APP):
     with scheduler_pool(spark, name):
         queries.append(spark.readStream.format("rate").option("rowsPerSecond", 5).load()
                        .writeStream.queryName(name).foreachBatch(lambda df, _: df.toArrow())
