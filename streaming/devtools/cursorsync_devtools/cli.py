@@ -139,6 +139,30 @@ def bench_plan(
     print_figures(result, json_output, steady_batch_rows(result))
 
 
+@bench_app.command("replay")
+@user_errors
+def bench_replay(
+    tables: Annotated[str, typer.Argument(
+        help="A run's tables, as `bench partitions --work-dir DIR` keeps them "
+             "(DIR/<run>/tables).")],
+    first: Annotated[int | None, typer.Option("--first", help="First sync batch.")] = None,
+    last: Annotated[int | None, typer.Option("--last", help="Last sync batch.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """A kept run's sync batches again through the sync step on the driver alone (its
+    cursors, the mappings written by each batch's time, the targets the batches before
+    left): seconds per batch and per cursor, and the step's parts' shares of them."""
+    from cursorsync_devtools.bench_replay import bench_replay as run_bench
+
+    with progress(f"bench replay: {tables}", json_output=json_output):
+        result = run_bench(tables, first=first, last=last)
+    rows = [(f"share of step: {part}" if name == "share_of_step_by_part" else name,
+             value if name != "share_of_step_by_part" else share)
+            for name, value in result.items() if name != "per_batch"
+            for part, share in (value.items() if isinstance(value, dict) else [("", None)])]
+    print_figures(result, json_output, rows)
+
+
 @bench_app.command("mapping-batch")
 @user_errors
 def bench_mapping_batch(
