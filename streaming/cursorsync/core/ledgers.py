@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -173,6 +174,21 @@ class Ledgers:
         within = np.clip(entries + 1, 0, self.entries[ic])
         n = np.where(exact, cum[ic] + within, cum[i + 1])
         return n.astype(np.int64)
+
+    def entries_up_to_one(self, ledger: int, entry: int) -> int:
+        """:meth:`entries_up_to` of one position, on Python ints (no array call's fixed cost)."""
+        lists = self._memo.get("lists") if self._memo is not None else None
+        if lists is None:
+            lists = (self.ids.tolist(), self.entries.tolist(), self._cumulative().tolist())
+            self._remember("lists", lists)
+        ids: list[int]
+        counts: list[int]
+        cum: list[int]
+        ids, counts, cum = lists  # type: ignore[misc]
+        i = bisect_right(ids, ledger) - 1
+        if i >= 0 and ids[i] == ledger:
+            return int(cum[i] + min(max(entry + 1, 0), counts[i]))
+        return int(cum[i + 1])
 
     def last_position(self) -> Position | None:
         nonempty = np.flatnonzero(self.entries > 0)

@@ -19,6 +19,7 @@ segments) log), memory proportional to ranges. No loop ever runs per entry.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -72,8 +73,18 @@ def implied_unreplicated(mapping: TopicMapping, target_ledgers: Ledgers | None) 
     if pairs is None:
         return RangeSet()
     gaps, _, forward, same = pairs
+    known = target_ledgers is not None and len(target_ledgers.ids) > 0
+    if _few(pairs, mapping):
+        few: list[bool] = (forward & same).tolist()
+        if known:
+            assert target_ledgers is not None
+            listed_few = _listed_few(target_ledgers, gaps.tolist())
+            few = [j or (f and x) for j, f, x in zip(few, forward.tolist(), listed_few,
+                                                      strict=True)]
+        return _implied_few(mapping, pairs, few, target_ledgers)
     listed = np.zeros(len(gaps), bool)
-    if target_ledgers is not None and len(target_ledgers.ids):
+    if known:
+        assert target_ledgers is not None
         listed = (forward & _exists(target_ledgers, gaps[:, 0], gaps[:, 1])
                   & _exists(target_ledgers, gaps[:, 2], gaps[:, 3] + 1))
     return _implied(mapping, pairs, listed | (forward & same), target_ledgers)
@@ -88,7 +99,10 @@ def marker_bridged(mapping: TopicMapping, before_ledger: int) -> RangeSet:
     if pairs is None:
         return RangeSet()
     gaps, _, forward, same = pairs
-    return _implied(mapping, pairs, forward & same & (gaps[:, 0] < before_ledger), None)
+    judged = forward & same & (gaps[:, 0] < before_ledger)
+    if _few(pairs, mapping):
+        return _implied_few(mapping, pairs, judged.tolist(), None)
+    return _implied(mapping, pairs, judged, None)
 
 
 def _implied(mapping: TopicMapping,
@@ -116,6 +130,72 @@ def _implied(mapping: TopicMapping,
                       - target_ledgers.entries_up_to(rb[:, 0], rb[:, 1])) > 0
         take[owner[holds]] = False
     return RangeSet(src[idx[take]]) if take.any() else RangeSet()
+
+
+#: Up to this many segment pairs and skippable runs, gaps are judged on Python ints: a
+#: partition's few segments are judged on every sync where its mapping grew, and there
+#: each numpy call's fixed cost is most of the work.
+_FEW_PAIRS = 64
+
+
+def _few(pairs: tuple[np.ndarray, ...], mapping: TopicMapping) -> bool:
+    return len(pairs[0]) <= _FEW_PAIRS and len(mapping.skippable.rows) <= _FEW_PAIRS
+
+
+def _implied_few(mapping: TopicMapping,
+                 pairs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                 judged: list[bool], target_ledgers: Ledgers | None) -> RangeSet:
+    """:func:`_implied` of few pairs and runs, gap by gap: the judged gaps none of whose
+    parts outside the skippable runs holds an entry."""
+    gaps, src, _, same = pairs
+    runs = _merged_runs(mapping.skippable.rows.tolist())
+    ends = [hi for _, hi in runs]
+    listed = target_ledgers if target_ledgers is not None and len(target_ledgers.ids) else None
+    take = [i for i, (gap, one_ledger, j) in enumerate(zip(gaps.tolist(), same.tolist(),
+                                                           judged, strict=True))
+            if j and not _holds_entry(gap, runs, ends, one_ledger, listed)]
+    return RangeSet(src[take]) if take else RangeSet()
+
+
+def _merged_runs(rows: list[list[int]]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Runs (ledger, first entry, count) as sorted, merged (lo, hi] position pairs."""
+    out: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for lo, hi in sorted(((ledger, first - 1), (ledger, first + count - 1))
+                         for ledger, first, count in rows if count > 0):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _holds_entry(gap: list[int], runs: list[tuple[tuple[int, int], tuple[int, int]]],
+                 ends: list[tuple[int, int]], one_ledger: bool,
+                 ledgers: Ledgers | None) -> bool:
+    """Whether a part of the (lo, hi] gap outside ``runs`` holds an entry: any part does in
+    one ledger; across ledgers, a part the ledger list has an entry in."""
+    cur, hi = (gap[0], gap[1]), (gap[2], gap[3])
+    k = bisect_right(ends, cur)  # the first run ending after the gap's start
+    while cur < hi:
+        part_end = hi if k == len(runs) or runs[k][0] >= hi else runs[k][0]
+        if cur < part_end and (one_ledger or (
+                ledgers is not None and ledgers.entries_up_to_one(*part_end)
+                > ledgers.entries_up_to_one(*cur))):
+            return True
+        if part_end == hi:
+            return False
+        cur = max(cur, runs[k][1])
+        k += 1
+    return False
+
+
+def _listed_few(ledgers: Ledgers, gaps: list[list[int]]) -> list[bool]:
+    """:func:`_exists` of both ends of each gap, on Python ints."""
+    def exists(ledger: int, entry: int) -> bool:
+        return ledgers.entries_up_to_one(ledger, entry) - ledgers.entries_up_to_one(
+            ledger, entry - 1) == 1
+    return [exists(a, b) and exists(c, d + 1) for a, b, c, d in gaps]
 
 
 def _target_pairs(mapping: TopicMapping
