@@ -139,6 +139,19 @@ def _common(a: Based | None, b: Based | None) -> tuple[I64, I64, I64, I64, int] 
 _UNKNOWN, _KEYED, _UNKEYED = 0, 1, 2
 
 
+#: Up to this many ranges are counted on Python ints: a cursor's few ranges are counted
+#: several times in every plan, where each numpy call's fixed cost is most of the work.
+_FEW_COUNTED = 16
+
+
+def _count_few(rows: list[list[int]], ledgers: Ledgers | None) -> int:
+    """:meth:`RangeSet.count_entries` of a few (lo, hi] bounds rows, range by range."""
+    if ledgers is not None and len(ledgers.ids):
+        up = ledgers.entries_up_to_one
+        return sum(max(up(c, d) - up(a, e), 0) for a, e, c, d in rows)
+    return sum(max(d - e if a == c else d + 1, 0) for a, e, c, d in rows)
+
+
 class RangeSet:
     """An immutable, canonical set of open-closed position ranges ``(lo..hi]``.
 
@@ -414,6 +427,8 @@ class RangeSet:
         b = self.bounds
         if len(b) == 0:
             return 0
+        if len(b) <= _FEW_COUNTED:
+            return _count_few(b.tolist(), ledgers)
         if ledgers is not None and len(ledgers.ids):
             # Both ends of every range in one lookup: the low ends, then the high ends
             # (columns joined, not a strided view copied, which lets go of the lock).

@@ -460,3 +460,31 @@ def test_a_set_of_ledger_minus_one_alone_meets_a_set_keyed_far_from_it() -> None
     other = RangeSet.parse("[(3:0..3:1]]")
     assert str(low | other) == "[(-1:-1..-1:5],(3:0..3:1]]"
     assert not (low & other) and other - low == other and low - other == low
+
+
+@settings(max_examples=400)
+@given(st.lists(st.integers(0, 12), min_size=0, max_size=4), st.data())
+def test_few_ranges_are_counted_as_on_arrays(counts: list[int], data: st.DataObject) -> None:
+    """A few ranges are counted on Python ints: the same counts as on arrays, with a ledger
+    list (positions before, between, inside and past its ledgers) and without."""
+    from cursorsync.core import ranges as ranges_mod
+
+    ids = [10 * (i + 1) for i in range(len(counts))]
+    ledgers = Ledgers.of(zip(ids, counts, strict=True)) if ids else None
+    pts = [Position(lg, e) for lg in [-1, 5, *ids, 10 * len(ids) + 7] for e in range(-1, 14)]
+    rows = []
+    for _ in range(data.draw(st.integers(0, 20))):
+        a, b = sorted(data.draw(st.lists(st.sampled_from(pts), min_size=2, max_size=2)))
+        rows.append((a.ledger, a.entry, b.ledger, b.entry))
+    rs = RangeSet(np.array(rows, dtype=np.int64).reshape(-1, 4))
+    few = (rs.count_entries(ledgers), rs.count_entries())
+    saved = ranges_mod._FEW_COUNTED
+    ranges_mod._FEW_COUNTED = -1
+    try:
+        arrays = (rs.count_entries(ledgers), rs.count_entries())
+    finally:
+        ranges_mod._FEW_COUNTED = saved
+    assert few == arrays
+    if ledgers is not None:
+        entries = [Position(lg, e) for lg, n in zip(ids, counts, strict=True) for e in range(n)]
+        assert few[0] == sum(1 for p in entries if p in rs)
