@@ -206,9 +206,9 @@ class PluginBackoff:
     """Whether a cluster's broker plugin may be asked at ``now``: one that could not be
     asked is warned of once and left alone for :data:`PLUGIN_RETRY_S`."""
 
-    def __init__(self, cluster: str, what: str, instead: str) -> None:
+    def __init__(self, admin: AdminClient, what: str, instead: str) -> None:
         #: What is read ("the probe cursors"), and how it is read meanwhile.
-        self.cluster, self.what, self.instead = cluster, what, instead
+        self.admin, self.what, self.instead = admin, what, instead
         self._off_until = float("-inf")
 
     def closed(self, now: float) -> bool:
@@ -219,7 +219,7 @@ class PluginBackoff:
         """The plugin could not be asked at ``now``: warn, and leave it alone a while."""
         self._off_until = now + PLUGIN_RETRY_S
         log.warning("%s of cluster %s cannot be read from cursorsync's broker plugin (%s): "
-                    "%s for the next %.0f s", self.what, self.cluster, err, self.instead,
+                    "%s for the next %.0f s", self.what, self.admin.cluster, err, self.instead,
                     PLUGIN_RETRY_S)
 
 
@@ -231,7 +231,7 @@ class PluginCursorStats:
     def __init__(self, admin: AdminClient, what: str, *, enabled: bool = True) -> None:
         #: What is read, for the warning ("the probe cursors").
         self.admin, self.what, self.enabled = admin, what, enabled
-        self._backoff = PluginBackoff(admin.cluster, what,
+        self._backoff = PluginBackoff(admin, what,
                                       "one internalStats request per partition")
         #: Reads answered (each a request per broker and namespace).
         self.reads = 0

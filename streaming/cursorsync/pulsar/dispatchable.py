@@ -191,7 +191,7 @@ class PluginTail:
         self.fallback = fallback
         self._cond = threading.Condition()
         self._asked: dict[str, _Asked] = {}
-        self._backoff = PluginBackoff(admin.cluster, "last dispatchable positions",
+        self._backoff = PluginBackoff(admin, "last dispatchable positions",
                                       "a reader per partition checks")
         self.clock = time.monotonic
         self.sleep = time.sleep
@@ -266,7 +266,7 @@ class PluginPositions:
 
     def __init__(self, admin: AdminClient) -> None:
         self.admin = admin
-        self._backoff = PluginBackoff(admin.cluster, "last dispatchable positions",
+        self._backoff = PluginBackoff(admin, "last dispatchable positions",
                                       "a consumer per partition asks")
         self.clock = time.monotonic
         #: Answers taken (each a request per broker and namespace).
