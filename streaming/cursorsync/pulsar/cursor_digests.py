@@ -229,8 +229,8 @@ class PluginCursorStats:
     every partition left to the caller meanwhile."""
 
     def __init__(self, admin: AdminClient, what: str, *, enabled: bool = True) -> None:
-        #: What is read, for the warning ("the probe cursors").
-        self.admin, self.what, self.enabled = admin, what, enabled
+        """``what``: what is read, for the warning ("the probe cursors")."""
+        self.admin, self.enabled = admin, enabled
         self._backoff = PluginBackoff(admin, what,
                                       "one internalStats request per partition")
         #: Reads answered (each a request per broker and namespace).

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cursorsync.app.status import partition_key
 from cursorsync.core.cursor import CursorState
 from cursorsync.core.ledgers import Ledgers
 from cursorsync.core.packed import PackedMappings
@@ -167,8 +168,7 @@ def _reader(targets: dict[Key, CursorState], ledgers: dict[PartitionKey, Ledgers
     def read_targets(pairs: list[tuple[str, str]]) -> dict[tuple[str, str], CursorState]:
         out = {}
         for topic, sub in pairs:
-            base, _, index = topic.rpartition("-partition-")
-            key = PartitionKey(base, int(index)) if base else PartitionKey(topic)
+            key = partition_key(topic)
             was = targets.get((key, sub), CursorState(Position(-1, -1)))
             out[topic, sub] = CursorState(was.mark_delete, was.individually_deleted,
                                           ledgers.get(key))
