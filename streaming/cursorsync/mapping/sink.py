@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -150,6 +151,9 @@ class MappingSink:
         self.builder = builder
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        # Named for the query: Spark calls the sink on a thread of its own, whose name a
+        # thread dump or a benchmark's CPU per thread then shows.
+        threading.current_thread().name = MAPPING_APP
         with gc_pause.paused():  # the batch's garbage is freed after it
             self._run(df, batch_id)
 

@@ -11,6 +11,7 @@ where a restart reads them. The metrics count every cursor, every batch.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -174,6 +175,9 @@ class SyncSink:
         self.waits_on_mapping = False
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        # Named for the query: Spark calls the sink on a thread of its own, whose name a
+        # thread dump or a benchmark's CPU per thread then shows.
+        threading.current_thread().name = SYNC_APP
         clock = Phases()
         self.timings, self.cpu = clock.seconds, clock.cpu
         with gc_pause.paused():  # the batch's garbage is freed after it

@@ -47,7 +47,7 @@ from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
 from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, trigger_phases
 from cursorsync_devtools.bench_e2e_report import table
-from cursorsync_devtools.testbed.cpu import CpuSampler
+from cursorsync_devtools.testbed.cpu import CpuSampler, DriverThreads
 from cursorsync_devtools.testbed.lag import LiveSpec
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class _Phases:
     def __call__(self, name: str) -> Iterator[None]:
         self.say(name)
         before, t0 = self.cpu.sample(), time.monotonic()
-        threads = self.cpu.broker_threads()
+        threads, driver = self.cpu.broker_threads(), DriverThreads()
         try:
             yield
         except BenchError as err:
@@ -158,7 +158,9 @@ class _Phases:
                           "cpu_s": CpuSampler.diff(before, self.cpu.sample()),
                           # Parts of each broker's: JIT, GC, admin API.
                           "broker_threads_cpu_s": CpuSampler.diff_threads(
-                              threads, self.cpu.broker_threads())})
+                              threads, self.cpu.broker_threads()),
+                          # Parts of this process's: each query's sink, the rest.
+                          "driver_threads_cpu_s": driver.spent()})
 
 
 # ------------------------------------------------------------------------ the run

@@ -147,7 +147,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     from cursorsync.tables import open_store
     from cursorsync_devtools.bench_e2e import PROGRESS_KEPT
     from cursorsync_devtools.demo import demo
-    from cursorsync_devtools.testbed.cpu import CpuSampler
+    from cursorsync_devtools.testbed.cpu import CpuSampler, DriverThreads
     from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 
@@ -161,6 +161,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         partitions_per_client=clients_shared(partitions))
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before, threads_before = cpu.sample(), cpu.broker_threads()
+    driver = DriverThreads()
     report, failed = None, ""
     with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
         try:
@@ -176,6 +177,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         return {"holes": holes, "failed": failed, "direct_mb_peak": memory.peaks()}
     used = CpuSampler.diff(before, cpu.sample())
     threads = CpuSampler.diff_threads(threads_before, cpu.broker_threads())
+    driver_threads = driver.spent()
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
     sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
@@ -214,6 +216,9 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         # Parts of each broker's: its JIT compiling, its garbage collector, its admin API.
         "broker_threads_cpu_s": {name: {kind: round(s, 1) for kind, s in kinds.items()}
                                  for name, kinds in threads.items()},
+        # Parts of this process's (the driver's): each query's sink, the sync's lookups, the
+        # harness (the workload, the failover count), the clients' native threads.
+        "driver_threads_cpu_s": {kind: round(s, 1) for kind, s in driver_threads.items()},
         # Read every 20 s: a bed near its limit shows here before it runs out.
         "direct_mb_peak": memory.peaks(),
     }

@@ -10,7 +10,12 @@ import time
 
 import pytest
 
-from cursorsync_devtools.testbed.cpu import CpuSampler, thread_kinds_cpu_s
+from cursorsync_devtools.testbed.cpu import (
+    CpuSampler,
+    DriverThreads,
+    _driver_kind,
+    thread_kinds_cpu_s,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -57,3 +62,49 @@ def test_broker_threads_per_broker_and_their_difference() -> None:
     diff = CpuSampler.diff_threads({"broker a": {"jit": 1.0, "gc": 0.5, "admin api": 2.0}},
                                    {"broker a": {"jit": 3.5, "gc": 0.5, "admin api": 2.25}})
     assert diff == {"broker a": {"admin api": 0.25, "gc": 0.0, "jit": 2.5}}
+
+
+def _spin_for(seconds: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_driver_threads_count_by_the_python_name_a_thread_has_now() -> None:
+    """A live thread's CPU counts in the kind its name gives it now (the sinks name the thread
+    Spark calls them on); a thread that ended is in ``exited threads``; nothing is lost."""
+    spent = DriverThreads()
+    ended = threading.Thread(target=_spin_for, args=(0.1,), name="cursorsync-sync")
+    ended.start()
+    ended.join()
+    go_on, done = threading.Event(), threading.Event()
+
+    def renamed() -> None:
+        _spin_for(0.1)
+        threading.current_thread().name = "cursorsync-mapping"  # as a sink renames it
+        done.set()
+        go_on.wait(30)
+
+    live = threading.Thread(target=renamed, name="Thread-7 (run)")
+    live.start()
+    try:
+        assert done.wait(30)
+        kinds = spent.spent()
+    finally:
+        go_on.set()
+        live.join()
+    assert kinds["mapping sink"] >= 0.08
+    assert kinds["sync sink"] == 0.0  # the thread that ran as it ended: its time went with it
+    assert kinds["exited threads"] >= 0.08
+    assert set(kinds) == {"sync sink", "mapping sink", "sync lookups and reads",
+                          "mapping checks", "harness", "other python", "native",
+                          "exited threads"}
+
+
+def test_driver_kinds_by_name_start() -> None:
+    assert _driver_kind("cursorsync-sync") == "sync sink"
+    assert _driver_kind("marker-lookups_0") == "sync lookups and reads"
+    assert _driver_kind("probe-place_3") == "mapping checks"
+    assert _driver_kind("acker-sync-shared") == "harness"
+    assert _driver_kind("Thread-3 (run)") == "other python"
+    assert _driver_kind(None) == "native"

@@ -19,12 +19,16 @@ group. Empty where /proc is missing.
 Within a broker, :meth:`CpuSampler.broker_threads` splits its time by what its threads
 do (:data:`THREAD_KINDS`): a freshly started JVM spends much of its first minutes
 compiling (the JIT), and the admin API's threads are where the job's requests land.
+Within this process (the job's driver, when a benchmark runs the job here),
+:class:`DriverThreads` splits it by the Python threads' names
+(:data:`DRIVER_KINDS`): how much of a core each query's sink had, beside the rest.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +37,21 @@ from pathlib import Path
 THREAD_KINDS = (("jit", ("C1 CompilerThre", "C2 CompilerThre")),
                 ("gc", ("GC Thread", "G1 ", "VM Thread")),
                 ("admin api", ("pulsar-web-",)))
+
+
+#: A driver thread's kind by the start of its Python name: each query's sink (the sinks name
+#: the thread Spark calls them on), the sync's background lookups and target reads, the
+#: mapping's checks, and a benchmark's own threads (its main thread runs the workload's
+#: producers and the measurements). A thread Python did not start is ``native`` (the pulsar
+#: client's I/O threads, delta-rs' runtime); one that ended is only in ``exited threads``.
+DRIVER_KINDS = (("sync sink", ("cursorsync-sync",)),
+                ("mapping sink", ("cursorsync-mapping",)),
+                ("sync lookups and reads", ("marker-lookup", "tail-check", "target-reads",
+                                            "emitter-open")),
+                ("mapping checks", ("probe-place", "hole-check", "ledger-lists",
+                                    "anchor-read")),
+                ("harness", ("MainThread", "acker-", "watch-", "cursor-poller",
+                             "direct-memory")))
 
 
 def read_stat(path: Path) -> tuple[str, list[str]] | None:
@@ -62,6 +81,50 @@ def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
                 out[kind] += (int(f[11]) + int(f[12])) / tick
                 break
     return out
+
+
+class DriverThreads:
+    """This process's CPU-seconds since construction, per :data:`DRIVER_KINDS` kind,
+    ``other python`` and ``native``, each live thread counted from its own earlier reading
+    (a thread that changed kind since counts in its present one); ``exited threads`` is the
+    process's time less its live threads' (a pool's workers that ended with their pool took
+    theirs with them)."""
+
+    def __init__(self) -> None:
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self._own = own_cpu_s()
+        self._threads = {tid: cpu for tid, (_, cpu) in self._read().items()}
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        """tid -> (its kind now, its CPU-seconds so far)."""
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        out: dict[int, tuple[str, float]] = {}
+        for task in Path(f"/proc/{os.getpid()}/task").glob("[0-9]*"):
+            stat = read_stat(task / "stat")
+            if stat is not None:
+                tid = int(task.name)
+                out[tid] = (_driver_kind(names.get(tid)),
+                            (int(stat[1][11]) + int(stat[1][12])) / self.tick)
+        return out
+
+    def spent(self) -> dict[str, float]:
+        """CPU-seconds per kind since construction."""
+        own = own_cpu_s() - self._own
+        out = dict.fromkeys((*(kind for kind, _ in DRIVER_KINDS), "other python", "native"),
+                            0.0)
+        for tid, (kind, cpu) in self._read().items():
+            out[kind] += cpu - self._threads.get(tid, 0.0)
+        out["exited threads"] = max(0.0, own - sum(out.values()))
+        return {kind: round(s, 2) for kind, s in out.items()}
+
+
+def _driver_kind(name: str | None) -> str:
+    if name is None:
+        return "native"
+    for kind, prefixes in DRIVER_KINDS:
+        if name.startswith(prefixes):
+            return kind
+    return "other python"
 
 
 def own_cpu_s() -> float:
