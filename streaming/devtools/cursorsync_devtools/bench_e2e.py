@@ -147,7 +147,7 @@ class _Phases:
     def __call__(self, name: str) -> Iterator[None]:
         self.say(name)
         before, t0 = self.cpu.sample(), time.monotonic()
-        threads, driver = self.cpu.broker_threads(), DriverThreads()
+        threads, driver = self.cpu.broker_threads(), DriverThreads(every_s=5.0)
         try:
             yield
         except BenchError as err:

@@ -47,6 +47,11 @@ WARM_UP = "warm-up"
 PROGRESS_UPDATES = 2000
 
 
+#: How often the driver's threads are read (:class:`DriverThreads`): a thread that ends keeps
+#: the time it had at the last reading.
+DRIVER_THREADS_EVERY_S = 5.0
+
+
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
@@ -161,7 +166,7 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                         partitions_per_client=clients_shared(partitions))
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
     before, threads_before = cpu.sample(), cpu.broker_threads()
-    driver = DriverThreads()
+    driver = DriverThreads(every_s=DRIVER_THREADS_EVERY_S)
     report, failed = None, ""
     with DirectMemoryWatch({name: bed.admin_url(name) for name in bed.clusters}) as memory:
         try:

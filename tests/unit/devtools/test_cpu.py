@@ -108,3 +108,15 @@ def test_driver_kinds_by_name_start() -> None:
     assert _driver_kind("acker-sync-shared") == "harness"
     assert _driver_kind("Thread-3 (run)") == "other python"
     assert _driver_kind(None) == "native"
+
+
+def test_sampled_driver_threads_keep_the_time_of_a_thread_that_ended() -> None:
+    """Read every 20 ms, a thread that spun 0.15 s and ended keeps its time in its kind."""
+    spent = DriverThreads(every_s=0.02)
+    ended = threading.Thread(target=_spin_for, args=(0.15,), name="marker-lookups_0")
+    ended.start()
+    ended.join()
+    time.sleep(0.1)  # a reading or more after it ended
+    kinds = spent.spent()
+    assert kinds["sync lookups and reads"] >= 0.1
+    assert kinds["exited threads"] < 0.1

@@ -51,7 +51,7 @@ DRIVER_KINDS = (("sync sink", ("cursorsync-sync",)),
                 ("mapping checks", ("probe-place", "hole-check", "ledger-lists",
                                     "anchor-read")),
                 ("harness", ("MainThread", "acker-", "watch-", "cursor-poller",
-                             "direct-memory")))
+                             "direct-memory", "cpu-sampler")))
 
 
 def read_stat(path: Path) -> tuple[str, list[str]] | None:
@@ -85,15 +85,26 @@ def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
 
 class DriverThreads:
     """This process's CPU-seconds since construction, per :data:`DRIVER_KINDS` kind,
-    ``other python`` and ``native``, each live thread counted from its own earlier reading
-    (a thread that changed kind since counts in its present one); ``exited threads`` is the
-    process's time less its live threads' (a pool's workers that ended with their pool took
-    theirs with them)."""
+    ``other python`` and ``native``; each thread counted from its first reading to its last
+    (a thread that changed kind counts in the kind of its last). With ``every_s``, a thread
+    of its own reads them that often, so a thread that ends between the first and the last
+    reading keeps the time it had at the one before it ended (a pool's workers, a closed
+    client's I/O threads); ``exited threads`` is the rest of the process's time."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float | None = None) -> None:
         self.tick = os.sysconf("SC_CLK_TCK")
         self._own = own_cpu_s()
-        self._threads = {tid: cpu for tid, (_, cpu) in self._read().items()}
+        self._first = {tid: cpu for tid, (_, cpu) in self._read().items()}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._done = dict.fromkeys((*(kind for kind, _ in DRIVER_KINDS), "other python",
+                                    "native"), 0.0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if every_s is not None:
+            self._thread = threading.Thread(target=self._sample_every, args=(every_s,),
+                                            name="cpu-sampler", daemon=True)
+            self._thread.start()
 
     def _read(self) -> dict[int, tuple[str, float]]:
         """tid -> (its kind now, its CPU-seconds so far)."""
@@ -107,13 +118,30 @@ class DriverThreads:
                             (int(stat[1][11]) + int(stat[1][12])) / self.tick)
         return out
 
+    def _sample(self) -> None:
+        with self._lock:
+            for tid, (kind, cpu) in self._read().items():
+                before = self._last.get(tid)
+                if before is not None and cpu < before[1]:
+                    # A new thread under an ended one's id: the ended one's time is kept.
+                    self._done[before[0]] += before[1] - self._first.pop(tid, 0.0)
+                self._last[tid] = (kind, cpu)
+
+    def _sample_every(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            self._sample()
+
     def spent(self) -> dict[str, float]:
-        """CPU-seconds per kind since construction."""
+        """CPU-seconds per kind since construction (the sampling, if any, stops)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
         own = own_cpu_s() - self._own
-        out = dict.fromkeys((*(kind for kind, _ in DRIVER_KINDS), "other python", "native"),
-                            0.0)
-        for tid, (kind, cpu) in self._read().items():
-            out[kind] += cpu - self._threads.get(tid, 0.0)
+        with self._lock:
+            out = dict(self._done)
+            for tid, (kind, cpu) in self._last.items():
+                out[kind] += cpu - self._first.get(tid, 0.0)
         out["exited threads"] = max(0.0, own - sum(out.values()))
         return {kind: round(s, 2) for kind, s in out.items()}
 
