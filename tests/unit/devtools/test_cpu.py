@@ -74,13 +74,13 @@ def test_driver_threads_count_by_the_python_name_a_thread_has_now() -> None:
     """A live thread's CPU counts in the kind its name gives it now (the sinks name the thread
     Spark calls them on); a thread that ended is in ``exited threads``; nothing is lost."""
     spent = DriverThreads()
-    ended = threading.Thread(target=_spin_for, args=(0.1,), name="cursorsync-sync")
+    ended = threading.Thread(target=_spin_for, args=(0.2,), name="cursorsync-sync")
     ended.start()
     ended.join()
     go_on, done = threading.Event(), threading.Event()
 
     def renamed() -> None:
-        _spin_for(0.1)
+        _spin_for(0.2)
         threading.current_thread().name = "cursorsync-mapping"  # as a sink renames it
         done.set()
         go_on.wait(30)
@@ -93,9 +93,10 @@ def test_driver_threads_count_by_the_python_name_a_thread_has_now() -> None:
     finally:
         go_on.set()
         live.join()
-    assert kinds["mapping sink"] >= 0.08
+    # /proc counts whole clock ticks (10 ms): a few may be missing.
+    assert kinds["mapping sink"] >= 0.15
     assert kinds["sync sink"] == 0.0  # the thread that ran as it ended: its time went with it
-    assert kinds["exited threads"] >= 0.08
+    assert kinds["exited threads"] >= 0.15
     assert set(kinds) == {"sync sink", "mapping sink", "sync lookups and reads",
                           "mapping checks", "harness", "other python", "native",
                           "exited threads"}
@@ -111,12 +112,18 @@ def test_driver_kinds_by_name_start() -> None:
 
 
 def test_sampled_driver_threads_keep_the_time_of_a_thread_that_ended() -> None:
-    """Read every 20 ms, a thread that spun 0.15 s and ended keeps its time in its kind."""
+    """Read every 20 ms, a thread that spun 0.3 s, idled (readings are taken) and ended keeps
+    its time in its kind."""
     spent = DriverThreads(every_s=0.02)
-    ended = threading.Thread(target=_spin_for, args=(0.15,), name="marker-lookups_0")
+
+    def spin_then_idle() -> None:
+        _spin_for(0.3)
+        time.sleep(0.5)
+
+    ended = threading.Thread(target=spin_then_idle, name="marker-lookups_0")
     ended.start()
     ended.join()
     time.sleep(0.1)  # a reading or more after it ended
     kinds = spent.spent()
-    assert kinds["sync lookups and reads"] >= 0.1
+    assert kinds["sync lookups and reads"] >= 0.25  # whole 10 ms ticks in /proc
     assert kinds["exited threads"] < 0.1
