@@ -154,13 +154,15 @@ class _Phases:
             raise BenchError(f"phase {name}: {err}") from err
         except Exception as err:
             raise BenchError(f"phase {name} could not complete: {err}") from err
+        finally:
+            spent = driver.spent()  # its sampling stops, whatever became of the phase
         self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
                           "cpu_s": CpuSampler.diff(before, self.cpu.sample()),
                           # Parts of each broker's: JIT, GC, admin API.
                           "broker_threads_cpu_s": CpuSampler.diff_threads(
                               threads, self.cpu.broker_threads()),
                           # Parts of this process's: each query's sink, the rest.
-                          "driver_threads_cpu_s": driver.spent()})
+                          "driver_threads_cpu_s": spent})
 
 
 # ------------------------------------------------------------------------ the run

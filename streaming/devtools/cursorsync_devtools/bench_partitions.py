@@ -178,11 +178,11 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
                           watch_builtin=watch_builtin)
         except Exception as err:  # never caught up, a broker gone: the other modes still run
             failed = (str(err).splitlines() or [type(err).__name__])[0]
+    driver_threads = driver.spent()  # its sampling stops, whatever became of the run
     if report is None:  # a figure too, with how near its limit the bed's memory was
         return {"holes": holes, "failed": failed, "direct_mb_peak": memory.peaks()}
     used = CpuSampler.diff(before, cpu.sample())
     threads = CpuSampler.diff_threads(threads_before, cpu.broker_threads())
-    driver_threads = driver.spent()
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])
     sent = progress.filter(pc.greater(progress.column("acks_sent"), 0))
