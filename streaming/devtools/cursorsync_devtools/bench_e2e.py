@@ -47,7 +47,7 @@ from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
 from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, trigger_phases
 from cursorsync_devtools.bench_e2e_report import table
-from cursorsync_devtools.testbed.cpu import CpuSampler, DriverThreads
+from cursorsync_devtools.testbed.cpu import DRIVER_THREADS_EVERY_S, CpuSampler, DriverThreads
 from cursorsync_devtools.testbed.lag import LiveSpec
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class _Phases:
     def __call__(self, name: str) -> Iterator[None]:
         self.say(name)
         before, t0 = self.cpu.sample(), time.monotonic()
-        threads, driver = self.cpu.broker_threads(), DriverThreads(every_s=5.0)
+        threads, driver = self.cpu.broker_threads(), DriverThreads(every_s=DRIVER_THREADS_EVERY_S)
         try:
             yield
         except BenchError as err:

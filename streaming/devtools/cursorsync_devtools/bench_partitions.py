@@ -47,11 +47,6 @@ WARM_UP = "warm-up"
 PROGRESS_UPDATES = 2000
 
 
-#: How often the driver's threads are read (:class:`DriverThreads`): a thread that ends keeps
-#: the time it had at the last reading.
-DRIVER_THREADS_EVERY_S = 5.0
-
-
 def bench_partitions(partitions: int = 1000, *, entries_per_partition: int = 20,
                      produce_seconds: float = 30.0, work_dir: str | None = None,
                      timeout_s: float = 900.0, holes: Sequence[str] = HOLES,
@@ -152,7 +147,11 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     from cursorsync.tables import open_store
     from cursorsync_devtools.bench_e2e import PROGRESS_KEPT
     from cursorsync_devtools.demo import demo
-    from cursorsync_devtools.testbed.cpu import CpuSampler, DriverThreads
+    from cursorsync_devtools.testbed.cpu import (
+        DRIVER_THREADS_EVERY_S,
+        CpuSampler,
+        DriverThreads,
+    )
     from cursorsync_devtools.testbed.direct_memory import DirectMemoryWatch
     from cursorsync_devtools.testbed.workload import WorkloadSpec
 

@@ -65,21 +65,34 @@ def read_stat(path: Path) -> tuple[str, list[str]] | None:
     return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
 
 
+def threads_cpu_s(pid: int, tick: int) -> dict[int, tuple[str, float]]:
+    """The live threads of process ``pid``: tid -> (its OS name, its CPU-seconds so far)."""
+    out: dict[int, tuple[str, float]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        stat = read_stat(task / "stat")
+        if stat is not None:
+            name, f = stat
+            out[int(task.name)] = (name, (int(f[11]) + int(f[12])) / tick)
+    return out
+
+
+def kind_of(name: str, kinds: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None:
+    """The first of ``kinds`` (kind, name prefixes) whose prefixes start ``name``."""
+    for kind, prefixes in kinds:
+        if name.startswith(prefixes):
+            return kind
+    return None
+
+
 def thread_kinds_cpu_s(pid: int, tick: int | None = None) -> dict[str, float]:
     """CPU-seconds of the live threads of process ``pid`` per :data:`THREAD_KINDS` kind
     (a kind with no thread: 0.0). A thread that has exited took its time with it: the
     figures are at least what those kinds spent."""
-    tick = tick or os.sysconf("SC_CLK_TCK")
     out = dict.fromkeys((kind for kind, _ in THREAD_KINDS), 0.0)
-    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
-        stat = read_stat(task / "stat")
-        if stat is None:
-            continue
-        name, f = stat
-        for kind, prefixes in THREAD_KINDS:
-            if name.startswith(prefixes):
-                out[kind] += (int(f[11]) + int(f[12])) / tick
-                break
+    for name, cpu in threads_cpu_s(pid, tick or os.sysconf("SC_CLK_TCK")).values():
+        kind = kind_of(name, THREAD_KINDS)
+        if kind is not None:
+            out[kind] += cpu
     return out
 
 
@@ -89,7 +102,8 @@ class DriverThreads:
     (a thread that changed kind counts in the kind of its last). With ``every_s``, a thread
     of its own reads them that often, so a thread that ends between the first and the last
     reading keeps the time it had at the one before it ended (a pool's workers, a closed
-    client's I/O threads); ``exited threads`` is the rest of the process's time."""
+    client's I/O threads); ``exited threads`` is the rest of the process's time. Only the
+    sampling thread touches the readings until :meth:`spent` has stopped it."""
 
     def __init__(self, every_s: float | None = None) -> None:
         self.tick = os.sysconf("SC_CLK_TCK")
@@ -98,7 +112,6 @@ class DriverThreads:
         self._last: dict[int, tuple[str, float]] = {}
         self._done = dict.fromkeys((*(kind for kind, _ in DRIVER_KINDS), "other python",
                                     "native"), 0.0)
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if every_s is not None:
@@ -109,23 +122,16 @@ class DriverThreads:
     def _read(self) -> dict[int, tuple[str, float]]:
         """tid -> (its kind now, its CPU-seconds so far)."""
         names = {t.native_id: t.name for t in threading.enumerate()}
-        out: dict[int, tuple[str, float]] = {}
-        for task in Path(f"/proc/{os.getpid()}/task").glob("[0-9]*"):
-            stat = read_stat(task / "stat")
-            if stat is not None:
-                tid = int(task.name)
-                out[tid] = (_driver_kind(names.get(tid)),
-                            (int(stat[1][11]) + int(stat[1][12])) / self.tick)
-        return out
+        return {tid: (_driver_kind(names.get(tid)), cpu)
+                for tid, (_, cpu) in threads_cpu_s(os.getpid(), self.tick).items()}
 
     def _sample(self) -> None:
-        with self._lock:
-            for tid, (kind, cpu) in self._read().items():
-                before = self._last.get(tid)
-                if before is not None and cpu < before[1]:
-                    # A new thread under an ended one's id: the ended one's time is kept.
-                    self._done[before[0]] += before[1] - self._first.pop(tid, 0.0)
-                self._last[tid] = (kind, cpu)
+        for tid, (kind, cpu) in self._read().items():
+            before = self._last.get(tid)
+            if before is not None and cpu < before[1]:
+                # A new thread under an ended one's id: the ended one's time is kept.
+                self._done[before[0]] += before[1] - self._first.pop(tid, 0.0)
+            self._last[tid] = (kind, cpu)
 
     def _sample_every(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
@@ -138,10 +144,9 @@ class DriverThreads:
             self._thread.join()
         self._sample()
         own = own_cpu_s() - self._own
-        with self._lock:
-            out = dict(self._done)
-            for tid, (kind, cpu) in self._last.items():
-                out[kind] += cpu - self._first.get(tid, 0.0)
+        out = dict(self._done)
+        for tid, (kind, cpu) in self._last.items():
+            out[kind] += cpu - self._first.get(tid, 0.0)
         out["exited threads"] = max(0.0, own - sum(out.values()))
         return {kind: round(s, 2) for kind, s in out.items()}
 
@@ -149,10 +154,12 @@ class DriverThreads:
 def _driver_kind(name: str | None) -> str:
     if name is None:
         return "native"
-    for kind, prefixes in DRIVER_KINDS:
-        if name.startswith(prefixes):
-            return kind
-    return "other python"
+    return kind_of(name, DRIVER_KINDS) or "other python"
+
+
+#: How often the benchmarks read the driver's threads (:class:`DriverThreads`): a thread
+#: that ends keeps the time it had at the last reading.
+DRIVER_THREADS_EVERY_S = 5.0
 
 
 def own_cpu_s() -> float:
