@@ -142,12 +142,20 @@ class _Phases:
         self.cpu = cpu
         self.say = say
         self.done: list[dict[str, Any]] = []
+        #: CPU-seconds of the current phase's workload process (:meth:`workload`).
+        self._workload_cpu_s = 0.0
+
+    def workload(self, cpu_s: float) -> None:
+        """The current phase ran a workload in a process of its own that took ``cpu_s``:
+        the driver reaps it, so its time is told apart from the driver's."""
+        self._workload_cpu_s += cpu_s
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         self.say(name)
         before, t0 = self.cpu.sample(), time.monotonic()
         threads, driver = self.cpu.broker_threads(), DriverThreads(every_s=DRIVER_THREADS_EVERY_S)
+        self._workload_cpu_s = 0.0
         try:
             yield
         except BenchError as err:
@@ -156,8 +164,12 @@ class _Phases:
             raise BenchError(f"phase {name} could not complete: {err}") from err
         finally:
             spent = driver.spent()  # its sampling stops, whatever became of the phase
+        used = CpuSampler.diff(before, self.cpu.sample())
+        if self._workload_cpu_s:
+            used["workload"] = round(self._workload_cpu_s, 2)
+            used["driver"] = round(used.get("driver", 0.0) - self._workload_cpu_s, 2)
         self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
-                          "cpu_s": CpuSampler.diff(before, self.cpu.sample()),
+                          "cpu_s": used,
                           # Parts of each broker's: JIT, GC, admin API.
                           "broker_threads_cpu_s": CpuSampler.diff_threads(
                               threads, self.cpu.broker_threads()),
@@ -290,8 +302,10 @@ def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
         if spec.warm_up_seconds:
             with phase("warm-up"):
                 warm_up = _warm_up(bed, job, spec)
+                phase.workload(warm_up["workload_cpu_s"])
         with phase("live"):
             result, lag = _live(bed, job, spec, config)
+            phase.workload(lag["workload_cpu_s"])
         lag["warm_up"] = warm_up
         lag["batch_phases_mean_s"] = phase_seconds(recorder)
         lag["batch_phases_cpu_mean_s"] = phase_cpu_seconds(recorder)
@@ -362,6 +376,7 @@ def _measured_live(bed: Any, job: Any, spec: E2ESpec, live: LiveSpec,
     workload's result, where its messages are on b, the cursors' changes, and the lag of
     both subscriptions."""
     from cursorsync.app.job import query_failure
+    from cursorsync_devtools.testbed.apart import in_own_process
     from cursorsync_devtools.testbed.lag import (
         CursorPoller,
         lag_of,
@@ -375,7 +390,9 @@ def _measured_live(bed: Any, job: Any, spec: E2ESpec, live: LiveSpec,
                           spec.poll_interval_s).start()
     individual = {SYNC: True, BUILTIN: False}
     try:
-        result = run_live(bed, live, {SYNC: False, BUILTIN: True})
+        # In a process of its own, as a user's clients are: not the driver's interpreter.
+        workload = in_own_process(run_live, bed, live, {SYNC: False, BUILTIN: True})
+        result = workload.value
         verify_source_cursors(bed, result)
         bed.wait_replicated([live.topic])
         on_b = _on_target(bed, Counter(m.topic for m in result.messages))
@@ -393,6 +410,7 @@ def _measured_live(bed: Any, job: Any, spec: E2ESpec, live: LiveSpec,
                                                            - result.started_at, 1),
            "messages": len(result.messages), "poll_interval_s": spec.poll_interval_s,
            "polls": poller.polls, "poll_errors": poller.errors,
+           "workload_cpu_s": round(workload.cpu_s, 2),
            "settled_after_last_ack_s": round(time.time() - result.last_ack_at, 1)}
     for name, sub in (("cursorsync", SYNC), ("builtin", BUILTIN)):
         lag[name] = lag_of(result, sub, on_b, poller.changes,

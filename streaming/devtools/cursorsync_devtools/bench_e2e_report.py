@@ -10,6 +10,8 @@ from cursorsync_devtools.testbed.lag_stages import STAGES
 
 #: Process groups in the order the tables show them.
 GROUPS = ("driver", "spark jvm", "python workers", "broker a", "broker b")
+#: A phase's groups: the live workload runs in a process of its own (``workload``).
+PHASE_GROUPS = (*GROUPS, "workload")
 
 
 def table(report: Mapping[str, Any]) -> str:
@@ -93,10 +95,10 @@ def table(report: Mapping[str, Any]) -> str:
             ("deliveries on b", "deliveries"), ("duplicates", "duplicates"),
             ("losses", "losses"))], right=(1, 2))
     phases = format_table(
-        ("CPU-S BY PHASE", "WALL S", *(g.upper() for g in GROUPS), "BROKERS' JIT"), [
-            (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in GROUPS),
+        ("CPU-S BY PHASE", "WALL S", *(g.upper() for g in PHASE_GROUPS), "BROKERS' JIT"), [
+            (p["phase"], p["seconds"], *(f"{p['cpu_s'].get(g, 0.0):.1f}" for g in PHASE_GROUPS),
              f"{_jit_s(p):.1f}")
-            for p in report["phases"]], right=range(1, 3 + len(GROUPS)))
+            for p in report["phases"]], right=range(1, 3 + len(PHASE_GROUPS)))
     return "\n\n".join((head + "\n" + backlog, rates + "\n" + baseline, batches,
                         lags + "\n" + live, stages, batch_phases, failover, phases))
 

@@ -9,7 +9,8 @@ of both queries (the job's own histogram), sync lag p50 and p99 (``sync_progress
 that sent acks), the admin requests made to classify skipped ids (by kind, and per second
 of the run), ``mappings`` rows per mapped entry, as the batches wrote them, and the
 brokers' direct memory at its highest (:mod:`cursorsync_devtools.testbed.direct_memory`);
-a run that ends early gives its error and that peak.
+a run that ends early gives its error and that peak. The workload runs in a process of its
+own, as a user's clients do; ``cpu_s`` gives its CPU as ``workload``, apart from the driver's.
 
 With ``batch_index_acks`` the brokers keep batch-index acks, load cursorsync's broker plugin,
 and the workload's consumers ack by batch index; each mode then runs twice, the job without
@@ -181,6 +182,9 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
     if report is None:  # a figure too, with how near its limit the bed's memory was
         return {"holes": holes, "failed": failed, "direct_mb_peak": memory.peaks()}
     used = CpuSampler.diff(before, cpu.sample())
+    # The workload's process is the driver's child, reaped into its figure: told apart.
+    used["workload"] = report.workload_cpu_s
+    used["driver"] = used.get("driver", 0.0) - report.workload_cpu_s
     threads = CpuSampler.diff_threads(threads_before, cpu.broker_threads())
     store = open_store("delta-rs", str(root / "tables"))
     progress = store.read("sync_progress", columns=["lag_ms", "acks_sent", "outcome"])

@@ -4,7 +4,8 @@
    (:mod:`cursorsync_devtools.testbed`), with Pulsar's replicated subscriptions on.
 2. The job (the same code as ``cursorsync run``, ``by-id`` emission) starts,
    syncing the ``sync-*`` subscriptions from a to b.
-3. A live workload on a (:mod:`cursorsync_devtools.testbed.workload`): per subscription
+3. A live workload on a (:mod:`cursorsync_devtools.testbed.workload`), in a process of
+   its own as a user's clients are (:mod:`cursorsync_devtools.testbed.apart`): per subscription
    type, a ``sync-*`` subscription and its ``builtin-*`` twin, created with
    replicated subscription state, acked alike (out of order, delayed, holes,
    partial batches); foreign messages produced on b.
@@ -248,6 +249,7 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
          kept_readers: int | None = None, watch_builtin: bool = True) -> DemoReport:
     from cursorsync.app.job import QueryFailedError, restart, start_job
     from cursorsync.tables import open_store
+    from cursorsync_devtools.testbed.apart import in_own_process
     from cursorsync_devtools.testbed.failover import CursorWatch, failover
     from cursorsync_devtools.testbed.workload import (
         builtin_subscription,
@@ -310,7 +312,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
         next_batch(120)
         log.info("demo: the job runs; starting the workload")
         workload_began = time.time()
-        result = run_workload(bed, spec)
+        workload = in_own_process(run_workload, bed, spec)
+        result = workload.value
         since_batch = job.sync_sink.last_batch
         verify_source_cursors(bed, result)
         store = open_store(config.tables.backend, config.tables.path, spark=job.spark)
@@ -397,7 +400,8 @@ def _run(bed: Any, root: Path, spec: Any, *, strategies: Sequence[str] | None,
                       target_marks=marks,
                       skipped_id_requests=requests, forecast=forecast,
                       batch_index_acks=spec.batch_index_acks, source_restart=on_a_again,
-                      builtin_source_restart=builtin_on_a_again)
+                      builtin_source_restart=builtin_on_a_again,
+                      workload_cpu_s=round(workload.cpu_s, 1))
 
 
 def taken_forecast(config: Config, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:

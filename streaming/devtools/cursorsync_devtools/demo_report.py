@@ -78,6 +78,8 @@ class DemoReport:
     #: counted alike: for cursorsync's and for the built-in's subscription.
     source_restart: dict[str, dict[str, int]] = field(default_factory=dict)
     builtin_source_restart: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: CPU-seconds of the workload's own process (its producers and consumers).
+    workload_cpu_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict

@@ -7,8 +7,9 @@ so a rate alone does not say whose time it measures. Groups:
 * ``spark jvm``: the JVM pyspark launched for this process;
 * ``python workers``: that JVM's descendants (Spark's Python workers, the
   Python data sources' planner processes);
-* ``driver``: this process and its other descendants (the workload's threads,
-  the measurements, the baseline's reader processes).
+* ``driver``: this process and its other descendants (the measurements, the
+  baseline's reader processes, and the workload's process, which a benchmark that runs
+  one tells apart by the CPU it reports: :mod:`cursorsync_devtools.testbed.apart`).
 
 A process that exits is reaped by its parent, whose ``cutime``/``cstime`` then
 hold its time; that time counts in the group of the process's children, so
@@ -41,9 +42,10 @@ THREAD_KINDS = (("jit", ("C1 CompilerThre", "C2 CompilerThre")),
 
 #: A driver thread's kind by the start of its Python name: each query's sink (the sinks name
 #: the thread Spark calls them on), the sync's background lookups and target reads, the
-#: mapping's checks, and a benchmark's own threads (its main thread runs the workload's
-#: producers and the measurements). A thread Python did not start is ``native`` (the pulsar
-#: client's I/O threads, delta-rs' runtime); one that ended is only in ``exited threads``.
+#: mapping's checks, and a benchmark's own threads (its main thread runs the measurements;
+#: the workload has a process of its own). A thread Python did not start is ``native`` (the
+#: pulsar client's I/O threads, delta-rs' runtime); one that ended is only in ``exited
+#: threads``.
 DRIVER_KINDS = (("sync sink", ("cursorsync-sync",)),
                 ("mapping sink", ("cursorsync-mapping",)),
                 ("sync lookups and reads", ("marker-lookup", "tail-check", "target-reads",

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -148,6 +149,11 @@ class Standalone:
         self.log_path = self.dir / "logs" / "standalone.out"
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_at = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy in another process reaches this standalone on its ports; only the process
+        that launched it holds its JVM (the copy's ``pid`` is None)."""
+        return {**self.__dict__, "_proc": None}
 
     @property
     def service_url(self) -> str:

@@ -178,6 +178,18 @@ class TestBed:
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self.start_seconds: dict[str, float] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process (a workload run in a process of its own): it reaches
+        the same clusters, with clients and admin connections of its own, and neither owns
+        the clusters nor the work dir, so its ``stop()`` leaves them running."""
+        return {**self.__dict__, "_tmp": None, "_http": {}, "_clients": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._clients = weakref.WeakSet()
+        self._http = {name: httpx.Client(base_url=c.admin_url, timeout=30.0)
+                      for name, c in self.clusters.items()}
+
     def _plugin_directory(self) -> Path | None:
         """The directory the brokers load the plugin from: a copy of the configured NAR
         alone in it (a rebuild during the run changes nothing), or None without one."""

@@ -93,9 +93,8 @@ class WorkloadSpec:
     #: keep such acks only with ``acknowledgmentAtBatchIndexLevelEnabled`` on (off in 4.0).
     batch_index_acks: bool = False
     #: The publishers of this many partitions share one pulsar client on a. A client holds
-    #: a handful of descriptors (its connection, event and timer fds), and the harness
-    #: shares the job's process: at 5,000 partitions, a client each passes the 20,000 this
-    #: machine allows a process.
+    #: a handful of descriptors (its connection, event and timer fds): at 5,000 partitions,
+    #: a client each passes the 20,000 this machine allows a process.
     partitions_per_client: int = 1
     seed: int = 7
 
