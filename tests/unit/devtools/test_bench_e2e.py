@@ -3,6 +3,7 @@ tests/e2e/test_bench_e2e.py)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from cursorsync_devtools.bench_e2e import (
     _Phases,
     spark_cores,
 )
+from cursorsync_devtools.testbed.apart import in_own_process
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec, first_covered
 from cursorsync_devtools.testbed.produce import Plan
@@ -26,6 +28,27 @@ def test_a_phase_that_cannot_complete_is_named() -> None:
           phase("live")):
         raise ConnectionError("no broker")
     assert [p["phase"] for p in phase.done] == ["backlog"]
+
+
+def _busy(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_phase_tells_its_workload_s_process_apart_from_the_driver() -> None:
+    phase = _Phases(CpuSampler({}), lambda _: None)
+    with phase("live"):
+        workload = in_own_process(_busy, 1.0)
+        phase.workload(workload.cpu_s)
+    used = phase.done[0]["cpu_s"]
+    assert used["workload"] == round(workload.cpu_s, 2) >= 1.0
+    # The driver reaped the workload's process (its time is in the driver's otherwise),
+    # and only waited for it itself.
+    assert 0.0 <= used["driver"] < 0.5
+    with phase("failover"):
+        pass
+    assert "workload" not in phase.done[1]["cpu_s"]
 
 
 def test_first_covered_by_mark_delete_or_individual_acks() -> None:
