@@ -218,6 +218,8 @@ def _run(bed: Any, root: Path, partitions: int, entries_per_partition: int,
         "mapping_rows": len(kinds), "segment_rows": segments,
         "segment_rows_per_entry": round(segments / messages, 4) if messages else None,
         "seconds": round(report.seconds, 1),
+        # The workload's messages, acks and seconds (from its start to its last ack).
+        "workload": report.workload,
         # The whole run's (workload, sync, failover): the brokers' share is the load
         # cursorsync adds to theirs, beside the other mode's in the same run.
         "cpu_s": {group: round(s, 1) for group, s in used.items()},
