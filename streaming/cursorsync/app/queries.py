@@ -138,11 +138,13 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     lists: the builder trims its known mappings with them too (``live``; with emission on
     executors this step plans nothing, and the builder keeps them whole)."""
     targets = AdminTargets(clients.target_admin, plugin=config.spark.cursor_digests)
+    lookup = clients.source.marker_lookup(clients.source_admin,
+                                          plugin=config.spark.cursor_digests)
     step = SyncStep(StepSettings(config.emission.cumulative, dry_run,
                                config.emission.rewind_policy,
                                vouch="snapshot" in config.evidence.strategies,
                                first_plans_per_batch=config.emission.first_plans_per_batch),
-                    clients.emitter, targets, clients.source.marker_lookup(clients.source_admin),
+                    clients.emitter, targets, lookup,
                     clients.source_admin.creation, read_targets=targets.many,
                     topology=topology.current, live_ledgers=live,
                     batch_reads=(BatchReads(clients.source_admin, clients.target_admin)
@@ -156,6 +158,7 @@ def sync_sink(config: Config, store: TableStore, metrics: Metrics, clients: Clie
     sink = SyncSink(sync_sink_settings(config), store, step, metrics)
     sink.target_reads = targets
     sink.source_tail = clients.source_tail
+    sink.source_lookups = lookup
     sink.after_batch = TableMaintenance(store, ("cursor_states", "sync_progress"),
                                         config.tables, metrics).run_if_due
     return sink

@@ -14,7 +14,7 @@ from cursorsync.pulsar.options import admin_options, client_options
 if TYPE_CHECKING:
     from cursorsync.pulsar.dispatchable import DispatchableTail
     from cursorsync.pulsar.emitter import PulsarEmitter
-    from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
+    from cursorsync.pulsar.marker_lookup import AdminMarkerLookup, PluginMarkerLookup
     from cursorsync.pulsar.subscriptions import SubscriptionType
 
 
@@ -38,12 +38,15 @@ class Connections:
         return PulsarEmitter(self.client, subscription_type=subscription_type,
                              ack_batch_size=ack_batch_size, batch_index_acks=batch_index_acks)
 
-    def marker_lookup(self, admin: AdminClient) -> AdminMarkerLookup:
-        """Which entries are markers, asked of ``admin`` on up to the configured number of
-        threads."""
-        from cursorsync.pulsar.marker_lookup import AdminMarkerLookup
+    def marker_lookup(self, admin: AdminClient, *, plugin: bool = False,
+                      ) -> AdminMarkerLookup | PluginMarkerLookup:
+        """Which entries are markers, asked of ``admin``: entry by entry on up to the
+        configured number of threads, or with ``plugin`` of the brokers' plugin, a request
+        per partition (entry by entry while it cannot be asked)."""
+        from cursorsync.pulsar.marker_lookup import AdminMarkerLookup, PluginMarkerLookup
 
-        return AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
+        by_entry = AdminMarkerLookup(admin, max_workers=self.admin.max_workers)
+        return PluginMarkerLookup(admin, by_entry) if plugin else by_entry
 
     def dispatchable_tail(self) -> DispatchableTail:
         """Whether a partition holds a dispatchable entry past a position, asked of this

@@ -111,10 +111,12 @@ class SyncMetrics(Protocol):
 
 
 class TailRequests(Protocol):
-    """The tail checks' client, counting its requests to the source."""
+    """The tail checks' or the marker lookups' client, counting its requests to the
+    source."""
 
     def requests_by_kind(self) -> dict[str, int]:
-        """Requests made so far, by kind (``tail-check``: a reader each, ``plugin-tail``)."""
+        """Requests made so far, by kind (``tail-check``: a reader each, ``plugin-tail``;
+        ``raw-entry``: an entry each, ``plugin-markers``)."""
         ...
 
 
@@ -142,6 +144,10 @@ class SyncSink:
         #: are counted by kind; without it, the checks the step had answered are.
         self.source_tail: TailRequests | None = None
         self._tail_requests_seen: dict[str, int] = {}
+        #: The marker lookups' client, counting its requests (None: a raw entry read per
+        #: entry the step looked up).
+        self.source_lookups: TailRequests | None = None
+        self._lookups_seen: dict[str, int] = {}
         self.last_batch = -1
         self._seeded = False
         #: Parses a batch's rows, taking again what the last batch parsed.
@@ -348,7 +354,12 @@ class SyncSink:
                 m.observe_sync_lags(sub, b.lags)
                 m.mark_synced(sub)
         lookups = self.step.lookups
-        m.record_source_lookups("raw-entry", lookups.count)
+        if self.source_lookups is None:
+            m.record_source_lookups("raw-entry", lookups.count)
+        else:
+            for way, total in self.source_lookups.requests_by_kind().items():
+                m.record_source_lookups(way, total - self._lookups_seen.get(way, 0))
+                self._lookups_seen[way] = total
         if self.source_tail is None:
             m.record_source_lookups("tail-check", lookups.tail_checks)
         else:

@@ -105,6 +105,7 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     tails = {"plugin-tail": 3, "tail-check": 1}
     sink.source_tail = SimpleNamespace(requests_by_kind=lambda: dict(tails))
     sink._tail_requests_seen = {}
+    sink.source_lookups, sink._lookups_seen = None, {}  # each entry looked up: a raw read
     sink._record(_Synced([], rows, 0.01), 0.5)
     reads.requests += 2  # the next batch's: counted once each
     tails["plugin-tail"] += 2
@@ -123,6 +124,17 @@ def test_sync_metrics_come_from_the_progress_rows() -> None:
     for result, n in (("emitted", 2), ("refused", 4), ("failed", 2), ("halted", 2)):
         assert (f'cursorsync_sync_outcomes_total{{result="{result}",subscription="billing"}} '
                 f'{n}.0') in text
+    # The marker lookups' client counting its requests by kind: the plugin's, one per
+    # partition and lookup, and the raw reads it fell back to.
+    sink.metrics = Metrics()
+    lookups = {"plugin-markers": 4, "raw-entry": 1}
+    sink.source_lookups = SimpleNamespace(requests_by_kind=lambda: dict(lookups))
+    sink._record(_Synced([], rows, 0.01), 0.5)
+    lookups["plugin-markers"] += 3
+    sink._record(_Synced([], rows, 0.01), 0.5)
+    text = sink.metrics.exposition()
+    assert 'cursorsync_source_lookups_total{kind="plugin-markers"} 7.0' in text
+    assert 'cursorsync_source_lookups_total{kind="raw-entry"} 1.0' in text
     assert rows.column("outcome").to_pylist() == ["partial", "refused", "refused", "failed",
                                                   "halted"]
 

@@ -46,7 +46,8 @@ final class CursorFinder {
 
     Found find(String topicText, String subscription, Caller caller) {
         TopicName name = parse(topicText);
-        authorize(name, caller);
+        authorize(name, caller, TopicOperation.GET_STATS,
+                "read the stats of " + name + " (GET_STATS, as internalStats requires)");
         checkOwnedHere(name, caller);
         PersistentTopic topic = load(name);
         PersistentSubscription sub = topic.getSubscription(subscription);
@@ -55,6 +56,19 @@ final class CursorFinder {
                     + name + " (owned by this broker)");
         }
         return new Found(topic, subscription, sub.getCursor());
+    }
+
+    /**
+     * A topic whose messages the caller may read by position (PEEK_MESSAGES, as the admin
+     * API's raw entry read requires), owned by this broker (else {@link Redirect}).
+     */
+    PersistentTopic peekable(String topicText, Caller caller) {
+        TopicName name = parse(topicText);
+        authorize(name, caller, TopicOperation.PEEK_MESSAGES,
+                "read the messages of " + name + " by position (PEEK_MESSAGES, as the admin "
+                        + "API's raw entry read requires)");
+        checkOwnedHere(name, caller);
+        return load(name);
     }
 
     BrokerService brokers() {
@@ -154,7 +168,8 @@ final class CursorFinder {
         return name;
     }
 
-    private void authorize(TopicName name, Caller caller) {
+    private void authorize(TopicName name, Caller caller, TopicOperation operation,
+                           String doing) {
         // As PulsarWebResource.validateTopicOperationAsync: checked only when both are on.
         if (!authorizing()) {
             return;
@@ -163,12 +178,11 @@ final class CursorFinder {
             throw new HttpProblem(401, "no authenticated role for " + name);
         }
         boolean allowed = Waits.await(pulsar.getBrokerService().getAuthorizationService()
-                        .allowTopicOperationAsync(name, TopicOperation.GET_STATS, caller.role(),
+                        .allowTopicOperationAsync(name, operation, caller.role(),
                                 caller.authData()),
                 timeoutSeconds(), "checking role " + caller.role() + " on " + name);
         if (!allowed) {
-            throw new HttpProblem(403, "role " + caller.role() + " may not read the stats of "
-                    + name + " (GET_STATS, as internalStats requires)");
+            throw new HttpProblem(403, "role " + caller.role() + " may not " + doing);
         }
     }
 

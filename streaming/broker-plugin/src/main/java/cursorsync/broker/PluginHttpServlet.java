@@ -2,6 +2,7 @@ package cursorsync.broker;
 
 import java.io.IOException;
 import java.net.URL;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
@@ -13,6 +14,7 @@ import javax.servlet.http.HttpServletResponse;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.PositionFactory;
 import org.apache.pulsar.broker.authentication.AuthenticationDataSource;
+import org.apache.pulsar.broker.service.persistent.PersistentTopic;
 import org.apache.pulsar.broker.web.AuthenticationFilter;
 import org.apache.pulsar.common.naming.NamespaceName;
 import org.slf4j.Logger;
@@ -23,8 +25,9 @@ import org.slf4j.LoggerFactory;
  * GET /cursorsync/batch-acks?topic=T&amp;subscription=S[&amp;limit=N][&amp;after=L:E] (the work is
  * {@link CursorFinder}'s and {@link PartialBatches}') and
  * GET /cursorsync/cursors?namespace=TENANT/NS[&amp;subscription=S...][&amp;stats=true]
- * ({@link CursorDigests}') and GET /cursorsync/dispatchable?namespace=TENANT/NS
- * ({@link Dispatchable}'s).
+ * ({@link CursorDigests}'), GET /cursorsync/dispatchable?namespace=TENANT/NS
+ * ({@link Dispatchable}'s) and GET /cursorsync/markers?topic=T&amp;entries=L:E[-E2],...
+ * ({@link Markers}').
  * Read-only: no method but GET is served.
  */
 final class PluginHttpServlet extends HttpServlet {
@@ -32,6 +35,9 @@ final class PluginHttpServlet extends HttpServlet {
     static final String PATH = "/batch-acks";
     static final String CURSORS_PATH = "/cursors";
     static final String DISPATCHABLE_PATH = "/dispatchable";
+    static final String MARKERS_PATH = "/markers";
+    /** Entries one markers request may ask about, runs expanded. */
+    static final int MAX_ENTRIES = 1000;
     static final int DEFAULT_LIMIT = 1000;
     static final int MAX_LIMIT = 100_000;
     private static final Logger LOG = LoggerFactory.getLogger(PluginHttpServlet.class);
@@ -53,11 +59,16 @@ final class PluginHttpServlet extends HttpServlet {
                 dispatchable(req, resp);
                 return;
             }
+            if (MARKERS_PATH.equals(req.getPathInfo())) {
+                markers(req, resp);
+                return;
+            }
             if (!PATH.equals(req.getPathInfo())) {
                 throw new HttpProblem(404, "no such endpoint; this plugin answers GET "
                         + CursorSyncServlet.BASE_PATH + PATH + "?topic=...&subscription=... and "
                         + CursorSyncServlet.BASE_PATH + CURSORS_PATH + "?namespace=... and "
-                        + CursorSyncServlet.BASE_PATH + DISPATCHABLE_PATH + "?namespace=...");
+                        + CursorSyncServlet.BASE_PATH + DISPATCHABLE_PATH + "?namespace=... and "
+                        + CursorSyncServlet.BASE_PATH + MARKERS_PATH + "?topic=...&entries=...");
             }
             String topic = required(req, "topic");
             String subscription = required(req, "subscription");
@@ -117,6 +128,50 @@ final class PluginHttpServlet extends HttpServlet {
                 finder.availableBrokers(), namespace.toString(), topics);
     }
 
+    /** GET /cursorsync/markers: answered by the topic's owner (else a redirect to it). */
+    private void markers(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+        List<Position> positions = entries(required(req, "entries"));
+        PersistentTopic topic = finder.peekable(required(req, "topic"), caller(req));
+        Markers.Found found = Markers.among(topic.getManagedLedger(), positions,
+                finder.timeoutSeconds(), "markers of " + topic.getName());
+        resp.setStatus(200);
+        resp.setContentType("application/json");
+        PluginJson.writeMarkers(resp.getWriter(), topic.getName(), found);
+    }
+
+    /**
+     * The entries asked, as a comma-separated list of ledger:entry and ledger:first-last (a
+     * run of entries of one ledger, both ends included): the sync asks about runs, and a URL
+     * of one id each would pass the broker's request header limit long before a run does.
+     */
+    static List<Position> entries(String text) {
+        List<Position> out = new ArrayList<>();
+        for (String item : text.split(",", -1)) {
+            int dash = item.indexOf('-', item.indexOf(':') + 2);
+            Position first = position("entries", dash < 0 ? item : item.substring(0, dash));
+            long last = first.getEntryId();
+            if (dash >= 0) {
+                try {
+                    last = Long.parseLong(item.substring(dash + 1));
+                } catch (NumberFormatException e) {
+                    throw new HttpProblem(400, "entries " + item + ": expected ledger:first-last");
+                }
+                if (last < first.getEntryId()) {
+                    throw new HttpProblem(400, "entries " + item + ": the run ends before it "
+                            + "begins");
+                }
+            }
+            if (last - first.getEntryId() + 1 > MAX_ENTRIES - out.size()) {
+                throw new HttpProblem(400, "more than " + MAX_ENTRIES + " entries asked: at "
+                        + "most " + MAX_ENTRIES + " a request");
+            }
+            for (long e = first.getEntryId(); e <= last; e++) {
+                out.add(PositionFactory.create(first.getLedgerId(), e));
+            }
+        }
+        return out;
+    }
+
     private static String required(HttpServletRequest req, String name) {
         String value = req.getParameter(name);
         if (value == null || value.isBlank()) {
@@ -143,9 +198,10 @@ final class PluginHttpServlet extends HttpServlet {
 
     /** The position a page starts after (null: from the first), as "ledger:entry". */
     private static Position after(String text) {
-        if (text == null) {
-            return null;
-        }
+        return text == null ? null : position("after", text);
+    }
+
+    private static Position position(String parameter, String text) {
         String[] parts = text.split(":", -1);
         try {
             if (parts.length == 2) {
@@ -154,7 +210,8 @@ final class PluginHttpServlet extends HttpServlet {
         } catch (NumberFormatException e) {
             // answered below
         }
-        throw new HttpProblem(400, "after " + text + ": expected a position ledger:entry");
+        throw new HttpProblem(400, parameter + " " + text + ": expected a position "
+                + "ledger:entry");
     }
 
     private static CursorFinder.Caller caller(HttpServletRequest req) {

@@ -94,6 +94,26 @@ final class PluginJson {
         }
     }
 
+    static void writeMarkers(Writer out, String topic, Markers.Found found) throws IOException {
+        try (JsonGenerator g = JSON.createGenerator(out)) {
+            g.writeStartObject();
+            g.writeStringField("plugin", PLUGIN);
+            g.writeStringField("topic", topic);
+            writePositions(g, "markers", found.markers());
+            writePositions(g, "missing", found.missing());
+            g.writeEndObject();
+        }
+    }
+
+    private static void writePositions(JsonGenerator g, String field, List<Position> positions)
+            throws IOException {
+        g.writeArrayFieldStart(field);
+        for (Position p : positions) {
+            g.writeString(text(p));
+        }
+        g.writeEndArray();
+    }
+
     /** "plugin", "broker", "brokers" and "namespace": the head of a per-namespace answer. */
     private static void writeBrokers(JsonGenerator g, String broker, List<String> brokers,
                                      String namespace) throws IOException {
