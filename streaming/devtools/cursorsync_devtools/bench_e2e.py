@@ -35,9 +35,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,8 @@ from cursorsync.core.positions import Position
 from cursorsync.errors import CursorSyncError
 from cursorsync_devtools.batch_figures import phase_cpu_seconds, phase_seconds, trigger_phases
 from cursorsync_devtools.bench_e2e_report import table
-from cursorsync_devtools.testbed.cpu import DRIVER_THREADS_EVERY_S, CpuSampler, DriverThreads
+from cursorsync_devtools.bench_phases import BenchError, Phases
+from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec
 
 log = logging.getLogger(__name__)
@@ -58,10 +58,6 @@ BUILTIN = "builtin-shared"
 FIRST_WINDOW_S = 10.0
 #: How many progress updates a query keeps (Spark's conf; its default is 100).
 PROGRESS_KEPT = "spark.sql.streaming.numRecentProgressUpdates"
-
-
-class BenchError(CursorSyncError):
-    """A phase of the benchmark could not complete; the message names it and says why."""
 
 
 @dataclass(frozen=True)
@@ -132,51 +128,6 @@ class E2ESpec:
         return "identity" in self.strategies
 
 
-# ----------------------------------------------------------------- instrumentation
-
-
-class _Phases:
-    """Wall and CPU-seconds per phase; a phase that fails is named in the error."""
-
-    def __init__(self, cpu: CpuSampler, say: Callable[[str], None]) -> None:
-        self.cpu = cpu
-        self.say = say
-        self.done: list[dict[str, Any]] = []
-        #: CPU-seconds of the current phase's workload process (:meth:`workload`).
-        self._workload_cpu_s = 0.0
-
-    def workload(self, cpu_s: float) -> None:
-        """The current phase ran a workload in a process of its own that took ``cpu_s``:
-        the driver reaps it, so its time is told apart from the driver's."""
-        self._workload_cpu_s += cpu_s
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        self.say(name)
-        before, t0 = self.cpu.sample(), time.monotonic()
-        threads, driver = self.cpu.broker_threads(), DriverThreads(every_s=DRIVER_THREADS_EVERY_S)
-        self._workload_cpu_s = 0.0
-        try:
-            yield
-        except BenchError as err:
-            raise BenchError(f"phase {name}: {err}") from err
-        except Exception as err:
-            raise BenchError(f"phase {name} could not complete: {err}") from err
-        finally:
-            spent = driver.spent()  # its sampling stops, whatever became of the phase
-        used = CpuSampler.diff(before, self.cpu.sample())
-        if self._workload_cpu_s:
-            used["workload"] = round(self._workload_cpu_s, 2)
-            used["driver"] = round(used.get("driver", 0.0) - self._workload_cpu_s, 2)
-        self.done.append({"phase": name, "seconds": round(time.monotonic() - t0, 2),
-                          "cpu_s": used,
-                          # Parts of each broker's: JIT, GC, admin API.
-                          "broker_threads_cpu_s": CpuSampler.diff_threads(
-                              threads, self.cpu.broker_threads()),
-                          # Parts of this process's: each query's sink, the rest.
-                          "driver_threads_cpu_s": spent})
-
-
 # ------------------------------------------------------------------------ the run
 
 
@@ -224,7 +175,7 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
     from cursorsync_devtools.testbed.produce import Plan, entries_of, produce
 
     cpu = CpuSampler({name: c.pid for name, c in bed.clusters.items()})
-    phase = _Phases(cpu, say)
+    phase = Phases(cpu, say)
     config = _config(bed, root, spec)
     report: dict[str, Any] = {"benchmark": "e2e", "spec": asdict(spec), "machine": _machine()}
     with phase("backlog"):
@@ -273,7 +224,7 @@ def _run(bed: Any, root: Path, spec: E2ESpec, say: Callable[[str], None]) -> dic
 
 
 def _with_job(bed: Any, config: Any, spec: E2ESpec, spark: Any, cpu: CpuSampler,
-              phase: _Phases, report: Mapping[str, Any],
+              phase: Phases, report: Mapping[str, Any],
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The phases the job runs in: mapping ingestion, live lag; then failover without it."""
     from cursorsync.app.job import start_job

@@ -9,11 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from cursorsync.core.positions import Position
-from cursorsync_devtools.bench_e2e import (
-    BenchError,
-    _Phases,
-    spark_cores,
-)
+from cursorsync_devtools.bench_e2e import spark_cores
+from cursorsync_devtools.bench_phases import BenchError, Phases
 from cursorsync_devtools.testbed.apart import in_own_process
 from cursorsync_devtools.testbed.cpu import CpuSampler
 from cursorsync_devtools.testbed.lag import LiveSpec, first_covered
@@ -21,7 +18,7 @@ from cursorsync_devtools.testbed.produce import Plan
 
 
 def test_a_phase_that_cannot_complete_is_named() -> None:
-    phase = _Phases(CpuSampler({}), lambda _: None)
+    phase = Phases(CpuSampler({}), lambda _: None)
     with phase("backlog"):
         pass
     with (pytest.raises(BenchError, match="phase live could not complete: no broker"),
@@ -37,7 +34,7 @@ def _busy(seconds: float) -> None:
 
 
 def test_a_phase_tells_its_workload_s_process_apart_from_the_driver() -> None:
-    phase = _Phases(CpuSampler({}), lambda _: None)
+    phase = Phases(CpuSampler({}), lambda _: None)
     with phase("live"):
         workload = in_own_process(_busy, 1.0)
         phase.workload(workload.cpu_s)
