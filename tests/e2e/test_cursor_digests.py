@@ -31,3 +31,6 @@ def test_failover_with_the_tail_classified_from_the_plugin(
     # Markers follow each partition's last message (replicated subscriptions' snapshots):
     # their partitions' tails were asked of the plugin before the job caught up.
     assert asked.get("source plugin-tail", 0) > 0, asked
+    # The acked source entries the mapping does not map are looked up on the plugin too:
+    # no raw entry read unless it could not be asked.
+    assert asked.get("source raw-entry", 0) == 0, asked

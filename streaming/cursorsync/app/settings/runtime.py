@@ -133,7 +133,9 @@ class SparkConfig(_Section):
     #: their topic stats (one request per topic, a stats read per partition inside the
     #: broker). A broker without the plugin: the topic stats, with a warning. When many
     #: partitions moved, the plugin also gives their cursors (one request per broker and
-    #: namespace instead of an internalStats each). On the target, the plugin is asked for
+    #: namespace instead of an internalStats each), and answers the sync's tail checks and
+    #: marker lookups (a request per broker, or per partition, instead of a reader per
+    #: partition or a raw entry read per entry). On the target, the plugin is asked for
     #: the cursors a sync batch reads and, with ``evidence.holes: probe``, for the probe
     #: cursors (one request per broker and namespace instead of an internalStats per
     #: partition); without it there, one internalStats each, with a warning.
