@@ -10,6 +10,7 @@ either way.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
@@ -38,6 +39,8 @@ class AdminMarkerLookup:
         self.admin = admin
         self.max_workers = max(1, max_workers)
         self.requests = 0
+        #: Lookups run on the sync's lookup threads, several at once.
+        self._lock = threading.Lock()
 
     def requests_by_kind(self) -> dict[str, int]:
         """Requests made so far: one raw entry read per entry."""
@@ -50,7 +53,8 @@ class AdminMarkerLookup:
                                 thread_name_prefix="marker-lookup") as pool:
             found = list(pool.map(
                 lambda p: self.admin.raw_entry(topic, p.ledger, p.entry), positions))
-        self.requests += len(positions)
+        with self._lock:
+            self.requests += len(positions)
         return [p for p, raw in zip(positions, found, strict=True)
                 if raw is not None and raw.is_marker]
 
@@ -132,6 +136,8 @@ class PluginMarkerLookup:
                                       "a raw entry read per entry")
         self.clock = time.monotonic
         self.requests = 0
+        #: Lookups run on the sync's lookup threads, several at once.
+        self._lock = threading.Lock()
 
     def requests_by_kind(self) -> dict[str, int]:
         """Requests made so far: the plugin's, and the fallback's raw entry reads."""
@@ -144,7 +150,8 @@ class PluginMarkerLookup:
         out: list[Position] = []
         try:
             for chunk in _requests(positions):
-                self.requests += 1
+                with self._lock:
+                    self.requests += 1
                 out += plugin_markers(self.admin, topic, chunk)
         except CursorSyncError as err:
             self._backoff.failed(now, err)

@@ -18,8 +18,8 @@ import org.apache.pulsar.common.protocol.Commands;
  * the admin API's raw entry read would tell entry by entry.
  *
  * <p>An entry the topic does not store (its ledger not in the topic's list any more, or its
- * id past the ledger's last entry) is not a marker and is listed as missing, as the admin API
- * answers it with a 404. Every read is issued at once (from the broker's entry cache, else a
+ * id past the ledger's last entry) is not a marker and is listed as missing; the admin API
+ * answers such an id with an error. Every read is issued at once (from the broker's entry cache, else a
  * bookie); one that fails for a stored entry fails the request, naming the entry.
  */
 final class Markers {
