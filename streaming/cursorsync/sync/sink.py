@@ -357,25 +357,31 @@ class SyncSink:
         if self.source_lookups is None:
             m.record_source_lookups("raw-entry", lookups.count)
         else:
-            for way, total in self.source_lookups.requests_by_kind().items():
-                m.record_source_lookups(way, total - self._lookups_seen.get(way, 0))
-                self._lookups_seen[way] = total
+            _record_new(m.record_source_lookups, self.source_lookups.requests_by_kind(),
+                        self._lookups_seen)
         if self.source_tail is None:
             m.record_source_lookups("tail-check", lookups.tail_checks)
         else:
-            for way, total in self.source_tail.requests_by_kind().items():
-                m.record_source_lookups(way, total - self._tail_requests_seen.get(way, 0))
-                self._tail_requests_seen[way] = total
+            _record_new(m.record_source_lookups, self.source_tail.requests_by_kind(),
+                        self._tail_requests_seen)
         if self.target_reads is not None:
             t = self.target_reads
-            for way, total in (("internal-stats", t.requests), ("plugin", t.plugin.reads)):
-                m.record_target_cursor_reads(way, total - self._target_reads_seen.get(way, 0))
-                self._target_reads_seen[way] = total
+            _record_new(m.record_target_cursor_reads,
+                        {"internal-stats": t.requests, "plugin": t.plugin.reads},
+                        self._target_reads_seen)
         if done.unavailable:
             m.record_error("admin", done.unavailable)
         if done.anchor_conflicts:
             m.record_error("anchor_conflict", done.anchor_conflicts)
         m.observe_batch("sync", batch_s)
+
+
+def _record_new(record: Callable[[str, int], None], totals: Mapping[str, int],
+                seen: dict[str, int]) -> None:
+    """Records what each kind's running total added since ``seen`` (updated to them)."""
+    for kind, total in totals.items():
+        record(kind, total - seen.get(kind, 0))
+        seen[kind] = total
 
 
 @dataclass
