@@ -3,14 +3,10 @@ package cursorsync.broker;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import org.apache.bookkeeper.mledger.AsyncCallbacks.ReadEntryCallback;
-import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.ManagedLedger;
-import org.apache.bookkeeper.mledger.ManagedLedgerException;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.proto.MLDataFormats.ManagedLedgerInfo.LedgerInfo;
 import org.apache.pulsar.common.api.proto.MessageMetadata;
-import org.apache.pulsar.common.protocol.Commands;
 
 /**
  * Which of some entries of one topic partition are markers (their metadata names a marker
@@ -68,26 +64,6 @@ final class Markers {
     }
 
     private static CompletableFuture<Boolean> isMarker(ManagedLedger ledger, Position p) {
-        CompletableFuture<Boolean> marker = new CompletableFuture<>();
-        ledger.asyncReadEntry(p, new ReadEntryCallback() {
-            @Override
-            public void readEntryComplete(Entry entry, Object ctx) {
-                try {
-                    MessageMetadata metadata = new MessageMetadata();
-                    Commands.parseMessageMetadata(entry.getDataBuffer().duplicate(), metadata);
-                    marker.complete(metadata.hasMarkerType());
-                } catch (RuntimeException e) {
-                    marker.completeExceptionally(e);
-                } finally {
-                    entry.release();
-                }
-            }
-
-            @Override
-            public void readEntryFailed(ManagedLedgerException e, Object ctx) {
-                marker.completeExceptionally(e);
-            }
-        }, null);
-        return marker;
+        return EntryMetadata.read(ledger, p).thenApply(MessageMetadata::hasMarkerType);
     }
 }

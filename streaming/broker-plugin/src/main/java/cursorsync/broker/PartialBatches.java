@@ -5,15 +5,10 @@ import java.util.BitSet;
 import java.util.List;
 import java.util.NavigableMap;
 import java.util.concurrent.CompletableFuture;
-import org.apache.bookkeeper.mledger.AsyncCallbacks.ReadEntryCallback;
-import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.ManagedCursor;
 import org.apache.bookkeeper.mledger.ManagedLedger;
-import org.apache.bookkeeper.mledger.ManagedLedgerException;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.impl.ManagedCursorImpl;
-import org.apache.pulsar.common.api.proto.MessageMetadata;
-import org.apache.pulsar.common.protocol.Commands;
 
 /**
  * Reads, from a durable cursor, every entry whose batch is partly acked.
@@ -79,28 +74,7 @@ final class PartialBatches {
     }
 
     private static CompletableFuture<Integer> batchSize(ManagedLedger ledger, Position position) {
-        CompletableFuture<Integer> size = new CompletableFuture<>();
-        ledger.asyncReadEntry(position, new ReadEntryCallback() {
-            @Override
-            public void readEntryComplete(Entry entry, Object ctx) {
-                try {
-                    // A copy of the indexes: the entry's buffer may be the cache's.
-                    MessageMetadata metadata = new MessageMetadata();
-                    Commands.parseMessageMetadata(entry.getDataBuffer().duplicate(), metadata);
-                    size.complete(metadata.hasNumMessagesInBatch()
-                            ? metadata.getNumMessagesInBatch() : 1);
-                } catch (RuntimeException e) {
-                    size.completeExceptionally(e);
-                } finally {
-                    entry.release();
-                }
-            }
-
-            @Override
-            public void readEntryFailed(ManagedLedgerException e, Object ctx) {
-                size.completeExceptionally(e);
-            }
-        }, null);
-        return size;
+        return EntryMetadata.read(ledger, position)
+                .thenApply(m -> m.hasNumMessagesInBatch() ? m.getNumMessagesInBatch() : 1);
     }
 }
