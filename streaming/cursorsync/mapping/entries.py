@@ -19,7 +19,8 @@ Where things run: the driver finds the latest
 positions with a durable, zero-queue subscription consumer per topic
 partition (``get_last_message_id``), or with ``pluginPositions`` from
 cursorsync's broker plugin (one request per broker and namespace; a partition
-it does not list is asked on its consumer), and acknowledges ``end``
+it does not list is asked on its consumer; the ledger lists that size ranges
+across ledgers as well), and acknowledges ``end``
 cumulatively on the consumer in ``commit(end)``, so retention keeps every
 entry not mapped yet.
 Executors read with a pulsar-client Reader created inside ``read()``.
@@ -120,8 +121,10 @@ from cursorsync.mapping.entries_tasks import (
     pack_ranges,
 )
 from cursorsync.pulsar.admin import AdminClient
+from cursorsync.pulsar.cursor_digests import PluginCursorStats
 from cursorsync.pulsar.dispatchable import PluginPositions
 from cursorsync.pulsar.options import Options
+from cursorsync.pulsar.stats import TopicInternalStats
 from cursorsync.pulsar.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -149,6 +152,7 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         #: start (a restarted driver has none, and packs them as of unknown size).
         self._ledgers: dict[str, tuple[Position, Ledgers]] = {}
         self._plugin_positions: PluginPositions | None = None
+        self._ledger_plugin: PluginCursorStats | None = None
         #: Per topic, the position the last commit acked.
         self._committed: dict[str, Position] = {}
 
@@ -241,11 +245,29 @@ class PulsarEntriesStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return self._plugin_positions
 
     def _ledger_lists(self, topics: Sequence[str]) -> dict[str, Ledgers]:
-        """Each topic partition's ledger list, read concurrently (a batch after a ledger
-        rolled everywhere asks for every partition's)."""
+        """Each topic partition's ledger list (a batch after ledgers rolled everywhere asks
+        for most partitions'): with ``pluginPositions`` from the brokers' plugin, a request
+        per broker and namespace; the rest read concurrently, an internalStats each."""
         admin = self._admin_client()
-        lists = admin.map_concurrently(lambda t: admin.internal_stats(t).ledgers, topics)
-        return {t: lists[str(TopicName.parse(t))] for t in topics}
+        listed: dict[str, TopicInternalStats] = {}
+        if self.options.plugin_positions:
+            # Every partition read has the mapping subscription (latest_positions made it);
+            # asking for its cursor alone keeps the answer small.
+            listed = self._plugin_stats().read(
+                {t: (self.options.subscription,) for t in topics})
+        rest = [t for t in topics if t not in listed]
+        lists = (admin.map_concurrently(lambda t: admin.internal_stats(t).ledgers, rest)
+                 if rest else {})
+        if listed:
+            log.debug("cluster %s: ledger lists of %d partitions from the plugin, %d from "
+                      "internalStats", self.options.cluster, len(listed), len(rest))
+        return {t: listed[t].ledgers if t in listed else lists[str(TopicName.parse(t))]
+                for t in topics}
+
+    def _plugin_stats(self) -> PluginCursorStats:
+        if self._ledger_plugin is None:
+            self._ledger_plugin = PluginCursorStats(self._admin_client(), "the ledger lists")
+        return self._ledger_plugin
 
     # -- DataSourceStreamReader --
 

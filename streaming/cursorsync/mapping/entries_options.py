@@ -151,8 +151,9 @@ class EntriesOptions:
     #: Offsets carry a ``tick`` that moves when the mapping sink asks for a batch in this
     #: file (:mod:`cursorsync.wake`); None: never.
     wake_file: str | None = None
-    #: Option ``pluginPositions``: the partitions' last positions from cursorsync's broker
-    #: plugin, a request per broker (a consumer's GetLastMessageId for any it does not list).
+    #: Option ``pluginPositions``: the partitions' last positions, and the ledger lists of
+    #: ranges across ledgers, from cursorsync's broker plugin, a request per broker (a
+    #: consumer's GetLastMessageId, an internalStats, for any it does not list).
     plugin_positions: bool = False
 
     @classmethod

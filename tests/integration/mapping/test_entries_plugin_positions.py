@@ -10,6 +10,7 @@ import pytest
 
 from cursorsync.core.positions import Position
 from cursorsync.mapping.entries_options import DEFAULT_SUBSCRIPTION
+from cursorsync.mapping.entries_tasks import entries_positions
 from cursorsync.pulsar.topics import TopicName
 from cursorsync_devtools.testbed import TestBed
 from tests.support.entries import entries_reader
@@ -63,3 +64,44 @@ def test_the_plugin_answers_every_last_position_as_the_consumers_do(
         by_plugin.stop()
     for p in parts:
         assert DEFAULT_SUBSCRIPTION in bed.internal_stats("a", p).get("cursors", {}), p
+
+
+def test_the_plugin_lists_the_ledgers_of_ranges_across_ledgers_as_internal_stats_does(
+        index_testbed: TestBed, topic_name: Callable[[str], str]) -> None:
+    """A trigger whose ranges cross ledgers (a rolls a ledger every 60 entries) sizes them
+    on each partition's ledger list: with the plugin one request per broker lists them
+    all, no internalStats request made, and the sizes and admission are those of
+    internalStats."""
+    bed = index_testbed
+    parts = bed.create_topic(topic_name("ledgers"), partitions=3)
+    for i, part in enumerate(parts):
+        producer = bed.client("a").create_producer(part, batching_enabled=False)
+        for j in range(70 + 20 * i):
+            producer.send_async(b"m%d" % j, None)
+        producer.flush()
+        producer.close()
+    by_stats = entries_reader(bed, parts, maxRowsPerBatch="100")
+    by_plugin = entries_reader(bed, parts, maxRowsPerBatch="100", pluginPositions="true")
+    asked: list[str] = []
+    admin = by_plugin._admin_client()
+    internal_stats = admin.internal_stats
+    admin.internal_stats = lambda t: asked.append(str(t)) or internal_stats(t)  # type: ignore[method-assign]
+    try:
+        start = {"version": 1, "positions": {}}
+        wait_for("the plugin listing every partition",
+                 lambda: len(by_plugin._plugin().read(parts)) == len(parts))
+        expected = by_stats.latestOffset(start, by_stats.getDefaultReadLimit())
+        assert by_plugin.latestOffset(start, by_plugin.getDefaultReadLimit()) == expected
+        assert by_plugin._ledger_plugin is not None and by_plugin._ledger_plugin.reads == 1
+        assert asked == []
+        assert {t: lists for t, (_, lists) in by_plugin._ledgers.items()} == {
+            t: lists for t, (_, lists) in by_stats._ledgers.items()}
+        assert all(len(lists.ids) >= 2 for _, lists in by_plugin._ledgers.values())
+        lo = entries_positions(start)
+        hi = entries_positions(expected)
+        assert sorted(p.entries for p in by_plugin.ranges(lo, hi)) == sorted(
+            p.entries for p in by_stats.ranges(lo, hi))
+        assert sum(p.entries or 0 for p in by_plugin.ranges(lo, hi)) == 100
+    finally:
+        by_stats.stop()
+        by_plugin.stop()
