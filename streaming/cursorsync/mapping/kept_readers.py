@@ -37,8 +37,11 @@ KEPT_QUEUE = 100
 KEEP_RANGE_MAX = 1000
 #: Messages before a range's start a kept reader may drop to reach it.
 FORWARD_MAX = 2 * KEPT_QUEUE
-#: A kept reader unused this long is closed.
-IDLE_CLOSE_S = 60.0
+#: A kept reader unused this long is closed. Far longer than a mapping trigger: a
+#: partition's ranges go to whichever worker is free, so a worker's reader of it waits a
+#: trigger or more between uses (at 1,000 partitions on the test bed triggers of 25-60 s
+#: closed most readers before their next range when this was a minute).
+IDLE_CLOSE_S = 600.0
 
 
 @dataclass
