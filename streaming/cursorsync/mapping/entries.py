@@ -68,7 +68,7 @@ at least one message, so a batch of batched entries has more rows than the
 budget (the driver cannot count messages without reading them).
 
 Tasks: small ranges share a Spark task (``entriesPerTask``, default 10,000
-entries, and ``rangesPerTask``, default 32), read one after the other; a range
+entries, and ``rangesPerTask``, default 128), up to 4 at once; a range
 is never split, and one of ``entriesPerTask`` entries or more has a task of its
 own (:func:`cursorsync.mapping.entries_tasks.pack_ranges`). A range that spans
 ledgers is sized from the topic's ledger list (admin ``internalStats``), which

@@ -43,7 +43,10 @@ READ_POLL_MS = 100
 TAIL_CHECK_MS = 1000
 #: How ranges are packed into Spark tasks (options entriesPerTask, rangesPerTask).
 DEFAULT_ENTRIES_PER_TASK = 10_000
-DEFAULT_RANGES_PER_TASK = 32
+#: A range read on a kept reader takes about a millisecond, a Spark task's round trip to a
+#: Python worker tens of them: at 1,000 partitions, 32 ranges a task left the two task
+#: slots of the test bed idle for half of a batch's reads.
+DEFAULT_RANGES_PER_TASK = 128
 
 #: Every column, in row order.
 SCHEMA = StructType([

@@ -653,3 +653,17 @@ def test_each_cluster_s_kept_readers_reach_its_entries_stream() -> None:
     with pytest.raises(ConfigValidationError, match="kept_readers"):
         data["clusters"]["target"]["kept_readers"] = -1
         parse_config(data)
+
+
+def test_the_task_packing_defaults_are_the_entries_sources() -> None:
+    """A job without ``spark.entries_per_task`` / ``ranges_per_task`` packs its ranges as the
+    ``pulsar-entries`` source does by default."""
+    from cursorsync.app.settings.runtime import SparkConfig
+    from cursorsync.mapping.entries_options import (
+        DEFAULT_ENTRIES_PER_TASK,
+        DEFAULT_RANGES_PER_TASK,
+    )
+
+    fields = SparkConfig.model_fields
+    assert fields["entries_per_task"].default == DEFAULT_ENTRIES_PER_TASK
+    assert fields["ranges_per_task"].default == DEFAULT_RANGES_PER_TASK

@@ -120,7 +120,7 @@ class SparkConfig(_Section):
     #: Small ranges share a Spark task up to this many entries / ranges (see
     #: cursorsync.mapping.entries.pack_ranges): a task per topic partition does not scale.
     entries_per_task: int = Field(default=10_000, ge=1)
-    ranges_per_task: int = Field(default=32, ge=1)
+    ranges_per_task: int = Field(default=128, ge=1)  # the source's DEFAULT_RANGES_PER_TASK
     #: How often the mapping looks for new topics and partitions (a namespace's new
     #: topics, a partition count raised). Until then their acks wait, unmapped.
     topic_discovery_interval_s: float = Field(default=60.0, gt=0)
