@@ -52,7 +52,7 @@ PROBE_QUEUE = 1000
 #: Probes placed at once: each placement is a subscribe and a seek (after which the client
 #: reconnects the consumer), which a thousand partitions would otherwise wait for one after
 #: another. A busy broker takes a second or more for one, waiting rather than working: at
-#: 1,000 partitions on the test bed 16 at once placed 14-38 a second, 64 at once 39-46.
+#: 1,000 partitions on the test bed 16 at once placed 14-38 a second, 64 at once 19-57.
 PLACE_WORKERS = 64
 
 
