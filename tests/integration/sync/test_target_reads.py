@@ -118,6 +118,7 @@ def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     read fails) and in one partitioned request, and polls with and without the topic stats
     first: the second reads none of the partitions nothing changed on; it places a probe
     on every partition one after another and side by side."""
+    from cursorsync.pulsar.dispatch_probe import PLACE_WORKERS
     from cursorsync_devtools.bench_admin import bench_admin
 
     r = bench_admin(20, workers=(1, 4), repeat=2, bed=testbed, work_dir=str(tmp_path))
@@ -127,5 +128,5 @@ def test_bench_admin_on_the_bed(testbed: TestBed, tmp_path: Path) -> None:
     assert r["source_poll"]["every_poll"]["partitions_read"] == 20
     assert r["source_poll"]["stats_first"]["partitions_read"] == 0
     placed = r["probe_placement"]
-    assert set(placed) == {"one_at_a_time", "16_at_a_time"}
+    assert set(placed) == {"one_at_a_time", f"{PLACE_WORKERS}_at_a_time"}
     assert all(p["seconds"] > 0 for p in placed.values())
