@@ -40,7 +40,10 @@ def test_a_continuous_read_skips_only_markers_and_the_chunks_inside_a_delivered_
     """On b, with a replicated subscription's markers, chunked messages from a and plain
     messages between them: every stored id a reader from the earliest entry does not return
     is a marker, or a chunk lying between the first and the last chunk of a message the
-    reader did return (a chunked message's id names both). Nothing else is skipped."""
+    reader did return (a chunked message's id names both). Nothing else is skipped. A
+    marker may lie inside such a span too (the brokers write them whenever, between two
+    chunks of one message as well: seen once, 844:22 between chunks 844:21 and 844:24), so
+    a span alone never says an id is a chunk."""
     bed = testbed
     (t,) = bed.create_topic(topic_name("skips"))
     markers_chunks_and_messages(bed, t)
@@ -55,7 +58,6 @@ def test_a_continuous_read_skips_only_markers_and_the_chunks_inside_a_delivered_
         h = raw_headers(bed, "b", t, pos)
         if "X-Pulsar-marker-type" in h:
             kinds["marker"] += 1
-            assert not any(f <= pos <= last for f, last in spans), (pos, spans)
         else:
             assert h.get("X-Pulsar-chunk-id") is not None, (pos, dict(h))
             assert any(f <= pos < last for f, last in spans), (pos, spans)
